@@ -1,0 +1,136 @@
+"""`compile()`: IR JSON -> `CompiledProgram`, through the passes of DESIGN.md."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dtypes import INT_DTYPES
+from .errors import NPUCompileError
+from .ir.graph import Graph
+from .ir.reader import read_ir
+from .lowering.lower import Lowering
+from .lowering.memory_plan import check_plan, plan_memory
+from .passes.bn_fold import fold_batchnorm
+from .passes.constraints import check_constraints, plan_channel_padding
+from .passes.dtype import apply_compute_dtype, choose_compute_dtype
+from .passes.normalize import inplace_to_outofplace, remove_noops
+from .program import CompiledProgram, Recipe, WeightSpec
+from .targets.codegen import get_codegen_target
+from .targets.config import TargetConfig, default_config
+
+# Passes that can be switched off by name (to bisect a numerical problem to one pass).
+OPTIONAL_PASSES = ("bn_fold",)
+
+
+@dataclass
+class CompileOptions:
+    target: str = "cpu"
+    dtype: str | None = None  # compute dtype; None/"auto": chosen from the weights
+    config: TargetConfig | None = None
+    disabled_passes: set[str] = field(default_factory=set)
+    rope_theta: float | None = None  # to compute rotary inv_freq buffers that no checkpoint holds
+    value_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
+            config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
+            rope_theta: float | None = None, verify_plan: bool = True) -> CompiledProgram:
+    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...)."""
+    unknown = set(disable_passes) - set(OPTIONAL_PASSES)
+    if unknown:
+        raise NPUCompileError(f"unknown pass(es) {sorted(unknown)}; passes that can be disabled: "
+                              f"{', '.join(OPTIONAL_PASSES)}")
+    codegen = get_codegen_target(target)
+    cfg = config or default_config(target)
+    graph = ir if isinstance(ir, Graph) else read_ir(ir)
+    passes: list[str] = []
+    recipes: dict[str, Recipe] = {}
+
+    n = remove_noops(graph)
+    passes.append(f"remove_noops({n})")
+    n = inplace_to_outofplace(graph)
+    passes.append(f"inplace_to_outofplace({n})")
+    if "bn_fold" not in disable_passes:
+        n = fold_batchnorm(graph, recipes)
+        passes.append(f"bn_fold({n})")
+    graph.remove_dead()
+
+    compute = choose_compute_dtype(graph, cfg, dtype)
+    source_types = {id(v): v.dtype for v in [*graph.inputs, *graph.outputs]}
+    remap = apply_compute_dtype(graph, compute)
+    passes.append(f"compute_dtype({compute}{', ' + str(remap) if remap else ''})")
+    check_constraints(graph, cfg)
+    padding = plan_channel_padding(graph, cfg)
+
+    lowering = Lowering(graph, target)
+    lowering.run()
+    arena = plan_memory(lowering.buffers, lowering.kernels)
+    if verify_plan:
+        check_plan(lowering.buffers, lowering.kernels)
+
+    # The user-facing dtypes stay those of the IR; the device holds the compute dtype.
+    for spec, v in zip(lowering.inputs, graph.inputs):
+        spec.dtype = source_types[id(v)]
+        if spec.dtype in INT_DTYPES:
+            spec.value_range = _value_range(graph, v)
+    for spec, v in zip(lowering.outputs, graph.outputs):
+        spec.dtype = source_types.get(id(v), spec.dtype)
+
+    weights = _weight_specs(graph, lowering, recipes, rope_theta)
+    program = CompiledProgram(
+        model_name=graph.name,
+        target=target,
+        compute_dtype=compute,
+        config=cfg.to_dict(),
+        inputs=lowering.inputs,
+        outputs=lowering.outputs,
+        weights=weights,
+        buffers=lowering.buffers,
+        kernels=lowering.kernels,
+        arena_bytes=arena,
+        passes=passes,
+        padding_plan=padding,
+    )
+    codegen.render(program)
+    program.fusion_groups = [
+        {"kernel": k.name, "group": k.group, "nodes": k.nodes} for k in program.kernels if len(k.nodes) > 1
+    ]
+    program.stats = {
+        "ir_nodes": graph.meta.get("ir_node_count", 0),
+        "kernels": len(program.kernels),
+        "intermediate_bytes_unshared": sum(b.nbytes for b in program.buffers if b.kind == "arena"),
+        "peak_intermediate_bytes": arena,
+    }
+    return program
+
+
+def _value_range(graph: Graph, v) -> tuple[int, int] | None:
+    """Integer inputs that index something get their valid range: token ids < the embedding's row count."""
+    for node in graph.nodes:
+        if node.op == "embedding.default" and len(node.inputs) > 1 and node.inputs[1] is v:
+            return (0, node.inputs[0].shape[0])
+    return None
+
+
+def _weight_specs(graph: Graph, lowering: Lowering, recipes: dict[str, Recipe],
+                  rope_theta: float | None) -> list[WeightSpec]:
+    specs = []
+    used_keys = set(graph.weight_keys.values())
+    all_keys = graph.meta.get("ir_weights", {})
+    for name, v in graph.weights.items():
+        key = graph.weight_keys[name]
+        recipe = recipes.get(name)
+        if recipe is None:
+            recipe = Recipe("load", {"weight": key})
+            # A tied lm_head: the checkpoint stores only the embedding. Offer the unused IR weights of the same
+            # shape as fallbacks, in order.
+            recipe.fallback_keys = [k for k, shape in all_keys.items()
+                                    if k not in used_keys and tuple(shape) == v.shape and k != key]
+            if key.endswith("rotary_emb.inv_freq") and rope_theta is not None:
+                recipe = Recipe("rope_inv_freq", {}, {"base": float(rope_theta), "dim": 2 * v.shape[0]},
+                                fallback_keys=[key])
+        specs.append(WeightSpec(name, key, v.shape, v.dtype, v.shape, lowering.weight_buffers[name], recipe))
+    return specs

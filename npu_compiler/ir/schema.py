@@ -1,0 +1,231 @@
+"""ATen schemas of the ops the compiler knows: which positional args are tensors (the IR lists those, in
+order, under `inputs`, dropping `None` optionals) and the defaults of the rest (the IR omits args at their
+default, so the reader fills them in).
+
+The table holds the schema strings as ATen declares them; `parse_schema` turns each into an `OpSchema`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+MISSING = object()
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str
+    default: object = MISSING
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type.startswith("Tensor")
+
+    @property
+    def is_tensor_list(self) -> bool:
+        return self.type.startswith("Tensor[]")
+
+    @property
+    def optional(self) -> bool:
+        return "?" in self.type
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    op: str  # "add.Tensor"
+    args: tuple[Arg, ...]
+    num_outputs: int = 1
+
+    @property
+    def tensor_args(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if a.is_tensor)
+
+    @property
+    def attr_args(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if not a.is_tensor)
+
+    def defaults(self) -> dict[str, object]:
+        return {a.name: a.default for a in self.attr_args if a.default is not MISSING}
+
+
+def _split_top(s: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for ch in s:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def _parse_default(text: str) -> object:
+    text = text.strip()
+    if text in ("None",):
+        return None
+    if text == "True":
+        return True
+    if text == "False":
+        return False
+    if text.startswith('"'):
+        return text.strip('"')
+    return ast.literal_eval(text)
+
+
+def parse_schema(decl: str) -> OpSchema:
+    head, _, ret = decl.partition(") -> ")
+    name, _, argtext = head.partition("(")
+    args: list[Arg] = []
+    for part in _split_top(argtext):
+        if part == "*":
+            continue
+        typ_name, eq, default = part.partition("=")
+        typ, _, aname = typ_name.strip().rpartition(" ")
+        typ = typ.replace("(a!)", "").replace("(a)", "")
+        d = _parse_default(default) if eq else MISSING
+        # ATen writes `int[2] padding=0` for "0 in every position".
+        if isinstance(d, int) and not isinstance(d, bool) and "[" in typ:
+            n = int(typ[typ.index("[") + 1 : typ.index("]")] or 1)
+            d = [d] * n
+        args.append(Arg(aname, typ, d))
+    num_outputs = len(_split_top(ret.strip("()"))) if ret.strip().startswith("(") and ret.strip() != "()" else 1
+    if ret.strip() == "()":
+        num_outputs = 0
+    return OpSchema(name.strip(), tuple(args), num_outputs)
+
+
+# One line per supported ATen overload, as ATen declares it (`Tensor(a)` alias annotations left out).
+_DECLS = """
+conv2d.default(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], int[2] padding=[0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor
+batch_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training=False, float momentum=0.1, float eps=1e-05, bool cudnn_enabled=True) -> Tensor
+_native_batch_norm_legit_no_training.default(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum=0.1, float eps=1e-05) -> (Tensor, Tensor, Tensor)
+relu.default(Tensor self) -> Tensor
+relu_.default(Tensor self) -> Tensor
+add.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor
+add_.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor
+sub.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor
+sub_.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor
+rsub.Scalar(Tensor self, float other, float alpha=1) -> Tensor
+rsub.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor
+mul.Tensor(Tensor self, Tensor other) -> Tensor
+mul_.Tensor(Tensor self, Tensor other) -> Tensor
+div.Tensor(Tensor self, Tensor other) -> Tensor
+div_.Tensor(Tensor self, Tensor other) -> Tensor
+div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
+pow.Tensor_Scalar(Tensor self, float exponent) -> Tensor
+pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor
+maximum.default(Tensor self, Tensor other) -> Tensor
+minimum.default(Tensor self, Tensor other) -> Tensor
+neg.default(Tensor self) -> Tensor
+rsqrt.default(Tensor self) -> Tensor
+sqrt.default(Tensor self) -> Tensor
+exp.default(Tensor self) -> Tensor
+log.default(Tensor self) -> Tensor
+sin.default(Tensor self) -> Tensor
+cos.default(Tensor self) -> Tensor
+tanh.default(Tensor self) -> Tensor
+sigmoid.default(Tensor self) -> Tensor
+silu.default(Tensor self) -> Tensor
+silu_.default(Tensor self) -> Tensor
+gelu.default(Tensor self, *, str approximate="none") -> Tensor
+erf.default(Tensor self) -> Tensor
+abs.default(Tensor self) -> Tensor
+reciprocal.default(Tensor self) -> Tensor
+hardtanh.default(Tensor self, float min_val=-1, float max_val=1) -> Tensor
+hardtanh_.default(Tensor self, float min_val=-1, float max_val=1) -> Tensor
+clamp.default(Tensor self, float? min=None, float? max=None) -> Tensor
+where.self(Tensor condition, Tensor self, Tensor other) -> Tensor
+masked_fill.Scalar(Tensor self, Tensor mask, float value) -> Tensor
+eq.Scalar(Tensor self, float other) -> Tensor
+eq.Tensor(Tensor self, Tensor other) -> Tensor
+ne.Scalar(Tensor self, float other) -> Tensor
+lt.Scalar(Tensor self, float other) -> Tensor
+lt.Tensor(Tensor self, Tensor other) -> Tensor
+le.Scalar(Tensor self, float other) -> Tensor
+gt.Scalar(Tensor self, float other) -> Tensor
+gt.Tensor(Tensor self, Tensor other) -> Tensor
+ge.Scalar(Tensor self, float other) -> Tensor
+logical_not.default(Tensor self) -> Tensor
+to.dtype(Tensor self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor
+to.device(Tensor self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor
+to.dtype_layout(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor
+_to_copy.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor
+type_as.default(Tensor self, Tensor other) -> Tensor
+_assert_tensor_metadata.default(Tensor a, int[]? size=None, int[]? stride=None, ScalarType? dtype=None, *, Device? device=None, Layout? layout=None) -> ()
+alias.default(Tensor self) -> Tensor
+detach.default(Tensor self) -> Tensor
+contiguous.default(Tensor self, *, MemoryFormat memory_format=0) -> Tensor
+clone.default(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor
+dropout.default(Tensor input, float p, bool train) -> Tensor
+lift_fresh_copy.default(Tensor self) -> Tensor
+view.default(Tensor self, int[] size) -> Tensor
+reshape.default(Tensor self, int[] shape) -> Tensor
+_unsafe_view.default(Tensor self, int[] size) -> Tensor
+flatten.using_ints(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor
+unsqueeze.default(Tensor self, int dim) -> Tensor
+squeeze.dim(Tensor self, int dim) -> Tensor
+squeeze.dims(Tensor self, int[] dim) -> Tensor
+transpose.int(Tensor self, int dim0, int dim1) -> Tensor
+t.default(Tensor self) -> Tensor
+permute.default(Tensor self, int[] dims) -> Tensor
+expand.default(Tensor self, int[] size, *, bool implicit=False) -> Tensor
+slice.Tensor(Tensor self, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor
+select.int(Tensor self, int dim, int index) -> Tensor
+cat.default(Tensor[] tensors, int dim=0) -> Tensor
+split.Tensor(Tensor self, int split_size, int dim=0) -> Tensor[]
+split_with_sizes.default(Tensor self, int[] split_sizes, int dim=0) -> Tensor[]
+chunk.default(Tensor self, int chunks, int dim=0) -> Tensor[]
+getitem(Tensor self, int index) -> Tensor
+linear.default(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor
+matmul.default(Tensor self, Tensor other) -> Tensor
+mm.default(Tensor self, Tensor mat2) -> Tensor
+bmm.default(Tensor self, Tensor mat2) -> Tensor
+addmm.default(Tensor self, Tensor mat1, Tensor mat2, *, float beta=1, float alpha=1) -> Tensor
+mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+amax.default(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor
+softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
+_softmax.default(Tensor self, int dim, bool half_to_float) -> Tensor
+log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
+layer_norm.default(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor
+max_pool2d.default(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor
+avg_pool2d.default(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor
+adaptive_avg_pool2d.default(Tensor self, int[2] output_size) -> Tensor
+embedding.default(Tensor weight, Tensor indices, int padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor
+index_copy.default(Tensor self, int dim, Tensor index, Tensor source) -> Tensor
+index_copy_.default(Tensor self, int dim, Tensor index, Tensor source) -> Tensor
+scaled_dot_product_attention.default(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor
+arange.default(float end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+arange.start(float start, float end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+full.default(int[] size, float fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+zeros.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+ones.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+"""
+
+SCHEMAS: dict[str, OpSchema] = {}
+for _line in _DECLS.strip().splitlines():
+    _s = parse_schema(_line.strip())
+    SCHEMAS[_s.op] = _s
+
+
+def short_op(op_type: str) -> str:
+    """'aten.add.Tensor' -> 'add.Tensor'; 'getitem' and '<built-in function getitem>' -> 'getitem'."""
+    if "getitem" in op_type:
+        return "getitem"
+    s = op_type.removeprefix("aten.")
+    if "." not in s:
+        s += ".default"
+    return s
+
+
+def lookup(op_type: str) -> OpSchema | None:
+    return SCHEMAS.get(short_op(op_type))
+

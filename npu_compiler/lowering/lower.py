@@ -1,0 +1,346 @@
+"""Lowering: every node of the normalised graph becomes kernel calls over buffers, or a strided alias (views).
+
+Generated (expression) kernels cover elementwise ops, reductions, copies and constants; library kernels cover
+GEMM, conv, pooling, softmax, attention, embedding and the cache write. Every kernel records the IR nodes it came
+from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ..dtypes import is_float, itemsize
+from ..errors import UnsupportedOpError
+from ..expr import nodes as X
+from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
+from ..ir.graph import Graph, Node, Value
+from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_strides
+from . import views as V
+
+VIEW_OPS = {
+    "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
+    "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
+    "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default",
+}
+REDUCE_OPS = {"mean.dim", "sum.dim_IntList", "amax.default"}
+LIBRARY_OPS = {
+    "linear.default", "matmul.default", "mm.default", "bmm.default", "addmm.default", "conv2d.default",
+    "max_pool2d.default", "avg_pool2d.default", "adaptive_avg_pool2d.default", "embedding.default",
+    "index_copy.default", "softmax.int", "_softmax.default", "log_softmax.int",
+    "scaled_dot_product_attention.default", "cat.default", "arange.default", "arange.start", "full.default",
+    "zeros.default", "ones.default",
+}
+SUPPORTED_OPS = frozenset(set(ELEMENTWISE) | VIEW_OPS | REDUCE_OPS | LIBRARY_OPS)
+
+
+def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef:
+    shape = shape if shape is not None else (buf.numel,)
+    return TensorRef(buf.id, tuple(shape), contiguous_strides(shape), 0)
+
+
+class Lowering:
+    def __init__(self, graph: Graph, target: str) -> None:
+        self.graph = graph
+        self.target = target
+        self.buffers: list[BufferSpec] = []
+        self.kernels: list[KernelCall] = []
+        self.refs: dict[int, TensorRef] = {}
+        self.inputs: list[TensorSpec] = []
+        self.outputs: list[TensorSpec] = []
+        self.weight_buffers: dict[str, int] = {}
+        self._node: Node | None = None
+        self._inplace_inputs: dict[int, str] = {}  # buffer id -> graph input name updated in place
+        self._roots, self._last_read, self._root_is_output = self._view_roots()
+
+    # ---- buffers ----------------------------------------------------------------------------------------------
+    def new_buffer(self, name: str, kind: str, dtype: str, numel: int, data: bytes | None = None) -> BufferSpec:
+        b = BufferSpec(len(self.buffers), name, kind, dtype, numel, data=data)
+        self.buffers.append(b)
+        return b
+
+    def dtype_of(self, ref: TensorRef) -> str:
+        return self.buffers[ref.buffer].dtype
+
+    def ref(self, v: Value) -> TensorRef:
+        return self.refs[id(v)]
+
+    def bind(self, v: Value, ref: TensorRef) -> None:
+        if tuple(ref.shape) != tuple(v.shape):
+            raise AssertionError(f"lowering bug: {v.name} bound to shape {ref.shape}, expected {v.shape}")
+        self.refs[id(v)] = ref
+
+    def fresh(self, v: Value) -> TensorRef:
+        """A new contiguous intermediate buffer for `v`."""
+        b = self.new_buffer(v.name, "arena", v.dtype, v.type.numel)
+        r = full_ref(b, v.shape)
+        self.bind(v, r)
+        return r
+
+    # ---- kernels ----------------------------------------------------------------------------------------------
+    def emit(self, kind: str, args: list[TensorRef], outs: list[TensorRef], params: dict | None = None,
+             expr: X.Expr | None = None, reduce_shape: tuple[int, ...] = (), group: str | None = None) -> KernelCall:
+        node = self._node
+        k = KernelCall(
+            name=f"k{len(self.kernels)}_{kind}",
+            kind=kind,
+            args=args,
+            outs=outs,
+            params=params or {},
+            nodes=list(node.origin) if node else [],
+            group=group or (node.op if node else "copy"),
+            expr=X.to_data(expr) if expr is not None else None,
+            reduce_shape=tuple(reduce_shape),
+        )
+        self.kernels.append(k)
+        return k
+
+    def generated(self, out: TensorRef, build: Callable[[Callable[[TensorRef], X.Load]], X.Expr],
+                  reduce_shape: tuple[int, ...] = (), reduce_build: bool = False) -> KernelCall:
+        """Emit a generated kernel writing `out`. `build(load)` makes the expression; `load(ref)` gives a Load of a
+        (broadcastable) operand, deduplicating arguments by buffer."""
+        args: list[TensorRef] = []
+        index: dict[int, int] = {}
+
+        def load(ref: TensorRef, rstrides: tuple[int, ...] = ()) -> X.Load:
+            if ref.buffer not in index:
+                index[ref.buffer] = len(args)
+                args.append(full_ref(self.buffers[ref.buffer]))
+            e = V.expand(ref, out.shape)
+            return X.Load(self.dtype_of(ref), index[ref.buffer], e.strides, e.offset, tuple(rstrides))
+
+        expr = build(load)
+        return self.emit("generated", args, [out], expr=expr, reduce_shape=reduce_shape)
+
+    def contiguous(self, ref: TensorRef, dtype: str | None = None) -> TensorRef:
+        """`ref` itself when contiguous, else a copy (the only place layouts cost a kernel)."""
+        if ref.is_contiguous() and ref.offset == 0 and ref.numel == self.buffers[ref.buffer].numel and (
+                dtype is None or dtype == self.dtype_of(ref)):
+            return ref
+        if ref.is_contiguous() and dtype in (None, self.dtype_of(ref)):
+            return ref  # a contiguous window (offset) is fine for every library kernel
+        dt = dtype or self.dtype_of(ref)
+        b = self.new_buffer(f"{self._node.name if self._node else 'copy'}.contig", "arena", dt, ref.numel)
+        out = full_ref(b, ref.shape)
+        self.generated(out, lambda load: cast(load(ref), dt))
+        return out
+
+    # ---- driver -----------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        g = self.graph
+        for v in g.inputs:
+            b = self.new_buffer(v.name, "input", v.dtype, v.type.numel)
+            self.bind(v, full_ref(b, v.shape))
+        for name, v in g.weights.items():
+            b = self.new_buffer(name, "weight", v.dtype, v.type.numel)
+            self.weight_buffers[name] = b.id
+            self.bind(v, full_ref(b, v.shape))
+        for name, v in g.constants.items():
+            b = self.new_buffer(name, "constant", v.dtype, v.type.numel, data=_constant_bytes(v))
+            self.bind(v, full_ref(b, v.shape))
+        for i, node in enumerate(g.nodes):
+            self._node = node
+            self._index = i
+            handler = self._handler(node)
+            handler(node)
+        self._node = None
+        self._bind_outputs()
+
+    def _handler(self, node: Node) -> Callable[[Node], None]:
+        op = node.op
+        if op in VIEW_OPS:
+            return self.lower_view
+        if op in REDUCE_OPS:
+            return self.lower_reduce
+        if op in ELEMENTWISE:
+            return self.lower_elementwise
+        fn = _LIBRARY.get(op)
+        if fn is None:
+            raise UnsupportedOpError(node.name, f"aten.{op}", self.target)
+        return lambda n: fn(self, n)
+
+    # ---- outputs ----------------------------------------------------------------------------------------------
+    def _bind_outputs(self) -> None:
+        g = self.graph
+        claimed: set[int] = set()
+        for v, name in zip(g.outputs, g.output_names):
+            ref = self.ref(v)
+            buf = self.buffers[ref.buffer]
+            whole = ref.is_contiguous() and ref.offset == 0 and ref.numel == buf.numel
+            if whole and buf.id in self._inplace_inputs and buf.id not in claimed:
+                claimed.add(buf.id)
+                self.outputs.append(TensorSpec(name, v.shape, v.dtype, v.dtype, buf.id,
+                                               alias_of=self._inplace_inputs[buf.id]))
+                continue
+            if whole and buf.kind == "arena" and buf.id not in claimed:
+                buf.kind, buf.name = "output", name
+                claimed.add(buf.id)
+                self.outputs.append(TensorSpec(name, v.shape, v.dtype, v.dtype, buf.id))
+                continue
+            ob = self.new_buffer(name, "output", v.dtype, v.type.numel)
+            claimed.add(ob.id)
+            out = full_ref(ob, v.shape)
+            self._node = None
+            self.generated(out, lambda load, ref=ref, dt=v.dtype: cast(load(ref), dt))
+            self.kernels[-1].group = "output_copy"
+            self.kernels[-1].nodes = [v.producer.name] if v.producer else []
+            self.outputs.append(TensorSpec(name, v.shape, v.dtype, v.dtype, ob.id))
+        for v in g.inputs:
+            self.inputs.append(TensorSpec(v.name, v.shape, v.dtype, v.dtype, self.ref(v).buffer))
+
+    # ---- in-place analysis ----------------------------------------------------------------------------------
+    def _view_roots(self) -> tuple[dict[int, int], dict[int, int], set[int]]:
+        """root(value) through view ops; the last node index reading any value of a root; roots that are outputs."""
+        roots: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i, n in enumerate(self.graph.nodes):
+            for v in n.inputs:
+                r = roots.get(id(v), id(v))
+                last[r] = max(last.get(r, -1), i)
+            if n.op in VIEW_OPS:
+                for o in n.outputs:
+                    roots[id(o)] = roots.get(id(n.inputs[0]), id(n.inputs[0]))
+        outs = {roots.get(id(v), id(v)) for v in self.graph.outputs}
+        return roots, last, outs
+
+    def can_overwrite(self, v: Value, result: Value) -> bool:
+        """May the node at the current index write its result into `v`'s buffer? Only when nothing reads `v` (or a
+        view of it) later, `v` is not itself returned, and, for a graph input, the result is returned (the caller
+        asked for the update: the KV cache)."""
+        r = self._roots.get(id(v), id(v))
+        if self._last_read.get(r, -1) > self._index or r in self._root_is_output:
+            return False
+        ref = self.ref(v)
+        buf = self.buffers[ref.buffer]
+        if not (ref.is_contiguous() and ref.offset == 0 and ref.numel == buf.numel):
+            return False
+        if buf.kind == "input":
+            res_root = self._roots.get(id(result), id(result))
+            return res_root in self._root_is_output or id(result) in {id(o) for o in self.graph.outputs}
+        return buf.kind == "arena"
+
+    # ---- elementwise ------------------------------------------------------------------------------------------
+    def lower_elementwise(self, node: Node) -> None:
+        out_v = node.outputs[0]
+        if node.op == "_native_batch_norm_legit_no_training.default" or node.op == "batch_norm.default":
+            self._lower_batch_norm(node)
+            return
+        out = self.fresh(out_v)
+        operands = [self.ref(v) for v in node.inputs]
+        self.generated(out, lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,
+                                                           out_v.dtype))
+        for extra in node.outputs[1:]:
+            self.fresh(extra)
+
+    def _lower_batch_norm(self, node: Node) -> None:
+        x = node.inputs[0]
+        c = x.shape[1] if len(x.shape) > 1 else x.shape[0]
+        per_channel = (1, c) + (1,) * (len(x.shape) - 2)
+        if len(node.inputs) != 5:
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target,
+                                     "batch_norm without affine weight and running statistics")
+        refs = [self.ref(x)] + [V.reshape(self.ref(v), per_channel) for v in node.inputs[1:]]
+        out = self.fresh(node.outputs[0])
+        self.generated(out, lambda load: build_elementwise(node.op, [load(r) for r in refs], node.attrs,
+                                                           node.outputs[0].dtype))
+        for extra in node.outputs[1:]:
+            self.fresh(extra)
+
+    # ---- views ------------------------------------------------------------------------------------------------
+    def lower_view(self, node: Node) -> None:
+        op, a = node.op, node.attrs
+        src = self.ref(node.inputs[0])
+        out_v = node.outputs[0] if node.outputs else None
+        if op in ("split.Tensor", "split_with_sizes.default", "chunk.default"):
+            dim = V.norm_dim(a.get("dim", 0), len(src.shape))
+            start = 0
+            for o in node.outputs:
+                n = o.shape[dim]
+                self.bind(o, V.slice_(src, dim, start, start + n, 1))
+                start += n
+            return
+        if op == "transpose.int":
+            r = V.transpose(src, a["dim0"], a["dim1"])
+        elif op == "t.default":
+            r = V.transpose(src, 0, 1) if len(src.shape) == 2 else src
+        elif op == "permute.default":
+            r = V.permute(src, a["dims"])
+        elif op == "expand.default":
+            r = V.expand(src, out_v.shape)
+        elif op == "slice.Tensor":
+            r = V.slice_(src, a["dim"], a["start"], a["end"], a["step"])
+        elif op == "select.int":
+            r = V.select(src, a["dim"], a["index"])
+        else:  # view/reshape/flatten/unsqueeze/squeeze: same elements, new shape
+            r = V.reshape(src, out_v.shape)
+            if r is None:
+                r = V.reshape(self.contiguous(src), out_v.shape)
+        self.bind(out_v, r)
+
+    # ---- reductions -------------------------------------------------------------------------------------------
+    def lower_reduce(self, node: Node) -> None:
+        x_v, out_v = node.inputs[0], node.outputs[0]
+        src = self.ref(x_v)
+        rank = len(x_v.shape)
+        dims = node.attrs.get("dim")
+        if dims is None or dims == []:
+            dims = list(range(rank))
+        dims = sorted({V.norm_dim(d, rank) for d in (dims if isinstance(dims, list) else [dims])})
+        keep = [d for d in range(rank) if d not in dims]
+        keepdim = bool(node.attrs.get("keepdim"))
+        out = self.fresh(out_v)
+        red_shape = tuple(x_v.shape[d] for d in dims)
+        # Output index -> source strides: kept dims map in order; reduced dims (size 1 with keepdim) get stride 0.
+        if keepdim:
+            ostrides = tuple(0 if d in dims else src.strides[d] for d in range(rank))
+        else:
+            ostrides = tuple(src.strides[d] for d in keep)
+        rstrides = tuple(src.strides[d] for d in dims)
+        count = math.prod(red_shape)
+        op = node.op
+        acc = "float32" if is_float(out_v.dtype) else "int64"
+
+        args = [full_ref(self.buffers[src.buffer])]
+        body: X.Expr = X.Load(self.dtype_of(src), 0, ostrides, src.offset, rstrides)
+        body = cast(body, acc)
+        if op == "amax.default":
+            e: X.Expr = X.Reduce(acc, "max", body)
+        else:
+            e = X.Reduce(acc, "sum", body)
+            if op == "mean.dim":
+                e = X.Binary(acc, "div", e, const(count, acc))
+        self.emit("generated", args, [out], expr=cast(e, out_v.dtype), reduce_shape=red_shape)
+
+    # ---- library-kernel helpers (used by library.py) ---------------------------------------------------------
+    def gemm_operand(self, ref: TensorRef) -> TensorRef:
+        """GEMM operands need unit stride in one of their last two dims (a transposed view is fine)."""
+        if len(ref.shape) >= 2:
+            s_row, s_col = ref.strides[-2], ref.strides[-1]
+            rows, cols = ref.shape[-2], ref.shape[-1]
+            if (s_col == 1 or cols == 1) and s_row >= cols:
+                return ref
+            if (s_row == 1 or rows == 1) and s_col >= rows:
+                return ref
+        return self.contiguous(ref)
+
+
+def _constant_bytes(v: Value) -> bytes:
+    import numpy as np
+
+    from ..dtypes import ITEMSIZE
+
+    data = v.data if v.data is not None else 0
+    np_dtype = {"bfloat16": "float32"}.get(v.dtype, v.dtype)
+    arr = np.asarray(data, dtype=np_dtype).reshape(v.shape)
+    if v.dtype == "bfloat16":
+        import ml_dtypes
+
+        arr = arr.astype(ml_dtypes.bfloat16)
+    out = arr.tobytes()
+    assert len(out) == v.type.numel * ITEMSIZE[v.dtype]
+    return out
+
+
+from .library import LIBRARY as _LIBRARY  # noqa: E402  (library handlers use the Lowering class above)
+
+__all__ = ["Lowering", "SUPPORTED_OPS", "itemsize"]

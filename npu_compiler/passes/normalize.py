@@ -1,0 +1,57 @@
+"""Normalisation: drop no-ops, make in-place ops out-of-place, resolve getitem."""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedOpError
+from ..ir.graph import Graph, Node
+
+# Ops that return their input unchanged (in an inference graph).
+_IDENTITY = {"alias.default", "detach.default", "contiguous.default", "lift_fresh_copy.default", "getitem"}
+_CASTS = {"to.dtype", "to.device", "to.dtype_layout", "_to_copy.default", "type_as.default", "clone.default"}
+_METADATA = {"_assert_tensor_metadata.default"}
+
+
+def _is_noop(node: Node) -> bool:
+    if node.op in _METADATA:
+        return True
+    if node.op in _IDENTITY:
+        return True
+    if node.op == "dropout.default":
+        if node.attrs.get("train"):
+            raise UnsupportedOpError(node.name, "aten.dropout.default", "any",
+                                     "dropout with train=True is random; export the model in eval mode")
+        return True
+    if node.op in _CASTS and node.outputs and node.inputs:
+        return node.inputs[0].type == node.outputs[0].type
+    return False
+
+
+def remove_noops(graph: Graph) -> int:
+    kept, removed = [], 0
+    for node in graph.nodes:
+        if _is_noop(node):
+            removed += 1
+            if node.outputs:
+                graph.replace_uses(node.outputs[0], node.inputs[0])
+            continue
+        kept.append(node)
+    graph.nodes = kept
+    return removed
+
+
+def inplace_to_outofplace(graph: Graph) -> int:
+    """`relu_(x)` -> `relu(x)`; later readers of `x` (which would see the mutation) read the result instead."""
+    count = 0
+    for i, node in enumerate(graph.nodes):
+        base, _, overload = node.op.partition(".")
+        if not base.endswith("_") or base.startswith("_"):
+            continue
+        node.op = f"{base[:-1]}.{overload}"
+        count += 1
+        if not node.inputs or not node.outputs:
+            continue
+        mutated, result = node.inputs[0], node.outputs[0]
+        for later in graph.nodes[i + 1:]:
+            later.inputs = [result if v is mutated else v for v in later.inputs]
+        graph.outputs = [result if v is mutated else v for v in graph.outputs]
+    return count

@@ -1,0 +1,53 @@
+"""The CPU backend (NumPy + ml_dtypes): always present, the reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.program import CompiledProgram, TensorSpec
+
+from ..backend import Backend, DeviceBuffer, register_backend
+from ..dtypes import convert, np_dtype
+
+
+class CpuBuffer(DeviceBuffer):
+    def __init__(self, array: np.ndarray, dtype: str) -> None:
+        self.array = array
+        self.shape = tuple(array.shape)
+        self.dtype = dtype
+
+    @property
+    def native_handle(self) -> np.ndarray:
+        return self.array
+
+    def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
+        out = self.array.copy()
+        return convert(out, spec.dtype) if spec is not None else out
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    capabilities = frozenset({"float32", "float16", "bfloat16", "int64", "library:all"})
+
+    def allocate(self, shape: tuple[int, ...], dtype: str) -> CpuBuffer:
+        return CpuBuffer(np.empty(shape, np_dtype(dtype)), dtype)
+
+    def upload(self, array: np.ndarray, dtype: str | None = None) -> CpuBuffer:
+        dtype = dtype or _name(array.dtype)
+        return CpuBuffer(np.ascontiguousarray(convert(np.asarray(array), dtype)), dtype)
+
+    def create_executor(self, program: CompiledProgram, **kwargs: Any):
+        from .executor import CpuExecutor
+
+        return CpuExecutor(program, self, **kwargs)
+
+
+def _name(dt) -> str:
+    from ..dtypes import dtype_name
+
+    return dtype_name(dt)
+
+
+register_backend("cpu", CpuBackend, lambda: True, rank=100)

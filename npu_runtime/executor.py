@@ -1,0 +1,62 @@
+"""`Executor`: the part of running a program that every backend shares (checking and converting inputs)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.program import CompiledProgram, TensorSpec
+
+from .backend import Backend, DeviceBuffer
+from .dtypes import convert, dtype_name
+from .errors import InputError
+from .weights import WeightSet
+
+
+class Executor(ABC):
+    """All expensive work happens in `__init__`; `run` binds inputs and launches."""
+
+    def __init__(self, program: CompiledProgram, backend: Backend) -> None:
+        self.program = program
+        self.backend = backend
+        self._input_specs = {s.name: s for s in program.inputs}
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        given, wanted = set(inputs), set(self._input_specs)
+        if given - wanted:
+            raise InputError(f"unexpected input(s) {sorted(given - wanted)}; the program takes "
+                             f"{', '.join(self._describe(s) for s in self.program.inputs)}")
+        if wanted - given:
+            missing = ", ".join(self._describe(self._input_specs[n]) for n in sorted(wanted - given))
+            raise InputError(f"missing input(s): {missing}")
+        for name, value in inputs.items():
+            spec = self._input_specs[name]
+            shape = tuple(value.shape)
+            if shape != tuple(spec.shape):
+                raise InputError(f"input '{name}': expected shape {list(spec.shape)}, got {list(shape)}")
+            dt = value.dtype if isinstance(value, DeviceBuffer) else dtype_name(np.asarray(value).dtype)
+            ok = {spec.dtype, spec.device_dtype}
+            if dt not in ok:
+                raise InputError(f"input '{name}': expected dtype {spec.dtype}, got {dt}")
+
+    @staticmethod
+    def _describe(s: TensorSpec) -> str:
+        return f"'{s.name}' {s.dtype}{list(s.shape)}"
+
+    @staticmethod
+    def host_input(value: Any, spec: TensorSpec) -> np.ndarray:
+        arr = value.to_numpy() if isinstance(value, DeviceBuffer) else np.asarray(value)
+        return convert(arr, spec.device_dtype)
+
+    @abstractmethod
+    def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
+        """Run once. Outputs are device buffers by output name (overwritten by the next run)."""
+
+    def run_numpy(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, np.ndarray]:
+        """Run and copy the outputs to the host in their user-facing dtypes."""
+        outs = self.run(inputs, weights)
+        specs = {s.name: s for s in self.program.outputs}
+        return {k: v.to_numpy(specs[k]) for k, v in outs.items()}
