@@ -1,0 +1,59 @@
+"""The independent reference: a pytorch-ir graph run by `torch_ir.IRExecutor` (ATen op by op)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from .ir_io import load_ir_for_executor
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        out: dict[str, torch.Tensor] = {}
+        for f in sorted(os.listdir(p)):
+            if f.endswith(".safetensors"):
+                out.update(load_file(os.path.join(p, f)))
+        return out
+    return load_file(p)
+
+
+def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[str, Any] | str | os.PathLike,
+                  inputs: Mapping[str, np.ndarray], extra_weights: Mapping[str, Any] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Outputs of the IR by name, computed by torch_ir.IRExecutor on the CPU."""
+    import torch_ir
+
+    ir_obj = load_ir_for_executor(ir)
+    if isinstance(weights, Mapping):
+        sd = {k: (v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v))) for k, v in weights.items()}
+    else:
+        sd = load_state_dict(weights)
+    for k, v in (extra_weights or {}).items():
+        sd.setdefault(k, v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v)))
+    ex = torch_ir.IRExecutor(ir_obj, weights=sd)
+    args = tuple(to_torch(np.asarray(inputs[t.name])) for t in ir_obj.graph_inputs)
+    with torch.no_grad():
+        outs = ex.execute(args)
+    return {t.name: to_numpy(o) for t, o in zip(ir_obj.graph_outputs, outs)}

@@ -1,0 +1,1 @@
+"""npusim: the command-line front end of NPU Simulation (a thin layer over the compiler and the runtime)."""

@@ -1,0 +1,50 @@
+"""npusim describe X.npubin [--json]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("describe", help="inspect a .npubin artifact",
+                       description="Inputs/outputs, weights and their recipes, buffers and memory, kernels with the "
+                                   "IR nodes each came from.")
+    p.add_argument("artifact", help=".npubin file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from npu_compiler.program import CompiledProgram
+
+    prog = CompiledProgram.load(args.artifact)
+    d = prog.describe()
+    if args.json:
+        print(json.dumps(d, indent=1))
+        return 0
+    print(f"{d['model_name']}  target={d['target']}  compute={d['compute_dtype']}  format v{d['format_version']}")
+    print(f"passes: {', '.join(d['passes'])}")
+    print("inputs:")
+    for t in d["inputs"]:
+        extra = f"  valid range {t['value_range']}" if "value_range" in t else ""
+        print(f"  {t['name']:<24} {t['dtype']}{t['shape']} (device {t['device_dtype']}){extra}")
+    print("outputs:")
+    for t in d["outputs"]:
+        extra = f"  (updates input '{t['alias_of']}' in place)" if "alias_of" in t else ""
+        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
+    print(f"memory: weights {d['weight_bytes'] / 1e6:.3f} MB, buffers {d['buffer_bytes'] / 1e6:.3f} MB "
+          f"(arena {d['arena_bytes'] / 1e6:.3f} MB for intermediates that would take "
+          f"{d['unplanned_intermediate_bytes'] / 1e6:.3f} MB unshared)")
+    recipes = {}
+    for w in d["weights"]:
+        recipes[w["recipe"]] = recipes.get(w["recipe"], 0) + 1
+    print(f"weights: {len(d['weights'])} ({', '.join(f'{k} {v}' for k, v in recipes.items())})")
+    print(f"kernels: {d['kernel_count']} ({', '.join(f'{k} {v}' for k, v in d['kernels_by_kind'].items())})")
+    for k in d["kernels"]:
+        nodes = ", ".join(k["nodes"][:6]) + (" ..." if len(k["nodes"]) > 6 else "")
+        print(f"  {k['index']:>4} {k['kind']:<20} {k['group']:<28} {str(k['out_shape']):<20} <- {nodes}")
+    if d["padding_plan"]:
+        extra = sum(p["extra_bytes"] for p in d["padding_plan"])
+        print(f"channel padding plan: {len(d['padding_plan'])} tensors, {extra / 1e6:.3f} MB extra")
+    return 0

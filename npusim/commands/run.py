@@ -1,0 +1,62 @@
+"""npusim run X.npubin --weights W.safetensors --input NAME=FILE.npy ... -o out.npz"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from ..common import complete_inputs, parse_inputs
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a compiled artifact on a backend",
+                       description="Run a .npubin artifact with weights and inputs; write the outputs to an .npz.")
+    p.add_argument("artifact", help=".npubin file (or an IR JSON, compiled on the fly)")
+    p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input array (repeatable); inputs not given are generated at random")
+    p.add_argument("-o", "--output", required=True, help="where to write the outputs (.npz)")
+    p.add_argument("--backend", default=None, help="cpu, cuda (default: best available, or $NPUSIM_BACKEND)")
+    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import npu_compiler
+    import npu_runtime
+    from npu_compiler.program import CompiledProgram
+
+    backend = npu_runtime.get_backend(args.backend)
+    if args.artifact.endswith(".json"):
+        prog = npu_compiler.compile(args.artifact, backend.compile_target())
+    else:
+        prog = CompiledProgram.load(args.artifact)
+    inputs = complete_inputs(prog, parse_inputs(args.input), args.seed)
+    ws = npu_runtime.load_weights(prog, args.weights, backend)
+    ex = backend.create_executor(prog)
+    t0 = time.perf_counter()
+    outs = ex.run_numpy(inputs, ws)
+    backend.synchronize()
+    dt = time.perf_counter() - t0
+    _save_npz(args.output, outs)
+    print(f"ran {prog.model_name} on {backend.name} in {dt * 1e3:.2f} ms -> {args.output} "
+          f"({', '.join(f'{k} {list(v.shape)}' for k, v in outs.items())})")
+    return 0
+
+
+def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Atomic: a failed run leaves no half-written file. bf16 is stored as float32 (npz has no bf16)."""
+    plain = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in arrays.items()}
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".npusim-", suffix=".npz", dir=folder)
+    os.close(fd)
+    try:
+        np.savez(tmp, **plain)
+        os.replace(tmp, path if path.endswith(".npz") else path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

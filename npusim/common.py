@@ -1,0 +1,66 @@
+"""Helpers the subcommands share: input files, generated inputs, compile options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from npu_compiler.program import CompiledProgram, TensorSpec
+from npu_runtime.dtypes import np_dtype
+from npu_runtime.errors import InputError
+
+
+def add_compile_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="auto",
+                   help="compute dtype: auto (from the weights: fp16 CNNs, bf16 LLMs), float32, float16, bfloat16")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="switch off an optional pass by name (repeatable), to bisect a numerical problem")
+    p.add_argument("--rope-theta", type=float, default=None,
+                   help="rotary base, to compute inv_freq buffers that no checkpoint holds")
+
+
+def compile_kwargs(args: argparse.Namespace) -> dict:
+    kw = {"dtype": None if args.dtype == "auto" else args.dtype, "disable_passes": list(args.disable_pass),
+          "rope_theta": args.rope_theta}
+    if getattr(args, "no_fusion", False):
+        from npu_compiler.compiler import FUSION_PASSES
+
+        kw["disable_passes"] = sorted(set(kw["disable_passes"]) | set(FUSION_PASSES))
+    return kw
+
+
+def parse_inputs(items: list[str]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--input expects NAME=FILE.npy, got {item!r}")
+        if not os.path.exists(path):
+            raise InputError(f"--input {name}: file not found: {path}")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except ValueError as e:
+            raise InputError(f"--input {name}: {path} is not a .npy array file: {e}") from e
+    return out
+
+
+def generate_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    """Floats at random; integers inside their valid range (token ids below the embedding's rows)."""
+    dt = np_dtype(spec.dtype)
+    if spec.dtype == "bool":
+        return rng.random(spec.shape) < 0.5
+    if dt.kind in "iu":
+        lo, hi = spec.value_range or (0, 16)
+        return rng.integers(lo, max(hi, lo + 1), size=spec.shape).astype(dt)
+    return rng.standard_normal(spec.shape).astype(np.float32).astype(dt)
+
+
+def complete_inputs(program: CompiledProgram, given: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = dict(given)
+    for spec in program.inputs:
+        if spec.name not in out:
+            out[spec.name] = generate_input(spec, rng)
+    return out
