@@ -1,0 +1,86 @@
+"""The command line: compile -> describe -> run, verify's exit status, and failed runs leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from npu_export import resnet
+from npu_export.cnn import export_cnn
+from npusim.cli import main
+
+
+@pytest.fixture(scope="module")
+def small_resnet(tmp_path_factory):
+    torch.manual_seed(0)
+    m = resnet.resnet18(num_classes=10, width=8).eval()
+    d = tmp_path_factory.mktemp("cli")
+    res = export_cnn(m, (1, 3, 32, 32), d, "r18")
+    return m, res, d
+
+
+def test_compile_describe_run(small_resnet, capsys):
+    model, res, d = small_resnet
+    art = d / "r18.npubin"
+    assert main(["compile", str(res.ir_path), "-o", str(art), "--dtype", "float32"]) == 0
+    capsys.readouterr()
+    assert main(["describe", str(art), "--json"]) == 0
+    desc = json.loads(capsys.readouterr().out)
+    for key in ("kernel_count", "buffer_bytes", "weight_bytes", "inputs", "outputs", "peak_intermediate_bytes"):
+        assert key in desc
+    assert desc["inputs"][0]["shape"] == [1, 3, 32, 32] and desc["kernel_count"] == len(desc["kernels"])
+    assert main(["describe", str(art)]) == 0
+    assert "kernels:" in capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(d / "x.npy", x)
+    out = d / "out.npz"
+    assert main(["run", str(art), "--weights", str(res.weights_path), "--input", f"x={d / 'x.npy'}",
+                 "-o", str(out), "--backend", "cpu"]) == 0
+    got = np.load(out)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got[list(got.keys())[0]], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_verify_passes_and_fails(small_resnet, capsys, tmp_path):
+    _, res, _ = small_resnet
+    assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["compute_dtype"] == "float16"
+
+
+def test_verify_fails_on_a_wrong_kernel(small_resnet, capsys, monkeypatch):
+    """A kernel that computes the wrong thing must turn verify's exit status non-zero."""
+    from npu_runtime.cpu import kernels
+
+    _, res, _ = small_resnet
+    right = kernels.LIBRARY["max_pool2d"]
+
+    def wrong(args, outs, p, ctx):
+        right(args, outs, p, ctx)
+        outs[0][...] *= 1.25
+
+    monkeypatch.setitem(kernels.LIBRARY, "max_pool2d", wrong)
+    assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path), "--backend", "cpu"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_compile_error_is_clean_and_leaves_no_artifact(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    out = tmp_path / "x.npubin"
+    assert main(["compile", str(bad), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "malformed JSON" in err and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob(".npubin-*"))
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for cmd in ("compile", "describe", "run", "verify", "export", "demo"):
+        assert cmd in text
