@@ -8,13 +8,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import export_ir, state_dict_numpy
 
 import npu_compiler
 import npu_runtime
 from npu_compiler import ArtifactError, IRFormatError, UnsupportedOpError
 from npu_runtime import InputError, WeightError
-
-from helpers import export_ir, state_dict_numpy
 
 
 class Small(torch.nn.Module):
