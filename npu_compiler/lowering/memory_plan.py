@@ -34,7 +34,8 @@ def plan_memory(buffers: list[BufferSpec], kernels: list[KernelCall]) -> int:
     arena = 0
     for iv in intervals:
         size = -(-max(iv.buffer.nbytes, 1) // ALIGN) * ALIGN
-        busy = sorted((off, off + sz) for off, sz, other in placed if not (other.end < iv.start or iv.end < other.start))
+        busy = sorted((off, off + sz) for off, sz, other in placed
+                      if not (other.end < iv.start or iv.end < other.start))
         offset = 0
         for lo, hi in busy:
             if offset + size <= lo:
