@@ -1,0 +1,136 @@
+"""Op support per target: the ONE place that answers "can target T run this IR node?".
+
+Built from the lowering's own tables (`SUPPORTED_OPS`: the ops `Lowering` has a handler for) and the target's
+`CodegenTarget.library_kernels` (the library kernels it provides), so that adding a lowering or a target kernel
+changes the answer here without a second list to keep in sync. The partition path (`npu_compiler.partition`) and
+the CLI ask this module; nothing else should hard-code op lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import NPUCompileError
+from .ir.schema import short_op
+from .lowering.lower import LIBRARY_OPS, SUPPORTED_OPS
+from .targets.codegen import get_codegen_target
+
+__all__ = [
+    "STRUCTURAL_OPS", "is_op_supported", "supported_ops", "unsupported_reason", "is_structural", "SupportPredicate",
+    "support_predicate",
+]
+
+# Ops that compute nothing in an inference graph: normalisation removes them (passes/normalize.py), and on the
+# partition path they follow their producer instead of forcing a partition split. `dropout` counts only in eval
+# mode (checked from its attrs).
+STRUCTURAL_OPS = frozenset({
+    "_assert_tensor_metadata.default", "getitem", "alias.default", "detach.default", "contiguous.default",
+    "lift_fresh_copy.default", "dropout.default",
+})
+
+# The library kernel each library-lowered op emits (mirrors npu_compiler/lowering/library.py). Library ops absent
+# from this map (cat, factories) emit generated kernels only, which every target renders.
+LIBRARY_KERNEL_OF: dict[str, str] = {
+    "linear.default": "gemm", "matmul.default": "gemm", "mm.default": "gemm", "bmm.default": "gemm",
+    "addmm.default": "gemm", "conv2d.default": "conv2d", "max_pool2d.default": "max_pool2d",
+    "avg_pool2d.default": "avg_pool2d", "adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
+    "embedding.default": "embedding", "index_copy.default": "index_copy", "softmax.int": "softmax",
+    "_softmax.default": "softmax", "log_softmax.int": "softmax", "scaled_dot_product_attention.default": "attention",
+}
+
+
+def _canonical(op: str) -> str:
+    """In-place overloads lower as their out-of-place form (passes/normalize.py: `relu_` -> `relu`)."""
+    base, dot, overload = op.partition(".")
+    if base.endswith("_") and not base.startswith("_"):
+        return f"{base[:-1]}{dot}{overload}"
+    return op
+
+
+def is_structural(op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
+    """A no-op in an inference graph (metadata assert, getitem, alias, eval-mode dropout, ...)."""
+    op = short_op(op_type)
+    if op not in STRUCTURAL_OPS:
+        return False
+    return not (op == "dropout.default" and (attrs or {}).get("train"))
+
+
+def _library_kernels(target: str) -> frozenset[str]:
+    return get_codegen_target(target).library_kernels
+
+
+def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | None = None) -> str | None:
+    """Why `target` cannot run the op (None when it can). Raises NPUCompileError for an unknown target."""
+    kernels = _library_kernels(target)
+    attrs = attrs or {}
+    op = short_op(op_type)
+    if op in STRUCTURAL_OPS:
+        if op == "dropout.default" and attrs.get("train"):
+            return "dropout with train=True is random; only eval-mode dropout (a no-op) is supported"
+        return None
+    canon = _canonical(op)
+    if canon not in SUPPORTED_OPS:
+        return f"no lowering for aten.{op} in the compiler"
+    if canon in LIBRARY_OPS:
+        kernel = LIBRARY_KERNEL_OF.get(canon)
+        if kernel is not None and kernel not in kernels:
+            return f"target '{target}' provides no '{kernel}' library kernel"
+    # Attribute values the lowering rejects (or that make the op non-deterministic).
+    if canon in ("batch_norm.default",) and attrs.get("training"):
+        return "batch_norm with training=True (batch statistics) is not supported; export in eval mode"
+    if canon == "scaled_dot_product_attention.default" and float(attrs.get("dropout_p") or 0.0) > 0.0:
+        return "scaled_dot_product_attention with dropout_p > 0 is random"
+    return None
+
+
+def is_op_supported(target: str, op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
+    """True when `target` runs `op_type` ("aten.add.Tensor" or "add.Tensor") with these attrs."""
+    return unsupported_reason(target, op_type, attrs) is None
+
+
+def supported_ops(target: str) -> frozenset[str]:
+    """Every op (short form, "add.Tensor") the target runs, structural no-ops and in-place forms included."""
+    ops = set(STRUCTURAL_OPS)
+    for op in SUPPORTED_OPS:
+        if unsupported_reason(target, op) is None:
+            ops.add(op)
+            base, _, overload = op.partition(".")
+            if not base.startswith("_"):
+                ops.add(f"{base}_.{overload}")  # the in-place form normalises to this op
+    return frozenset(ops)
+
+
+@dataclass
+class SupportPredicate:
+    """`is_supported` for `partition()`: called with an IR node dict. `force_cpu` names ops ("cumsum",
+    "aten.cumsum.default", "cumsum.default") or node names that must run on the CPU even when supported."""
+
+    target: str
+    force_cpu: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        get_codegen_target(self.target)  # fail early, naming the known targets
+        self.force_cpu = frozenset(self.force_cpu)
+
+    def _forced(self, node: Mapping[str, Any]) -> bool:
+        if not self.force_cpu:
+            return False
+        op = short_op(str(node.get("op_type", "")))
+        names = {node.get("name"), op, f"aten.{op}", op.split(".")[0], _canonical(op), _canonical(op).split(".")[0]}
+        return bool(names & self.force_cpu)
+
+    def __call__(self, node: Mapping[str, Any]) -> bool:
+        return self.reason(node) is None
+
+    def reason(self, node: Mapping[str, Any]) -> str | None:
+        if self._forced(node):
+            return "forced to the CPU (--force-cpu)"
+        return unsupported_reason(self.target, str(node.get("op_type", "")), node.get("attrs"))
+
+
+def support_predicate(target: str, force_cpu: Iterable[str] = ()) -> SupportPredicate:
+    if not isinstance(target, str):
+        raise NPUCompileError(f"target must be a name like 'cpu' or 'cuda', got {target!r}")
+    return SupportPredicate(target, frozenset(force_cpu))

@@ -1,0 +1,33 @@
+"""`npusim partition IR.json --target T [--json] [--force-cpu OP ...]`: the support report before anything runs:
+coverage by node count and FLOP share, every node that falls back to the CPU, and the partition plan."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from npu_compiler.op_support import support_predicate
+from npu_compiler.partition import format_report, partition
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "partition", help="show which ops run on the target and which fall back to the CPU",
+        description="Partition an IR JSON for a target: coverage by nodes and FLOPs, every CPU fallback node with "
+                    "its reason, and the plan (partitions and transfers). Nothing is compiled or run.")
+    p.add_argument("ir", help="IR JSON file (pytorch-ir)")
+    p.add_argument("--target", default="cpu", help="compiler target (default: cpu)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--include-ir", action="store_true", help="with --json: include each partition's sub-IR")
+    p.add_argument("--force-cpu", nargs="+", action="extend", default=[], metavar="OP",
+                   help="ops (cumsum, aten.add.Tensor) or node names to run on the CPU even when supported")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = partition(args.ir, support_predicate(args.target, args.force_cpu))
+    if args.json:
+        sys.stdout.write(plan.to_json(include_ir=args.include_ir) + "\n")
+    else:
+        print(format_report(plan))
+    return 0

@@ -1,0 +1,59 @@
+"""The partition path for `npusim verify` and `npusim run`: when a graph has ops the target lacks, run it as a
+partition plan (accelerator + CPU fallback) instead of failing on the single-program path.
+
+    unsupported = needs_partition(ir, target, force_cpu)
+    if unsupported:
+        print(partition_notice(unsupported, target))
+        outputs = run_partitioned(ir, weights, inputs, backend, dtype, force_cpu)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.ir.reader import load_ir_dict
+from npu_compiler.op_support import support_predicate
+from npu_compiler.partition import FallbackNode, PartitionPlan, partition
+
+__all__ = ["needs_partition", "partition_notice", "make_plan", "run_partitioned"]
+
+IRSource = str | os.PathLike | Mapping[str, Any]
+
+
+def make_plan(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) -> PartitionPlan:
+    return partition(ir, support_predicate(target, force_cpu))
+
+
+def needs_partition(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) -> list[FallbackNode]:
+    """The nodes that must run on the CPU for `target` (name, op, reason); empty when one program runs it all."""
+    data = load_ir_dict(ir)
+    pred = support_predicate(target, force_cpu)
+    return [FallbackNode(nd["name"], str(nd["op_type"]), pred.reason(nd) or "", 0, -1)
+            for nd in data.get("nodes", []) if not pred(nd)]
+
+
+def partition_notice(unsupported: list[FallbackNode], target: str, limit: int = 8) -> str:
+    """One line for the user: why the partition path is taken and which nodes fall back."""
+    shown = ", ".join(f"{f.name} ({f.op})" for f in unsupported[:limit])
+    more = f", ... (+{len(unsupported) - limit})" if len(unsupported) > limit else ""
+    return (f"{len(unsupported)} node(s) not supported by target '{target}': {shown}{more}; taking the partition "
+            "path (those run on the CPU through torch_ir; see `npusim partition` for the plan)")
+
+
+def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backend: Any, dtype: str | None = None,
+                    force_cpu: Iterable[str] = (), *, return_executor: bool = False) -> Any:
+    """Partition `ir` for `backend` (a Backend or its name), run it once and return the outputs by name
+    (NumPy, IR dtypes). With `return_executor`, returns (outputs, DAGExecutor) so a caller can time more runs or
+    read `executor.plan` / `executor.num_transfers`."""
+    from npu_runtime import get_backend
+    from npu_runtime.dag_executor import DAGExecutor
+
+    be = get_backend(backend) if isinstance(backend, str) or backend is None else backend
+    plan = make_plan(ir, be.compile_target(), force_cpu)
+    ex = DAGExecutor(plan, be, weights=weights, dtype=dtype)
+    outputs: dict[str, np.ndarray] = ex.run(inputs)
+    return (outputs, ex) if return_executor else outputs

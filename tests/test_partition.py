@@ -1,0 +1,322 @@
+"""Partition path: op support, the plan, mixed NPU/CPU execution (DAGExecutor) and `npusim partition`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from torch_ir import extract_ir
+
+import npu_compiler
+import npu_runtime
+from npu_compiler.errors import NPUCompileError
+from npu_compiler.op_support import is_op_supported, support_predicate, supported_ops, unsupported_reason
+from npu_compiler.partition import CPU, NPU, PartitionPlan, RunPartition, TransferOp, partition
+from npu_export.ir_io import ir_to_dict
+from npu_runtime import fallback
+from npu_runtime.dag_executor import DAGExecutor
+from npusim.cli import main as npusim_main
+from npusim.partition_path import needs_partition, run_partitioned
+
+# Real ATen ops that torch.export emits and that the compiler has no lowering for.
+UNSUPPORTED = ("aten.cumsum.default", "aten.sort.default", "aten.flip.default", "aten.topk.default",
+               "aten.tril.default", "aten.roll.default")
+
+
+class Alternating(torch.nn.Module):
+    """NPU and CPU ops interleaved so that the plan alternates several times between devices."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(16, 16)
+        self.l2 = torch.nn.Linear(16, 16)
+        self.l3 = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor):
+        y = self.l1(x).relu()
+        c = torch.cumsum(y, dim=-1)  # cpu
+        y = self.l2(c) * 0.5  # npu
+        v, _ = torch.sort(y, dim=-1)  # cpu
+        z = torch.flip(v, dims=[0]) + y  # cpu, npu (y is used again: already on the npu)
+        t = torch.topk(z, 3, dim=-1).values  # cpu
+        w = self.l3(torch.tril(z) + c)  # cpu tril; npu add, linear (c moves to the npu once)
+        return w.sigmoid(), t, torch.roll(w, 1, 0) * 2.0  # npu, cpu, npu
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(16, 32)
+        self.l2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor):
+        return self.l2(torch.nn.functional.gelu(self.l1(x))).softmax(-1)
+
+
+class Bf16Boundary(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(16, 16)
+        self.l2 = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor):
+        return self.l2(torch.flip(self.l1(x), dims=[-1]) * 2.0)
+
+
+def _export(model: torch.nn.Module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32):
+    model = model.to(dtype).eval()
+    meta = copy.deepcopy(model).to("meta")
+    with torch.no_grad():
+        ir = extract_ir(meta, (torch.empty(shape, dtype=dtype, device="meta"),), model_name=type(model).__name__)
+    data = json.loads(json.dumps(ir_to_dict(ir)))  # exactly what a saved IR JSON gives back
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return data, sd
+
+
+def _torch_outputs(model: torch.nn.Module, x: np.ndarray) -> list[np.ndarray]:
+    with torch.no_grad():
+        outs = model(fallback.to_torch(x))
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return [fallback.to_numpy(o) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def alternating():
+    torch.manual_seed(0)
+    model = Alternating()
+    data, sd = _export(model, (4, 16))
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    return model, data, sd, x
+
+
+@pytest.fixture(scope="module")
+def cpu_backend():
+    return npu_runtime.get_backend("cpu")
+
+
+def _check(outputs: dict[str, np.ndarray], data: dict, expected: list[np.ndarray], atol: float = 1e-5) -> None:
+    names = [t["name"] for t in data["graph_outputs"]]
+    assert list(outputs) == names
+    for name, exp in zip(names, expected):
+        assert outputs[name].dtype == exp.dtype, name
+        np.testing.assert_allclose(outputs[name].astype(np.float32), exp.astype(np.float32), atol=atol, rtol=1e-5,
+                                   err_msg=name)
+
+
+# ---- op support ---------------------------------------------------------------------------------------------
+
+
+def test_op_support_registry():
+    assert is_op_supported("cpu", "aten.add.Tensor")
+    assert is_op_supported("cpu", "aten.linear.default")
+    assert is_op_supported("cpu", "aten.relu_.default")  # in-place forms normalise to the out-of-place op
+    assert is_op_supported("cpu", "<built-in function getitem>")
+    assert is_op_supported("cpu", "aten._assert_tensor_metadata.default")
+    assert is_op_supported("cpu", "aten.dropout.default", {"p": 0.1, "train": False})
+    assert not is_op_supported("cpu", "aten.dropout.default", {"p": 0.1, "train": True})
+    for op in UNSUPPORTED:
+        assert not is_op_supported("cpu", op), op
+    assert "aten.cumsum.default" in unsupported_reason("cpu", "aten.cumsum.default")
+    ops = supported_ops("cpu")
+    assert {"add.Tensor", "linear.default", "getitem", "relu_.default"} <= ops
+    assert "cumsum.default" not in ops
+    with pytest.raises(NPUCompileError, match="unknown target"):
+        is_op_supported("no-such-target", "aten.add.Tensor")
+
+
+# ---- plan -------------------------------------------------------------------------------------------------------
+
+
+def test_plan_alternates_and_transfers_once(alternating):
+    _, data, _, _ = alternating
+    plan = partition(data, support_predicate("cpu"))
+    devices = [p.device for p in plan.partitions]
+    assert devices.count(NPU) >= 3 and devices.count(CPU) >= 3
+    assert all(a != b for a, b in zip(devices, devices[1:]))  # contiguous same-device runs are merged
+    assert {f.op for f in plan.fallback} == set(UNSUPPORTED)
+    # Each tensor moves to a device at most once, however many later partitions read it.
+    moved = [(t.tensor, t.dst) for t in plan.transfers]
+    assert len(moved) == len(set(moved)) == plan.num_transfers == plan.stats.transfers
+    cumsum_out = next(p for p in plan.partitions if "cumsum" in p.nodes).outputs
+    assert "cumsum" in [t.name for t in cumsum_out]
+    assert sum(1 for p in plan.partitions if "cumsum" in [t.name for t in p.inputs]) >= 1
+    # Every step's partition reads only tensors that are resident by then.
+    runs = [s.partition for s in plan.steps if isinstance(s, RunPartition)]
+    assert runs == list(range(len(plan.partitions)))
+    for s in plan.steps:
+        if isinstance(s, TransferOp):
+            assert s.producer < s.before and s.src != s.dst
+    # Stats: node coverage and FLOP share.
+    st = plan.stats
+    assert st.nodes_npu + st.nodes_cpu == st.nodes_total == len(data["nodes"])
+    assert 0 < st.node_coverage < 1 and 0.5 < st.flop_coverage < 1  # the linears dominate the FLOPs
+    # NPU sub-IRs are valid pytorch-ir for the compiler; weights are restricted to what each reads.
+    for p in plan.partitions:
+        assert [t["name"] for t in p.ir["graph_inputs"]] == [t.name for t in p.inputs]
+        if p.device == NPU:
+            npu_compiler.read_ir(p.ir)
+        used = {t["name"] for nd in p.ir["nodes"] for t in nd["inputs"] if t.get("producer_node") is None}
+        assert set(p.ir["weight_name_mapping"]) == used
+    # JSON round trip.
+    again = PartitionPlan.from_dict(json.loads(plan.to_json()))
+    assert again.to_dict() == plan.to_dict()
+
+
+def test_fully_supported_graph_is_one_partition(cpu_backend):
+    torch.manual_seed(1)
+    model = Mlp()
+    data, sd = _export(model, (3, 16))
+    plan = partition(data, "cpu")
+    assert len(plan.partitions) == 1 and plan.partitions[0].device == NPU
+    assert plan.num_transfers == 0 and not plan.fallback and plan.stats.node_coverage == 1.0
+    assert needs_partition(data, "cpu") == []
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    ex = DAGExecutor(plan, cpu_backend, weights=sd, dtype="float32")
+    _check(ex.run({"x": x}), data, _torch_outputs(model, x))
+    assert ex.num_transfers == 0
+
+
+# ---- mixed execution ------------------------------------------------------------------------------------------
+
+
+def test_mixed_execution_matches_pytorch(alternating, cpu_backend):
+    model, data, sd, x = alternating
+    plan = partition(data, support_predicate("cpu"))
+    compiled: list[str] = []
+
+    def compile_fn(sub_ir):
+        compiled.append(sub_ir["model_name"])
+        return npu_compiler.compile(sub_ir, cpu_backend.compile_target(), dtype="float32")
+
+    ex = DAGExecutor(plan, cpu_backend, compile_fn=compile_fn, weights=sd)
+    expected = _torch_outputs(model, x)
+    first = ex.run({"x": x})
+    _check(first, data, expected)
+    assert ex.num_transfers == plan.num_transfers > 0
+    # Second run: same result, nothing compiled or uploaded again.
+    weight_sets = [s.weights for s in ex.stages if s is not None and s.device == NPU]
+    second = ex.run({"x": x})
+    for k in first:
+        np.testing.assert_array_equal(first[k], second[k])
+    assert ex.num_transfers == plan.num_transfers
+    assert len(compiled) == len(set(compiled)) == sum(p.device == NPU for p in plan.partitions)
+    assert [s.weights for s in ex.stages if s is not None and s.device == NPU] == weight_sets
+    assert any(ws is not None for ws in weight_sets)
+
+
+def test_force_cpu_moves_ops(alternating, cpu_backend):
+    model, data, sd, x = alternating
+    base = partition(data, "cpu")
+    plan = partition(data, support_predicate("cpu", ["linear", "aten.mul.Tensor"]))
+    moved = {f.name for f in plan.fallback} - {f.name for f in base.fallback}
+    linears = {n["name"] for n in data["nodes"] if n["op_type"] in ("aten.linear.default", "aten.mul.Tensor")}
+    assert moved == linears
+    for p in plan.partitions:
+        if p.device == NPU:
+            assert not set(p.nodes) & linears
+    assert plan.stats.flop_coverage < base.stats.flop_coverage
+    ex = DAGExecutor(plan, cpu_backend, weights=sd, dtype="float32")
+    _check(ex.run({"x": x}), data, _torch_outputs(model, x))
+    assert ex.num_transfers == plan.num_transfers
+    # The same through the helper that `npusim verify/run` call.
+    outs, ex2 = run_partitioned(data, sd, {"x": x}, "cpu", "float32", ["linear", "mul"], return_executor=True)
+    _check(outs, data, _torch_outputs(model, x))
+
+
+def test_bf16_stays_bf16_across_boundaries(cpu_backend, monkeypatch):
+    torch.manual_seed(2)
+    model = Bf16Boundary()
+    data, sd = _export(model, (4, 16), torch.bfloat16)
+    plan = partition(data, "cpu")
+    assert [p.device for p in plan.partitions] == [NPU, CPU, NPU]
+    assert {t.dtype for t in plan.transfers} == {"bfloat16"} and plan.num_transfers == 2
+    seen: list[torch.dtype] = []
+    real_run = fallback.CpuFallback.run
+
+    def spy(self, inputs):
+        seen.extend(v.dtype for v in inputs.values())
+        out = real_run(self, inputs)
+        seen.extend(v.dtype for v in out.values())
+        return out
+
+    monkeypatch.setattr(fallback.CpuFallback, "run", spy)
+    x = np.random.default_rng(2).standard_normal((4, 16)).astype(ml_dtypes.bfloat16)
+    ex = DAGExecutor(plan, cpu_backend, weights=sd, dtype="bfloat16")
+    out = ex.run({"x": x})
+    assert seen and set(seen) == {torch.bfloat16}
+    (name,) = out
+    assert out[name].dtype == np.dtype(ml_dtypes.bfloat16)
+    (exp,) = _torch_outputs(model, x)
+    np.testing.assert_allclose(out[name].astype(np.float32), exp.astype(np.float32), atol=0.1, rtol=0.05)
+    # The boundary conversions themselves are exact (bit patterns, no rounding through fp32).
+    bits = np.arange(-32768, 32767, 7, dtype=np.int16).view(ml_dtypes.bfloat16)
+    t = fallback.to_torch(bits)
+    assert t.dtype == torch.bfloat16
+    np.testing.assert_array_equal(fallback.to_numpy(t).view(np.int16), bits.view(np.int16))
+
+
+def test_partition_that_fails_to_compile_runs_on_cpu(alternating, cpu_backend):
+    model, data, sd, x = alternating
+    plan = partition(data, "cpu")
+    victim = next(p for p in plan.partitions if p.device == NPU and p.index > 0)
+
+    def compile_fn(sub_ir):
+        if sub_ir["model_name"].endswith(f".p{victim.index}"):
+            raise NPUCompileError("simulated failure")
+        return npu_compiler.compile(sub_ir, "cpu", dtype="float32")
+
+    with pytest.warns(RuntimeWarning, match=rf"partition {victim.index} .*simulated failure"):
+        ex = DAGExecutor(plan, cpu_backend, compile_fn=compile_fn, weights=sd)
+    assert ex.fell_back == [victim.index]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _check(ex.run({"x": x}), data, _torch_outputs(model, x))
+    # The fallen-back partition reads its inputs on the CPU side: nothing moves to the NPU for it.
+    assert ex.last_transfers and not any(r.before == victim.index and r.dst == NPU for r in ex.last_transfers)
+
+
+def test_dag_executor_errors_name_tensor(alternating, cpu_backend):
+    _, data, sd, x = alternating
+    plan = partition(data, "cpu")
+    ex = DAGExecutor(plan, cpu_backend, weights=sd, dtype="float32")
+    with pytest.raises(npu_runtime.InputError, match="'x'"):
+        ex.run({"x": x[:2]})
+    with pytest.raises(npu_runtime.InputError, match="missing"):
+        ex.run({})
+    bad = {k: v for k, v in sd.items() if k != "l2.weight"}
+    with pytest.raises(npu_runtime.WeightError, match="l2.weight"):
+        DAGExecutor(partition(data, support_predicate("cpu", ["linear"])), cpu_backend, weights=bad)
+
+
+# ---- CLI --------------------------------------------------------------------------------------------------------
+
+
+def test_cli_partition_report(alternating, tmp_path, capsys):
+    _, data, _, _ = alternating
+    path = tmp_path / "alt.json"
+    path.write_text(json.dumps(data))
+    assert npusim_main(["partition", str(path), "--target", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "coverage:" in text and "FLOPs" in text and "transfer" in text
+    for nd in data["nodes"]:
+        if nd["op_type"] in UNSUPPORTED:
+            assert nd["name"] in text and nd["op_type"] in text
+    assert npusim_main(["partition", str(path), "--target", "cpu", "--json", "--force-cpu", "linear"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["stats"]["transfers"] == len([s for s in report["steps"] if s["kind"] == "transfer"])
+    assert {f["op"] for f in report["fallback"]} == set(UNSUPPORTED) | {"aten.linear.default"}
+    assert "ir" not in report["partitions"][0]
+
+
+def test_compiler_side_imports_no_torch():
+    code = ("import sys, npu_compiler.partition, npu_compiler.op_support, npu_runtime.dag_executor, "
+            "npu_runtime.fallback, npusim.partition_path, npusim.commands.partition; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
