@@ -120,6 +120,9 @@ class KernelCall:
     expr: list | None = None  # generated kernels: nodes.to_data(expression)
     reduce_shape: tuple[int, ...] = ()
     source: str | None = None  # name of the rendered source in CompiledProgram.sources
+    # IR value names of the node being lowered when this kernel was emitted (per-node verify maps the kernel's
+    # output back to the reference with it); empty in artifacts written before the field existed.
+    out_values: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -184,7 +187,8 @@ class CompiledProgram:
             buffers=[BufferSpec(**b) for b in d["buffers"]],
             kernels=[
                 KernelCall(k["name"], k["kind"], [ref(a) for a in k["args"]], [ref(o) for o in k["outs"]], k["params"],
-                           k["nodes"], k["group"], k["expr"], tuple(k["reduce_shape"]), k["source"])
+                           k["nodes"], k["group"], k["expr"], tuple(k["reduce_shape"]), k["source"],
+                           list(k.get("out_values") or []))
                 for k in d["kernels"]
             ],
             arena_bytes=d["arena_bytes"],

@@ -57,3 +57,37 @@ def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[st
     with torch.no_grad():
         outs = ex.execute(args)
     return {t.name: to_numpy(o) for t, o in zip(ir_obj.graph_outputs, outs)}
+
+
+def run_reference_all(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[str, Any] | str | os.PathLike,
+                      inputs: Mapping[str, np.ndarray], extra_weights: Mapping[str, Any] | None = None
+                      ) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
+    """Every node output of the IR, by value name, and each IR node's output value names (for per-node verify).
+
+    Runs torch_ir.IRExecutor's own per-node steps and copies each output as soon as its node has run: in-place
+    ATen ops (relu_, add_) would otherwise change earlier values in the executor's registry afterwards."""
+    import torch_ir
+    from torch_ir import executor as ire
+
+    ir_obj = load_ir_for_executor(ir)
+    if isinstance(weights, Mapping):
+        sd = {k: (v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v))) for k, v in weights.items()}
+    else:
+        sd = load_state_dict(weights)
+    for k, v in (extra_weights or {}).items():
+        sd.setdefault(k, v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v)))
+    ex = torch_ir.IRExecutor(ir_obj, weights=sd)
+    args = tuple(to_torch(np.asarray(inputs[t.name])) for t in ir_obj.graph_inputs)
+    values: dict[str, np.ndarray] = {}
+    node_outputs = {n.name: [o.name for o in n.outputs] for n in ir_obj.nodes}
+    with torch.no_grad():
+        ex._prepare(args)
+        output_map: dict[str, list[torch.Tensor]] = {t.name: [a] for t, a in zip(ir_obj.graph_inputs, args)}
+        for node in ir_obj.nodes:
+            outs = ire._execute_node(node, ire._get_input_tensors(node, ex.registry, output_map))
+            output_map[node.name] = outs
+            for meta, t in zip(node.outputs, outs):
+                ex.registry.register(meta.name, t)
+                if isinstance(t, torch.Tensor):
+                    values[meta.name] = to_numpy(t.clone())
+    return values, node_outputs

@@ -13,6 +13,7 @@ from npu_compiler.program import CompiledProgram, TensorSpec
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, dtype_name
 from .errors import InputError
+from .profiling import KernelTiming
 from .weights import WeightSet
 
 
@@ -37,7 +38,8 @@ class Executor(ABC):
             shape = tuple(value.shape)
             if shape != tuple(spec.shape):
                 raise InputError(f"input '{name}': expected shape {list(spec.shape)}, got {list(shape)}")
-            dt = value.dtype if isinstance(value, DeviceBuffer) else dtype_name(np.asarray(value).dtype)
+            # a DeviceBuffer, or a stand-in for a bound input, already names its dtype as a string
+            dt = value.dtype if isinstance(getattr(value, "dtype", None), str) else dtype_name(np.asarray(value).dtype)
             ok = {spec.dtype, spec.device_dtype}
             if dt not in ok:
                 raise InputError(f"input '{name}': expected dtype {spec.dtype}, got {dt}")
@@ -54,6 +56,11 @@ class Executor(ABC):
     @abstractmethod
     def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
         """Run once. Outputs are device buffers by output name (overwritten by the next run)."""
+
+    def profile(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> list[KernelTiming]:
+        """Run once and time every kernel launch (CPU: host timers; a GPU backend: events around each launch,
+        read after a synchronise). Backends without kernel timing raise NotImplementedError."""
+        raise NotImplementedError(f"the {self.backend.name} backend has no per-kernel profiling yet")
 
     def run_numpy(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, np.ndarray]:
         """Run and copy the outputs to the host in their user-facing dtypes."""

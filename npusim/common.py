@@ -57,10 +57,21 @@ def generate_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(spec.shape).astype(np.float32).astype(dt)
 
 
-def complete_inputs(program: CompiledProgram, given: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
+def input_specs_from_ir(ir) -> list[TensorSpec]:
+    """Input specs straight from an IR (for the partition path, where no single program exists)."""
+    from npu_compiler.compiler import _value_range
+    from npu_compiler.ir.reader import read_ir
+
+    graph = read_ir(ir)
+    return [TensorSpec(v.name, v.shape, v.dtype, v.dtype, -1, value_range=_value_range(graph, v)) for v in graph.inputs]
+
+
+def complete_inputs(program: CompiledProgram | list[TensorSpec], given: dict[str, np.ndarray], seed: int = 0
+                    ) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = dict(given)
-    for spec in program.inputs:
+    specs = program.inputs if isinstance(program, CompiledProgram) else program
+    for spec in specs:
         if spec.name not in out:
             out[spec.name] = generate_input(spec, rng)
     return out

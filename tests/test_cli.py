@@ -84,3 +84,31 @@ def test_help_lists_commands(capsys):
     text = capsys.readouterr().out
     for cmd in ("compile", "describe", "run", "verify", "export", "demo"):
         assert cmd in text
+
+
+def test_verify_and_run_take_the_partition_path(tmp_path, capsys):
+    """An op without a lowering (cumsum) sends verify and run through the partition path, and they say so."""
+    import torch
+    from helpers import export_ir
+    from safetensors.torch import save_file
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.cumsum(self.fc(x), -1).relu()
+
+    ir = tmp_path / "m.json"
+    ir.write_text(json.dumps(export_ir(M, [((2, 8), torch.float32)])))
+    torch.manual_seed(0)
+    save_file(M().state_dict(), str(tmp_path / "w.safetensors"))
+    assert main(["verify", str(ir), "--weights", str(tmp_path / "w.safetensors"), "--dtype", "float32",
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    report = json.loads(cap.out)
+    assert report["partition_path"] and report["transfers"] == 2 and report["passed"]
+    assert "cumsum" in cap.err and "partition path" in cap.err
+    assert main(["run", str(ir), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "o.npz")]) == 0
+    assert "cumsum" in capsys.readouterr().err and (tmp_path / "o.npz").exists()

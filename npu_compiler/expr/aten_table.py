@@ -7,9 +7,10 @@ IR records and rounds its result to it (that is what ATen does on every device).
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 
-from ..dtypes import is_float
+from ..dtypes import HALF_DTYPES, is_float
 from .nodes import Binary, Cast, Const, Expr, Unary, Where
 
 Operands = list[Expr]
@@ -32,6 +33,23 @@ def cast(x: Expr, dtype: str) -> Expr:
     return Cast(dtype, x)
 
 
+def round_scalar(value: float | int | bool, dtype: str) -> float | int | bool:
+    """A Python scalar as ATen's TensorIterator uses it beside a tensor of `dtype`: converted to that dtype first
+    (through fp32, as c10::Half and c10::BFloat16 are built from a float). `x_fp16 + 0.1` adds fp16(0.1), and
+    `x_fp16 < 0.1` is True for x = fp16(0.1)."""
+    if dtype not in HALF_DTYPES or not isinstance(value, float) or not math.isfinite(value):
+        return value
+    try:
+        f = struct.unpack("<f", struct.pack("<f", value))[0]
+        if dtype == "float16":
+            return struct.unpack("<e", struct.pack("<e", f))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    bits = struct.unpack("<I", struct.pack("<f", f))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even on the upper 16 bits
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
 def _bin(op: str, a: Expr, b: Expr, dtype: str) -> Expr:
     return Binary(dtype, op, a, b)
 
@@ -40,31 +58,58 @@ def _un(op: str, x: Expr) -> Expr:
     return Unary(x.dtype, op, x)
 
 
-def _operand(ops: Operands, attrs: dict, i: int, name: str, dtype: str) -> Expr:
-    """The i-th tensor operand, or the scalar the IR put in attrs under the arg's name."""
-    if name in attrs and attrs[name] is not None and not isinstance(attrs[name], list | dict):
-        return const(attrs[name], dtype)
+def _scalar(attrs: dict, name: str) -> float | int | bool | None:
+    """The scalar the IR put in attrs under a Tensor arg's name (`add.Tensor {"other": 0.5}`), else None."""
+    v = attrs.get(name)
+    return v if isinstance(v, bool | int | float) else None
+
+
+def _operand(ops: Operands, attrs: dict, i: int, name: str, dtype: str, round_to_dtype: bool = False) -> Expr:
+    """The i-th tensor operand, or the scalar the IR put in attrs under the arg's name (rounded to `dtype` first
+    where ATen does that: see `round_scalar`)."""
+    v = _scalar(attrs, name)
+    if v is not None:
+        return const(round_scalar(v, dtype) if round_to_dtype else v, dtype)
     return cast(ops[i], dtype)
 
 
-def _binary(op: str, scalar_alpha: bool = False, reverse: bool = False) -> Builder:
+def _binary(op: str, scalar_alpha: bool = False, reverse: bool = False, round_scalars: bool = False) -> Builder:
+    """`self op other` (reverse: `other op self`, rsub); with alpha, the operand that is not `self` in ATen's
+    formula is scaled: add/sub compute self op alpha*other, rsub computes other - alpha*self.
+    round_scalars: a scalar operand and alpha are rounded to the output dtype first, as ATen's CPU add/sub do (its
+    mul and div keep the scalar's full value: they read the original scalar)."""
+
     def build(ops: Operands, attrs: dict, out: str) -> Expr:
         a = cast(ops[0], out)
-        b = _operand(ops, attrs, 1, "other", out)
-        if scalar_alpha and attrs.get("alpha", 1) != 1:
-            b = _bin("mul", b, const(attrs["alpha"], out), out)
+        b = _operand(ops, attrs, 1, "other", out, round_scalars)
+        alpha = attrs.get("alpha", 1)
         if reverse:
             a, b = b, a
+        if scalar_alpha and alpha != 1:
+            alpha_c = const(round_scalar(alpha, out) if round_scalars else alpha, out)
+            b = _bin("mul", b, alpha_c, out)
         return _bin(op, a, b, out)
 
     return build
 
 
 def _div_mode(ops: Operands, attrs: dict, out: str) -> Expr:
+    mode = attrs.get("rounding_mode")
+    if not is_float(out) and mode in ("trunc", "floor"):
+        # Integer division in integer arithmetic (exact for all of int64; a float detour is not above 2^24):
+        # `div` of integers truncates, floor steps down where the remainder is nonzero and the signs differ.
+        a, b = cast(ops[0], "int64"), _operand(ops, attrs, 1, "other", "int64")
+        q = _bin("div", a, b, "int64")
+        if mode == "floor":
+            r = _bin("sub", a, _bin("mul", q, b, "int64"), "int64")
+            zero = const(0, "int64")
+            step = _bin("and", _bin("ne", r, zero, "bool"),
+                        _bin("ne", _bin("lt", r, zero, "bool"), _bin("lt", b, zero, "bool"), "bool"), "bool")
+            q = Where("int64", step, _bin("sub", q, const(1, "int64"), "int64"), q)
+        return cast(q, out)
     a = cast(ops[0], "float32") if not is_float(out) else cast(ops[0], out)
     b = _operand(ops, attrs, 1, "other", a.dtype)
     q = _bin("div", a, b, a.dtype)
-    mode = attrs.get("rounding_mode")
     if mode == "trunc":
         q = _un("trunc", q)
     elif mode == "floor":
@@ -100,7 +145,7 @@ def _gelu(ops: Operands, attrs: dict, out: str) -> Expr:
 
 def _pow_scalar(ops: Operands, attrs: dict, out: str) -> Expr:
     x = cast(ops[0], out)
-    e = attrs["exponent"]
+    e = round_scalar(attrs["exponent"], out)  # ATen's pow rounds the exponent to a half dtype too
     # Exact rewrites ATen itself uses for these exponents (x*x is also what the CPU and CUDA kernels compute).
     if e == 2:
         return _bin("mul", x, x, out)
@@ -134,13 +179,27 @@ def _clamp(lo_key: str, hi_key: str) -> Builder:
     return build
 
 
+def _category(dtype: str) -> int:
+    return 0 if dtype == "bool" else 2 if is_float(dtype) else 1
+
+
 def _compare(op: str) -> Builder:
+    """Comparisons compute in the operands' common dtype (ATen's promotion): an integer tensor against 2.5 or
+    against a float tensor compares as float, a bool mask against 2 as an integer; a scalar beside a half tensor
+    is rounded to it first."""
+
     def build(ops: Operands, attrs: dict, out: str) -> Expr:
         a = ops[0]
-        b = _operand(ops, attrs, 1, "other", a.dtype)
-        if is_float(a.dtype) != is_float(b.dtype):
-            ft = a.dtype if is_float(a.dtype) else b.dtype
-            a, b = cast(a, ft), cast(b, ft)
+        v = _scalar(attrs, "other")
+        if v is not None:
+            kind = 0 if isinstance(v, bool) else 2 if isinstance(v, float) else 1
+            if kind > _category(a.dtype):
+                a = cast(a, "float32" if kind == 2 else "int64")
+            return _bin(op, a, const(round_scalar(v, a.dtype), a.dtype), "bool")
+        b = ops[1]
+        if _category(a.dtype) != _category(b.dtype):
+            common = a.dtype if _category(a.dtype) > _category(b.dtype) else b.dtype
+            a, b = cast(a, common), cast(b, common)
         return _bin(op, a, b, "bool")
 
     return build
@@ -169,10 +228,10 @@ def _batch_norm_eval(ops: Operands, attrs: dict, out: str) -> Expr:
 
 
 ELEMENTWISE: dict[str, Builder] = {
-    "add.Tensor": _binary("add", scalar_alpha=True),
-    "sub.Tensor": _binary("sub", scalar_alpha=True),
-    "rsub.Scalar": _binary("sub", scalar_alpha=True, reverse=True),
-    "rsub.Tensor": _binary("sub", scalar_alpha=True, reverse=True),
+    "add.Tensor": _binary("add", scalar_alpha=True, round_scalars=True),
+    "sub.Tensor": _binary("sub", scalar_alpha=True, round_scalars=True),
+    "rsub.Scalar": _binary("sub", scalar_alpha=True, reverse=True, round_scalars=True),
+    "rsub.Tensor": _binary("sub", scalar_alpha=True, reverse=True, round_scalars=True),
     "mul.Tensor": _binary("mul"),
     "div.Tensor": _binary("div"),
     "div.Tensor_mode": _div_mode,
@@ -203,11 +262,14 @@ ELEMENTWISE: dict[str, Builder] = {
     "eq.Tensor": _compare("eq"),
     "ne.Scalar": _compare("ne"),
     "lt.Scalar": _compare("lt"),
+    "ne.Tensor": _compare("ne"),
     "lt.Tensor": _compare("lt"),
     "le.Scalar": _compare("le"),
+    "le.Tensor": _compare("le"),
     "gt.Scalar": _compare("gt"),
     "gt.Tensor": _compare("gt"),
     "ge.Scalar": _compare("ge"),
+    "ge.Tensor": _compare("ge"),
     "logical_not.default": lambda ops, attrs, out: Unary("bool", "not", cast(ops[0], "bool")),
     "to.dtype": _to,
     "to.device": _to,

@@ -97,8 +97,8 @@ def parse_schema(decl: str) -> OpSchema:
             d = [d] * n
         args.append(Arg(aname, typ, d))
     num_outputs = len(_split_top(ret.strip("()"))) if ret.strip().startswith("(") and ret.strip() != "()" else 1
-    if ret.strip() == "()":
-        num_outputs = 0
+    if ret.strip() == "()" or ret.strip() == "Tensor[]":
+        num_outputs = 0  # none, or as many as the node lists (split, chunk): not checked
     return OpSchema(name.strip(), tuple(args), num_outputs)
 
 
@@ -147,12 +147,15 @@ masked_fill.Scalar(Tensor self, Tensor mask, float value) -> Tensor
 eq.Scalar(Tensor self, float other) -> Tensor
 eq.Tensor(Tensor self, Tensor other) -> Tensor
 ne.Scalar(Tensor self, float other) -> Tensor
+ne.Tensor(Tensor self, Tensor other) -> Tensor
 lt.Scalar(Tensor self, float other) -> Tensor
 lt.Tensor(Tensor self, Tensor other) -> Tensor
 le.Scalar(Tensor self, float other) -> Tensor
+le.Tensor(Tensor self, Tensor other) -> Tensor
 gt.Scalar(Tensor self, float other) -> Tensor
 gt.Tensor(Tensor self, Tensor other) -> Tensor
 ge.Scalar(Tensor self, float other) -> Tensor
+ge.Tensor(Tensor self, Tensor other) -> Tensor
 logical_not.default(Tensor self) -> Tensor
 to.dtype(Tensor self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor
 to.device(Tensor self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor
@@ -171,6 +174,7 @@ reshape.default(Tensor self, int[] shape) -> Tensor
 _unsafe_view.default(Tensor self, int[] size) -> Tensor
 flatten.using_ints(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor
 unsqueeze.default(Tensor self, int dim) -> Tensor
+squeeze.default(Tensor self) -> Tensor
 squeeze.dim(Tensor self, int dim) -> Tensor
 squeeze.dims(Tensor self, int[] dim) -> Tensor
 transpose.int(Tensor self, int dim0, int dim1) -> Tensor
@@ -189,7 +193,9 @@ matmul.default(Tensor self, Tensor other) -> Tensor
 mm.default(Tensor self, Tensor mat2) -> Tensor
 bmm.default(Tensor self, Tensor mat2) -> Tensor
 addmm.default(Tensor self, Tensor mat1, Tensor mat2, *, float beta=1, float alpha=1) -> Tensor
+mean.default(Tensor self, *, ScalarType? dtype=None) -> Tensor
 mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+sum.default(Tensor self, *, ScalarType? dtype=None) -> Tensor
 sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
 amax.default(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor
 softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
@@ -205,6 +211,7 @@ index_copy_.default(Tensor self, int dim, Tensor index, Tensor source) -> Tensor
 scaled_dot_product_attention.default(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor
 arange.default(float end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 arange.start(float start, float end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+arange.start_step(float start, float end, float step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 full.default(int[] size, float fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 zeros.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 ones.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor

@@ -226,8 +226,8 @@ def factory(L: Lowering, node: Node) -> None:
     out_v = node.outputs[0]
     out = L.fresh(out_v)
     a, dt = node.attrs, out_v.dtype
-    if node.op in ("arange.default", "arange.start"):
-        start = a.get("start", 0) if node.op == "arange.start" else 0
+    if node.op in ("arange.default", "arange.start", "arange.start_step"):
+        start = a.get("start", 0)
         step = a.get("step", 1)
         e: X.Expr = X.Binary(dt, "add", const(start, dt),
                              X.Binary(dt, "mul", cast(X.Index("int64", 0), dt), const(step, dt)))
@@ -256,6 +256,7 @@ LIBRARY = {
     "cat.default": cat,
     "arange.default": factory,
     "arange.start": factory,
+    "arange.start_step": factory,
     "full.default": factory,
     "zeros.default": factory,
     "ones.default": factory,

@@ -20,15 +20,15 @@ from . import views as V
 
 VIEW_OPS = {
     "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
-    "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
+    "squeeze.default", "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
     "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default",
 }
-REDUCE_OPS = {"mean.dim", "sum.dim_IntList", "amax.default"}
+REDUCE_OPS = {"mean.default", "mean.dim", "sum.default", "sum.dim_IntList", "amax.default"}
 LIBRARY_OPS = {
     "linear.default", "matmul.default", "mm.default", "bmm.default", "addmm.default", "conv2d.default",
     "max_pool2d.default", "avg_pool2d.default", "adaptive_avg_pool2d.default", "embedding.default",
     "index_copy.default", "softmax.int", "_softmax.default", "log_softmax.int",
-    "scaled_dot_product_attention.default", "cat.default", "arange.default", "arange.start", "full.default",
+    "scaled_dot_product_attention.default", "cat.default", "arange.default", "arange.start", "arange.start_step", "full.default",
     "zeros.default", "ones.default",
 }
 SUPPORTED_OPS = frozenset(set(ELEMENTWISE) | VIEW_OPS | REDUCE_OPS | LIBRARY_OPS)
@@ -91,6 +91,7 @@ class Lowering:
             group=group or (node.op if node else "copy"),
             expr=X.to_data(expr) if expr is not None else None,
             reduce_shape=tuple(reduce_shape),
+            out_values=[v.name for v in node.outputs] if node else [],
         )
         self.kernels.append(k)
         return k
@@ -236,13 +237,26 @@ class Lowering:
         x = node.inputs[0]
         c = x.shape[1] if len(x.shape) > 1 else x.shape[0]
         per_channel = (1, c) + (1,) * (len(x.shape) - 2)
-        if len(node.inputs) != 5:
+        if node.attrs.get("training"):
+            # Normalising with the batch's own statistics is another computation than eval BN: refuse it.
             raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target,
-                                     "batch_norm without affine weight and running statistics")
+                                     "batch_norm with batch statistics (training=True, or a BatchNorm without "
+                                     "running stats); export the model in eval mode")
+        # With running statistics the IR lists (x, weight, bias, mean, var), or (x, mean, var) for affine=False
+        # (the None weight and bias are dropped).
+        if len(node.inputs) not in (3, 5):
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target,
+                                     "batch_norm with only one of weight and bias")
         refs = [self.ref(x)] + [V.reshape(self.ref(v), per_channel) for v in node.inputs[1:]]
         out = self.fresh(node.outputs[0])
-        self.generated(out, lambda load: build_elementwise(node.op, [load(r) for r in refs], node.attrs,
-                                                           node.outputs[0].dtype))
+
+        def build(load: Callable[[TensorRef], X.Load]) -> X.Expr:
+            ops: list[X.Expr] = [load(r) for r in refs]
+            if len(ops) == 3:
+                ops = [ops[0], const(1.0, "float32"), const(0.0, "float32"), ops[1], ops[2]]
+            return build_elementwise(node.op, ops, node.attrs, node.outputs[0].dtype)
+
+        self.generated(out, build)
         for extra in node.outputs[1:]:
             self.fresh(extra)
 

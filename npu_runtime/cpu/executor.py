@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..backend import DeviceBuffer
 from ..dtypes import np_dtype
 from ..errors import NPURuntimeError, WeightError
 from ..executor import Executor
+from ..profiling import KernelTiming
 from ..weights import WeightSet
 from .backend import CpuBackend, CpuBuffer
 from .generated import compile_source
@@ -115,6 +117,38 @@ class CpuExecutor(Executor):
 
     # ---- run --------------------------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
+        self._prepare(inputs, weights)
+        with np.errstate(all="ignore"):
+            for step in self._steps:
+                step()
+        return self._outputs()
+
+    def run_observed(self, inputs: Mapping[str, Any], weights: WeightSet | None = None,
+                     before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None) -> None:
+        """Run kernel by kernel, calling `before(i)` / `after(i)` around kernel i (per-node verify reads the
+        buffers there with `view()`, since the arena is reused and a later kernel overwrites them)."""
+        self._prepare(inputs, weights)
+        with np.errstate(all="ignore"):
+            for i, step in enumerate(self._steps):
+                if before:
+                    before(i)
+                step()
+                if after:
+                    after(i)
+
+    def profile(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> list[KernelTiming]:
+        """One run with a host timer around every kernel (the NumPy kernels are synchronous)."""
+        self._prepare(inputs, weights)
+        clock = time.perf_counter
+        timings: list[KernelTiming] = []
+        with np.errstate(all="ignore"):
+            for i, step in enumerate(self._steps):
+                t0 = clock()
+                step()
+                timings.append(KernelTiming(i, t0, clock() - t0))
+        return timings
+
+    def _prepare(self, inputs: Mapping[str, Any], weights: WeightSet | None) -> None:
         bound = {n for n in self._bound_inputs if n not in inputs}
         self.check_inputs({**inputs, **{n: _Shape(self._input_specs[n]) for n in bound}})
         if weights is not None and id(weights) != self._weights_bound:
@@ -126,9 +160,8 @@ class CpuExecutor(Executor):
             np.copyto(self.flat[spec.buffer].reshape(spec.shape), self.host_input(value, spec))
         if not self._steps:
             self._build()
-        with np.errstate(all="ignore"):
-            for step in self._steps:
-                step()
+
+    def _outputs(self) -> dict[str, DeviceBuffer]:
         return {s.name: CpuBuffer(self.flat[s.buffer].reshape(s.shape), s.device_dtype) for s in self.program.outputs}
 
 

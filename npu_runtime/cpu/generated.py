@@ -39,6 +39,12 @@ def _as(x, t):
 
 
 def _div(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        # Integer division truncates (C semantics, as on the other targets), exactly over all of int64: a float
+        # detour would round quotients above 2^53.
+        q = np.floor_divide(a, b)
+        return q + ((q * b != a) & ((a < 0) != (b < 0)))
     return np.true_divide(a, b)
 
 

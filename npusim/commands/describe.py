@@ -12,14 +12,23 @@ def register(sub) -> None:
                                    "IR nodes each came from.")
     p.add_argument("artifact", help=".npubin file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--graph", choices=("dot", "mermaid"), default=None,
+                   help="print only the fused graph (kernels; edges where a kernel reads what another wrote) as "
+                        "Graphviz DOT or Mermaid text")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from npu_compiler.program import CompiledProgram
 
+    from ..graphviz import size_breakdown, to_dot, to_mermaid
+
     prog = CompiledProgram.load(args.artifact)
+    if args.graph:
+        print(to_dot(prog) if args.graph == "dot" else to_mermaid(prog), end="")
+        return 0
     d = prog.describe()
+    d["sizes"] = size_breakdown(prog)
     if args.json:
         print(json.dumps(d, indent=1))
         return 0
@@ -36,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"memory: weights {d['weight_bytes'] / 1e6:.3f} MB, buffers {d['buffer_bytes'] / 1e6:.3f} MB "
           f"(arena {d['arena_bytes'] / 1e6:.3f} MB for intermediates that would take "
           f"{d['unplanned_intermediate_bytes'] / 1e6:.3f} MB unshared)")
+    z = d["sizes"]
+    print(f"artifact: {z['artifact_bytes'] / 1e3:.1f} kB (kernel sources {z['kernel_source_bytes'] / 1e3:.1f} kB, "
+          f"kernel calls {z['kernel_call_bytes'] / 1e3:.1f} kB, constants {z['constant_bytes'] / 1e3:.1f} kB, "
+          f"buffer table {z['buffer_table_bytes'] / 1e3:.1f} kB, other metadata "
+          f"{z['other_metadata_bytes'] / 1e3:.1f} kB); weights {z['weight_device_bytes'] / 1e6:.3f} MB on the "
+          "device, loaded from the checkpoint")
     recipes = {}
     for w in d["weights"]:
         recipes[w["recipe"]] = recipes.get(w["recipe"], 0) + 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
@@ -22,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="where to write the outputs (.npz)")
     p.add_argument("--backend", default=None, help="cpu, cuda (default: best available, or $NPUSIM_BACKEND)")
     p.add_argument("--seed", type=int, default=0, help="seed for generated inputs")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
 
@@ -32,11 +34,27 @@ def run(args: argparse.Namespace) -> int:
 
     backend = npu_runtime.get_backend(args.backend)
     if args.artifact.endswith(".json"):
+        from ..common import input_specs_from_ir
+        from ..partition_path import needs_partition, partition_notice, run_partitioned
+
+        fallback = needs_partition(args.artifact, backend.compile_target())
+        if fallback:
+            print(partition_notice(fallback, backend.compile_target()), file=sys.stderr)
+            inputs = complete_inputs(input_specs_from_ir(args.artifact), parse_inputs(args.input), args.seed)
+            t0 = time.perf_counter()
+            outs = run_partitioned(args.artifact, args.weights, inputs, backend)
+            _save_npz(args.output, outs)
+            print(f"ran {args.artifact} on {backend.name} + cpu fallback in {(time.perf_counter() - t0) * 1e3:.2f} ms "
+                  f"-> {args.output}")
+            return 0
         prog = npu_compiler.compile(args.artifact, backend.compile_target())
     else:
         prog = CompiledProgram.load(args.artifact)
     inputs = complete_inputs(prog, parse_inputs(args.input), args.seed)
-    ws = npu_runtime.load_weights(prog, args.weights, backend)
+    from ..progress import Progress
+
+    with Progress("loading weights", quiet=args.quiet) as bar:
+        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
     ex = backend.create_executor(prog)
     t0 = time.perf_counter()
     outs = ex.run_numpy(inputs, ws)

@@ -1,0 +1,87 @@
+"""`export_llm`: a Qwen2-family model directory (or a built-in config) to a folder that `npu_runtime.llm.LLM` loads.
+
+The folder holds prefill.json / decode.json (IR), cache_map.json, prefill.npubin / decode.npubin (compiled for
+one target) and manifest.json. Export runs on the meta device and the weights are not copied: the manifest names
+the model directory, whose safetensors the runtime reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import npu_compiler
+from npu_runtime.llm import MANIFEST_FORMAT, check_model_dir
+
+from ._atomic import atomic_write_text
+from .qwen2 import export_qwen2, qwen2_config
+
+__all__ = ["LLMExportResult", "export_llm"]
+
+
+@dataclass(frozen=True)
+class LLMExportResult:
+    out_dir: Path
+    manifest_path: Path
+    manifest: dict[str, Any]
+    graphs_only: bool
+
+
+def export_llm(
+    out_dir: str | os.PathLike[str],
+    *,
+    model_dir: str | os.PathLike[str] | None = None,
+    config: str | None = None,
+    max_cache_len: int,
+    prefill_len: int,
+    dtype: str | None = None,
+    target: str = "cpu",
+    attn_implementation: str = "eager",
+) -> LLMExportResult:
+    """Export, compile and describe. `dtype` None: the checkpoint's torch_dtype (bfloat16 for a built-in config).
+
+    With `config` and no `model_dir` the folder has the graphs and programs only (no weights to run them with).
+    """
+    if (model_dir is None) == (config is None):
+        raise ValueError("give exactly one of model_dir (a Hugging Face model folder) and config (a built-in name)")
+    if model_dir is not None:
+        mdir = Path(model_dir).resolve()
+        hf_cfg = check_model_dir(mdir)
+        source: Any = mdir
+        dt = dtype or hf_cfg.get("dtype") or hf_cfg.get("torch_dtype") or "bfloat16"
+    else:
+        mdir = None
+        source = qwen2_config(config)  # KeyError names the known configs
+        dt = dtype or "bfloat16"
+    exp = export_qwen2(source, out_dir, max_cache_len=max_cache_len, prefill_len=prefill_len, dtype=dt,
+                       attn_implementation=attn_implementation)  # type: ignore[arg-type]
+    theta = exp.cache_map["rope"]["theta"]
+    out = Path(out_dir)
+    files = {"prefill_ir": exp.prefill_path.name, "decode_ir": exp.decode_path.name,
+             "cache_map": exp.cache_map_path.name}
+    compute = {}
+    for kind in ("prefill", "decode"):
+        prog = npu_compiler.compile(getattr(exp, f"{kind}_path"), target, dtype=dt, rope_theta=theta)
+        prog.save(out / f"{kind}.npubin")
+        files[kind] = f"{kind}.npubin"
+        compute[kind] = prog.compute_dtype
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "architecture": exp.cache_map["model"]["architecture"],
+        "model_dir": str(mdir) if mdir is not None else None,
+        "config": config,
+        "files": files,
+        "target": target,
+        "dtype": dt,
+        "compute_dtype": compute["decode"],
+        "cache_dtype": exp.cache_map["cache"]["dtype"],
+        "max_cache_len": max_cache_len,
+        "prefill_len": prefill_len,
+        "attn_implementation": attn_implementation,
+        "tokenizer": bool(mdir is not None and (mdir / "tokenizer.json").is_file()),
+    }
+    path = atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    return LLMExportResult(out, path, manifest, mdir is None)

@@ -1,0 +1,184 @@
+"""The CUDA backend on CuPy: device buffers, one stream for everything, executors that launch NVRTC-built kernels
+and cuBLAS GEMMs. CuPy is imported lazily, so this module imports (and reports the backend unavailable) on a
+machine without it."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.program import CompiledProgram, TensorSpec
+
+from ..backend import Backend, DeviceBuffer, register_backend
+from ..dtypes import convert, dtype_name, np_dtype
+from ..errors import BackendUnavailable
+
+# CuPy has no bfloat16: such buffers are held as uint16 arrays and reinterpreted on the host.
+_STORAGE = {"bfloat16": np.dtype(np.uint16)}
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    return _STORAGE.get(dtype, np_dtype(dtype))
+
+
+@functools.cache
+def is_available() -> bool:
+    """CuPy importable and at least one CUDA device visible."""
+    try:
+        import cupy  # noqa: PLC0415
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001  (ImportError, or CUDARuntimeError without a driver or device)
+        return False
+
+
+class _Device:
+    """Per-process state of one device: the stream every backend operation runs on, and the cuBLAS handle."""
+
+    def __init__(self, index: int) -> None:
+        import cupy  # noqa: PLC0415
+
+        self.index = index
+        self.device = cupy.cuda.Device(index)
+        with self.device:
+            # Non-blocking: a stream that can be captured into a CUDA graph. All uploads, copies and launches go on
+            # it, so they are ordered without device-wide synchronisation.
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.arch = self.device.compute_capability  # "90"
+        self._cublas: int | None = None
+        self._workspace = None
+
+    @property
+    def cublas(self) -> int:
+        if self._cublas is None:
+            from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+
+            with self.device:
+                handle = cublas.create()
+                cublas.setStream(handle, self.stream.ptr)
+                self._workspace = _set_workspace(handle)
+            self._cublas = handle
+        return self._cublas
+
+
+def _set_workspace(handle: int):
+    """Give cuBLAS a workspace of its own, so that no allocation happens while a CUDA graph is captured (as PyTorch
+    does). Best effort: without it capture still works on current cuBLAS versions."""
+    import ctypes  # noqa: PLC0415
+
+    import cupy  # noqa: PLC0415
+
+    size = 32 << 20
+    try:
+        try:
+            from cuda.pathfinder import load_nvidia_dynamic_lib  # noqa: PLC0415
+
+            lib = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
+        except Exception:  # noqa: BLE001
+            lib = ctypes.CDLL("libcublas.so.13")
+        fn = lib.cublasSetWorkspace_v2
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+        ws = cupy.empty(size, dtype=np.uint8)
+        if fn(ctypes.c_void_p(handle), ctypes.c_void_p(ws.data.ptr), size) != 0:
+            return None
+        return ws
+    except Exception:  # noqa: BLE001
+        return None
+
+
+@functools.cache
+def device_state(index: int = 0) -> _Device:
+    return _Device(index)
+
+
+class CudaBuffer(DeviceBuffer):
+    """A CuPy array holding one tensor (bf16 as raw uint16)."""
+
+    def __init__(self, array: Any, dtype: str, state: _Device) -> None:
+        self.array = array
+        self.shape = tuple(array.shape)
+        self.dtype = dtype
+        self._state = state
+
+    @property
+    def native_handle(self) -> Any:
+        return self.array
+
+    @property
+    def ptr(self) -> int:
+        return int(self.array.data.ptr)
+
+    def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
+        stream = self._state.stream
+        with self._state.device:
+            host = self.array.get(stream=stream)
+            stream.synchronize()
+        if self.dtype == "bfloat16":
+            host = host.view(np_dtype("bfloat16"))
+        host = host.reshape(self.shape)
+        return convert(host, spec.dtype) if spec is not None else host
+
+    def __repr__(self) -> str:
+        return f"CudaBuffer({self.dtype}{list(self.shape)})"
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    capabilities = frozenset({"float32", "float16", "bfloat16", "int64", "library:all", "cublas", "cuda_graph"})
+
+    def __init__(self, device: int = 0) -> None:
+        if not is_available():
+            raise BackendUnavailable("the cuda backend needs CuPy and an NVIDIA GPU")
+        self.state = device_state(device)
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return is_available()
+
+    def allocate(self, shape: tuple[int, ...], dtype: str) -> CudaBuffer:
+        import cupy  # noqa: PLC0415
+
+        with self.state.device:
+            arr = cupy.empty(tuple(shape), dtype=storage_dtype(dtype))
+        return CudaBuffer(arr, dtype, self.state)
+
+    def upload(self, array: np.ndarray, dtype: str | None = None) -> CudaBuffer:
+        import cupy  # noqa: PLC0415
+
+        array = np.asarray(array)
+        dtype = dtype or dtype_name(array.dtype)
+        host = np.ascontiguousarray(convert(array, dtype))
+        buf = self.allocate(host.shape, dtype)
+        if host.nbytes:
+            with self.state.device:
+                cupy.cuda.runtime.memcpyAsync(buf.ptr, host.ctypes.data, host.nbytes,
+                                              cupy.cuda.runtime.memcpyHostToDevice, self.state.stream.ptr)
+                # pageable source: make sure the copy has finished before `host` can be freed
+                self.state.stream.synchronize()
+        return buf
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> CudaBuffer:
+        import cupy  # noqa: PLC0415
+
+        buf = self.allocate(shape, dtype)
+        if buf.nbytes:
+            with self.state.device:
+                cupy.cuda.runtime.memsetAsync(buf.ptr, 0, buf.nbytes, self.state.stream.ptr)
+        return buf
+
+    def create_executor(self, program: CompiledProgram, **kwargs: Any):
+        from .executor import CudaExecutor  # noqa: PLC0415
+
+        return CudaExecutor(program, self, **kwargs)
+
+    def synchronize(self) -> None:
+        self.state.stream.synchronize()
+
+    def compile_target(self) -> str:
+        return "cuda"
+
+
+register_backend("cuda", CudaBackend, is_available, rank=10)

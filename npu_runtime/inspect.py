@@ -1,0 +1,240 @@
+"""Per-node numeric comparison: every intermediate that survives lowering and fusion, captured right after the
+kernel that writes it and mapped back to the IR value it stands for, compared with the reference's value of that
+IR node. Also the repro dump of one kernel (its inputs, expected output and a script that reruns just it).
+
+No torch here: the expected values come in as plain arrays (npu_export.reference.run_reference_all makes them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.program import BufferSpec, CompiledProgram, KernelCall, TensorRef
+
+from .metrics import Comparison, compare
+
+
+@dataclass
+class KernelCheck:
+    index: int
+    name: str
+    kind: str
+    group: str
+    nodes: list[str]
+    value: str | None  # the IR value the kernel's output holds (None: an internal step of a multi-kernel node)
+    comparison: Comparison | None  # None when there is nothing to compare (see `note`)
+    note: str = ""
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.comparison is None else self.comparison.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "kind": self.kind, "group": self.group, "nodes": self.nodes,
+                "value": self.value, "note": self.note,
+                "comparison": self.comparison.to_dict() if self.comparison else None}
+
+
+def kernel_values(program: CompiledProgram, node_outputs: Mapping[str, list[str]] | None = None
+                  ) -> list[str | None]:
+    """Per kernel, the IR value its first output holds once it has run, or None.
+
+    The value is the output of the kernel's last IR node (`nodes[-1]`: a fused conv+batch_norm writes the
+    batch_norm's value); `node_outputs` (IR node name -> its output value names) resolves it, falling back to the
+    names the lowering recorded (`out_values`). When a node lowers to several kernels only the last one holds the
+    node's value; the earlier ones write scratch (a contiguous copy, a partial reduction)."""
+    values: list[str | None] = []
+    for k in program.kernels:
+        v = None
+        if k.nodes and node_outputs and k.nodes[-1] in node_outputs and node_outputs[k.nodes[-1]]:
+            v = node_outputs[k.nodes[-1]][0]
+        elif k.out_values:
+            v = k.out_values[0]
+        values.append(v if k.outs else None)
+    last: dict[str, int] = {}
+    for i, v in enumerate(values):
+        if v is not None:
+            last[v] = i
+    return [v if v is not None and last[v] == i else None for i, v in enumerate(values)]
+
+
+def capture_outputs(executor, inputs: Mapping[str, Any], weights=None) -> dict[int, np.ndarray]:
+    """Run kernel by kernel and copy every kernel's first output right after it runs (the arena is shared, so
+    reading the buffers at the end would show later kernels' data)."""
+    program: CompiledProgram = executor.program
+    got: dict[int, np.ndarray] = {}
+
+    def after(i: int) -> None:
+        k = program.kernels[i]
+        if k.outs:
+            got[i] = np.array(executor.view(k.outs[0]))
+
+    executor.run_observed(inputs, weights, after=after)
+    return got
+
+
+def _comparable(out: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """The kernel's output shaped like the reference, or why it cannot be (a padded channel layout, a view)."""
+    if out.shape == ref.shape:
+        return out, ""
+    if out.size == ref.size:
+        return out.reshape(ref.shape), ""
+    return None, f"shape {list(out.shape)} vs IR {list(ref.shape)}"
+
+
+def check_kernels(program: CompiledProgram, captured: Mapping[int, np.ndarray], expected: Mapping[str, np.ndarray],
+                  node_outputs: Mapping[str, list[str]] | None = None) -> list[KernelCheck]:
+    values = kernel_values(program, node_outputs)
+    rows: list[KernelCheck] = []
+    for i, k in enumerate(program.kernels):
+        v = values[i]
+        row = KernelCheck(i, k.name, k.kind, k.group, list(k.nodes), v, None)
+        if v is None:
+            row.note = "internal step of its node"
+        elif v not in expected:
+            row.note = f"no reference value '{v}'"
+        elif i not in captured:
+            row.note = "no output"
+        else:
+            ref = np.asarray(expected[v])
+            out, why = _comparable(captured[i], ref)
+            if out is None:
+                row.note = why
+            else:
+                row.comparison = compare(v, out, ref, program.compute_dtype)
+        rows.append(row)
+    return rows
+
+
+def first_failure(rows: list[KernelCheck]) -> KernelCheck | None:
+    return next((r for r in rows if r.passed is False), None)
+
+
+def format_table(rows: list[KernelCheck]) -> str:
+    lines = [f"{'#':>4} {'kernel':<24} {'group':<26} {'IR value':<20} {'max_abs':>10} {'max_rel':>10} "
+             f"{'pearson':>10}  result"]
+    for r in rows:
+        c = r.comparison
+        if c is None:
+            lines.append(f"{r.index:>4} {r.name:<24} {r.group[:26]:<26} {str(r.value or '-')[:20]:<20} "
+                         f"{'-':>10} {'-':>10} {'-':>10}  ({r.note})")
+        else:
+            lines.append(f"{r.index:>4} {r.name:<24} {r.group[:26]:<26} {str(r.value)[:20]:<20} {c.max_abs:>10.3g} "
+                         f"{c.max_rel:>10.3g} {c.pearson:>10.6f}  {'ok' if c.passed else 'FAIL'}")
+    return "\n".join(lines)
+
+
+# ---- repro ---------------------------------------------------------------------------------------------------------
+
+REPRO_SCRIPT = '''"""Rerun one kernel of {model} alone on the CPU backend and compare it with the reference.
+Written by `npusim verify --per-node --dump-repro`. Exit status 1 when the kernel is outside the tolerance."""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from npu_compiler.program import CompiledProgram
+from npu_runtime.cpu.backend import CpuBackend
+from npu_runtime.metrics import compare
+
+here = os.path.dirname(os.path.abspath(__file__))
+meta = json.load(open(os.path.join(here, "kernel.json")))
+prog = CompiledProgram.load(os.path.join(here, "kernel.npubin"))
+ex = CpuBackend().create_executor(prog)
+ex.run({{}})
+out = np.array(ex.view(prog.kernels[0].outs[0]))
+expected = np.load(os.path.join(here, "expected.npy"))
+out = out.reshape(expected.shape).astype(expected.dtype) if out.size == expected.size else out
+c = compare(meta["value"], out, expected, prog.compute_dtype)
+kc = meta["kernel"]
+print(f"kernel {{kc['name']}} ({{kc['group']}}; IR nodes {{', '.join(kc['nodes'])}})")
+print(f"  max_abs {{c.max_abs:.4g}}  max_rel {{c.max_rel:.4g}}  pearson {{c.pearson:.6f}}  "
+      f"{{'ok' if c.passed else 'MISMATCH'}} (tolerance of {{prog.compute_dtype}})")
+sys.exit(0 if c.passed else 1)
+'''
+
+
+def kernel_program(program: CompiledProgram, index: int, buffers: Mapping[int, np.ndarray]) -> CompiledProgram:
+    """A program of kernel `index` alone: every buffer it touches becomes a constant holding the data it had just
+    before the kernel ran (outputs too, so in-place kernels see their old contents), renumbered from 0. The CPU
+    executor then runs it through exactly the code path of the full program."""
+    k = program.kernels[index]
+    ids = sorted({r.buffer for r in (*k.args, *k.outs)})
+    remap = {b: i for i, b in enumerate(ids)}
+    specs = []
+    for b in ids:
+        src: BufferSpec = program.buffers[b]
+        data = np.ascontiguousarray(buffers[b]).tobytes()
+        specs.append(BufferSpec(remap[b], src.name, "constant", src.dtype, src.numel, -1, data))
+
+    def ref(r: TensorRef) -> TensorRef:
+        return TensorRef(remap[r.buffer], tuple(r.shape), tuple(r.strides), r.offset)
+
+    call = dataclasses.replace(k, args=[ref(a) for a in k.args], outs=[ref(o) for o in k.outs])
+    sources = {k.source: program.sources[k.source]} if k.source else {}
+    return CompiledProgram(f"{program.model_name}:{k.name}", program.target, program.compute_dtype, {}, [], [], [],
+                           specs, [call], 0, sources)
+
+
+def capture_kernel_buffers(executor, inputs: Mapping[str, Any], weights, index: int) -> dict[int, np.ndarray]:
+    """The whole buffers kernel `index` reads and writes, as they are just before it runs."""
+    k: KernelCall = executor.program.kernels[index]
+    got: dict[int, np.ndarray] = {}
+
+    def before(i: int) -> None:
+        if i == index:
+            for b in {r.buffer for r in (*k.args, *k.outs)}:
+                got[b] = np.array(executor.flat[b])
+
+    executor.run_observed(inputs, weights, before=before)
+    return got
+
+
+def _npy_safe(a: np.ndarray) -> np.ndarray:
+    # .npy has no bfloat16: store those as float32 (the comparison upcasts anyway)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
+def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], weights, check: KernelCheck,
+               expected: np.ndarray) -> str:
+    """Write kernel `check.index`'s inputs (arg{j}.npy, as views), expected output, kernel.json, a one-kernel
+    program (kernel.npubin) and repro.py. Returns the script's path."""
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    program: CompiledProgram = executor.program
+    k = program.kernels[check.index]
+    bufs = capture_kernel_buffers(executor, inputs, weights, check.index)
+    mini = kernel_program(program, check.index, bufs)
+    mini.save(os.path.join(folder, "kernel.npubin"))
+    for j, a in enumerate(k.args):
+        flat = bufs[a.buffer]
+        view = np.lib.stride_tricks.as_strided(flat[a.offset:], shape=a.shape,
+                                               strides=tuple(s * flat.itemsize for s in a.strides))
+        np.save(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.ascontiguousarray(view)))
+    np.save(os.path.join(folder, "expected.npy"), _npy_safe(np.asarray(expected)))
+    call = dataclasses.asdict(k)
+    meta = {"model": program.model_name, "index": check.index, "value": check.value,
+            "compute_dtype": program.compute_dtype,
+            "kernel": call, "buffers": {str(b): {"name": program.buffers[b].name, "dtype": program.buffers[b].dtype,
+                                                 "numel": program.buffers[b].numel} for b in sorted(bufs)},
+            "comparison": check.comparison.to_dict() if check.comparison else None,
+            "source": program.sources.get(k.source) if k.source else None}
+    with open(os.path.join(folder, "kernel.json"), "w") as f:
+        json.dump(meta, f, indent=1, default=list)
+    script = os.path.join(folder, "repro.py")
+    with open(script, "w") as f:
+        f.write(REPRO_SCRIPT.format(model=program.model_name))
+    return script
+
+
+__all__ = ["KernelCheck", "kernel_values", "capture_outputs", "check_kernels", "first_failure", "format_table",
+           "kernel_program", "dump_repro"]

@@ -1,0 +1,334 @@
+"""`LLM`: text generation on the compiled static-cache prefill and decode programs of an `npusim export-llm` folder.
+
+The weights are loaded once into one `WeightSet` that both executors are bound to, and the KV cache lives on the
+backend as one buffer per layer and kind, allocated once and bound to both executors. The programs write those
+buffers in place (their cache outputs alias the cache inputs), so a step moves only token ids, positions and a
+mask to the device and one row of logits back. No torch here: this runs where only the runtime is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.program import CompiledProgram
+
+from .backend import Backend, DeviceBuffer, get_backend
+from .dtypes import convert
+from .errors import NPURuntimeError
+from .weights import WeightSet, load_weights
+
+__all__ = ["LLM", "LLMError", "GenerationResult", "MANIFEST_FORMAT", "SUPPORTED_MODEL_TYPES", "sample_token"]
+
+MANIFEST_FORMAT = "npusim.llm/1"
+SUPPORTED_MODEL_TYPES = ("qwen2",)
+
+
+class LLMError(NPURuntimeError):
+    """A bad LLM folder, model directory or generation request."""
+
+
+@dataclass
+class GenerationResult:
+    prompt_ids: list[int]
+    tokens: list[int]  # the new tokens only
+    stop_reason: str  # "stop_token" or "max_new_tokens"
+    prefill_seconds: float
+    decode_seconds: float
+    prefill_calls: int
+    backend: str
+    text: str | None = None
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        # the first new token comes from the prefill; the others from one decode step each
+        n = max(len(self.tokens) - 1, 0)
+        return n / self.decode_seconds if self.decode_seconds > 0 and n else 0.0
+
+
+def check_model_dir(model_dir: str | os.PathLike[str], *, need_weights: bool = True) -> dict[str, Any]:
+    """config.json of a supported architecture (and safetensors, when weights are needed); its config dict."""
+    d = Path(model_dir)
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise LLMError(f"{d}: not a model directory (no config.json)")
+    cfg = json.loads(cfg_path.read_text())
+    mt = cfg.get("model_type")
+    if mt not in SUPPORTED_MODEL_TYPES:
+        archs = ", ".join(cfg.get("architectures") or []) or "?"
+        raise LLMError(f"{d}: unsupported architecture model_type={mt!r} ({archs}); supported: "
+                       f"{', '.join(SUPPORTED_MODEL_TYPES)} (Qwen2ForCausalLM family)")
+    if need_weights and not any(d.glob("*.safetensors")):
+        raise LLMError(f"{d}: no *.safetensors weights in the model directory (only safetensors are read; "
+                       "convert a pytorch_model.bin with save_pretrained(..., safe_serialization=True))")
+    return cfg
+
+
+def sample_token(logits: np.ndarray, rng: np.random.Generator, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None) -> int:
+    """Greedy (temperature 0) or sampled next token from one row of logits, HF's order: temperature, top-k, top-p."""
+    x = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if temperature <= 0:
+        return int(np.argmax(x))
+    x = x / temperature
+    if top_k is not None and 0 < top_k < x.size:
+        kth = np.partition(x, -top_k)[-top_k]
+        x = np.where(x < kth, -np.inf, x)
+    p = np.exp(x - np.max(x))
+    p /= p.sum()
+    if top_p is not None and 0 < top_p < 1:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        # keep the smallest prefix whose mass reaches top_p (the token that crosses it stays in)
+        keep = order[: int(np.searchsorted(cum, top_p)) + 1]
+        q = np.zeros_like(p)
+        q[keep] = p[keep]
+        p = q / q.sum()
+    return int(rng.choice(p.size, p=p))
+
+
+@dataclass
+class _Graph:
+    program: CompiledProgram
+    executor: Any
+    seq_len: int
+    names: dict[str, str]  # input_ids, position_ids, cache_position, attention_mask, logits
+    mask_dtype: str
+    logits_spec: Any
+
+
+@dataclass
+class LLM:
+    out_dir: Path
+    manifest: dict[str, Any]
+    cache_map: dict[str, Any]
+    backend: Backend
+    weights: WeightSet
+    cache: dict[str, DeviceBuffer]  # by cache input name (k_cache_i / v_cache_i), bound to both executors
+    prefill_graph: _Graph = field(repr=False)
+    decode_graph: _Graph = field(repr=False)
+    tokenizer: Any = field(default=None, repr=False)
+    eos_token_ids: tuple[int, ...] = ()
+
+    # ---- loading -----------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, out_dir: str | os.PathLike[str], backend: Backend | str | None = None, *,
+             model_dir: str | os.PathLike[str] | None = None) -> LLM:
+        """Load an export-llm folder; `model_dir` overrides the weights folder named in the manifest."""
+        out = Path(out_dir)
+        man_path = out / "manifest.json"
+        if not man_path.is_file():
+            raise LLMError(f"{out}: no manifest.json (write one with `npusim export-llm`)")
+        manifest = json.loads(man_path.read_text())
+        if manifest.get("format") != MANIFEST_FORMAT:
+            raise LLMError(f"{man_path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+        cache_map = json.loads((out / manifest["files"]["cache_map"]).read_text())
+        mdir = model_dir or manifest.get("model_dir")
+        if not mdir:
+            raise LLMError(f"{out}: graphs only (exported from a built-in config); give a model directory with "
+                           "weights (LLM.load(..., model_dir=...))")
+        mdir = Path(mdir)
+        check_model_dir(mdir)
+        be = backend if isinstance(backend, Backend) else get_backend(backend)
+        progs = {}
+        for kind in ("prefill", "decode"):
+            prog = CompiledProgram.load(out / manifest["files"][kind])
+            if prog.target != be.compile_target():
+                raise LLMError(f"{out}: programs were compiled for target '{prog.target}', backend '{be.name}' runs "
+                               f"'{be.compile_target()}' programs; re-export with --target {be.compile_target()}")
+            progs[kind] = prog
+
+        # One weight set for both programs: they share placeholder names (one export, same model).
+        weights = load_weights(progs["prefill"], mdir, be)
+        missing = [w.name for w in progs["decode"].weights if w.name not in weights.buffers]
+        if missing:
+            raise LLMError(f"decode program needs weights the prefill program has not: {missing[:8]}")
+
+        spec = {s.name: s for s in progs["prefill"].inputs}
+        cache: dict[str, DeviceBuffer] = {}
+        for lay in cache_map["graphs"]["prefill"]["layers"]:
+            for kv in ("k", "v"):
+                s = spec[lay[f"{kv}_input"]]
+                cache[s.name] = be.zeros(tuple(s.shape), s.device_dtype)
+
+        graphs = {}
+        for kind, prog in progs.items():
+            g = cache_map["graphs"][kind]
+            # decode inputs are matched to the shared buffers by layer index, not by name
+            bindings = {}
+            for lay, pl in zip(g["layers"], cache_map["graphs"]["prefill"]["layers"], strict=True):
+                bindings[lay["k_input"]] = cache[pl["k_input"]]
+                bindings[lay["v_input"]] = cache[pl["v_input"]]
+            ex = be.create_executor(prog, bindings=bindings)
+            ex.bind_weights(weights)
+            ins = {s.name: s for s in prog.inputs}
+            names = {**g["inputs"], "logits": g["outputs"]["logits"]}
+            outs = {s.name: s for s in prog.outputs}
+            graphs[kind] = _Graph(prog, ex, int(g["seq_len"]), names, ins[names["attention_mask"]].device_dtype,
+                                  outs[names["logits"]])
+
+        from .tokenizer import Tokenizer
+
+        cfg = json.loads((mdir / "config.json").read_text())
+        gen_cfg_path = mdir / "generation_config.json"
+        gen_cfg = json.loads(gen_cfg_path.read_text()) if gen_cfg_path.is_file() else {}
+        eos = gen_cfg.get("eos_token_id", cfg.get("eos_token_id"))
+        eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
+        return cls(out, manifest, cache_map, be, weights, cache, graphs["prefill"], graphs["decode"],
+                   Tokenizer.from_dir(mdir), eos_ids)
+
+    # ---- facts -------------------------------------------------------------------------------------------------
+    @property
+    def max_cache_len(self) -> int:
+        return int(self.cache_map["model"]["max_cache_len"])
+
+    @property
+    def prefill_len(self) -> int:
+        return self.prefill_graph.seq_len
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.cache_map["model"]["vocab_size"])
+
+    @property
+    def executors(self) -> dict[str, Any]:
+        return {"prefill": self.prefill_graph.executor, "decode": self.decode_graph.executor}
+
+    # ---- one program call --------------------------------------------------------------------------------------
+    def _mask(self, positions: np.ndarray, dtype: str) -> np.ndarray:
+        # query at position p sees slots 0..p; finfo.min elsewhere (what the export's mask rule and HF use)
+        L = self.max_cache_len
+        masked = float(self.cache_map["attention_mask"]["masked"])
+        visible = np.arange(L)[None, :] <= positions[:, None]
+        m = np.where(visible, np.float32(0), np.float32(masked)).astype(np.float32)
+        return convert(m.reshape(1, 1, len(positions), L), dtype)
+
+    def _call(self, g: _Graph, ids: np.ndarray, start: int) -> np.ndarray:
+        """Run `g` on ids at cache slots start..start+T-1; the logits [T, V] as float32."""
+        T = g.seq_len
+        positions = np.arange(start, start + T, dtype=np.int64)
+        inputs = {
+            g.names["input_ids"]: ids.reshape(1, T).astype(np.int64),
+            g.names["position_ids"]: positions.reshape(1, T),
+            g.names["cache_position"]: positions,
+            g.names["attention_mask"]: self._mask(positions, g.mask_dtype),
+        }
+        out = g.executor.run(inputs)
+        logits = out[g.names["logits"]].to_numpy(g.logits_spec)
+        return np.asarray(logits, dtype=np.float32).reshape(-1, logits.shape[-1])
+
+    def prefill(self, prompt_ids: Sequence[int]) -> tuple[np.ndarray, int]:
+        """Write the prompt's K/V into cache slots 0..n-1; the logits after its last token and the calls made.
+
+        Chunks of prefill_len run in order. A last chunk shorter than prefill_len is instead re-aligned to end at
+        the prompt's end (it recomputes a few tokens that are already cached, which writes the same values), so
+        no padding is needed once the prompt is at least one chunk long. A prompt shorter than one chunk is padded
+        at the end: the pads sit at slots n..P-1, no real query sees them (the mask), and each decode step writes
+        its slot before it attends to it, so they are overwritten before anyone reads them.
+        """
+        ids = np.asarray(list(prompt_ids), dtype=np.int64)
+        n, P = len(ids), self.prefill_len
+        self._check_ids(ids)
+        if n < P:
+            padded = np.zeros(P, np.int64)
+            padded[:n] = ids
+            return self._call(self.prefill_graph, padded, 0)[n - 1], 1
+        starts = list(range(0, n - P + 1, P))
+        if starts[-1] + P < n:
+            starts.append(n - P)
+        logits = None
+        for s in starts:
+            logits = self._call(self.prefill_graph, ids[s:s + P], s)
+        assert logits is not None
+        return logits[-1], len(starts)
+
+    def decode_step(self, token_id: int, position: int) -> np.ndarray:
+        """Feed one token at cache slot `position` (attends to slots 0..position); the next-token logits [V]."""
+        if not 0 <= position < self.max_cache_len:
+            raise LLMError(f"decode position {position} outside the cache (max_cache_len {self.max_cache_len})")
+        return self._call(self.decode_graph, np.asarray([token_id], np.int64), position)[0]
+
+    def _check_ids(self, ids: np.ndarray) -> None:
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise LLMError(f"token ids must be in [0, {self.vocab_size}); got min {ids.min()}, max {ids.max()}")
+
+    # ---- generation --------------------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop_tokens: Sequence[int] | None = None,
+        stream: Callable[[int], None] | None = None,
+    ) -> GenerationResult:
+        """Generate up to max_new_tokens after the prompt. temperature 0 is greedy; `stop_tokens` None means the
+        model's eos tokens ([] for none). `stream` is called with each new token id as soon as it exists."""
+        prompt = [int(t) for t in prompt_ids]
+        n = len(prompt)
+        if n == 0:
+            raise LLMError("empty prompt: give at least one token")
+        if max_new_tokens < 1:
+            raise LLMError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        # The prompt takes n slots and every new token but the last is fed back: n + max_new_tokens - 1 slots.
+        need = n + max_new_tokens - 1
+        if need > self.max_cache_len:
+            raise LLMError(f"prompt of {n} tokens + {max_new_tokens} new tokens needs {need} cache slots, but the "
+                           f"export has max_cache_len {self.max_cache_len}; shorten the prompt, lower "
+                           f"max_new_tokens or re-export with a larger --max-cache-len")
+        if temperature < 0:
+            raise LLMError(f"temperature must be >= 0, got {temperature}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise LLMError(f"top_p must be in (0, 1], got {top_p}")
+        self._check_ids(np.asarray(prompt))
+        stops = set(self.eos_token_ids if stop_tokens is None else (int(t) for t in stop_tokens))
+        rng = np.random.default_rng(seed)
+
+        def pick(lg: np.ndarray) -> int:
+            return sample_token(lg, rng, temperature=temperature, top_k=top_k, top_p=top_p)
+
+        t0 = time.perf_counter()
+        logits, calls = self.prefill(prompt)
+        tok = pick(logits)
+        self.backend.synchronize()
+        t_prefill = time.perf_counter() - t0
+        out = [tok]
+        if stream:
+            stream(tok)
+        reason = "stop_token" if tok in stops else "max_new_tokens"
+        t1 = time.perf_counter()
+        pos = n
+        while reason != "stop_token" and len(out) < max_new_tokens:
+            tok = pick(self.decode_step(tok, pos))
+            pos += 1
+            out.append(tok)
+            if stream:
+                stream(tok)
+            if tok in stops:
+                reason = "stop_token"
+        self.backend.synchronize()
+        t_decode = time.perf_counter() - t1
+        return GenerationResult(prompt, out, reason, t_prefill, t_decode, calls, self.backend.name)
+
+    def generate_text(self, prompt: str, max_new_tokens: int, *, chat: bool = False,
+                      stream_text: Callable[[str], None] | None = None, **kwargs: Any) -> GenerationResult:
+        """Text in, text out through the model directory's tokenizer.json (chat template when `chat`)."""
+        if self.tokenizer is None:
+            raise LLMError("the model directory has no tokenizer.json: give token ids (generate / --prompt-ids)")
+        ids = self.tokenizer.encode(prompt, chat=chat)
+        stream = None
+        if stream_text is not None:
+            stream = self.tokenizer.streamer(stream_text)
+        res = self.generate(ids, max_new_tokens, stream=stream, **kwargs)
+        res.text = self.tokenizer.decode(res.tokens)
+        return res

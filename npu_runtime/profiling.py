@@ -1,0 +1,213 @@
+"""Per-kernel profiling: the timing record every backend returns from `Executor.profile`, a simple cost model
+(bytes moved, FLOPs), aggregation over iterations, a Chrome trace (Perfetto / chrome://tracing) and a chart.
+
+No torch here: the runtime must stay usable without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from npu_compiler.dtypes import itemsize
+from npu_compiler.program import CompiledProgram, KernelCall, TensorRef
+
+
+@dataclass
+class KernelTiming:
+    """One kernel launch. `start_s` is on the backend's clock (only differences matter); `dur_s` its duration
+    (CPU: perf_counter around the call; CUDA: elapsed time between events recorded around the launch)."""
+
+    index: int
+    start_s: float
+    dur_s: float
+
+
+@dataclass
+class KernelCost:
+    bytes: int  # sum of the bytes of every argument and output view (what a kernel must move at least once)
+    flops: int  # a simple model per kind, see `kernel_cost`
+
+
+@dataclass
+class KernelProfile:
+    index: int
+    name: str
+    kind: str
+    group: str
+    nodes: list[str]
+    calls: int
+    mean_s: float
+    median_s: float
+    min_s: float
+    total_s: float  # over every timed iteration
+    bytes: int
+    flops: int
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.median_s / 1e9 if self.median_s > 0 else 0.0
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.median_s / 1e9 if self.median_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gbps"] = self.gbps
+        d["gflops"] = self.gflops
+        return d
+
+
+@dataclass
+class ProfileReport:
+    model: str
+    backend: str
+    iterations: int
+    kernels: list[KernelProfile]  # in program order
+    iteration_totals_s: list[float] = field(default_factory=list)  # sum of kernel times, per iteration
+    runs: list[list[KernelTiming]] = field(default_factory=list)
+
+    @property
+    def kernel_total_s(self) -> float:
+        """Median over iterations of the summed kernel time of one run."""
+        return statistics.median(self.iteration_totals_s) if self.iteration_totals_s else 0.0
+
+    def by_time(self) -> list[KernelProfile]:
+        return sorted(self.kernels, key=lambda k: k.median_s, reverse=True)
+
+    def by_group(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for k in self.kernels:
+            out[k.group] = out.get(k.group, 0.0) + k.median_s
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "backend": self.backend, "iterations": self.iterations,
+                "kernel_total_s": self.kernel_total_s, "iteration_totals_s": self.iteration_totals_s,
+                "by_group_s": self.by_group(), "kernels": [k.to_dict() for k in self.by_time()]}
+
+
+def _ref_bytes(program: CompiledProgram, ref: TensorRef) -> int:
+    return ref.numel * itemsize(program.buffers[ref.buffer].dtype)
+
+
+def kernel_cost(program: CompiledProgram, k: KernelCall) -> KernelCost:
+    """Bytes: every view read or written once. FLOPs (multiply-add = 2): gemm 2*M*N*K*batch, conv
+    2*N*O*Ho*Wo*Cin/g*kh*kw, attention 4*B*H*L*S*D (QK^T and PV), pooling one op per window element, softmax and
+    norms a few ops per element, expression kernels one op per output element times the reduced extent."""
+    nbytes = sum(_ref_bytes(program, r) for r in (*k.args, *k.outs))
+    out = k.outs[0] if k.outs else None
+    out_numel = out.numel if out is not None else 0
+    flops = out_numel
+    try:
+        if k.kind == "gemm":
+            a = k.args[0]
+            flops = 2 * out_numel * a.shape[-1]
+        elif k.kind == "conv2d":
+            w = k.args[1]
+            flops = 2 * out_numel * math.prod(w.shape[1:])
+        elif k.kind == "attention":
+            q, kk = k.args[0], k.args[1]
+            b_h_l = math.prod(q.shape[:-1])
+            flops = 4 * b_h_l * kk.shape[-2] * q.shape[-1]
+        elif k.kind in ("max_pool2d", "avg_pool2d"):
+            kh, kw = k.params.get("kernel", (1, 1))
+            flops = out_numel * kh * kw
+        elif k.kind == "adaptive_avg_pool2d":
+            flops = k.args[0].numel
+        elif k.kind in ("softmax", "log_softmax"):
+            flops = 5 * out_numel
+        elif k.kind == "rmsnorm":
+            flops = 4 * out_numel
+        elif k.kind in ("embedding", "index_copy"):
+            flops = 0  # pure data movement
+        elif k.kind == "generated":
+            flops = out_numel * max(1, math.prod(k.reduce_shape))
+    except (IndexError, TypeError, ValueError):
+        flops = out_numel  # a kind whose layout the model does not know: count one op per output element
+    return KernelCost(nbytes, int(flops))
+
+
+def summarize(program: CompiledProgram, runs: list[list[KernelTiming]], backend: str) -> ProfileReport:
+    """Per-kernel statistics over the timed runs (medians resist the odd preempted launch)."""
+    per: dict[int, list[float]] = {}
+    for run in runs:
+        for t in run:
+            per.setdefault(t.index, []).append(t.dur_s)
+    kernels = []
+    for i, k in enumerate(program.kernels):
+        ds = per.get(i, [])
+        cost = kernel_cost(program, k)
+        kernels.append(KernelProfile(
+            i, k.name, k.kind, k.group, list(k.nodes), len(ds), statistics.fmean(ds) if ds else 0.0,
+            statistics.median(ds) if ds else 0.0, min(ds) if ds else 0.0, sum(ds), cost.bytes, cost.flops))
+    totals = [sum(t.dur_s for t in run) for run in runs]
+    return ProfileReport(program.model_name, backend, len(runs), kernels, totals, runs)
+
+
+def chrome_trace(program: CompiledProgram, report: ProfileReport) -> dict[str, Any]:
+    """Chrome trace event format: one complete ('X') event per kernel launch, ts/dur in microseconds. Every run
+    is a track of its own process row laid out in time order, so Perfetto shows iterations side by side."""
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": f"{program.model_name} "
+                                                                          f"({report.backend})"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "kernels"}},
+    ]
+    starts = [t.start_s for run in report.runs for t in run]
+    t0 = min(starts) if starts else 0.0
+    costs = {k.index: k for k in report.kernels}
+    for it, run in enumerate(report.runs):
+        for t in run:
+            k = program.kernels[t.index]
+            kp = costs[t.index]
+            events.append({
+                "name": k.name, "cat": k.kind, "ph": "X", "pid": 0, "tid": 0,
+                "ts": (t.start_s - t0) * 1e6, "dur": t.dur_s * 1e6,
+                "args": {"index": t.index, "iteration": it, "group": k.group, "nodes": list(k.nodes),
+                         "bytes": kp.bytes, "flops": kp.flops},
+            })
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"model": program.model_name, "backend": report.backend, "iterations": report.iterations}}
+
+
+def write_trace(path: str | os.PathLike, program: CompiledProgram, report: ProfileReport) -> None:
+    with open(path, "w") as f:
+        json.dump(chrome_trace(program, report), f)
+
+
+def write_chart(path: str | os.PathLike, report: ProfileReport, top: int = 20) -> str | None:
+    """A horizontal bar chart of the slowest kernels. Returns None when written, else why not (matplotlib is an
+    optional dependency; the runtime does not pull it in)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed; skipped the chart (pip install matplotlib)"
+    ks = report.by_time()[:top][::-1]
+    fig, ax = plt.subplots(figsize=(9, 0.3 * len(ks) + 1.5))
+    ax.barh([f"{k.name} ({k.group})" for k in ks], [k.median_s * 1e3 for k in ks])
+    ax.set_xlabel("median time per launch (ms)")
+    ax.set_title(f"{report.model} on {report.backend}: top {len(ks)} kernels")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def format_table(report: ProfileReport, top: int | None = None) -> str:
+    total = sum(k.median_s for k in report.kernels) or 1.0
+    lines = [f"{'#':>4} {'kernel':<24} {'group':<26} {'time(us)':>10} {'%':>6} {'MB':>9} {'MFLOP':>10} "
+             f"{'GB/s':>8} {'GFLOP/s':>8}  nodes"]
+    for k in report.by_time()[:top]:
+        nodes = ", ".join(k.nodes[:3]) + (" ..." if len(k.nodes) > 3 else "")
+        lines.append(f"{k.index:>4} {k.name:<24} {k.group[:26]:<26} {k.median_s * 1e6:>10.1f} "
+                     f"{100 * k.median_s / total:>6.1f} {k.bytes / 1e6:>9.3f} {k.flops / 1e6:>10.3f} "
+                     f"{k.gbps:>8.2f} {k.gflops:>8.2f}  {nodes}")
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""Shared fixtures: `backend` (every available runtime backend) and `check_module` (export a tiny nn.Module through
+torch_ir, compile it for the backend, run it and compare with PyTorch eager under tests/tolerances.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+import torch
+import torch_ir
+from tolerances import assert_close
+
+import npu_compiler
+import npu_runtime
+from npu_runtime.dtypes import dtype_name
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@pytest.fixture(params=npu_runtime.available_backends())
+def backend(request) -> npu_runtime.Backend:
+    """Each available backend in turn (CUDA, WebGPU join when their machine has the device)."""
+    return npu_runtime.get_backend(request.param)
+
+
+def _jsonable(value):
+    """torch.dtype / torch.device / layout objects in attrs -> strings, as the IR JSON holds them."""
+    if isinstance(value, torch.dtype | torch.device | torch.layout | torch.memory_format):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def export_ir(make_module: Callable[[], torch.nn.Module], inputs: Sequence[torch.Tensor], name: str = "m") -> dict:
+    """The IR dict of `make_module()` (built on the meta device) for inputs shaped like `inputs`."""
+    with torch.device("meta"):
+        meta = make_module().eval()
+    with torch.no_grad():
+        ir = torch_ir.extract_ir(meta, tuple(t.to("meta") for t in inputs), model_name=name)
+    data = ir.to_dict()
+    for node in data["nodes"]:
+        node["attrs"] = _jsonable(node.get("attrs") or {})
+    return data
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A torch tensor as NumPy in the same dtype (bf16 through ml_dtypes)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _compute_dtype(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> str:
+    """The dtype the model computes in: its float parameters', else its first float input's, else float32."""
+    for t in [*module.parameters(), *module.buffers(), *inputs]:
+        if t.dtype in _FLOATS:
+            return _dtype_name(t.dtype)
+    return "float32"
+
+
+def run_module(backend: npu_runtime.Backend, make_module: Callable[[], torch.nn.Module],
+               inputs: Sequence[torch.Tensor], *, seed: int = 0) -> tuple[dict, list[np.ndarray], list[torch.Tensor]]:
+    """Export, compile for `backend`, run. Returns (IR dict, outputs of the program, outputs of PyTorch eager)."""
+    torch.manual_seed(seed)
+    real = make_module().eval()
+    ir = export_ir(make_module, inputs)
+    program = npu_compiler.compile(ir, backend.compile_target(), dtype=_compute_dtype(real, inputs))
+    state = {**real.state_dict(), **dict(real.named_buffers())}
+    weights = npu_runtime.load_weights(program, {k: to_numpy(v) for k, v in state.items()}, backend)
+    executor = backend.create_executor(program)
+    names = [t["name"] for t in ir["graph_inputs"]]
+    outs = executor.run_numpy({n: to_numpy(t) for n, t in zip(names, inputs)}, weights)
+    got = [outs[t["name"]] for t in ir["graph_outputs"]]
+    with torch.no_grad():
+        ref = real(*[t.clone() for t in inputs])
+    ref = list(ref) if isinstance(ref, tuple | list) else [ref]
+    return ir, got, ref
+
+
+def ir_ops(ir: dict) -> set[str]:
+    """Short ATen names ("add.Tensor") of the ops in an IR dict."""
+    from npu_compiler.ir.schema import short_op
+
+    return {short_op(n["op_type"]) for n in ir["nodes"]}
+
+
+def check_module(backend: npu_runtime.Backend, make_module: Callable[[], torch.nn.Module],
+                 inputs: Sequence[torch.Tensor], *, kind: str = "elementwise", ops: Sequence[str] = (),
+                 seed: int = 0) -> dict:
+    """Compile and run `make_module()` on `backend` and compare every output with PyTorch eager under the tolerance
+    policy (its dtype, `kind`, the backend). `ops` are ATen ops the exported graph must contain (so a case cannot
+    silently stop testing what it is named after). Returns the IR dict."""
+    ir, got, ref = run_module(backend, make_module, inputs, seed=seed)
+    missing = set(ops) - ir_ops(ir)
+    assert not missing, f"the exported graph lacks {sorted(missing)}; it has {sorted(ir_ops(ir))}"
+    assert len(got) == len(ref), f"{len(got)} outputs, PyTorch gives {len(ref)}"
+    for i, (g, r) in enumerate(zip(got, ref)):
+        dt = _dtype_name(r.dtype)
+        expect = ir["graph_outputs"][i]["dtype"]
+        assert expect.removeprefix("torch.") == dt, f"output {i}: IR says {expect}, PyTorch gives {dt}"
+        gdt = dtype_name(g.dtype)
+        assert gdt == dt, f"output {i}: the program returns {gdt}, PyTorch gives {dt}"
+        assert_close(g, r.float().numpy() if r.dtype in _FLOATS else r.numpy(), dt, kind, backend.name,
+                     what=f"output {i} {list(r.shape)}")
+    return ir
+
+
+@pytest.fixture
+def check(backend) -> Callable[..., dict]:
+    """`check(make_module, *inputs, kind=..., ops=[...])` on the parametrised backend."""
+
+    def _check(make_module: Callable[[], torch.nn.Module], *inputs: torch.Tensor, **kwargs) -> dict:
+        return check_module(backend, make_module, inputs, **kwargs)
+
+    return _check
