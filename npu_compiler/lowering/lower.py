@@ -28,7 +28,8 @@ LIBRARY_OPS = {
     "linear.default", "matmul.default", "mm.default", "bmm.default", "addmm.default", "conv2d.default",
     "max_pool2d.default", "avg_pool2d.default", "adaptive_avg_pool2d.default", "embedding.default",
     "index_copy.default", "softmax.int", "_softmax.default", "log_softmax.int",
-    "scaled_dot_product_attention.default", "cat.default", "arange.default", "arange.start", "arange.start_step", "full.default",
+    "scaled_dot_product_attention.default", "cat.default", "arange.default", "arange.start", "arange.start_step",
+    "full.default",
     "zeros.default", "ones.default",
 }
 SUPPORTED_OPS = frozenset(set(ELEMENTWISE) | VIEW_OPS | REDUCE_OPS | LIBRARY_OPS)
