@@ -21,8 +21,11 @@ from .program import CompiledProgram, Recipe, WeightSpec
 from .targets.codegen import get_codegen_target
 from .targets.config import TargetConfig, default_config
 
+# Fusion passes, in the order they run; `--no-fusion` switches off all of them.
+FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "concat_linears", "gemm_epilogue",
+                 "conv_epilogue", "elementwise_fusion")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
-OPTIONAL_PASSES = ("bn_fold",)
+OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES)
 
 
 @dataclass
@@ -37,8 +40,13 @@ class CompileOptions:
 
 def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
-            rope_theta: float | None = None, verify_plan: bool = True) -> CompiledProgram:
-    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...)."""
+            fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True) -> CompiledProgram:
+    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...).
+
+    `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
+    fusion pass (FUSION_PASSES) at once."""
+    if not fusion:
+        disable_passes = (*disable_passes, *FUSION_PASSES)
     unknown = set(disable_passes) - set(OPTIONAL_PASSES)
     if unknown:
         raise NPUCompileError(f"unknown pass(es) {sorted(unknown)}; passes that can be disabled: "
@@ -64,8 +72,9 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     passes.append(f"compute_dtype({compute}{', ' + str(remap) if remap else ''})")
     check_constraints(graph, cfg)
     padding = plan_channel_padding(graph, cfg)
+    passes.extend(_fuse(graph, recipes, set(disable_passes)))
 
-    lowering = Lowering(graph, target)
+    lowering = Lowering(graph, target, greedy_fusion="elementwise_fusion" not in disable_passes)
     lowering.run()
     arena = plan_memory(lowering.buffers, lowering.kernels)
     if verify_plan:
@@ -105,6 +114,27 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
         "peak_intermediate_bytes": arena,
     }
     return program
+
+
+def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str]) -> list[str]:
+    """The pattern fusions (after the dtype pass, so the dtypes they record are the compute dtypes)."""
+    from .fusion import patterns as P
+
+    steps = [
+        ("rmsnorm", lambda: P.fuse_rmsnorm(graph)),
+        ("rope", lambda: P.fuse_rope(graph)),
+        ("attention", lambda: P.fuse_attention(graph, "attention_valid_len" not in disabled)),
+        ("concat_linears", lambda: P.concat_linears(graph, recipes)),
+        ("gemm_epilogue", lambda: P.fuse_gemm_epilogue(graph)),
+        ("conv_epilogue", lambda: P.fuse_conv_epilogue(graph)),
+    ]
+    done = []
+    for name, run in steps:
+        if name in disabled:
+            continue
+        done.append(f"{name}({run()})")
+        graph.remove_dead()
+    return done
 
 
 def _value_range(graph: Graph, v) -> tuple[int, int] | None:

@@ -139,6 +139,12 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport) -> np
     if r.kind == "load":
         a = fetch(r.sources["weight"], spec.source_shape, r.fallback_keys)
         return None if a is None else convert(a, spec.dtype)
+    if r.kind == "concat":
+        # Horizontally fused GEMMs (q/k/v, gate/up): the parts, concatenated along `axis`, in order.
+        parts = [fetch(r.sources[str(i)], tuple(shape)) for i, shape in enumerate(r.params["shapes"])]
+        if any(a is None for a in parts):
+            return None
+        return np.concatenate([convert(a, spec.dtype) for a in parts], axis=int(r.params["axis"]))
     if r.kind == "rope_inv_freq":
         for k in r.fallback_keys:
             if k in src:

@@ -15,8 +15,12 @@ from npu_runtime.errors import InputError
 def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto",
                    help="compute dtype: auto (from the weights: fp16 CNNs, bf16 LLMs), float32, float16, bfloat16")
-    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
-                   help="switch off an optional pass by name (repeatable), to bisect a numerical problem")
+    from npu_compiler.compiler import OPTIONAL_PASSES
+
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=OPTIONAL_PASSES,
+                   help="switch off an optional pass by name (repeatable), to bisect a numerical problem: "
+                        + ", ".join(OPTIONAL_PASSES))
+    p.add_argument("--no-fusion", action="store_true", help="switch off every fusion pass (BN folding stays)")
     p.add_argument("--rope-theta", type=float, default=None,
                    help="rotary base, to compute inv_freq buffers that no checkpoint holds")
 

@@ -62,8 +62,10 @@ def test_resnet18_logits(model, exported, batch, dtype, fold):
 
 def test_bn_fold_removes_batchnorm_kernels(exported):
     res = exported[1]
-    folded = npu_compiler.compile(res.ir_path, "cpu", dtype="float32")
-    unfolded = npu_compiler.compile(res.ir_path, "cpu", dtype="float32", disable_passes=("bn_fold",))
+    from npu_compiler.compiler import FUSION_PASSES
+
+    folded = npu_compiler.compile(res.ir_path, "cpu", dtype="float32", disable_passes=FUSION_PASSES)
+    unfolded = npu_compiler.compile(res.ir_path, "cpu", dtype="float32", disable_passes=("bn_fold", *FUSION_PASSES))
     assert len(unfolded.kernels) - len(folded.kernels) == 20  # one elementwise BN kernel per conv
     recipes = {w.recipe.kind for w in folded.weights}
     assert {"bn_fold_weight", "bn_fold_bias"} <= recipes

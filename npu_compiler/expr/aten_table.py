@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable
 
 from ..dtypes import HALF_DTYPES, is_float
-from .nodes import Binary, Cast, Const, Expr, Unary, Where
+from .nodes import Binary, Cast, Const, Expr, Load, Unary, Where
 
 Operands = list[Expr]
 Builder = Callable[[Operands, dict, str], Expr]
@@ -284,4 +284,9 @@ ELEMENTWISE: dict[str, Builder] = {
 
 def build_elementwise(op: str, operands: Operands, attrs: dict, out_dtype: str) -> Expr:
     """The expression of one ATen op, its result rounded to the IR's output dtype."""
-    return cast(ELEMENTWISE[op](operands, attrs, out_dtype), out_dtype)
+    e = cast(ELEMENTWISE[op](operands, attrs, out_dtype), out_dtype)
+    if out_dtype in HALF_DTYPES and not isinstance(e, Load | Cast):
+        # A half-typed expression lives in an fp32 register; only a store or a Cast rounds it. When a consumer
+        # inlines this op (fusion) there is no store, so round here: the fused chain then gives the op-by-op bits.
+        e = Cast(out_dtype, e)
+    return e

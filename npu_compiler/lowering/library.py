@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def _gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | None = None,
-          alpha: float = 1.0, beta: float = 1.0) -> None:
-    """out[batch..., M, N] = alpha * a[batch..., M, K] @ b[batch..., K, N] + beta * bias (broadcast)."""
+          alpha: float = 1.0, beta: float = 1.0, residual: TensorRef | None = None) -> None:
+    """out[batch..., M, N] = alpha * a[batch..., M, K] @ b[batch..., K, N] + beta * bias (broadcast), rounded to
+    the output dtype, then + residual (the epilogue of a fused residual add, rounded again as the IR does)."""
     out_v = node.outputs[0]
     out_shape = out_v.shape
     a2, b2 = a, b
@@ -36,9 +37,11 @@ def _gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef |
     out = TensorRef(buf.id, full, _contig(full), 0)
     args = [a2, b2]
     params = {"alpha": float(alpha), "beta": float(beta), "has_bias": bias is not None, "m": m, "n": n, "k": k,
-              "batch": list(batch)}
+              "batch": list(batch), "has_residual": residual is not None}
     if bias is not None:
         args.append(V.expand(bias, full))
+    if residual is not None:
+        args.append(V.expand(residual, full))
     L.emit("gemm", args, [out], params)
     r = V.reshape(out, out_shape)
     L.bind(out_v, r)
@@ -77,18 +80,14 @@ def addmm(L: Lowering, node: Node) -> None:
 
 
 def conv2d(L: Lowering, node: Node) -> None:
-    x = L.contiguous(L.ref(node.inputs[0]))
-    w = L.contiguous(L.ref(node.inputs[1]))
-    args = [x, w]
-    if len(node.inputs) > 2:
-        args.append(L.contiguous(L.ref(node.inputs[2])))
-    out = L.fresh(node.outputs[0])
     a = node.attrs
+    has_bias = a.get("has_bias", len(node.inputs) > 2)
+    has_residual = a.get("has_residual", False)
+    args = [L.contiguous(L.ref(v)) for v in node.inputs]  # x, w, [bias], [residual] (npu.conv2d epilogues)
+    out = L.fresh(node.outputs[0])
     params = {"stride": list(a["stride"]), "padding": _pair(a["padding"]), "dilation": list(a["dilation"]),
-              "groups": int(a["groups"]), "has_bias": len(args) == 3, "activation": a.get("activation", "none"),
-              "has_residual": False}
-    if node.attrs.get("residual") is not None:
-        params["has_residual"] = True
+              "groups": int(a["groups"]), "has_bias": has_bias, "activation": a.get("activation", "none"),
+              "has_residual": has_residual}
     L.emit("conv2d", args, [out], params)
 
 
@@ -163,6 +162,7 @@ def index_copy(L: Lowering, node: Node) -> None:
     if L.can_overwrite(self_v, out_v):
         # The cache write: in place, never a copy of the whole cache.
         out = L.ref(self_v)
+        L.flush_readers(out.buffer)
         buf = L.buffers[out.buffer]
         if buf.kind == "input":
             L._inplace_inputs[buf.id] = buf.name
@@ -217,7 +217,7 @@ def cat(L: Lowering, node: Node) -> None:
         if n == 0:
             continue  # ATen skips empty operands (legacy 1-D empty tensors included)
         region = V.slice_(out, dim, start, start + n, 1)
-        src = L.ref(v)
+        src = L.ref(v, pending_ok=True)
         L.generated(region, lambda load, src=src: cast(load(src), out_v.dtype))
         start += n
 

@@ -17,6 +17,7 @@ from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
 from ..ir.graph import Graph, Node, Value
 from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_strides
 from . import views as V
+from .greedy import Pending, bind_args, compose
 
 VIEW_OPS = {
     "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
@@ -41,8 +42,9 @@ def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef
 
 
 class Lowering:
-    def __init__(self, graph: Graph, target: str) -> None:
+    def __init__(self, graph: Graph, target: str, greedy_fusion: bool = False) -> None:
         self.graph = graph
+        self.greedy_fusion = greedy_fusion
         self.target = target
         self.buffers: list[BufferSpec] = []
         self.kernels: list[KernelCall] = []
@@ -53,6 +55,8 @@ class Lowering:
         self._node: Node | None = None
         self._inplace_inputs: dict[int, str] = {}  # buffer id -> graph input name updated in place
         self._roots, self._last_read, self._root_is_output = self._view_roots()
+        self.pending: dict[int, Pending] = {}
+        self._graph_outputs = {id(v) for v in graph.outputs}
 
     # ---- buffers ----------------------------------------------------------------------------------------------
     def new_buffer(self, name: str, kind: str, dtype: str, numel: int, data: bytes | None = None) -> BufferSpec:
@@ -63,8 +67,13 @@ class Lowering:
     def dtype_of(self, ref: TensorRef) -> str:
         return self.buffers[ref.buffer].dtype
 
-    def ref(self, v: Value) -> TensorRef:
-        return self.refs[id(v)]
+    def ref(self, v: Value, pending_ok: bool = False) -> TensorRef:
+        """`v`'s strided reference. Unless the caller can inline a pending (not yet written) elementwise result,
+        this writes it out first."""
+        r = self.refs[id(v)]
+        if not pending_ok and r.buffer in self.pending:
+            self.materialize(r.buffer)
+        return r
 
     def bind(self, v: Value, ref: TensorRef) -> None:
         if tuple(ref.shape) != tuple(v.shape):
@@ -97,25 +106,63 @@ class Lowering:
         self.kernels.append(k)
         return k
 
-    def generated(self, out: TensorRef, build: Callable[[Callable[[TensorRef], X.Load]], X.Expr],
-                  reduce_shape: tuple[int, ...] = (), reduce_build: bool = False) -> KernelCall:
-        """Emit a generated kernel writing `out`. `build(load)` makes the expression; `load(ref)` gives a Load of a
-        (broadcastable) operand, deduplicating arguments by buffer."""
-        args: list[TensorRef] = []
-        index: dict[int, int] = {}
+    def generated(self, out: TensorRef, build: Callable[[Callable[[TensorRef], X.Expr]], X.Expr],
+                  reduce_shape: tuple[int, ...] = ()) -> KernelCall:
+        """Emit a generated kernel writing `out`. `build(load)` makes the expression; `load(ref)` reads a
+        (broadcastable) operand, inlining it when it is a pending elementwise result."""
+        origins: list[str] = []
+        expr = build(self._loader(out.shape, reduce_shape, origins))
+        return self._emit_generated(out, expr, reduce_shape, origins)
 
-        def load(ref: TensorRef, rstrides: tuple[int, ...] = ()) -> X.Load:
-            if ref.buffer not in index:
-                index[ref.buffer] = len(args)
-                args.append(full_ref(self.buffers[ref.buffer]))
-            e = V.expand(ref, out.shape)
-            return X.Load(self.dtype_of(ref), index[ref.buffer], e.strides, e.offset, tuple(rstrides))
+    def _loader(self, out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str]):
+        def load(ref: TensorRef, rstrides: tuple[int, ...] | None = None) -> X.Expr:
+            if rstrides is None:  # broadcast the operand to the output
+                e = V.expand(ref, out_shape)
+                return self.load_raw(ref.buffer, e.strides, e.offset, (), out_shape, (), origins)
+            return self.load_raw(ref.buffer, tuple(ref.strides), ref.offset, tuple(rstrides), out_shape,
+                                 reduce_shape, origins)
 
-        expr = build(load)
-        return self.emit("generated", args, [out], expr=expr, reduce_shape=reduce_shape)
+        return load
+
+    def load_raw(self, buffer: int, strides: tuple[int, ...], offset: int, rstrides: tuple[int, ...],
+                 out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str]) -> X.Expr:
+        p = self.pending.get(buffer)
+        if p is not None:
+            sizes = tuple(out_shape) + (tuple(reduce_shape) if rstrides else ())
+            e = compose(p, tuple(strides) + tuple(rstrides), offset, sizes, len(out_shape))
+            if e is not None:
+                origins.extend(o for o in p.origin if o not in origins)
+                return e
+            self.materialize(buffer)
+        return X.Load(self.buffers[buffer].dtype, buffer, tuple(strides), offset, tuple(rstrides))
+
+    def _emit_generated(self, out: TensorRef, expr: X.Expr, reduce_shape: tuple[int, ...],
+                        origins: list[str]) -> KernelCall:
+        expr, arg_buffers = bind_args(expr)
+        k = self.emit("generated", [full_ref(self.buffers[b]) for b in arg_buffers], [out], expr=expr,
+                      reduce_shape=reduce_shape)
+        nodes = list(dict.fromkeys([*origins, *k.nodes]))
+        if len(nodes) > len(k.nodes):
+            k.nodes = nodes
+            k.group = "fused_elementwise"
+        return k
+
+    def materialize(self, buffer: int) -> None:
+        """Write a pending elementwise result to its buffer (a consumer needs it in memory)."""
+        p = self.pending.pop(buffer)
+        saved, self._node = self._node, p.node
+        self._emit_generated(full_ref(self.buffers[buffer], p.shape), p.expr, (), p.origin)
+        self._node = saved
+
+    def flush_readers(self, buffer: int) -> None:
+        """Before `buffer` is overwritten in place, write out every pending result that still reads it."""
+        for b in [b for b, p in self.pending.items() if buffer in p.reads]:
+            self.materialize(b)
 
     def contiguous(self, ref: TensorRef, dtype: str | None = None) -> TensorRef:
         """`ref` itself when contiguous, else a copy (the only place layouts cost a kernel)."""
+        if ref.buffer in self.pending and ref.is_contiguous() and dtype in (None, self.dtype_of(ref)):
+            self.materialize(ref.buffer)
         if ref.is_contiguous() and ref.offset == 0 and ref.numel == self.buffers[ref.buffer].numel and (
                 dtype is None or dtype == self.dtype_of(ref)):
             return ref
@@ -227,10 +274,16 @@ class Lowering:
         if node.op == "_native_batch_norm_legit_no_training.default" or node.op == "batch_norm.default":
             self._lower_batch_norm(node)
             return
+        operands = [self.ref(v, pending_ok=True) for v in node.inputs]
         out = self.fresh(out_v)
-        operands = [self.ref(v) for v in node.inputs]
-        self.generated(out, lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,
-                                                           out_v.dtype))
+        build = lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,  # noqa: E731
+                                               out_v.dtype)
+        if self.greedy_fusion and len(node.outputs) == 1 and id(out_v) not in self._graph_outputs:
+            origins: list[str] = []
+            expr = build(self._loader(out_v.shape, (), origins))
+            self.pending[out.buffer] = Pending(expr, out_v.shape, [*origins, *node.origin], node)
+            return
+        self.generated(out, build)
         for extra in node.outputs[1:]:
             self.fresh(extra)
 
@@ -248,7 +301,7 @@ class Lowering:
         if len(node.inputs) not in (3, 5):
             raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target,
                                      "batch_norm with only one of weight and bias")
-        refs = [self.ref(x)] + [V.reshape(self.ref(v), per_channel) for v in node.inputs[1:]]
+        refs = [self.ref(x, pending_ok=True)] + [V.reshape(self.ref(v), per_channel) for v in node.inputs[1:]]
         out = self.fresh(node.outputs[0])
 
         def build(load: Callable[[TensorRef], X.Load]) -> X.Expr:
@@ -264,7 +317,7 @@ class Lowering:
     # ---- views ------------------------------------------------------------------------------------------------
     def lower_view(self, node: Node) -> None:
         op, a = node.op, node.attrs
-        src = self.ref(node.inputs[0])
+        src = self.ref(node.inputs[0], pending_ok=True)
         out_v = node.outputs[0] if node.outputs else None
         if op in ("split.Tensor", "split_with_sizes.default", "chunk.default"):
             dim = V.norm_dim(a.get("dim", 0), len(src.shape))
@@ -295,7 +348,7 @@ class Lowering:
     # ---- reductions -------------------------------------------------------------------------------------------
     def lower_reduce(self, node: Node) -> None:
         x_v, out_v = node.inputs[0], node.outputs[0]
-        src = self.ref(x_v)
+        src = self.ref(x_v, pending_ok=True)
         rank = len(x_v.shape)
         dims = node.attrs.get("dim")
         if dims is None or dims == []:
@@ -315,16 +368,15 @@ class Lowering:
         op = node.op
         acc = "float32" if is_float(out_v.dtype) else "int64"
 
-        args = [full_ref(self.buffers[src.buffer])]
-        body: X.Expr = X.Load(self.dtype_of(src), 0, ostrides, src.offset, rstrides)
-        body = cast(body, acc)
+        origins: list[str] = []
+        body = cast(self.load_raw(src.buffer, ostrides, src.offset, rstrides, out_v.shape, red_shape, origins), acc)
         if op == "amax.default":
             e: X.Expr = X.Reduce(acc, "max", body)
         else:
             e = X.Reduce(acc, "sum", body)
-            if op == "mean.dim":
+            if op in ("mean.dim", "mean.default"):
                 e = X.Binary(acc, "div", e, const(count, acc))
-        self.emit("generated", args, [out], expr=cast(e, out_v.dtype), reduce_shape=red_shape)
+        self._emit_generated(out, cast(e, out_v.dtype), red_shape, origins)
 
     # ---- library-kernel helpers (used by library.py) ---------------------------------------------------------
     def gemm_operand(self, ref: TensorRef) -> TensorRef:
@@ -356,6 +408,9 @@ def _constant_bytes(v: Value) -> bytes:
     return out
 
 
+from .fused import FUSED as _FUSED  # noqa: E402
 from .library import LIBRARY as _LIBRARY  # noqa: E402  (library handlers use the Lowering class above)
+
+_LIBRARY = {**_LIBRARY, **_FUSED}
 
 __all__ = ["Lowering", "SUPPORTED_OPS", "itemsize"]

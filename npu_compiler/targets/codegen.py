@@ -44,8 +44,9 @@ def register_target(cls: type[CodegenTarget]) -> type[CodegenTarget]:
 
 
 def get_codegen_target(name: str) -> CodegenTarget:
-    if not _TARGETS:
-        from . import numpy_target  # noqa: F401  (registers itself)
+    # Always: once another target has registered (the CUDA module imported first), `_TARGETS` is not empty but
+    # 'cpu' may be missing from it.
+    from . import numpy_target  # noqa: F401  (registers itself)
     try:
         from . import cuda  # noqa: F401
     except ImportError:

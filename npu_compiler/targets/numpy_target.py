@@ -53,7 +53,7 @@ class NumpyTarget(CodegenTarget):
     name = "cpu"
     library_kernels = frozenset({
         "gemm", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "embedding", "index_copy",
-        "softmax", "attention", "rmsnorm",
+        "softmax", "attention", "rmsnorm", "rope",
     })
 
     def render_generated(self, kernel: KernelCall, program: CompiledProgram) -> str:

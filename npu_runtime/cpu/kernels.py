@@ -24,14 +24,35 @@ def store(out: np.ndarray, value: np.ndarray) -> None:
     np.copyto(out, value, casting="unsafe")
 
 
+def round_to(x: np.ndarray, dtype: np.dtype | str | None) -> np.ndarray:
+    """Round fp32 values to a half dtype and back (where the IR stores an intermediate in that dtype)."""
+    if dtype is None:
+        return x
+    dt = np_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
+    if dt.itemsize != 2 or dt.kind == "i":
+        return x
+    return x.astype(dt).astype(np.float32)
+
+
 def gemm(args, outs, p, ctx) -> None:
     a, b = args[0], args[1]
+    if outs[0].dtype.kind in "iu":
+        # Integer GEMMs are exact in int64 (wrapping), as ATen's are: fp32 would round sums above 2^24.
+        acc = np.matmul(a.astype(np.int64), b.astype(np.int64))
+        if p.get("alpha", 1) != 1:
+            acc = acc * np.int64(p["alpha"])
+        if p.get("has_bias"):
+            acc = acc + args[2].astype(np.int64) * np.int64(p.get("beta", 1))
+        np.copyto(outs[0], acc, casting="unsafe")
+        return
     acc = np.matmul(f32(a), f32(b))
     if p.get("alpha", 1.0) != 1.0:
         acc = acc * np.float32(p["alpha"])
     if p.get("has_bias"):
         bias = f32(args[2])
         acc = acc + (bias * np.float32(p["beta"]) if p.get("beta", 1.0) != 1.0 else bias)
+    if p.get("has_residual"):
+        acc = round_to(acc, outs[0].dtype) + f32(args[-1])
     store(outs[0], acc)
 
 
@@ -66,7 +87,8 @@ def conv2d(args, outs, p, ctx) -> None:
     if p.get("has_bias"):
         y += f32(args[2]).reshape(1, -1, 1, 1)
     if p.get("has_residual"):
-        y += f32(args[3 if p.get("has_bias") else 2])
+        # The unfused graph stores the conv result in its dtype before the residual add: round there too.
+        y = round_to(y, out.dtype) + f32(args[3 if p.get("has_bias") else 2])
     store(out, _activation(y, p.get("activation", "none")))
 
 
@@ -161,24 +183,48 @@ def attention(args, outs, p, ctx) -> None:
     q, k, v = (f32(a) for a in args[:3])
     b, h, t, d = p["batch"], p["heads"], p["q_len"], p["head_dim"]
     hk, lk = p["kv_heads"], p["kv_len"]
+    mask = args[3] if p["mask"] != "none" else None
+    if p.get("valid_len"):
+        # Decode over a static cache: slots past the last written position are masked; do not read them.
+        pos = args[-1]
+        n = int(pos.max()) + 1 if pos.size else lk
+        if not 0 < n <= lk:
+            raise NPURuntimeError(f"{ctx}: cache position {n - 1} outside a cache of {lk} slots")
+        k, v, lk = k[:, :, :n], v[:, :, :n], n
+        mask = mask[..., :n] if mask is not None else None
+    sd, pd = p.get("scores_dtype"), p.get("probs_dtype")
     q = q.reshape(b, hk, h // hk, t, d)
     k = k.reshape(b, hk, 1, lk, d)
     v = v.reshape(b, hk, 1, lk, -1)
-    s = np.matmul(q, k.swapaxes(-1, -2)) * np.float32(p["scale"])  # b, hk, g, t, l
-    if p["mask"] != "none":
-        m = args[3].reshape(b, hk, h // hk, t, lk)
+    # Rounded where the graph stores in a half dtype (the bf16 QK^T, its scaled and masked versions).
+    s = round_to(np.matmul(q, k.swapaxes(-1, -2)), sd)
+    s = round_to(s * np.float32(p["scale"]), sd)
+    if mask is not None:
+        m = mask.reshape(b, hk, h // hk, t, lk)
         if p["mask"] == "bool":
             s = np.where(m, s, -np.inf)
         else:
-            s = s + f32(m)
+            s = round_to(s + f32(m), sd)
     if p.get("is_causal"):
         s = np.where(np.tril(np.ones((t, lk), bool)), s, -np.inf)
     mx = s.max(axis=-1, keepdims=True)
+    # A query row whose keys are all masked out attends to nothing: zeros, as ATen's attention gives (its "safe
+    # softmax"), not the NaN of 0/0.
+    dead = np.isneginf(mx)
     with np.errstate(invalid="ignore"):
-        e = np.exp(s - mx)
-        pr = e / e.sum(axis=-1, keepdims=True)
+        e = np.exp(s - np.where(dead, np.float32(0), mx))
+        pr = round_to(e / np.where(dead, np.float32(1), e.sum(axis=-1, keepdims=True)), pd)
     o = np.matmul(pr, v).reshape(outs[0].shape)
     store(outs[0], o)
+
+
+def rope(args, outs, p, ctx) -> None:
+    """x * cos + rotate_half(x) * sin, each product rounded to its IR dtype as the unfused graph does."""
+    x, cos, sin = (f32(a) for a in args)
+    h = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    pd = p.get("product_dtype")
+    store(outs[0], round_to(x * cos, pd) + round_to(rot * sin, pd))
 
 
 def rmsnorm(args, outs, p, ctx) -> None:
@@ -201,5 +247,6 @@ LIBRARY = {
     "softmax": softmax,
     "attention": attention,
     "rmsnorm": rmsnorm,
+    "rope": rope,
 }
 

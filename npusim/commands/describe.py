@@ -59,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
     for k in d["kernels"]:
         nodes = ", ".join(k["nodes"][:6]) + (" ..." if len(k["nodes"]) > 6 else "")
         print(f"  {k['index']:>4} {k['kind']:<20} {k['group']:<28} {str(k['out_shape']):<20} <- {nodes}")
+    if d["fusion_groups"]:
+        print(f"fusion groups: {len(d['fusion_groups'])} kernels stand for more than one IR node")
+        for g in d["fusion_groups"]:
+            print(f"  {g['kernel']:<22} {g['group']:<20} <- {', '.join(g['nodes'])}")
     if d["padding_plan"]:
         extra = sum(p["extra_bytes"] for p in d["padding_plan"])
         print(f"channel padding plan: {len(d['padding_plan'])} tensors, {extra / 1e6:.3f} MB extra")

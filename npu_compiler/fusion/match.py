@@ -1,0 +1,59 @@
+"""Small helpers for matching patterns on the graph."""
+
+from __future__ import annotations
+
+from ..ir.graph import Graph, Node, Value
+
+
+class GraphIndex:
+    """Producers and users of every value, kept current by the pattern passes as they rewrite."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.producer: dict[int, Node] = {id(o): n for n in self.graph.nodes for o in n.outputs}
+        self.users: dict[int, list[Node]] = self.graph.users()
+        self.outputs = {id(v) for v in self.graph.outputs}
+
+    def prod(self, v: Value, *ops: str) -> Node | None:
+        n = self.producer.get(id(v))
+        if n is None or (ops and n.op not in ops):
+            return None
+        return n
+
+    def single_use(self, v: Value) -> bool:
+        return len(self.users.get(id(v), [])) == 1 and id(v) not in self.outputs
+
+    def only_used_by(self, v: Value, nodes: list[Node]) -> bool:
+        ids = {id(n) for n in nodes}
+        return id(v) not in self.outputs and all(id(u) in ids for u in self.users.get(id(v), []))
+
+
+def scalar_operand(n: Node, name: str = "other") -> float | None:
+    v = n.attrs.get(name)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def other_input(n: Node, v: Value) -> Value | None:
+    """For a binary node with two tensor inputs, the one that is not `v`."""
+    if len(n.inputs) != 2:
+        return None
+    a, b = n.inputs
+    if a is v:
+        return b
+    if b is v:
+        return a
+    return None
+
+
+def replace_node_group(graph: Graph, group: list[Node], new: Node, result_of: Node) -> None:
+    """Put `new` where `result_of` (the sink of `group`) was; `new`'s output replaces `result_of`'s output, and
+    `new` stands for the IR nodes of the whole group, in graph order."""
+    pos = {id(n): i for i, n in enumerate(graph.nodes)}
+    new.origin = [o for n in sorted(group, key=lambda n: pos[id(n)]) for o in n.origin]
+    graph.nodes.insert(pos[id(result_of)] + 1, new)
+    graph.replace_uses(result_of.outputs[0], new.outputs[0])
+    ids = {id(n) for n in group}
+    graph.nodes = [n for n in graph.nodes if id(n) not in ids]

@@ -1,0 +1,104 @@
+"""Greedy fusion of elementwise chains: an elementwise result is not written out but kept as a pending expression,
+and every consumer that reads it through an affine index map (broadcast, transpose, slice, unsqueeze, ...)
+inlines it. It is written to memory only when a consumer cannot inline it (a library kernel, a layout that is
+not affine in the producer's index, an expression grown too large, a buffer about to be overwritten in place).
+
+Inlining is exact: the consumer computes the same expression, with the same roundings, on the same elements."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..expr import nodes as X
+from ..ir.graph import Node
+from ..program import contiguous_strides
+
+MAX_INLINE_NODES = 64  # past this a shared subexpression is cheaper to write once than to recompute
+
+
+@dataclass
+class Pending:
+    expr: X.Expr  # Loads name buffers by id (`arg`), indexed in this value's own (contiguous) index space
+    shape: tuple[int, ...]
+    origin: list[str]  # the IR nodes it stands for
+    node: Node
+    reads: set[int] = field(default_factory=set)
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.reads = {ld.arg for ld in X.loads(self.expr)}
+        self.size = sum(1 for _ in X.walk(self.expr))
+        self.has_index = any(isinstance(n, X.Index) for n in X.walk(self.expr))
+
+
+def _unravel(offset: int, shape: tuple[int, ...]) -> list[int] | None:
+    idx = []
+    for d, s in zip(shape, contiguous_strides(shape)):
+        q = offset // s if s else 0
+        if d and q >= d:
+            return None
+        idx.append(q)
+        offset -= q * s
+    return idx if offset == 0 else None
+
+
+def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int, ...], n_out: int) -> X.Expr | None:
+    """`p`'s expression as seen through a consumer's access (`strides` over the consumer's index space of `sizes`,
+    the first `n_out` of them output dims, the rest reduction dims), or None when the access is not affine in
+    p's index space."""
+    if p.has_index or p.size > MAX_INLINE_NODES:
+        return None
+    shape = p.shape
+    cs = contiguous_strides(shape)
+    base = _unravel(offset, shape)
+    if base is None:
+        return None
+    coef = [[0] * len(sizes) for _ in shape]
+    reach = list(base)  # the largest index each producer dim reaches
+    for d, (s, n) in enumerate(zip(strides, sizes)):
+        if s == 0 or n == 1:
+            continue
+        for k in reversed(range(len(shape))):  # innermost first: the smallest producer stride that divides
+            if s % cs[k] == 0 and cs[k] <= s and reach[k] + (s // cs[k]) * (n - 1) < shape[k]:
+                coef[k][d] = s // cs[k]
+                reach[k] += (s // cs[k]) * (n - 1)
+                break
+        else:
+            return None
+
+    def rewrite(e: X.Expr) -> X.Expr:
+        if isinstance(e, X.Load):
+            new_off = e.offset + sum(t * b for t, b in zip(e.strides, base))
+            st = [sum(e.strides[k] * coef[k][d] for k in range(len(shape))) for d in range(len(sizes))]
+            return X.Load(e.dtype, e.arg, tuple(st[:n_out]), new_off, tuple(st[n_out:]))
+        kids = X.children(e)
+        if not kids:
+            return e
+        fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
+        for name, value in list(fields.items()):
+            if isinstance(value, X.Expr):
+                fields[name] = rewrite(value)
+        return type(e)(**fields)
+
+    return rewrite(p.expr)
+
+
+def bind_args(expr: X.Expr) -> tuple[X.Expr, list[int]]:
+    """Loads that name buffers by id -> loads that name kernel arguments; returns the buffer of each argument."""
+    order: dict[int, int] = {}
+    for ld in X.loads(expr):
+        order.setdefault(ld.arg, len(order))
+
+    def rewrite(e: X.Expr) -> X.Expr:
+        if isinstance(e, X.Load):
+            return dataclasses.replace(e, arg=order[e.arg])
+        if not X.children(e):
+            return e
+        fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
+        for name, value in list(fields.items()):
+            if isinstance(value, X.Expr):
+                fields[name] = rewrite(value)
+        return type(e)(**fields)
+
+    return rewrite(expr), list(order)
