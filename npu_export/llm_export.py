@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ def export_llm(
     dtype: str | None = None,
     target: str = "cpu",
     attn_implementation: str = "eager",
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> LLMExportResult:
     """Export, compile and describe. `dtype` None: the checkpoint's torch_dtype (bfloat16 for a built-in config).
 
@@ -56,6 +58,8 @@ def export_llm(
         mdir = None
         source = qwen2_config(config)  # KeyError names the known configs
         dt = dtype or "bfloat16"
+    step = progress or (lambda done, total, detail: None)
+    step(0, 3, "exporting prefill and decode graphs on the meta device")
     exp = export_qwen2(source, out_dir, max_cache_len=max_cache_len, prefill_len=prefill_len, dtype=dt,
                        attn_implementation=attn_implementation)  # type: ignore[arg-type]
     theta = exp.cache_map["rope"]["theta"]
@@ -63,7 +67,8 @@ def export_llm(
     files = {"prefill_ir": exp.prefill_path.name, "decode_ir": exp.decode_path.name,
              "cache_map": exp.cache_map_path.name}
     compute = {}
-    for kind in ("prefill", "decode"):
+    for i, kind in enumerate(("prefill", "decode")):
+        step(1 + i, 3, f"compiling {kind} for {target}")
         prog = npu_compiler.compile(getattr(exp, f"{kind}_path"), target, dtype=dt, rope_theta=theta)
         prog.save(out / f"{kind}.npubin")
         files[kind] = f"{kind}.npubin"

@@ -39,15 +39,30 @@ def _save_tokenizer(d) -> None:
     (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
-def setup(request, tmp_path_factory):
-    dtype = request.param
+_BUILT: dict[str, tuple] = {}
+
+
+def _build(dtype: str, tmp_path_factory) -> tuple:
+    if dtype in _BUILT:
+        return _BUILT[dtype]
     model = _model(getattr(torch, dtype))
     d = tmp_path_factory.mktemp(f"llm_{dtype}")
     model.save_pretrained(d / "hf")
     _save_tokenizer(d / "hf")
     export_llm(d / "npu", model_dir=d / "hf", max_cache_len=L, prefill_len=P, dtype=dtype)
-    return dtype, model, d, LLM.load(d / "npu", "cpu")
+    _BUILT[dtype] = (dtype, model, d, LLM.load(d / "npu", "cpu"))
+    return _BUILT[dtype]
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def setup(request, tmp_path_factory):
+    return _build(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def setup_f32(tmp_path_factory):
+    """For claims made in fp32 only (token-for-token equality) or that one dtype checks fully."""
+    return _build("float32", tmp_path_factory)
 
 
 def _prompt(n: int) -> list[int]:
@@ -55,10 +70,8 @@ def _prompt(n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("n", [5, 19], ids=["shorter_than_prefill", "chunked"])
-def test_greedy_equals_transformers_generate(setup, n):
-    dtype, model, _, llm = setup
-    if dtype != "float32":
-        pytest.skip("token-for-token equality is an fp32 claim; bf16 is checked by logits correlation")
+def test_greedy_equals_transformers_generate(setup_f32, n):
+    dtype, model, _, llm = setup_f32
     prompt = _prompt(n)
     res = llm.generate(prompt, NEW, stop_tokens=[])
     with torch.no_grad():
@@ -114,10 +127,8 @@ def test_cache_shared_and_updated_in_place(setup):
         assert writers and all(k.kind == "index_copy" and k.params["inplace"] for k in writers)
 
 
-def test_sampling_seeded_and_stop_tokens(setup):
-    dtype, _, _, llm = setup
-    if dtype != "float32":
-        pytest.skip("one dtype is enough")
+def test_sampling_seeded_and_stop_tokens(setup_f32):
+    dtype, _, _, llm = setup_f32
     prompt = _prompt(5)
     kw = dict(temperature=0.8, top_k=20, top_p=0.9, seed=7, stop_tokens=[])
     a, b = llm.generate(prompt, 8, **kw), llm.generate(prompt, 8, **kw)
@@ -135,10 +146,8 @@ def test_sampling_seeded_and_stop_tokens(setup):
     assert {sample_token(logits, rng, temperature=1.0, top_p=0.99) for _ in range(200)} == {1, 2}
 
 
-def test_text_in_text_out(setup):
-    dtype, _, _, llm = setup
-    if dtype != "float32":
-        pytest.skip("one dtype is enough")
+def test_text_in_text_out(setup_f32):
+    dtype, _, _, llm = setup_f32
     assert llm.tokenizer is not None
     res = llm.generate_text("w10 w20 w30", 6, stop_tokens=[])
     assert res.prompt_ids == [10, 20, 30]
@@ -149,10 +158,8 @@ def test_text_in_text_out(setup):
     assert "".join(chunks) == chat.text
 
 
-def test_cli_generate(setup, capsys):
-    dtype, _, d, llm = setup
-    if dtype != "float32":
-        pytest.skip("one dtype is enough")
+def test_cli_generate(setup_f32, capsys):
+    dtype, _, d, llm = setup_f32
     prompt = _prompt(5)
     want = llm.generate(prompt, 4, stop_tokens=[]).tokens
     assert npusim_main(["generate", str(d / "npu"), "--prompt-ids", ",".join(map(str, prompt)),

@@ -22,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: the checkpoint's dtype)")
     p.add_argument("--target", default="cpu", help="compiler target of the programs (cpu, cuda)")
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation to export")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
 
@@ -31,11 +32,14 @@ def run(args: argparse.Namespace) -> int:
     if (args.model_dir is None) == (args.config is None):
         print("npusim export-llm: error: give a MODEL_DIR or --config NAME (not both)", file=sys.stderr)
         return 2
+    from ..progress import Progress
+
     t0 = time.perf_counter()
     try:
-        res = export_llm(args.output, model_dir=args.model_dir, config=args.config, max_cache_len=args.max_cache_len,
-                         prefill_len=args.prefill_len, dtype=args.dtype, target=args.target,
-                         attn_implementation=args.attn)
+        with Progress("export-llm", 3, quiet=args.quiet) as bar:
+            res = export_llm(args.output, model_dir=args.model_dir, config=args.config,
+                             max_cache_len=args.max_cache_len, prefill_len=args.prefill_len, dtype=args.dtype,
+                             target=args.target, attn_implementation=args.attn, progress=bar.callback)
     except (ValueError, KeyError, NotImplementedError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"npusim export-llm: error: {msg}", file=sys.stderr)
