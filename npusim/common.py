@@ -25,6 +25,16 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
                    help="rotary base, to compute inv_freq buffers that no checkpoint holds")
 
 
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Weights, inputs, backend and seed: what every command that runs a program takes."""
+    p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input array (repeatable); inputs not given are generated: floats at random, integers "
+                        "inside their valid range")
+    p.add_argument("--backend", default=None, help="cpu, cuda (default: best available, or $NPUSIM_BACKEND)")
+    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs")
+
+
 def compile_kwargs(args: argparse.Namespace) -> dict:
     kw = {"dtype": None if args.dtype == "auto" else args.dtype, "disable_passes": list(args.disable_pass),
           "rope_theta": args.rope_theta}

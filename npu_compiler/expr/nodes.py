@@ -11,6 +11,7 @@ chain gives the same bits as the op-by-op program.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "abs", "not", "floor", "trunc")
@@ -106,6 +107,19 @@ def walk(e: Expr):
         stack.append((node, True))
         for c in reversed(children(node)):
             stack.append((c, False))
+
+
+def map_loads(e: Expr, fn) -> Expr:
+    """`e` with every Load replaced by `fn(load)` (the rest of the tree rebuilt around it)."""
+    if isinstance(e, Load):
+        return fn(e)
+    if not children(e):
+        return e
+    fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
+    for name, value in fields.items():
+        if isinstance(value, Expr):
+            fields[name] = map_loads(value, fn)
+    return type(e)(**fields)
 
 
 def loads(e: Expr) -> list[Load]:

@@ -67,21 +67,12 @@ def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int,
         else:
             return None
 
-    def rewrite(e: X.Expr) -> X.Expr:
-        if isinstance(e, X.Load):
-            new_off = e.offset + sum(t * b for t, b in zip(e.strides, base))
-            st = [sum(e.strides[k] * coef[k][d] for k in range(len(shape))) for d in range(len(sizes))]
-            return X.Load(e.dtype, e.arg, tuple(st[:n_out]), new_off, tuple(st[n_out:]))
-        kids = X.children(e)
-        if not kids:
-            return e
-        fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
-        for name, value in list(fields.items()):
-            if isinstance(value, X.Expr):
-                fields[name] = rewrite(value)
-        return type(e)(**fields)
+    def rewrite(e: X.Load) -> X.Load:
+        new_off = e.offset + sum(t * b for t, b in zip(e.strides, base))
+        st = [sum(e.strides[k] * coef[k][d] for k in range(len(shape))) for d in range(len(sizes))]
+        return X.Load(e.dtype, e.arg, tuple(st[:n_out]), new_off, tuple(st[n_out:]))
 
-    return rewrite(p.expr)
+    return X.map_loads(p.expr, rewrite)
 
 
 def bind_args(expr: X.Expr) -> tuple[X.Expr, list[int]]:
@@ -90,15 +81,4 @@ def bind_args(expr: X.Expr) -> tuple[X.Expr, list[int]]:
     for ld in X.loads(expr):
         order.setdefault(ld.arg, len(order))
 
-    def rewrite(e: X.Expr) -> X.Expr:
-        if isinstance(e, X.Load):
-            return dataclasses.replace(e, arg=order[e.arg])
-        if not X.children(e):
-            return e
-        fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
-        for name, value in list(fields.items()):
-            if isinstance(value, X.Expr):
-                fields[name] = rewrite(value)
-        return type(e)(**fields)
-
-    return rewrite(expr), list(order)
+    return X.map_loads(expr, lambda e: dataclasses.replace(e, arg=order[e.arg])), list(order)

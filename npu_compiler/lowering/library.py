@@ -97,14 +97,19 @@ def _pair(p) -> list[int]:
     return list(p) if isinstance(p, list | tuple) else [int(p), int(p)]
 
 
+def _pool_window(a: dict) -> tuple[list[int], list[int]]:
+    """Kernel and stride as pairs (ATen allows one value for both dims, and an empty stride means the kernel)."""
+    ks = list(a["kernel_size"])
+    ks = ks * 2 if len(ks) == 1 else ks
+    stride = list(a["stride"]) or ks
+    return ks, stride * 2 if len(stride) == 1 else stride
+
+
 def max_pool2d(L: Lowering, node: Node) -> None:
     x = L.contiguous(L.ref(node.inputs[0]))
     a = node.attrs
     out = L.fresh(node.outputs[0])
-    ks = list(a["kernel_size"])
-    ks = ks * 2 if len(ks) == 1 else ks
-    stride = list(a["stride"]) or ks
-    stride = stride * 2 if len(stride) == 1 else stride
+    ks, stride = _pool_window(a)
     L.emit("max_pool2d", [x], [out], {"kernel": ks, "stride": stride, "padding": _pair(a["padding"]),
                                        "dilation": list(a["dilation"]), "ceil_mode": bool(a["ceil_mode"])})
 
@@ -113,10 +118,7 @@ def avg_pool2d(L: Lowering, node: Node) -> None:
     x = L.contiguous(L.ref(node.inputs[0]))
     a = node.attrs
     out = L.fresh(node.outputs[0])
-    ks = list(a["kernel_size"])
-    ks = ks * 2 if len(ks) == 1 else ks
-    stride = list(a["stride"]) or ks
-    stride = stride * 2 if len(stride) == 1 else stride
+    ks, stride = _pool_window(a)
     L.emit("avg_pool2d", [x], [out], {"kernel": ks, "stride": stride, "padding": _pair(a["padding"]),
                                        "ceil_mode": bool(a["ceil_mode"]),
                                        "count_include_pad": bool(a["count_include_pad"]),

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from ..common import complete_inputs, parse_inputs
+from ..common import add_run_options, complete_inputs, parse_inputs
 
 
 def register(sub) -> None:
@@ -16,11 +16,7 @@ def register(sub) -> None:
                                    "moved, FLOPs, GB/s and GFLOP/s; optionally write a Chrome trace (Perfetto, "
                                    "chrome://tracing) and a bar chart.")
     p.add_argument("artifact", help=".npubin file (or an IR JSON, compiled on the fly)")
-    p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeatable); inputs not given are generated at random")
-    p.add_argument("--backend", default=None, help="cpu, cuda (default: best available)")
-    p.add_argument("--seed", type=int, default=0)
+    add_run_options(p)
     p.add_argument("--warmup", type=int, default=2, help="untimed runs first (caches, lazy builds)")
     p.add_argument("--iters", type=int, default=10, help="timed runs")
     p.add_argument("--top", type=int, default=30, help="rows of the table (0: all)")

@@ -10,19 +10,15 @@ import time
 
 import numpy as np
 
-from ..common import complete_inputs, parse_inputs
+from ..common import add_run_options, complete_inputs, parse_inputs
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a compiled artifact on a backend",
                        description="Run a .npubin artifact with weights and inputs; write the outputs to an .npz.")
     p.add_argument("artifact", help=".npubin file (or an IR JSON, compiled on the fly)")
-    p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeatable); inputs not given are generated at random")
+    add_run_options(p)
     p.add_argument("-o", "--output", required=True, help="where to write the outputs (.npz)")
-    p.add_argument("--backend", default=None, help="cpu, cuda (default: best available, or $NPUSIM_BACKEND)")
-    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 

@@ -6,7 +6,14 @@ import argparse
 import json
 import sys
 
-from ..common import add_compile_options, compile_kwargs, complete_inputs, input_specs_from_ir, parse_inputs
+from ..common import (
+    add_compile_options,
+    add_run_options,
+    compile_kwargs,
+    complete_inputs,
+    input_specs_from_ir,
+    parse_inputs,
+)
 
 
 def register(sub) -> None:
@@ -16,11 +23,7 @@ def register(sub) -> None:
                                    "Pearson r, top-k agreement. Exit status 0 only within the tolerance of the "
                                    "compute dtype.")
     p.add_argument("ir", help="IR JSON file")
-    p.add_argument("--weights", required=True, help="safetensors file or folder")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeatable); others are generated (floats at random, integers in range)")
-    p.add_argument("--backend", default=None, help="cpu, cuda (default: best available)")
-    p.add_argument("--seed", type=int, default=0)
+    add_run_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--per-node", action="store_true",
                    help="also compare every intermediate that survives fusion with the reference value of its IR "
