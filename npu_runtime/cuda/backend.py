@@ -47,46 +47,23 @@ class _Device:
             # it, so they are ordered without device-wide synchronisation.
             self.stream = cupy.cuda.Stream(non_blocking=True)
         self.arch = self.device.compute_capability  # "90"
-        self._cublas: int | None = None
+        self._cublas = None
         self._workspace = None
 
     @property
-    def cublas(self) -> int:
+    def cublas(self):
+        """The cuBLAS handle (created on first use) on this stream, with its own workspace so that GEMMs can be
+        captured into a CUDA graph."""
         if self._cublas is None:
-            from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+            import cupy  # noqa: PLC0415
+
+            from .cublas import WORKSPACE_BYTES, Handle  # noqa: PLC0415
 
             with self.device:
-                handle = cublas.create()
-                cublas.setStream(handle, self.stream.ptr)
-                self._workspace = _set_workspace(handle)
-            self._cublas = handle
+                self._workspace = cupy.empty(WORKSPACE_BYTES, dtype=np.uint8)
+                self._cublas = Handle(self.stream.ptr, int(self._workspace.data.ptr), WORKSPACE_BYTES,
+                                      keep=self._workspace)
         return self._cublas
-
-
-def _set_workspace(handle: int):
-    """Give cuBLAS a workspace of its own, so that no allocation happens while a CUDA graph is captured (as PyTorch
-    does). Best effort: without it capture still works on current cuBLAS versions."""
-    import ctypes  # noqa: PLC0415
-
-    import cupy  # noqa: PLC0415
-
-    size = 32 << 20
-    try:
-        try:
-            from cuda.pathfinder import load_nvidia_dynamic_lib  # noqa: PLC0415
-
-            lib = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
-        except Exception:  # noqa: BLE001
-            lib = ctypes.CDLL("libcublas.so.13")
-        fn = lib.cublasSetWorkspace_v2
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        fn.restype = ctypes.c_int
-        ws = cupy.empty(size, dtype=np.uint8)
-        if fn(ctypes.c_void_p(handle), ctypes.c_void_p(ws.data.ptr), size) != 0:
-            return None
-        return ws
-    except Exception:  # noqa: BLE001
-        return None
 
 
 @functools.cache

@@ -59,8 +59,8 @@ def _binary(name: str, source: str, arch: str) -> Path:
     return path
 
 
-def load_kernels(sources: dict[str, str], arch: str) -> dict[str, Any]:
-    """{source name: CuPy RawKernel of its `npu_kernel`}."""
+def load_modules(sources: dict[str, str], arch: str) -> dict[str, Any]:
+    """{source name: loaded CuPy RawModule} (its kernel is `npu_kernel`)."""
     import cupy  # noqa: PLC0415
 
     if not sources:
@@ -69,8 +69,13 @@ def load_kernels(sources: dict[str, str], arch: str) -> dict[str, Any]:
         names = list(sources)
         with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1, len(names))) as pool:
             paths = list(pool.map(lambda n: _binary(n, sources[n], arch), names))
-        return {n: cupy.RawModule(path=str(p)).get_function(KERNEL_NAME) for n, p in zip(names, paths)}
+        return {n: cupy.RawModule(path=str(p)) for n, p in zip(names, paths)}
     # Without cuda-bindings: CuPy's own NVRTC (its cache, not ours).
     inc = tuple(f"-I{d}" for d in nv.include_dirs())
-    return {n: cupy.RawModule(code=s, options=("--std=c++17", *inc)).get_function(KERNEL_NAME)
-            for n, s in sources.items()}
+    return {n: cupy.RawModule(code=s, options=("--std=c++17", *inc)) for n, s in sources.items()}
+
+
+def load_kernels(sources: dict[str, str], arch: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({source name: RawKernel of its `npu_kernel`}, the modules, which must stay alive with the kernels)."""
+    modules = load_modules(sources, arch)
+    return {n: m.get_function(KERNEL_NAME) for n, m in modules.items()}, modules

@@ -1,0 +1,772 @@
+"""CUDA C sources of the library kernels, rendered per kernel at compile time and specialised by its constants
+(shapes, strides, offsets, dtypes, flags). Every kernel computes in fp32 registers and accumulates in fp32; the
+pointer arguments are the base pointers of the buffers of `[*outs, *args]` in order (offsets are constants).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ...errors import NPUCompileError
+from ...expr import nodes as X
+from ...program import CompiledProgram, KernelCall, TensorRef
+from .common import (
+    KERNEL_NAME,
+    NEG_INF_F,
+    PRELUDE,
+    REDUCE_HELPERS,
+    Launch,
+    affine,
+    decompose,
+    grid_for,
+    index_type,
+    literal,
+    load_expr,
+    max_extent,
+    reg,
+    round_expr,
+    storage,
+    store_expr,
+)
+from .expr_render import render_expression
+
+Renderer = Callable[[KernelCall, CompiledProgram], tuple[str, Launch]]
+
+
+def _dt(program: CompiledProgram, ref: TensorRef) -> str:
+    return program.buffers[ref.buffer].dtype
+
+
+def _pad4(ref: TensorRef) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and strides left-padded to rank 4 (missing leading dims have size 1)."""
+    lead = 4 - len(ref.shape)
+    if lead < 0:
+        raise NPUCompileError(f"cuda target: expected a tensor of rank <= 4, got shape {list(ref.shape)}")
+    return (1,) * lead + tuple(ref.shape), (0,) * lead + tuple(ref.strides)
+
+
+def _ptrs(k: KernelCall) -> list[tuple[str, int]]:
+    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+
+
+def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None) -> str:
+    params = [f"{storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.outs)]
+    for i, a in enumerate(k.args):
+        name = names[i] if names else f"a{i}"
+        params.append(f"const {storage(_dt(program, a))}* __restrict__ {name}")
+    return f'extern "C" __global__ void __launch_bounds__({block}) {KERNEL_NAME}({", ".join(params)})'
+
+
+def _ityp(*refs: TensorRef) -> str:
+    return index_type(max(max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in refs))
+
+
+# ---- conv2d: implicit GEMM ---------------------------------------------------------------------------------------
+
+CONV_BM, CONV_BN, CONV_BK, CONV_THREADS = 64, 64, 16, 256
+
+
+def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64x64x16 tiles
+    through shared memory (im2col on the fly, zero padding by bounds checks); bias, residual and activation in the
+    epilogue, one rounding at the store."""
+    p = k.params
+    x, w = k.args[0], k.args[1]
+    out = k.outs[0]
+    has_bias = bool(p.get("has_bias"))
+    has_res = bool(p.get("has_residual"))
+    act = p.get("activation", "none") or "none"
+    if act not in ("none", "relu"):
+        raise NPUCompileError(f"kernel {k.name}: cuda conv2d has no activation '{act}'")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    _, _, ho, wo = out.shape
+    g = int(p["groups"])
+    og = o // g
+    sh, sw = p["stride"]
+    ph, pw = p["padding"]
+    dh, dw = p["dilation"]
+    m_total = n * ho * wo
+    k_total = cg * kh * kw
+    xs, ws, os_ = x.strides, w.strides, out.strides
+    bias = k.args[2] if has_bias else None
+    res = k.args[3 if has_bias else 2] if has_res else None
+    ityp = _ityp(*k.args, out)
+    xd, wdt, od = _dt(program, x), _dt(program, w), _dt(program, out)
+    names = ["x", "w"] + (["bias"] if has_bias else []) + (["res"] if has_res else [])
+
+    x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
+    w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+    o_at = affine([("nb", os_[0]), ("co", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+    epilogue = []
+    if bias is not None:
+        b_at = affine([("co", bias.strides[0])], bias.offset)
+        epilogue.append(f"        v += {load_expr(_dt(program, bias), 'bias[' + b_at + ']')};")
+    if res is not None:
+        rs = res.strides
+        r_at = affine([("nb", rs[0]), ("co", rs[1]), ("oh", rs[2]), ("ow", rs[3])], res.offset)
+        # the unfused graph stores conv(+bias) in its dtype before the residual add: round there too
+        if od in ("float16", "bfloat16"):
+            epilogue.append(f"        v = {round_expr('v', od)};")
+        epilogue.append(f"        v += {load_expr(_dt(program, res), 'res[' + r_at + ']')};")
+    if act == "relu":
+        epilogue.append("        v = npu_max(v, 0.0f);")
+    BM, BN, BK, T = CONV_BM, CONV_BN, CONV_BK, CONV_THREADS
+    src = f"""{PRELUDE}
+{_signature(k, program, T, names)} {{
+  // As[k][m]: im2col tile of the input; Bs[k][n]: weight tile (one padding column against bank conflicts)
+  __shared__ float As[{BK}][{BM}];
+  __shared__ float Bs[{BK}][{BN} + 1];
+  const int tid = threadIdx.x;
+  const int tm = tid & 15, tn = tid >> 4;
+  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
+  const int n0 = blockIdx.y * {BN};
+  const int grp = blockIdx.z;
+  float acc[4][4];
+  #pragma unroll
+  for (int i = 0; i < 4; ++i)
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < {k_total}; k0 += {BK}) {{
+    #pragma unroll
+    for (int q = 0; q < {BM * BK // T}; ++q) {{
+      const int e = tid + q * {T};
+      const int kk = e / {BM}, mm = e % {BM};
+      const {ityp} m = m0 + mm;
+      const int kidx = k0 + kk;
+      float v = 0.0f;
+      if (m < {m_total} && kidx < {k_total}) {{
+        const {ityp} ow = m % {wo}; const {ityp} t1 = m / {wo};
+        const {ityp} oh = t1 % {ho}; const {ityp} nb = t1 / {ho};
+        const int ks = kidx % {kw}; const int t2 = kidx / {kw};
+        const int kr = t2 % {kh}; const int cc = t2 / {kh};
+        const {ityp} ih = oh * {sh} - {ph} + kr * {dh};
+        const {ityp} iw = ow * {sw} - {pw} + ks * {dw};
+        const {ityp} ci = ({ityp})grp * {cg} + cc;
+        if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) v = {load_expr(xd, 'x[' + x_at + ']')};
+      }}
+      As[kk][mm] = v;
+    }}
+    #pragma unroll
+    for (int q = 0; q < {BN * BK // T}; ++q) {{
+      const int e = tid + q * {T};
+      const int kk = e % {BK}, nn = e / {BK};
+      const int nidx = n0 + nn;
+      const int kidx = k0 + kk;
+      float v = 0.0f;
+      if (nidx < {og} && kidx < {k_total}) {{
+        const int ks = kidx % {kw}; const int t2 = kidx / {kw};
+        const int kr = t2 % {kh}; const int cc = t2 / {kh};
+        const {ityp} co = ({ityp})grp * {og} + nidx;
+        v = {load_expr(wdt, 'w[' + w_at + ']')};
+      }}
+      Bs[kk][nn] = v;
+    }}
+    __syncthreads();
+    #pragma unroll
+    for (int kk = 0; kk < {BK}; ++kk) {{
+      float av[4], bv[4];
+      #pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = As[kk][tm + 16 * i];
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tn + 16 * j];
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }}
+    __syncthreads();
+  }}
+  #pragma unroll
+  for (int i = 0; i < 4; ++i) {{
+    const {ityp} m = m0 + tm + 16 * i;
+    if (m >= {m_total}) continue;
+    const {ityp} ow = m % {wo}; const {ityp} t1 = m / {wo};
+    const {ityp} oh = t1 % {ho}; const {ityp} nb = t1 / {ho};
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) {{
+      const int nidx = n0 + tn + 16 * j;
+      if (nidx < {og}) {{
+        const {ityp} co = ({ityp})grp * {og} + nidx;
+        float v = acc[i][j];
+{chr(10).join(epilogue)}
+        out0[{o_at}] = {store_expr(od, 'v', 'float32')};
+      }}
+    }}
+  }}
+}}
+"""
+    grid = (-(-m_total // BM), -(-og // BN), g)
+    if m_total == 0 or og == 0:
+        grid = (0, 1, 1)
+    return src, Launch(grid, T, _ptrs(k))
+
+
+# ---- pooling -------------------------------------------------------------------------------------------------------
+
+
+def _pool_common(k: KernelCall, program: CompiledProgram):
+    x, out = k.args[0], k.outs[0]
+    if len(x.shape) < 2 or len(x.shape) != len(out.shape):
+        raise NPUCompileError(f"kernel {k.name}: pooling expects matching ranks >= 2, got {x.shape} -> {out.shape}")
+    rank = len(out.shape)
+    ityp = _ityp(x, out)
+    n_out = math.prod(out.shape)
+    lead = [(f"o{d}", x.strides[d]) for d in range(rank - 2)]
+    return x, out, rank, ityp, n_out, lead
+
+
+def _elementwise_shell(k: KernelCall, program: CompiledProgram, ityp: str, n_out: int, body: list[str],
+                       block: int = 256) -> tuple[str, Launch]:
+    out = k.outs[0]
+    lines = [PRELUDE, _signature(k, program, block) + " {",
+             f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}; "
+             f"i += ({ityp})gridDim.x * blockDim.x) {{"]
+    lines += decompose("i", tuple(out.shape), "o", ityp, "    ")
+    lines += body
+    lines += ["  }", "}"]
+    grid = grid_for(n_out, block) if n_out else 0
+    return "\n".join(lines) + "\n", Launch((grid, 1, 1), block, _ptrs(k))
+
+
+def _out_at(out: TensorRef) -> str:
+    return affine([(f"o{d}", s) for d, s in enumerate(out.strides)], out.offset)
+
+
+def max_pool2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    x, out, rank, ityp, n_out, lead = _pool_common(k, program)
+    p = k.params
+    kh, kw = p["kernel"]
+    sh, sw = p["stride"]
+    ph, pw = p["padding"]
+    dh, dw = p.get("dilation", [1, 1])
+    h, w = x.shape[-2:]
+    oh, ow = f"o{rank - 2}", f"o{rank - 1}"
+    at = affine(lead + [("ih", x.strides[-2]), ("iw", x.strides[-1])], x.offset)
+    body = [
+        f"    float m = {NEG_INF_F};",
+        f"    for (int r = 0; r < {kh}; ++r) {{",
+        f"      const {ityp} ih = {oh} * {sh} - {ph} + r * {dh};",
+        f"      if (ih < 0 || ih >= {h}) continue;",
+        f"      for (int s = 0; s < {kw}; ++s) {{",
+        f"        const {ityp} iw = {ow} * {sw} - {pw} + s * {dw};",
+        f"        if (iw < 0 || iw >= {w}) continue;",
+        f"        m = npu_max(m, {load_expr(_dt(program, x), 'a0[' + at + ']')});",
+        "      }",
+        "    }",
+        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'm', 'float32')};",
+    ]
+    return _elementwise_shell(k, program, ityp, n_out, body)
+
+
+def avg_pool2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    x, out, rank, ityp, n_out, lead = _pool_common(k, program)
+    p = k.params
+    kh, kw = p["kernel"]
+    sh, sw = p["stride"]
+    ph, pw = p["padding"]
+    h, w = x.shape[-2:]
+    oh, ow = f"o{rank - 2}", f"o{rank - 1}"
+    at = affine(lead + [("ih", x.strides[-2]), ("iw", x.strides[-1])], x.offset)
+    if p.get("divisor_override"):
+        div = f"{literal(float(p['divisor_override']), 'float32')}"
+    elif p.get("count_include_pad", True):
+        div = "(float)((he - hs) * (we - ws))"
+    else:
+        div = (f"(float)((min(he, ({ityp}){h}) - max(hs, ({ityp})0)) * "
+               f"(min(we, ({ityp}){w}) - max(ws, ({ityp})0)))")
+    body = [
+        f"    const {ityp} hs = {oh} * {sh} - {ph};",
+        f"    const {ityp} ws = {ow} * {sw} - {pw};",
+        f"    const {ityp} he = min(hs + {kh}, ({ityp}){h + ph});",
+        f"    const {ityp} we = min(ws + {kw}, ({ityp}){w + pw});",
+        "    float acc = 0.0f;",
+        f"    for ({ityp} ih = max(hs, ({ityp})0); ih < min(he, ({ityp}){h}); ++ih)",
+        f"      for ({ityp} iw = max(ws, ({ityp})0); iw < min(we, ({ityp}){w}); ++iw)",
+        f"        acc += {load_expr(_dt(program, x), 'a0[' + at + ']')};",
+        f"    const float v = acc / {div};",
+        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'v', 'float32')};",
+    ]
+    return _elementwise_shell(k, program, ityp, n_out, body)
+
+
+def adaptive_avg_pool2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    x, out, rank, ityp, n_out, lead = _pool_common(k, program)
+    h, w = x.shape[-2:]
+    oh_n, ow_n = k.params["output_size"]
+    oh, ow = f"o{rank - 2}", f"o{rank - 1}"
+    at = affine(lead + [("ih", x.strides[-2]), ("iw", x.strides[-1])], x.offset)
+    body = [
+        f"    const {ityp} h0 = ({oh} * {h}) / {oh_n}, h1 = (({oh} + 1) * {h} + {oh_n - 1}) / {oh_n};",
+        f"    const {ityp} w0 = ({ow} * {w}) / {ow_n}, w1 = (({ow} + 1) * {w} + {ow_n - 1}) / {ow_n};",
+        "    float acc = 0.0f;",
+        f"    for ({ityp} ih = h0; ih < h1; ++ih)",
+        f"      for ({ityp} iw = w0; iw < w1; ++iw)",
+        f"        acc += {load_expr(_dt(program, x), 'a0[' + at + ']')};",
+        "    const float v = acc / (float)((h1 - h0) * (w1 - w0));",
+        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'v', 'float32')};",
+    ]
+    return _elementwise_shell(k, program, ityp, n_out, body)
+
+
+# ---- embedding and the cache write ---------------------------------------------------------------------------------
+
+
+def embedding(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """out[r, d] = w[ids[r], d]. An id out of range writes zeros (the executor checks ids against the input's
+    value range before the run, so this only guards memory)."""
+    w, ids = k.args
+    out = k.outs[0]
+    rows, dim = w.shape
+    n_out = math.prod(out.shape)
+    ityp = _ityp(w, ids, out)
+    ids_at = affine([(f"o{d}", s) for d, s in enumerate(ids.strides)], ids.offset)
+    wd, od = _dt(program, w), _dt(program, out)
+    d_last = f"o{len(out.shape) - 1}"
+    w_at = affine([("id", w.strides[0]), (d_last, w.strides[1])], w.offset)
+    value = f"a0[{w_at}]" if wd == od else store_expr(od, load_expr(wd, f"a0[{w_at}]"), wd)
+    zero = store_expr(od, "0.0f", "float32") if od in ("float16", "bfloat16", "float32") else f"({storage(od)})0"
+    body = [
+        f"    const long long id = (long long)a1[{ids_at}];",
+        f"    if (id < 0 || id >= {rows}) {{ out0[{_out_at(out)}] = {zero}; continue; }}",
+        f"    out0[{_out_at(out)}] = {value};",
+    ]
+    return _elementwise_shell(k, program, ityp, n_out, body)
+
+
+def index_copy(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """out[..., idx[j], ...] = src[..., j, ...] along `dim`, one thread per source element; positions out of range
+    are skipped."""
+    idx, src = k.args
+    out = k.outs[0]
+    dim = int(k.params["dim"])
+    n_src = math.prod(src.shape)
+    ityp = _ityp(idx, src, out)
+    sd, od = _dt(program, src), _dt(program, out)
+    src_at = affine([(f"o{d}", s) for d, s in enumerate(src.strides)], src.offset)
+    out_terms = [(f"o{d}", s) for d, s in enumerate(out.strides) if d != dim] + [("pos", out.strides[dim])]
+    idx_at = affine([(f"o{dim}", idx.strides[0] if idx.strides else 0)], idx.offset)
+    value = f"a1[{src_at}]" if sd == od else store_expr(od, load_expr(sd, f"a1[{src_at}]"), sd)
+    lines = [PRELUDE, _signature(k, program, 256) + " {",
+             f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_src}; "
+             f"i += ({ityp})gridDim.x * blockDim.x) {{"]
+    lines += decompose("i", tuple(src.shape), "o", ityp, "    ")
+    lines += [
+        f"    const long long pos = (long long)a0[{idx_at}];",
+        f"    if (pos < 0 || pos >= {out.shape[dim]}) continue;",
+        f"    out0[{affine(out_terms, out.offset)}] = {value};",
+        "  }", "}",
+    ]
+    grid = grid_for(n_src, 256) if n_src else 0
+    return "\n".join(lines) + "\n", Launch((grid, 1, 1), 256, _ptrs(k))
+
+
+# ---- row kernels: softmax, rmsnorm ---------------------------------------------------------------------------------
+
+
+def _row_block(n: int) -> int:
+    if n <= 256:
+        return 32
+    if n <= 2048:
+        return 128
+    return 256
+
+
+def softmax(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """One block per row (fp32): max, sum of exp, then write. `dim` may be any dim of the contiguous input."""
+    x, out = k.args[0], k.outs[0]
+    shape = tuple(x.shape) or (1,)
+    dim = int(k.params["dim"]) if x.shape else 0
+    d = shape[dim]
+    inner = math.prod(shape[dim + 1:])
+    rows = math.prod(shape) // max(d, 1)
+    block = _row_block(d)
+    ityp = _ityp(x, out)
+    xd, od = _dt(program, x), _dt(program, out)
+    if not (x.is_contiguous() and out.is_contiguous()):
+        raise NPUCompileError(f"kernel {k.name}: cuda softmax expects contiguous tensors")
+    at_x = f"a0[{x.offset} + base + j * {inner}]"
+    at_o = f"out0[{out.offset} + base + j * {inner}]"
+    if k.params.get("log"):
+        write = f"      {at_o} = {store_expr(od, '(v - m) - logf(s)', 'float32')};"
+    else:
+        write = f"      {at_o} = {store_expr(od, 'expf(v - m) / s', 'float32')};"
+    src = f"""{PRELUDE}{REDUCE_HELPERS}
+{_signature(k, program, block)} {{
+  __shared__ float sh[32];
+  for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
+    const {ityp} base = (row / {inner}) * {d * inner} + row % {inner};
+    float m = {NEG_INF_F};
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) m = npu_max(m, {load_expr(xd, at_x)});
+    m = npu_block_reduce(m, NpuMax(), sh);
+    float s = 0.0f;
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) s += expf({load_expr(xd, at_x)} - m);
+    s = npu_block_reduce(s, NpuSum(), sh);
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
+      const float v = {load_expr(xd, at_x)};
+{write}
+    }}
+  }}
+}}
+"""
+    grid = grid_for(rows, 1) if rows and d else 0
+    return src, Launch((grid, 1, 1), block, _ptrs(k))
+
+
+def rmsnorm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """y = x / sqrt(mean(x^2) + eps) over the last dim (fp32), optionally rounded to `cast_dtype`, times w."""
+    x, w = k.args[0], k.args[1]
+    out = k.outs[0]
+    d = x.shape[-1]
+    rows = math.prod(x.shape[:-1])
+    if not (x.is_contiguous() and out.is_contiguous()):
+        raise NPUCompileError(f"kernel {k.name}: cuda rmsnorm expects contiguous tensors")
+    block = _row_block(d)
+    ityp = _ityp(x, w, out)
+    xd, wd, od = _dt(program, x), _dt(program, w), _dt(program, out)
+    eps = literal(float(k.params["eps"]), "float32")
+    cast = k.params.get("cast_dtype")
+    y = "v / sqrtf(var + eps)"
+    if cast in ("float16", "bfloat16"):
+        y = store_expr(cast, y, "float32")
+        y = f"__half2float({y})" if cast == "float16" else f"__bfloat162float({y})"
+    w_at = affine([("j", w.strides[-1])], w.offset)
+    src = f"""{PRELUDE}{REDUCE_HELPERS}
+{_signature(k, program, block)} {{
+  __shared__ float sh[32];
+  const float eps = {eps};
+  for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
+    const {ityp} base = row * {d};
+    float ss = 0.0f;
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
+      const float v = {load_expr(xd, f'a0[{x.offset} + base + j]')};
+      ss += v * v;
+    }}
+    ss = npu_block_reduce(ss, NpuSum(), sh);
+    const float var = ss / {literal(float(d), 'float32')};
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
+      const float v = {load_expr(xd, f'a0[{x.offset} + base + j]')};
+      const float y = {y};
+      out0[{out.offset} + base + j] = {store_expr(od, f'y * {load_expr(wd, f"a1[{w_at}]")}', 'float32')};
+    }}
+  }}
+}}
+"""
+    grid = grid_for(rows, 1) if rows and d else 0
+    return src, Launch((grid, 1, 1), block, _ptrs(k))
+
+
+# ---- attention -----------------------------------------------------------------------------------------------------
+
+ATTN_WARPS = 8
+
+
+def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """softmax(q k^T * scale + mask) v, one block per query row, keys split over the warps, fp32 accumulation;
+    GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
+
+    Roundings follow the graph: scores rounded to `scores_dtype` after q.k, after the scale and after the mask (a bf16
+    eager graph stores each); probabilities rounded to `probs_dtype` before the product with v. With fp32
+    probabilities one online-softmax pass suffices; rounded probabilities need the row's max and sum first, so a
+    first pass finds them and a second accumulates. `valid_len`: the last argument holds the cache positions written
+    this step; keys past the largest are masked anyway and are not read. A row with every key masked gives zeros."""
+    p = k.params
+    if p.get("valid_len_input"):
+        raise NPUCompileError(f"kernel {k.name}: cuda attention has no valid-length input of this form")
+    q, kk, v = k.args[:3]
+    mask = k.args[3] if p["mask"] != "none" else None
+    pos = k.args[-1] if p.get("valid_len") else None
+    out = k.outs[0]
+    qs_shape, qs = _pad4(q)
+    _, ks = _pad4(kk)
+    _, vs = _pad4(v)
+    _, os_ = _pad4(out)
+    b, h, t, d = qs_shape
+    hk, lk, dv = int(p["kv_heads"]), int(p["kv_len"]), int(p["v_dim"])
+    if h % hk:
+        raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {hk} kv heads")
+    group = h // hk
+    dpl, vpl = -(-d // 32), -(-dv // 32)
+    if dpl > 32 or vpl > 32:
+        raise NPUCompileError(f"kernel {k.name}: cuda attention supports head dims up to 1024")
+    nw = ATTN_WARPS
+    block = 32 * nw
+    ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
+    qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
+    sd = p.get("scores_dtype") or "float32"
+    pd = p.get("probs_dtype") or "float32"
+    two_pass = pd in ("float16", "bfloat16")
+    q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
+    k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
+    v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("j", vs[2]), ("dd", vs[3])], v.offset)
+    o_at = affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset)
+    mask_line = ""
+    if mask is not None:
+        _, ms = _pad4(mask)
+        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
+        if p["mask"] == "bool":
+            mask_line = f"      if (!a3[{m_at}]) s = {NEG_INF_F};"
+        else:
+            mask_line = f"      s = {round_expr('s + ' + load_expr(_dt(program, mask), f'a3[{m_at}]'), sd)};"
+    scale = literal(float(p["scale"]), "float32")
+    jmax = f"min(ti + 1, ({ityp}){lk})" if p.get("is_causal") else f"({ityp}){lk}"
+    valid = ""
+    if pos is not None:
+        pa = len(k.args) - 1
+        n_pos = math.prod(pos.shape)
+        p_at = affine([("j", pos.strides[0] if pos.strides else 0)], pos.offset)
+        valid = f"""
+  // keys past the largest cache position written this step are masked: do not read them
+  __shared__ long long npu_sh_i[32];
+  long long pmax = -1;
+  for (int j = threadIdx.x; j < {n_pos}; j += blockDim.x) pmax = npu_max(pmax, (long long)a{pa}[{p_at}]);
+  pmax = npu_block_reduce(pmax, NpuMax(), npu_sh_i);
+  const {ityp} nvalid = ({ityp})min(max(pmax + 1, 0LL), (long long){lk});"""
+        jmax = f"min({jmax}, nvalid)"
+
+    # one score: q.k over the head dim (lanes split it, then a warp sum), scaled and masked, rounded as the graph
+    score = f"""    auto score = [&](const {ityp} j) -> float {{
+      float s = 0.0f;
+      #pragma unroll
+      for (int p = 0; p < {dpl}; ++p) {{
+        const {ityp} dd = lane + 32 * p;
+        if (dd < {d}) s = fmaf(qr[p], {load_expr(kd, f'a1[{k_at}]')}, s);
+      }}
+      #pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      s = {round_expr('s', sd)};
+      s = {round_expr(f's * {scale}', sd)};
+{mask_line}
+      return s;
+    }};"""
+    load_v = f"(dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f)"
+    if not two_pass:
+        body = f"""    for ({ityp} j = warp; j < jend; j += {nw}) {{
+      const float s = score(j);
+      const float mn = npu_max(m, s);
+      if (mn == {NEG_INF_F}) continue;  // every score so far is masked out: nothing to accumulate
+      const float corr = (m == {NEG_INF_F}) ? 0.0f : expf(m - mn);
+      const float pj = (s == {NEG_INF_F}) ? 0.0f : expf(s - mn);
+      l = l * corr + pj;
+      #pragma unroll
+      for (int p = 0; p < {vpl}; ++p) {{
+        const {ityp} dd = lane + 32 * p;
+        o[p] = fmaf(pj, {load_v}, o[p] * corr);
+      }}
+      m = mn;
+    }}
+    if (lane == 0) {{ sm[warp] = m; sl[warp] = l; }}
+    #pragma unroll
+    for (int p = 0; p < {vpl}; ++p) so[warp][lane + 32 * p] = o[p];
+    __syncthreads();
+    float mx = sm[0];
+    #pragma unroll
+    for (int w = 1; w < {nw}; ++w) mx = npu_max(mx, sm[w]);
+    float wt[{nw}];
+    float tot = 0.0f;
+    #pragma unroll
+    for (int w = 0; w < {nw}; ++w) {{
+      wt[w] = (sm[w] == {NEG_INF_F}) ? 0.0f : expf(sm[w] - mx);
+      tot += sl[w] * wt[w];
+    }}
+    for ({ityp} dd = threadIdx.x; dd < {dv}; dd += blockDim.x) {{
+      float acc = 0.0f;
+      #pragma unroll
+      for (int w = 0; w < {nw}; ++w) acc += so[w][dd] * wt[w];
+      const float r = (mx == {NEG_INF_F}) ? 0.0f : acc / tot;
+      out0[{o_at}] = {store_expr(od, 'r', 'float32')};
+    }}
+    __syncthreads();"""
+    else:
+        body = f"""    // pass 1: the row's max and sum of exponentials
+    for ({ityp} j = warp; j < jend; j += {nw}) {{
+      const float s = score(j);
+      const float mn = npu_max(m, s);
+      if (mn == {NEG_INF_F}) continue;
+      l = l * ((m == {NEG_INF_F}) ? 0.0f : expf(m - mn)) + ((s == {NEG_INF_F}) ? 0.0f : expf(s - mn));
+      m = mn;
+    }}
+    if (lane == 0) {{ sm[warp] = m; sl[warp] = l; }}
+    __syncthreads();
+    float mx = sm[0];
+    #pragma unroll
+    for (int w = 1; w < {nw}; ++w) mx = npu_max(mx, sm[w]);
+    float tot = 0.0f;
+    #pragma unroll
+    for (int w = 0; w < {nw}; ++w) tot += (sm[w] == {NEG_INF_F}) ? 0.0f : sl[w] * expf(sm[w] - mx);
+    // pass 2: probabilities rounded to {pd}, times v
+    if (mx != {NEG_INF_F}) {{
+      for ({ityp} j = warp; j < jend; j += {nw}) {{
+        const float s = score(j);
+        const float pj = {round_expr('expf(s - mx) / tot', pd)};
+        #pragma unroll
+        for (int p = 0; p < {vpl}; ++p) {{
+          const {ityp} dd = lane + 32 * p;
+          o[p] = fmaf(pj, {load_v}, o[p]);
+        }}
+      }}
+    }}
+    #pragma unroll
+    for (int p = 0; p < {vpl}; ++p) so[warp][lane + 32 * p] = o[p];
+    __syncthreads();
+    for ({ityp} dd = threadIdx.x; dd < {dv}; dd += blockDim.x) {{
+      float acc = 0.0f;
+      #pragma unroll
+      for (int w = 0; w < {nw}; ++w) acc += so[w][dd];
+      out0[{o_at}] = {store_expr(od, 'acc', 'float32')};
+    }}
+    __syncthreads();"""
+    src = f"""{PRELUDE}{REDUCE_HELPERS if pos is not None else ''}
+{_signature(k, program, block)} {{
+  __shared__ float sm[{nw}], sl[{nw}];
+  __shared__ float so[{nw}][{vpl * 32}];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;{valid}
+  float qr[{dpl}];
+  for ({ityp} row = blockIdx.x; row < {b * h * t}; row += gridDim.x) {{
+    const {ityp} ti = row % {t}; const {ityp} t1 = row / {t};
+    const {ityp} hi = t1 % {h}; const {ityp} bi = t1 / {h};
+    const {ityp} kvh = hi / {group};
+{score}
+    #pragma unroll
+    for (int p = 0; p < {dpl}; ++p) {{
+      const {ityp} dd = lane + 32 * p;
+      qr[p] = dd < {d} ? {load_expr(qd, f'a0[{q_at}]')} : 0.0f;
+    }}
+    float m = {NEG_INF_F}, l = 0.0f;
+    float o[{vpl}];
+    #pragma unroll
+    for (int p = 0; p < {vpl}; ++p) o[p] = 0.0f;
+    const {ityp} jend = {jmax};
+{body}
+  }}
+}}
+"""
+    rows = b * h * t
+    grid = grid_for(rows, 1) if rows else 0
+    return src, Launch((grid, 1, 1), block, _ptrs(k))
+
+
+# ---- rotary embedding ----------------------------------------------------------------------------------------------
+
+
+def rope(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x[..., h:], x[..., :h]); each product rounded to
+    `product_dtype` as the unfused graph stores it."""
+    x, cos, sin = k.args
+    out = k.outs[0]
+    rank = len(out.shape)
+    n = out.shape[-1]
+    half = n // 2
+    n_out = math.prod(out.shape)
+    ityp = _ityp(x, cos, sin, out)
+    pd = k.params.get("product_dtype")
+    lead = [(f"o{d}", x.strides[d]) for d in range(rank - 1)]
+    last = f"o{rank - 1}"
+    x_at = affine(lead + [(last, x.strides[-1])], x.offset)
+    xr_at = affine(lead + [("dr", x.strides[-1])], x.offset)
+    c_at = affine([(f"o{d}", st) for d, st in enumerate(cos.strides)], cos.offset)
+    s_at = affine([(f"o{d}", st) for d, st in enumerate(sin.strides)], sin.offset)
+    xd = _dt(program, x)
+    body = [
+        f"    const {ityp} dr = {last} < {half} ? {last} + {half} : {last} - {half};",
+        f"    const float xv = {load_expr(xd, 'a0[' + x_at + ']')};",
+        f"    const float xo = {load_expr(xd, 'a0[' + xr_at + ']')};",
+        f"    const float xr = {last} < {half} ? -xo : xo;",
+        f"    const float c = {load_expr(_dt(program, cos), 'a1[' + c_at + ']')};",
+        f"    const float sn = {load_expr(_dt(program, sin), 'a2[' + s_at + ']')};",
+        f"    const float v = {round_expr('xv * c', pd)} + {round_expr('xr * sn', pd)};",
+        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'v', 'float32')};",
+    ]
+    return _elementwise_shell(k, program, ityp, n_out, body)
+
+
+# ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
+
+
+def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+    """out = bias (broadcast view); cuBLAS then adds alpha * A @ B with beta on it, rounding once."""
+    if not k.params.get("has_bias"):
+        return None
+    bias, out = k.args[2], k.outs[0]
+    bd, od = _dt(program, bias), _dt(program, out)
+    load = X.Load(bd, 0, tuple(bias.strides), bias.offset)
+    expr: X.Expr = X.Cast(od, load) if od != bd else load
+    return render_expression(expr, [bias], [bd], out, od, (), [("out", 0), ("arg", 2)])
+
+
+def gemm_residual(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+    """out = out + residual after cuBLAS (the product already rounded to the output dtype, as the unfused graph
+    stores it before the add). Reads and writes `out` element by element: no `__restrict__` there."""
+    if not k.params.get("has_residual"):
+        return None
+    res, out = k.args[-1], k.outs[0]
+    rd, od = _dt(program, res), _dt(program, out)
+    acc = "float64" if od == "float64" else ("int64" if reg(od) == "long long" else "float32")
+    own = X.Load(od, 0, tuple(out.strides), out.offset)
+    other = X.Load(rd, 1, tuple(res.strides), res.offset)
+    expr = X.Cast(od, X.Binary(acc, "add", X.Cast(acc, own), X.Cast(acc, other)))
+    ptrs = [("out", 0), ("out", 0), ("arg", len(k.args) - 1)]
+    return render_expression(expr, [out, res], [od, rd], out, od, (), ptrs, restrict=False)
+
+
+def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """A plain kernel (one thread per output element) for the GEMMs cuBLAS has no type for: integers (exact in
+    int64, wrapping, as ATen), mixed operand dtypes. Bias and residual in the epilogue."""
+    a, b = k.args[0], k.args[1]
+    out = k.outs[0]
+    p = k.params
+    kk = int(p["k"])
+    rank = len(out.shape)
+    od = _dt(program, out)
+    ad, bd = _dt(program, a), _dt(program, b)
+    acc_dt = "int64" if reg(od) == "long long" else ("float64" if "float64" in (ad, bd, od) else "float32")
+    acc_t = reg(acc_dt)
+    n_out = math.prod(out.shape)
+    ityp = _ityp(a, b, out, *k.args[2:])
+    lead = [(f"o{d}", None) for d in range(rank - 2)]
+    i, j = f"o{rank - 2}", f"o{rank - 1}"
+    a_at = affine([(v, a.strides[d]) for d, (v, _) in enumerate(lead)] + [(i, a.strides[-2]), ("kk", a.strides[-1])],
+                  a.offset)
+    b_at = affine([(v, b.strides[d]) for d, (v, _) in enumerate(lead)] + [("kk", b.strides[-2]), (j, b.strides[-1])],
+                  b.offset)
+
+    def cvt(x: str, dt: str) -> str:
+        return x if reg(dt) == acc_t else f"({acc_t})({x})"
+
+    av = cvt(load_expr(ad, "a0[" + a_at + "]"), ad)
+    bv = cvt(load_expr(bd, "a1[" + b_at + "]"), bd)
+    body = [f"    {acc_t} acc = {literal(0, acc_dt)};",
+            f"    for ({ityp} kk = 0; kk < {kk}; ++kk)",
+            f"      acc += {av} * {bv};"]
+    if float(p.get("alpha", 1.0)) != 1.0:
+        body.append(f"    acc = acc * {literal(p['alpha'], acc_dt)};")
+    if p.get("has_bias"):
+        bias = k.args[2]
+        at = affine([(f"o{d}", st) for d, st in enumerate(bias.strides)], bias.offset)
+        bv = cvt(load_expr(_dt(program, bias), f"a2[{at}]"), _dt(program, bias))
+        beta = float(p.get("beta", 1.0))
+        body.append(f"    acc = acc + {bv}" + (f" * {literal(beta, acc_dt)};" if beta != 1.0 else ";"))
+    if p.get("has_residual"):
+        res = k.args[-1]
+        at = affine([(f"o{d}", st) for d, st in enumerate(res.strides)], res.offset)
+        if od in ("float16", "bfloat16"):
+            body.append(f"    acc = {round_expr('acc', od)};")
+        rv = cvt(load_expr(_dt(program, res), f"a{len(k.args) - 1}[{at}]"), _dt(program, res))
+        body.append(f"    acc = acc + {rv};")
+    body.append(f"    out0[{_out_at(out)}] = {store_expr(od, 'acc', acc_dt)};")
+    return _elementwise_shell(k, program, ityp, n_out, body)
+
+
+LIBRARY: dict[str, Renderer] = {
+    "conv2d": conv2d,
+    "max_pool2d": max_pool2d,
+    "avg_pool2d": avg_pool2d,
+    "adaptive_avg_pool2d": adaptive_avg_pool2d,
+    "embedding": embedding,
+    "index_copy": index_copy,
+    "softmax": softmax,
+    "rmsnorm": rmsnorm,
+    "attention": attention,
+    "rope": rope,
+}

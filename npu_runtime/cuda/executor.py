@@ -1,0 +1,280 @@
+"""Runs a CompiledProgram (target 'cuda') on one GPU.
+
+`__init__` does the expensive work: NVRTC builds (disk-cached) of every source, one arena for the intermediates,
+device buffers for inputs, outputs and constants. Once weights are bound, every kernel becomes a launch with its
+pointers resolved and its configuration fixed; the first run captures them as one CUDA graph. `run()` then only
+copies the inputs and launches the graph, all on the backend's one stream.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.dtypes import itemsize
+from npu_compiler.program import CompiledProgram, KernelCall, TensorSpec
+
+from ..backend import DeviceBuffer
+from ..errors import InputError, NPURuntimeError, WeightError
+from ..executor import Executor
+from ..weights import WeightSet
+from .backend import CudaBackend, CudaBuffer, storage_dtype
+from .modules import load_kernels
+
+
+class CudaExecutor(Executor):
+    def __init__(self, program: CompiledProgram, backend: CudaBackend,
+                 bindings: Mapping[str, DeviceBuffer] | None = None, *, use_graph: bool = True) -> None:
+        import cupy  # noqa: PLC0415
+
+        super().__init__(program, backend)
+        if program.target != "cuda":
+            raise NPURuntimeError(f"program was compiled for target '{program.target}'; the cuda backend runs "
+                                  "programs compiled for target 'cuda' (compile with target='cuda')")
+        self._cp = cupy
+        self.state = backend.state
+        self.stream = self.state.stream
+        self.use_graph = use_graph
+        with self.state.device:
+            self.kernels, self._modules = load_kernels(program.sources, self.state.arch)
+            self.arena = cupy.empty(max(program.arena_bytes, 1), dtype=np.uint8)
+            self._own: dict[int, CudaBuffer] = {}
+            for b in program.buffers:
+                if b.kind in ("input", "output"):
+                    self._own[b.id] = backend.allocate((b.numel,), b.dtype)
+                elif b.kind == "constant":
+                    host = np.frombuffer(b.data or b"", dtype=storage_dtype(b.dtype))
+                    buf = backend.allocate((b.numel,), b.dtype)
+                    if host.nbytes:
+                        buf.array.set(host, stream=self.stream)
+                    self._own[b.id] = buf
+        self._ptr: dict[int, int] = {}
+        base = int(self.arena.data.ptr)
+        for b in program.buffers:
+            if b.kind == "arena":
+                self._ptr[b.id] = base + max(b.offset, 0)
+            elif b.id in self._own:
+                self._ptr[b.id] = self._own[b.id].ptr
+        self._weight_ids = {w.name: w.buffer for w in program.weights}
+        self._weight_specs = {w.name: w for w in program.weights}
+        self._weights_bound: int | None = None
+        self._weights: WeightSet | None = None
+        self._bound: dict[str, CudaBuffer] = {}
+        self._steps: list[Callable[[], None]] | None = None
+        self._graph = None
+        self._graph_failed = False
+        if bindings:
+            self.bind_buffers(bindings)
+        self.stream.synchronize()
+
+    # ---- binding --------------------------------------------------------------------------------------------------
+    def bind_buffers(self, bindings: Mapping[str, DeviceBuffer]) -> None:
+        """Make inputs (by name) read and write caller-owned device buffers directly (a KV cache shared by the
+        prefill and decode programs): no copy per run, and in-place updates land in the caller's buffer."""
+        for name, buf in bindings.items():
+            spec = self._input_specs.get(name)
+            if spec is None:
+                raise NPURuntimeError(f"cannot bind '{name}': not an input of the program")
+            if not isinstance(buf, CudaBuffer):
+                raise NPURuntimeError(f"cannot bind '{name}': a {type(buf).__name__} is not a cuda device buffer")
+            if tuple(buf.shape) != tuple(spec.shape) or buf.dtype != spec.device_dtype:
+                raise NPURuntimeError(f"cannot bind '{name}': expected {spec.device_dtype}{list(spec.shape)}, got "
+                                      f"{buf.dtype}{list(buf.shape)}")
+            if not buf.array.flags.c_contiguous:
+                raise NPURuntimeError(f"cannot bind '{name}': the buffer is not contiguous")
+            self._bound[name] = buf
+            self._ptr[spec.buffer] = buf.ptr
+        self._invalidate()
+
+    def bind_weights(self, weights: WeightSet) -> None:
+        missing = [n for n in self._weight_ids if n not in weights.buffers]
+        if missing:
+            raise WeightError(f"weight set lacks {len(missing)} weight(s) of the program: {', '.join(missing[:8])}")
+        for name, bid in self._weight_ids.items():
+            buf = weights.buffers[name]
+            spec = self._weight_specs[name]
+            if not isinstance(buf, CudaBuffer):
+                raise WeightError(f"weight '{name}' is a {type(buf).__name__}, not a cuda device buffer: load the "
+                                  "weights with the cuda backend")
+            if buf.dtype != spec.dtype or int(np.prod(buf.shape)) != int(np.prod(spec.shape)):
+                raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
+                                  f"{buf.dtype}{list(buf.shape)}")
+            self._ptr[bid] = buf.ptr
+        self._weights = weights  # keep the buffers alive as long as launches point at them
+        self._weights_bound = id(weights)
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._steps = None
+        self._graph = None
+
+    # ---- launches ---------------------------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self._steps = [s for k in self.program.kernels for s in self._kernel_steps(k)]
+
+    def _pointer(self, k: KernelCall, which: str, i: int) -> int:
+        ref = k.outs[i] if which == "out" else k.args[i]
+        return self._ptr[ref.buffer]
+
+    def _kernel_steps(self, k: KernelCall) -> list[Callable[[], None]]:
+        cuda = k.params.get("cuda")
+        if cuda is None or "steps" not in cuda:
+            raise NPURuntimeError(f"kernel {k.name} has no cuda launch parameters: recompile the program for "
+                                  "target 'cuda' with this version")
+        steps: list[Callable[[], None]] = []
+        for step in cuda["steps"]:
+            if "cublas" in step:
+                plan = step["cublas"]
+                if plan["m"] and plan["n"]:
+                    steps.append(self._gemm_step(k, plan))
+                continue
+            launch = step["launch"]
+            grid = tuple(int(g) for g in launch["grid"])
+            if not all(grid):
+                continue  # nothing to compute (an empty tensor)
+            fn = self.kernels[launch["source"]]
+            block = (int(launch["block"]), 1, 1)
+            args = tuple(np.uint64(self._pointer(k, w, int(i))) for w, i in launch["ptrs"])
+            smem = int(launch.get("smem", 0))
+
+            def run_kernel(fn=fn, grid=grid, block=block, args=args, smem=smem) -> None:
+                fn(grid, block, args, shared_mem=smem)
+
+            steps.append(run_kernel)
+        return steps
+
+    def _gemm_step(self, k: KernelCall, plan: dict[str, Any]) -> Callable[[], None]:
+        handle = self.state.cublas
+        scalar = np.float64 if plan["compute"] == 70 else np.float32
+        # host scalars (pointer mode host): read when the call is made or captured, so they must stay alive
+        alpha = np.array([plan["alpha"]], dtype=scalar)
+        beta = np.array([plan["beta"]], dtype=scalar)
+        a = self._ptr[k.args[plan["a_arg"]].buffer]
+        b = self._ptr[k.args[plan["b_arg"]].buffer]
+        c = self._ptr[k.outs[0].buffer]
+        isa, isb, isc = (itemsize(plan[f"dtype_{x}"]) for x in "abc")
+        p = plan
+        calls = [(p["transa"], p["transb"], p["m"], p["n"], p["k"], alpha.ctypes.data,
+                  a + oa * isa, p["type_a"], p["lda"], p["stride_a"],
+                  b + ob * isb, p["type_b"], p["ldb"], p["stride_b"],
+                  beta.ctypes.data, c + oc * isc, p["type_c"], p["ldc"], p["stride_c"], p["batch_count"],
+                  p["compute"]) for oa, ob, oc in plan["calls"]]
+
+        def run_gemm(calls=calls, keep=(alpha, beta)) -> None:
+            for args in calls:
+                handle.gemm_strided_batched(*args)
+
+        return run_gemm
+
+    def _launch(self) -> None:
+        if self._steps is None:
+            self._build()
+            self._graph = None
+        if self.use_graph and self._graph is None and not self._graph_failed:
+            self._capture()
+        with self.state.device, self.stream:
+            if self._graph is not None:
+                self._graph.launch(self.stream)
+            else:
+                for step in self._steps:
+                    step()
+
+    def _capture(self) -> None:
+        """One CUDA graph of every launch: one host call per run instead of one per kernel."""
+        with self.state.device, self.stream:
+            try:
+                self.stream.begin_capture()
+                try:
+                    for step in self._steps:
+                        step()
+                finally:
+                    graph = self.stream.end_capture()
+                self._graph = graph
+            except Exception as e:  # noqa: BLE001  (capture is an optimisation: fall back to plain launches)
+                self._graph = None
+                self._graph_failed = True
+                warnings.warn(f"cuda: CUDA graph capture failed ({e}); launching kernels one by one",
+                              RuntimeWarning, stacklevel=3)
+
+    # ---- run --------------------------------------------------------------------------------------------------------
+    def input_buffer(self, name: str) -> CudaBuffer:
+        """The device buffer an input is read from (the caller's if bound)."""
+        spec = self._input_specs[name]
+        return self._bound.get(name) or self._own[spec.buffer]
+
+    def _copy_input(self, spec: TensorSpec, value: Any) -> None:
+        cp = self._cp
+        dst = self.input_buffer(spec.name)
+        if isinstance(value, CudaBuffer) and value.dtype == spec.device_dtype:
+            if value.ptr != dst.ptr and dst.nbytes:
+                cp.cuda.runtime.memcpyAsync(dst.ptr, value.ptr, dst.nbytes, cp.cuda.runtime.memcpyDeviceToDevice,
+                                            self.stream.ptr)
+            return
+        host = np.ascontiguousarray(self.host_input(value, spec))
+        if spec.value_range is not None and host.size:
+            lo, hi = spec.value_range
+            if host.min() < lo or host.max() >= hi:
+                bad = host[(host < lo) | (host >= hi)].flat[0]
+                raise InputError(f"input '{spec.name}': value {int(bad)} out of range [{lo}, {hi})")
+        if host.nbytes:
+            cp.cuda.runtime.memcpyAsync(dst.ptr, host.ctypes.data, host.nbytes, cp.cuda.runtime.memcpyHostToDevice,
+                                        self.stream.ptr)
+
+    def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
+        bound = {n for n in self._bound if n not in inputs}
+        self.check_inputs({**inputs, **{n: _Shape(self._input_specs[n]) for n in bound}})
+        if weights is not None and id(weights) != self._weights_bound:
+            self.bind_weights(weights)
+        if self._weights_bound is None and self.program.weights:
+            raise WeightError("no weights bound: pass weights=load_weights(...) to run()")
+        with self.state.device:
+            for name, value in inputs.items():
+                self._copy_input(self._input_specs[name], value)
+            self._launch()
+        return self.outputs()
+
+    def outputs(self) -> dict[str, CudaBuffer]:
+        out: dict[str, CudaBuffer] = {}
+        for s in self.program.outputs:
+            if s.alias_of is not None and s.alias_of in self._input_specs:
+                buf = self.input_buffer(s.alias_of)
+            else:
+                buf = self._own[s.buffer]
+            out[s.name] = CudaBuffer(buf.array.reshape(s.shape), s.device_dtype, self.state)
+        return out
+
+    @property
+    def graph_active(self) -> bool:
+        """Whether runs launch one captured CUDA graph (False: kernel by kernel)."""
+        return self._graph is not None
+
+    # ---- debugging --------------------------------------------------------------------------------------------------
+    def poison(self, byte: int = 0xFF) -> None:
+        """Fill the arena and the output buffers with a byte pattern (0xFF: NaN for floats, -1 for integers), so that
+        a test can see an element no kernel wrote."""
+        cp = self._cp
+        with self.state.device:
+            cp.cuda.runtime.memsetAsync(int(self.arena.data.ptr), byte, self.arena.nbytes, self.stream.ptr)
+            for b in self.program.buffers:
+                if b.kind == "output" and b.nbytes:
+                    cp.cuda.runtime.memsetAsync(self._own[b.id].ptr, byte, b.nbytes, self.stream.ptr)
+        self.stream.synchronize()
+
+
+class _Shape(DeviceBuffer):
+    """Stands for a bound input in the input check (its buffer was checked at bind time). A DeviceBuffer, so that
+    the check reads its dtype instead of converting it to an array."""
+
+    def __init__(self, spec: TensorSpec) -> None:
+        self.shape = tuple(spec.shape)
+        self.dtype = spec.device_dtype
+
+    @property
+    def native_handle(self) -> None:
+        return None
+
+    def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
+        raise NPURuntimeError("a bound input's stand-in holds no data")

@@ -1,0 +1,57 @@
+"""The cuda backend's buffers, registry entry and error paths."""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import npu_compiler
+import npu_runtime
+from npu_runtime.errors import InputError, NPURuntimeError
+
+from .cases import build, op_cases
+
+
+def test_registry_prefers_cuda() -> None:
+    assert "cuda" in npu_runtime.available_backends()
+    if not os.environ.get(npu_runtime.backend.ENV_VAR):
+        assert npu_runtime.backend.default_backend_name() == "cuda"
+    assert npu_runtime.get_backend("cuda").compile_target() == "cuda"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "int32", "bool", "uint8"])
+def test_upload_round_trip(dtype, cuda_backend) -> None:
+    rng = np.random.default_rng(0)
+    host = rng.standard_normal((3, 5, 7)) * 10
+    np_dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    arr = host.astype(np_dt)
+    buf = cuda_backend.upload(arr, dtype)
+    assert buf.shape == (3, 5, 7) and buf.dtype == dtype
+    np.testing.assert_array_equal(buf.to_numpy().astype(np.float64), arr.astype(np.float64))
+    z = cuda_backend.zeros((4, 4), dtype)
+    assert not z.to_numpy().astype(np.float64).any()
+
+
+def test_input_errors(cuda_backend) -> None:
+    case = next(c for c in op_cases() if c.name == "embedding")
+    module, ir, inputs = build(case, "float32")
+    program = npu_compiler.compile(ir, "cuda", dtype="float32")
+    weights = npu_runtime.load_weights(program, {k: v for k, v in module.state_dict().items()}, cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    name = program.inputs[0].name
+    with pytest.raises(InputError, match="out of range"):
+        ex.run({name: np.full((2, 7), 50, np.int64)}, weights)
+    with pytest.raises(InputError, match="expected shape"):
+        ex.run({name: np.zeros((2, 6), np.int64)}, weights)
+    # a device buffer as input: no host round trip
+    ids = cuda_backend.upload(inputs[0].numpy(), "int64")
+    out = ex.run_numpy({name: ids}, weights)[program.outputs[0].name]
+    np.testing.assert_array_equal(out, module(inputs[0]).detach().numpy())
+    cpu_program = npu_compiler.compile(ir, "cpu", dtype="float32")
+    with pytest.raises(NPURuntimeError, match="target 'cuda'"):
+        cuda_backend.create_executor(cpu_program)
+    assert torch.cuda.is_available()
