@@ -460,6 +460,10 @@ def rmsnorm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 # ---- attention -----------------------------------------------------------------------------------------------------
 
 ATTN_WARPS = 8
+# Decode has a handful of query rows (one per head) for 132 SMs: give each row more warps, so the walk over the
+# cache is split finer, rather than leave the rows' blocks latency-bound on one key after another.
+ATTN_WARPS_FEW_ROWS = 16
+FEW_ROWS = 264
 
 
 def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
@@ -490,7 +494,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     dpl, vpl = -(-d // 32), -(-dv // 32)
     if dpl > 32 or vpl > 32:
         raise NPUCompileError(f"kernel {k.name}: cuda attention supports head dims up to 1024")
-    nw = ATTN_WARPS
+    nw = ATTN_WARPS_FEW_ROWS if math.prod(qs_shape[:3]) <= FEW_ROWS else ATTN_WARPS
     block = 32 * nw
     ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
@@ -542,7 +546,8 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     }};"""
     load_v = f"(dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f)"
     if not two_pass:
-        body = f"""    for ({ityp} j = warp; j < jend; j += {nw}) {{
+        body = f"""    #pragma unroll 4
+    for ({ityp} j = warp; j < jend; j += {nw}) {{
       const float s = score(j);
       const float mn = npu_max(m, s);
       if (mn == {NEG_INF_F}) continue;  // every score so far is masked out: nothing to accumulate
@@ -579,7 +584,8 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     }}
     __syncthreads();"""
     else:
-        body = f"""    // pass 1: the row's max and sum of exponentials
+        body = f"""    // pass 1: the row's max and sum of exponentials (unrolled: independent keys' loads overlap)
+    #pragma unroll 4
     for ({ityp} j = warp; j < jend; j += {nw}) {{
       const float s = score(j);
       const float mn = npu_max(m, s);
@@ -597,6 +603,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     for (int w = 0; w < {nw}; ++w) tot += (sm[w] == {NEG_INF_F}) ? 0.0f : sl[w] * expf(sm[w] - mx);
     // pass 2: probabilities rounded to {pd}, times v
     if (mx != {NEG_INF_F}) {{
+      #pragma unroll 4
       for ({ityp} j = warp; j < jend; j += {nw}) {{
         const float s = score(j);
         const float pj = {round_expr('expf(s - mx) / tot', pd)};

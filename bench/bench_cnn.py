@@ -1,0 +1,107 @@
+"""ResNet fp16 inference: ours against PyTorch eager (channels-last) and torch.compile (reduce-overhead), in one
+process on one GPU. Prints median latency, images/s, ratios, and the fraction of the compute roof reached (model
+FLOPs over the fp16 GEMM rate measured in the same process).
+
+    python bench/bench_cnn.py [--model resnet50] [--batches 1,64] [--json out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from bench_llm import _median_ms
+
+
+def gemm_tflops(device: str) -> float:
+    if device != "cuda":
+        return float("nan")
+    a = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
+    ms = _median_ms(lambda: a @ a, torch.cuda.synchronize, 20)
+    return 2 * 8192**3 / (ms * 1e-3) / 1e12
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import torch_ir
+
+    import npu_compiler
+    import npu_runtime
+    from npu_export import resnet
+    from npu_export.cnn import model_tensors
+    from npu_export.ir_io import ir_to_dict
+
+    backend = npu_runtime.get_backend()
+    device = "cuda" if backend.name == "cuda" else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    model = getattr(resnet, args.model)().eval()
+    tensors = model_tensors(model)
+    peer = model.half().to(device).to(memory_format=torch.channels_last)
+    compiled = None if args.no_compile or device != "cuda" else torch.compile(peer, mode="reduce-overhead")
+    peak = gemm_tflops(device)
+    rows = []
+    for batch in [int(b) for b in args.batches.split(",")]:
+        shape = (batch, 3, args.image_size, args.image_size)
+        with torch.device("meta"):
+            m = getattr(resnet, args.model)().eval()
+            x_meta = torch.randn(shape)
+        with torch.no_grad():
+            ir = ir_to_dict(torch_ir.extract_ir(m, (x_meta,), model_name=args.model))
+        prog = npu_compiler.compile(ir, backend.compile_target())  # fp16
+        flops = sum(_conv_gemm_flops(k) for k in prog.kernels)
+        ws = npu_runtime.load_weights(prog, tensors, backend)
+        ex = backend.create_executor(prog)
+        x = torch.randn(shape)
+        feeds = {prog.inputs[0].name: x.numpy()}
+        ex.run(feeds, ws)
+        ours = _median_ms(lambda ex=ex, feeds=feeds, ws=ws: ex.run(feeds, ws), backend.synchronize, args.iters)
+        xt = x.half().to(device).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            eager = _median_ms(lambda xt=xt: peer(xt), sync, args.iters)
+            comp = float("nan")
+            if compiled is not None:
+                for _ in range(3):
+                    compiled(xt)
+                comp = _median_ms(lambda xt=xt: compiled(xt), sync, args.iters)
+        rows.append({"batch": batch, "kernels": len(prog.kernels), "ours_ms": ours, "eager_ms": eager,
+                     "compile_ms": comp, "ours_img_s": batch / ours * 1e3, "vs_eager": eager / ours,
+                     "vs_compile": comp / ours, "tflops": flops / (ours * 1e-3) / 1e12,
+                     "fraction_of_peak": flops / (ours * 1e-3) / 1e12 / peak})
+    print(f"{args.model} fp16 {args.image_size}px on {backend.name}: fp16 GEMM rate measured {peak:.0f} TFLOP/s")
+    print(f"{'batch':>5} {'kernels':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'img/s':>9} {'x eager':>8} "
+          f"{'x compile':>10} {'TFLOP/s':>8} {'of peak':>8}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['kernels']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['compile_ms']:>11.3f} "
+              f"{r['ours_img_s']:>9.0f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} {r['tflops']:>8.1f} "
+              f"{r['fraction_of_peak']:>8.1%}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "backend": backend.name, "gemm_tflops": peak, "rows": rows}, f, indent=1)
+    return 0
+
+
+def _conv_gemm_flops(k) -> int:
+    """2 x multiply-adds of convs and GEMMs (what the compute roof is about)."""
+    import math
+
+    if k.kind == "conv2d":
+        n, o, ho, wo = k.outs[0].shape
+        _, cg, kh, kw = k.args[1].shape
+        return 2 * n * o * ho * wo * cg * kh * kw
+    if k.kind == "gemm":
+        return 2 * math.prod(k.params["batch"]) * k.params["m"] * k.params["n"] * k.params["k"]
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

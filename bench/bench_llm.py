@@ -1,0 +1,131 @@
+"""Qwen2 decode step: ours (compiled program, KV cache on the device) against PyTorch eager and torch.compile
+(reduce-overhead) running the same Hugging Face modules over the same static cache, in one process on one GPU.
+
+Prints per KV position the median step time, ratios, and the fraction of the memory-bound floor reached
+(weight bytes + the valid part of the KV cache, read once per token, at the measured copy bandwidth).
+
+    python bench/bench_llm.py [--config qwen2.5-1.5b] [--positions 128,1024] [--max-cache-len 2048] [--json out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+
+def _median_ms(fn, sync, iters: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbps(device: str) -> float:
+    """Device-to-device copy, bytes read + written per second: the practical rate of streaming the weights once."""
+    if device != "cuda":
+        return float("nan")
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = _median_ms(lambda: b.copy_(a), torch.cuda.synchronize, 20)
+    return 2 * a.numel() / (ms * 1e-3) / 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="qwen2.5-1.5b")
+    ap.add_argument("--positions", default="128,1024")
+    ap.add_argument("--max-cache-len", type=int, default=2048)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    from transformers import Qwen2ForCausalLM
+
+    import npu_compiler
+    import npu_runtime
+    from npu_export.cnn import model_tensors
+    from npu_export.qwen2 import export_qwen2, make_additive_mask, qwen2_config
+    from npu_export.qwen2_static import StaticCacheLM
+
+    backend = npu_runtime.get_backend()
+    device = "cuda" if backend.name == "cuda" else "cpu"
+    L = args.max_cache_len
+    cfg = qwen2_config(args.config)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = export_qwen2(model, tmp, max_cache_len=L, prefill_len=16, dtype="bfloat16", attn_implementation="sdpa")
+        t0 = time.perf_counter()
+        theta = exp.cache_map["rope"]["theta"]
+        prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta)
+    g = exp.cache_map["graphs"]["decode"]
+    ws = npu_runtime.load_weights(prog, model_tensors(model), backend)
+    specs = {s.name: s for s in prog.inputs}
+    cache = {lay[kv]: backend.zeros(tuple(specs[lay[kv]].shape), specs[lay[kv]].device_dtype)
+             for lay in g["layers"] for kv in ("k_input", "v_input")}
+    ex = backend.create_executor(prog, bindings=cache)
+    ex.bind_weights(ws)
+    t_ready = time.perf_counter() - t0
+
+    wrapper = StaticCacheLM(model).eval()
+    tcache = [torch.zeros(tuple(specs[lay[kv]].shape), dtype=torch.bfloat16, device=device)
+              for lay in g["layers"] for kv in ("k_input", "v_input")]
+    compiled = None if args.no_compile or device != "cuda" else torch.compile(wrapper, mode="reduce-overhead")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    bw = copy_bandwidth_gbps(device)
+    weight_bytes = prog.weight_bytes
+    kv_per_pos = sum(int(np.prod(specs[n].shape)) // L * 2 for n in cache)  # bf16 bytes per cached position
+    rows = []
+    for pos in [int(p) for p in args.positions.split(",")]:
+        ids = np.array([[7]], np.int64)
+        p = np.array([pos], np.int64)
+        mask = make_additive_mask(pos + 1, 1, L, torch.bfloat16)
+        from npu_export.reference import to_numpy
+
+        feeds = {g["inputs"]["input_ids"]: ids, g["inputs"]["position_ids"]: p.reshape(1, 1),
+                 g["inputs"]["cache_position"]: p, g["inputs"]["attention_mask"]: to_numpy(mask)}
+        ours = _median_ms(lambda feeds=feeds: ex.run(feeds), backend.synchronize, args.iters)
+        targs = (torch.from_numpy(ids).to(device), torch.from_numpy(p.reshape(1, 1)).to(device),
+                 torch.from_numpy(p).to(device), mask.to(device), *tcache)
+        with torch.no_grad():
+            eager = _median_ms(lambda targs=targs: wrapper(*targs), sync, args.iters)
+            comp = float("nan")
+            if compiled is not None:
+                for _ in range(3):  # compile and capture
+                    compiled(*targs)
+                comp = _median_ms(lambda targs=targs: compiled(*targs), sync, args.iters)
+        floor_ms = (weight_bytes + kv_per_pos * (pos + 1)) / (bw * 1e9) * 1e3 if bw == bw else float("nan")
+        rows.append({"kv_position": pos, "ours_ms": ours, "eager_ms": eager, "compile_ms": comp,
+                     "floor_ms": floor_ms, "vs_eager": eager / ours, "vs_compile": comp / ours,
+                     "fraction_of_floor": floor_ms / ours})
+    print(f"{args.config} bf16 decode on {backend.name} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'})"
+          f": {len(prog.kernels)} kernels, weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bw:.0f} GB/s, "
+          f"compile+load {t_ready:.1f} s, cache length {L}")
+    print(f"{'KV pos':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'floor ms':>9} {'x eager':>8} "
+          f"{'x compile':>10} {'of floor':>9}")
+    for r in rows:
+        print(f"{r['kv_position']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['compile_ms']:>11.3f} "
+              f"{r['floor_ms']:>9.3f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} {r['fraction_of_floor']:>9.1%}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": args.config, "backend": backend.name, "kernels": len(prog.kernels),
+                       "copy_gbps": bw, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
