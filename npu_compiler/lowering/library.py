@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def _gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | None = None,
-          alpha: float = 1.0, beta: float = 1.0, residual: TensorRef | None = None) -> None:
+          alpha: float = 1.0, beta: float = 1.0, residual: TensorRef | None = None, activation: str = "none") -> None:
     """out[batch..., M, N] = alpha * a[batch..., M, K] @ b[batch..., K, N] + beta * bias (broadcast), rounded to
     the output dtype, then + residual (the epilogue of a fused residual add, rounded again as the IR does)."""
     out_v = node.outputs[0]
@@ -37,7 +37,7 @@ def _gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef |
     out = TensorRef(buf.id, full, _contig(full), 0)
     args = [a2, b2]
     params = {"alpha": float(alpha), "beta": float(beta), "has_bias": bias is not None, "m": m, "n": n, "k": k,
-              "batch": list(batch), "has_residual": residual is not None}
+              "batch": list(batch), "has_residual": residual is not None, "activation": activation}
     if bias is not None:
         args.append(V.expand(bias, full))
     if residual is not None:
@@ -83,12 +83,36 @@ def conv2d(L: Lowering, node: Node) -> None:
     a = node.attrs
     has_bias = a.get("has_bias", len(node.inputs) > 2)
     has_residual = a.get("has_residual", False)
+    if _conv_is_gemm(node):
+        _conv1x1_as_gemm(L, node, has_bias, has_residual)
+        return
     args = [L.contiguous(L.ref(v)) for v in node.inputs]  # x, w, [bias], [residual] (npu.conv2d epilogues)
     out = L.fresh(node.outputs[0])
     params = {"stride": list(a["stride"]), "padding": _pair(a["padding"]), "dilation": list(a["dilation"]),
               "groups": int(a["groups"]), "has_bias": has_bias, "activation": a.get("activation", "none"),
               "has_residual": has_residual}
     L.emit("conv2d", args, [out], params)
+
+
+def _conv_is_gemm(node: Node) -> bool:
+    """A 1x1 conv with stride 1, no padding and one group is a batched GEMM over the pixels: weight [O, C] times
+    input [C, H*W] per image. GEMM libraries run it on tensor cores; a direct conv kernel would not."""
+    a = node.attrs
+    w = node.inputs[1]
+    return (len(w.shape) == 4 and tuple(w.shape[2:]) == (1, 1) and list(a["stride"]) == [1, 1]
+            and _pair(a["padding"]) == [0, 0] and int(a["groups"]) == 1 and w.kind == "weight")
+
+
+def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool) -> None:
+    x_v, w_v = node.inputs[0], node.inputs[1]
+    n, c, h, wd = x_v.shape
+    o = w_v.shape[0]
+    x = L.contiguous(L.ref(x_v))
+    b = V.reshape(x, (n, c, h * wd))
+    a = V.expand(V.reshape(L.ref(w_v), (o, c)), (n, o, c))
+    bias = V.expand(V.reshape(L.ref(node.inputs[2]), (o, 1)), (n, o, h * wd)) if has_bias else None
+    res = V.reshape(L.contiguous(L.ref(node.inputs[-1])), (n, o, h * wd)) if has_residual else None
+    _gemm(L, node, a, b, bias, residual=res, activation=node.attrs.get("activation", "none") or "none")
 
 
 def _pair(p) -> list[int]:

@@ -53,6 +53,8 @@ def gemm(args, outs, p, ctx) -> None:
         acc = acc + (bias * np.float32(p["beta"]) if p.get("beta", 1.0) != 1.0 else bias)
     if p.get("has_residual"):
         acc = round_to(acc, outs[0].dtype) + f32(args[-1])
+    if p.get("activation", "none") not in (None, "none"):
+        acc = _activation(round_to(acc, outs[0].dtype), p["activation"])
     store(outs[0], acc)
 
 

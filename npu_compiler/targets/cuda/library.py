@@ -703,18 +703,29 @@ def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch
 
 
 def gemm_residual(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
-    """out = out + residual after cuBLAS (the product already rounded to the output dtype, as the unfused graph
-    stores it before the add). Reads and writes `out` element by element: no `__restrict__` there."""
-    if not k.params.get("has_residual"):
+    """The epilogue after cuBLAS: out = act(out + residual) (the product already rounded to the output dtype, as the
+    unfused graph stores it before the add). Reads and writes `out` element by element: no `__restrict__` there."""
+    act = k.params.get("activation", "none") or "none"
+    if act not in ("none", "relu"):
+        raise NPUCompileError(f"kernel {k.name}: cuda gemm has no activation '{act}'")
+    if not k.params.get("has_residual") and act == "none":
         return None
-    res, out = k.args[-1], k.outs[0]
-    rd, od = _dt(program, res), _dt(program, out)
+    out = k.outs[0]
+    od = _dt(program, out)
     acc = "float64" if od == "float64" else ("int64" if reg(od) == "long long" else "float32")
     own = X.Load(od, 0, tuple(out.strides), out.offset)
-    other = X.Load(rd, 1, tuple(res.strides), res.offset)
-    expr = X.Cast(od, X.Binary(acc, "add", X.Cast(acc, own), X.Cast(acc, other)))
-    ptrs = [("out", 0), ("out", 0), ("arg", len(k.args) - 1)]
-    return render_expression(expr, [out, res], [od, rd], out, od, (), ptrs, restrict=False)
+    value: X.Expr = X.Cast(acc, own)
+    refs, dts, ptrs = [out], [od], [("out", 0), ("out", 0)]
+    if k.params.get("has_residual"):
+        res = k.args[-1]
+        rd = _dt(program, res)
+        other = X.Load(rd, 1, tuple(res.strides), res.offset)
+        value = X.Cast(od, X.Binary(acc, "add", value, X.Cast(acc, other)))
+        refs, dts = [out, res], [od, rd]
+        ptrs.append(("arg", len(k.args) - 1))
+    if act == "relu":
+        value = X.Binary(acc, "max", X.Cast(acc, value), X.Const(acc, 0.0 if acc != "int64" else 0))
+    return render_expression(X.Cast(od, value), refs, dts, out, od, (), ptrs, restrict=False)
 
 
 def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
@@ -761,6 +772,10 @@ def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             body.append(f"    acc = {round_expr('acc', od)};")
         rv = cvt(load_expr(_dt(program, res), f"a{len(k.args) - 1}[{at}]"), _dt(program, res))
         body.append(f"    acc = acc + {rv};")
+    if (p.get("activation") or "none") == "relu":
+        if od in ("float16", "bfloat16"):
+            body.append(f"    acc = {round_expr('acc', od)};")
+        body.append(f"    acc = acc > {literal(0, acc_dt)} ? acc : {literal(0, acc_dt)};")
     body.append(f"    out0[{_out_at(out)}] = {store_expr(od, 'acc', acc_dt)};")
     return _elementwise_shell(k, program, ityp, n_out, body)
 
