@@ -20,6 +20,7 @@ from npu_compiler.program import CompiledProgram, KernelCall, TensorSpec
 from ..backend import DeviceBuffer
 from ..errors import InputError, NPURuntimeError, WeightError
 from ..executor import Executor
+from ..profiling import KernelTiming
 from ..weights import WeightSet
 from .backend import CudaBackend, CudaBuffer, storage_dtype
 from .modules import load_kernels
@@ -223,7 +224,7 @@ class CudaExecutor(Executor):
             cp.cuda.runtime.memcpyAsync(dst.ptr, host.ctypes.data, host.nbytes, cp.cuda.runtime.memcpyHostToDevice,
                                         self.stream.ptr)
 
-    def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
+    def _prepare(self, inputs: Mapping[str, Any], weights: WeightSet | None) -> None:
         bound = {n for n in self._bound if n not in inputs}
         self.check_inputs({**inputs, **{n: _Shape(self._input_specs[n]) for n in bound}})
         if weights is not None and id(weights) != self._weights_bound:
@@ -233,8 +234,34 @@ class CudaExecutor(Executor):
         with self.state.device:
             for name, value in inputs.items():
                 self._copy_input(self._input_specs[name], value)
+
+    def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
+        self._prepare(inputs, weights)
+        with self.state.device:
             self._launch()
         return self.outputs()
+
+    def profile(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> list[KernelTiming]:
+        """One run launched kernel by kernel (not as the captured graph, which has no per-kernel boundaries), with
+        CUDA events recorded around each kernel's launches (a GEMM's bias fill, cuBLAS call and epilogue count as
+        its kernel). Times are the GPU's own; launch gaps between kernels are not in any kernel's time."""
+        cp = self._cp
+        self._prepare(inputs, weights)
+        groups = [self._kernel_steps(k) for k in self.program.kernels]
+        marks = []
+        with self.state.device, self.stream:
+            start = cp.cuda.Event()
+            start.record(self.stream)
+            for group in groups:
+                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                e0.record(self.stream)
+                for step in group:
+                    step()
+                e1.record(self.stream)
+                marks.append((e0, e1))
+            self.stream.synchronize()
+        return [KernelTiming(i, cp.cuda.get_elapsed_time(start, e0) * 1e-3, cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+                for i, (e0, e1) in enumerate(marks)]
 
     def outputs(self) -> dict[str, CudaBuffer]:
         out: dict[str, CudaBuffer] = {}
