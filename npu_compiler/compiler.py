@@ -138,10 +138,14 @@ def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str]) -> list[
 
 
 def _value_range(graph: Graph, v) -> tuple[int, int] | None:
-    """Integer inputs that index something get their valid range: token ids < the embedding's row count."""
+    """Integer inputs that index something get their valid range: token ids below the embedding's row count, cache
+    positions below the cache length."""
     for node in graph.nodes:
         if node.op == "embedding.default" and len(node.inputs) > 1 and node.inputs[1] is v:
             return (0, node.inputs[0].shape[0])
+        if node.op == "index_copy.default" and len(node.inputs) == 3 and node.inputs[1] is v:
+            target = node.inputs[0]
+            return (0, target.shape[int(node.attrs["dim"]) % len(target.shape)])
     return None
 
 

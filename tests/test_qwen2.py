@@ -95,3 +95,13 @@ def test_kv_cache_written_in_place(setup):
         cache_bufs = {i.buffer for i in prog.inputs if i.name.startswith(("k_cache", "v_cache"))}
         writers = [k for k in prog.kernels if any(o.buffer in cache_bufs for o in k.outs)]
         assert writers and all(k.kind == "index_copy" and k.params["inplace"] for k in writers)
+
+
+def test_integer_inputs_carry_their_valid_range(setup):
+    """verify generates integer inputs inside these ranges: token ids below the vocabulary, positions below the
+    cache length."""
+    _, _, exp, _, progs, _ = setup
+    g = exp.cache_map["graphs"]["decode"]["inputs"]
+    ranges = {s.name: s.value_range for s in progs["decode"].inputs}
+    assert ranges[g["input_ids"]] == (0, 256)
+    assert ranges[g["cache_position"]] == (0, L)
