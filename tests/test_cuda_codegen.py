@@ -216,3 +216,23 @@ def test_cublas_plan_matches_numpy(name: str) -> None:
         got = _strided(out_flat, k.outs[0])
         np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-12)
         assert plan["flops"] == 2 * k.params["m"] * k.params["n"] * k.params["k"] * math.prod(k.params["batch"])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
+    """Decode attention over a long enough cache gets its keys split across blocks (three launches over a scratch
+    output); every one of those sources compiles and assembles."""
+    from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
+
+    exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=256, prefill_len=8, dtype=dtype)
+    program = npu_compiler.compile(exp.decode_path, "cuda", dtype=dtype, rope_theta=10000.0)
+    att = [k for k in program.kernels if k.kind == "attention"]
+    assert att and all(k.params["splits"] >= 2 and len(k.outs) == 2 for k in att)
+    steps = att[0].params["cuda"]["steps"]
+    assert [s["launch"]["grid"][1] for s in steps] == [att[0].params["splits"]] * 2 + [1]
+    failures = _check_sources({s["launch"]["source"]: program.sources[s["launch"]["source"]] for s in steps})
+    assert not failures, "\n\n".join(failures[:3])
+    # the cpu target has no such scratch: one launch per row there
+    cpu = npu_compiler.compile(exp.decode_path, "cpu", dtype=dtype, rope_theta=10000.0)
+    assert all(k.params["splits"] == 0 for k in cpu.kernels if k.kind == "attention")

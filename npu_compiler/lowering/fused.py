@@ -34,12 +34,34 @@ def attention(L: Lowering, node: Node) -> None:
     if a.get("valid_len"):
         args.append(L.contiguous(L.ref(node.inputs[-1])))
     out = L.fresh(node.outputs[0])
-    L.emit("attention", args, [out], {
+    outs = [out]
+    splits = decode_splits(L, b * h * t, lk, v.shape[-1])
+    if splits:
+        from .lower import full_ref
+
+        # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output.
+        numel = b * h * t * splits * (2 + v.shape[-1])
+        scratch = L.new_buffer(f"{node.name}.split_scratch", "arena", "float32", numel)
+        outs.append(full_ref(scratch))
+    L.emit("attention", args, outs, {
         "scale": float(a["scale"]), "is_causal": bool(a["is_causal"]), "mask": mask_kind, "batch": b, "heads": h,
         "kv_heads": hk, "q_len": t, "kv_len": lk, "head_dim": d, "v_dim": v.shape[-1],
         "scores_dtype": a.get("scores_dtype", "float32"), "probs_dtype": a.get("probs_dtype", "float32"),
-        "valid_len": bool(a.get("valid_len")),
+        "valid_len": bool(a.get("valid_len")), "splits": splits,
     })
+
+
+# A GPU wants a few hundred blocks; decode attention has one query row per head. Split each row's keys so that
+# rows x splits reaches about two blocks per SM of a large GPU, keeping at least 64 keys per split.
+DECODE_TARGET_BLOCKS = 264
+
+
+def decode_splits(L: Lowering, rows: int, kv_len: int, v_dim: int) -> int:
+    """How many key splits a decode attention gets on a target that runs them (0: one block per row)."""
+    if L.target != "cuda" or rows == 0 or rows >= DECODE_TARGET_BLOCKS or v_dim > 1024:
+        return 0
+    splits = min(-(-DECODE_TARGET_BLOCKS // rows), kv_len // 64)
+    return splits if splits >= 2 else 0
 
 
 def rope(L: Lowering, node: Node) -> None:

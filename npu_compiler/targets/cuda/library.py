@@ -654,6 +654,173 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch((grid, 1, 1), block, _ptrs(k))
 
 
+SPLIT_WARPS = 4
+
+
+def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+    """Decode attention with the keys split across blocks (flash-decoding): a decode step has one query row per
+    head, too few rows to fill the GPU if each row is one block. Three launches over a float32 scratch output
+    (`outs[1]`, [rows, splits, 2 + v_dim]): (1) each (row, split) block finds its keys' max and sum of
+    exponentials; (2) each block combines all splits' (max, sum) into the row's, and accumulates its keys'
+    probabilities (rounded to `probs_dtype` as the graph rounds them) times v; (3) one block per row adds the
+    splits' partial outputs. Scores are rounded exactly as in `attention`."""
+    p = k.params
+    q, kk, v = k.args[:3]
+    mask = k.args[3] if p["mask"] != "none" else None
+    pos = k.args[-1] if p.get("valid_len") else None
+    out = k.outs[0]  # outs[1], the scratch, is addressed as out1 in the sources
+    qs_shape, qs = _pad4(q)
+    _, ks = _pad4(kk)
+    _, vs = _pad4(v)
+    _, os_ = _pad4(out)
+    b, h, t, d = qs_shape
+    hk, lk, dv = int(p["kv_heads"]), int(p["kv_len"]), int(p["v_dim"])
+    group = h // hk
+    splits = int(p["splits"])
+    rows = b * h * t
+    dpl, vpl = -(-d // 32), -(-dv // 32)
+    nw = SPLIT_WARPS
+    block = 32 * nw
+    stride = 2 + dv
+    ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
+    qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
+    sd = p.get("scores_dtype") or "float32"
+    pd = p.get("probs_dtype") or "float32"
+    q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
+    k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
+    v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("j", vs[2]), ("dd", vs[3])], v.offset)
+    o_at = affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset)
+    mask_line = ""
+    if mask is not None:
+        _, ms = _pad4(mask)
+        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
+        if p["mask"] == "bool":
+            mask_line = f"      if (!a3[{m_at}]) s = {NEG_INF_F};"
+        else:
+            mask_line = f"      s = {round_expr('s + ' + load_expr(_dt(program, mask), f'a3[{m_at}]'), sd)};"
+    scale = literal(float(p["scale"]), "float32")
+    jmax = f"min(ti + 1, ({ityp}){lk})" if p.get("is_causal") else f"({ityp}){lk}"
+    valid = ""
+    if pos is not None:
+        pa = len(k.args) - 1
+        n_pos = math.prod(pos.shape)
+        p_at = affine([("j", pos.strides[0] if pos.strides else 0)], pos.offset)
+        valid = f"""
+  __shared__ long long npu_sh_i[32];
+  long long pmax = -1;
+  for (int j = threadIdx.x; j < {n_pos}; j += blockDim.x) pmax = npu_max(pmax, (long long)a{pa}[{p_at}]);
+  pmax = npu_block_reduce(pmax, NpuMax(), npu_sh_i);
+  const {ityp} nvalid = ({ityp})min(max(pmax + 1, 0LL), (long long){lk});"""
+        jmax = f"min({jmax}, nvalid)"
+    head = f"""{PRELUDE}{REDUCE_HELPERS}
+{_signature(k, program, block)} {{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;{valid}
+  const {ityp} row = blockIdx.x, split = blockIdx.y;
+  const {ityp} ti = row % {t}; const {ityp} t1 = row / {t};
+  const {ityp} hi = t1 % {h}; const {ityp} bi = t1 / {h};
+  const {ityp} kvh = hi / {group};
+  const {ityp} jend = {jmax};
+  const {ityp} per = (jend + {splits} - 1) / {splits};
+  const {ityp} jb = split * per, je = min(jend, jb + per);
+  float* part = out1 + (row * {splits} + split) * {stride};
+"""
+    score = f"""  float qr[{dpl}];
+  #pragma unroll
+  for (int p = 0; p < {dpl}; ++p) {{
+    const {ityp} dd = lane + 32 * p;
+    qr[p] = dd < {d} ? {load_expr(qd, f'a0[{q_at}]')} : 0.0f;
+  }}
+  auto score = [&](const {ityp} j) -> float {{
+    float s = 0.0f;
+    #pragma unroll
+    for (int p = 0; p < {dpl}; ++p) {{
+      const {ityp} dd = lane + 32 * p;
+      if (dd < {d}) s = fmaf(qr[p], {load_expr(kd, f'a1[{k_at}]')}, s);
+    }}
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    s = {round_expr('s', sd)};
+    s = {round_expr(f's * {scale}', sd)};
+{mask_line}
+    return s;
+  }};
+"""
+    stats = head + score + f"""  __shared__ float sm[{nw}], sl[{nw}];
+  float m = {NEG_INF_F}, l = 0.0f;
+  #pragma unroll 4
+  for ({ityp} j = jb + warp; j < je; j += {nw}) {{
+    const float s = score(j);
+    const float mn = npu_max(m, s);
+    if (mn == {NEG_INF_F}) continue;
+    l = l * ((m == {NEG_INF_F}) ? 0.0f : expf(m - mn)) + ((s == {NEG_INF_F}) ? 0.0f : expf(s - mn));
+    m = mn;
+  }}
+  if (lane == 0) {{ sm[warp] = m; sl[warp] = l; }}
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    float mx = sm[0];
+    for (int w = 1; w < {nw}; ++w) mx = npu_max(mx, sm[w]);
+    float tot = 0.0f;
+    for (int w = 0; w < {nw}; ++w) tot += (sm[w] == {NEG_INF_F}) ? 0.0f : sl[w] * expf(sm[w] - mx);
+    part[0] = mx;
+    part[1] = tot;
+  }}
+}}
+"""
+    accumulate = head + score + f"""  __shared__ float so[{nw}][{vpl * 32}];
+  const float* base = out1 + row * {splits} * {stride};
+  float mx = {NEG_INF_F};
+  for (int s2 = 0; s2 < {splits}; ++s2) mx = npu_max(mx, base[s2 * {stride}]);
+  float tot = 0.0f;
+  for (int s2 = 0; s2 < {splits}; ++s2) {{
+    const float ms = base[s2 * {stride}];
+    tot += (ms == {NEG_INF_F}) ? 0.0f : base[s2 * {stride} + 1] * expf(ms - mx);
+  }}
+  float o[{vpl}];
+  #pragma unroll
+  for (int p = 0; p < {vpl}; ++p) o[p] = 0.0f;
+  if (mx != {NEG_INF_F}) {{
+    #pragma unroll 4
+    for ({ityp} j = jb + warp; j < je; j += {nw}) {{
+      const float s = score(j);
+      const float pj = (s == {NEG_INF_F}) ? 0.0f : {round_expr('expf(s - mx) / tot', pd)};
+      #pragma unroll
+      for (int p = 0; p < {vpl}; ++p) {{
+        const {ityp} dd = lane + 32 * p;
+        o[p] = fmaf(pj, (dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f), o[p]);
+      }}
+    }}
+  }}
+  #pragma unroll
+  for (int p = 0; p < {vpl}; ++p) so[warp][lane + 32 * p] = o[p];
+  __syncthreads();
+  for ({ityp} dd = threadIdx.x; dd < {dv}; dd += blockDim.x) {{
+    float acc = 0.0f;
+    #pragma unroll
+    for (int w = 0; w < {nw}; ++w) acc += so[w][dd];
+    part[2 + dd] = acc;
+  }}
+}}
+"""
+    combine = f"""{PRELUDE}
+{_signature(k, program, block)} {{
+  for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
+    const {ityp} ti = row % {t}; const {ityp} t1 = row / {t};
+    const {ityp} hi = t1 % {h}; const {ityp} bi = t1 / {h};
+    const float* base = out1 + row * {splits} * {stride};
+    for ({ityp} dd = threadIdx.x; dd < {dv}; dd += blockDim.x) {{
+      float r = 0.0f;
+      for (int s2 = 0; s2 < {splits}; ++s2) r += base[s2 * {stride} + 2 + dd];
+      out0[{o_at}] = {store_expr(od, 'r', 'float32')};
+    }}
+  }}
+}}
+"""
+    ptrs = _ptrs(k)
+    return [(stats, Launch((rows, splits, 1), block, ptrs)), (accumulate, Launch((rows, splits, 1), block, ptrs)),
+            (combine, Launch((grid_for(rows, 1), 1, 1), block, ptrs))]
+
+
 # ---- rotary embedding ----------------------------------------------------------------------------------------------
 
 

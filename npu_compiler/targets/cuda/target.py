@@ -18,7 +18,7 @@ from ..codegen import CodegenTarget, register_target
 from .common import Launch
 from .expr_render import render_generated
 from .gemm import SUPPORTED, gemm_plan
-from .library import LIBRARY, gemm_bias_fill, gemm_direct, gemm_residual
+from .library import LIBRARY, attention_split, gemm_bias_fill, gemm_direct, gemm_residual
 
 Step = tuple[str, Any]  # ("launch", (source text, Launch)) or ("cublas", plan)
 
@@ -52,6 +52,8 @@ class CudaTarget(CodegenTarget):
             if post:
                 steps.append(("launch", post))
             return steps
+        if kernel.kind == "attention" and kernel.params.get("splits") and len(kernel.outs) > 1:
+            return [("launch", launch) for launch in attention_split(kernel, program)]
         fn = LIBRARY.get(kernel.kind)
         if fn is None:
             raise NPUCompileError(f"kernel {kernel.name} (nodes {kernel.nodes}): library kernel '{kernel.kind}' is "
