@@ -22,8 +22,8 @@ from .targets.codegen import get_codegen_target
 from .targets.config import TargetConfig, default_config
 
 # Fusion passes, in the order they run; `--no-fusion` switches off all of them.
-FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "concat_linears", "gemm_epilogue",
-                 "conv_epilogue", "elementwise_fusion")
+FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_softmax", "concat_linears",
+                 "gemm_epilogue", "conv_epilogue", "elementwise_fusion")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
 OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES)
 
@@ -124,6 +124,7 @@ def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str]) -> list[
         ("rmsnorm", lambda: P.fuse_rmsnorm(graph)),
         ("rope", lambda: P.fuse_rope(graph)),
         ("attention", lambda: P.fuse_attention(graph, "attention_valid_len" not in disabled)),
+        ("masked_softmax", lambda: P.fuse_masked_softmax(graph)),
         ("concat_linears", lambda: P.concat_linears(graph, recipes)),
         ("gemm_epilogue", lambda: P.fuse_gemm_epilogue(graph)),
         ("conv_epilogue", lambda: P.fuse_conv_epilogue(graph)),

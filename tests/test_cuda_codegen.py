@@ -236,3 +236,20 @@ def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
     # the cpu target has no such scratch: one launch per row there
     cpu = npu_compiler.compile(exp.decode_path, "cpu", dtype=dtype, rope_theta=10000.0)
     assert all(k.params["splits"] == 0 for k in cpu.kernels if k.kind == "attention")
+
+
+@needs_nvrtc
+def test_masked_softmax_sources_compile() -> None:
+    """npu.softmax (scale and mask read with the row) renders and assembles in every dtype."""
+    from helpers import export_ir
+
+    class M(torch.nn.Module):
+        def forward(self, x, mask):
+            return torch.softmax(x * 0.125 + mask, dim=-1)
+
+    ir = export_ir(M, [((2, 3, 5, 37), torch.float32), ((2, 1, 1, 37), torch.float32)], "msm")
+    for dt in ("float32", "float16", "bfloat16"):
+        program = npu_compiler.compile(ir, "cuda", dtype=dt)
+        assert [k.kind for k in program.kernels] == ["softmax"] and "scale" in program.kernels[0].params
+        failures = _check_sources(program.sources)
+        assert not failures, "\n\n".join(failures[:3])

@@ -265,3 +265,34 @@ def test_cli_switches_and_fusion_groups(small_resnet, tmp_path, capsys):
     assert "fusion groups:" in text and "conv2d" in text
     assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path), "--no-fusion"]) == 0
     assert set(FUSION_PASSES) < set(OPTIONAL_PASSES)
+
+
+class _MaskedSoftmax(torch.nn.Module):
+    def forward(self, x, mask, y):
+        return torch.softmax(x * 0.125 + mask, dim=-1), torch.softmax(y / 3.0, dim=-1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_masked_softmax_outside_attention(dtype):
+    """softmax(x * scale + mask) that is not part of an attention is one kernel, equal to the unfused program."""
+    from helpers import export_ir
+
+    ir = export_ir(_MaskedSoftmax, [((2, 3, 5, 37), torch.float32), ((2, 1, 1, 37), torch.float32),
+                                    ((4, 19), torch.float32)], "msm")
+    rng = np.random.default_rng(0)
+    ins = {"x": rng.standard_normal((2, 3, 5, 37)).astype(np.float32) * 4,
+           "mask": np.where(rng.random((2, 1, 1, 37)) < 0.3, -1e4, 0.0).astype(np.float32),
+           "y": rng.standard_normal((4, 19)).astype(np.float32)}
+    fused = npu_compiler.compile(ir, "cpu", dtype=dtype)
+    plain = npu_compiler.compile(ir, "cpu", dtype=dtype, disable_passes=["masked_softmax"])
+    assert [k.kind for k in fused.kernels].count("softmax") == 2 and len(fused.kernels) == 2
+    assert len(plain.kernels) > len(fused.kernels)
+    a = CPU.create_executor(fused).run_numpy(ins)
+    b = CPU.create_executor(plain).run_numpy(ins)
+    for k in a:
+        assert_close(a[k], b[k], dtype, "accumulate", what=f"fused vs unfused {k}")
+    t = {k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in ins.items()}
+    with torch.no_grad():
+        ref = _MaskedSoftmax()(t["x"], t["mask"], t["y"])
+    for got, want in zip(a.values(), ref):
+        assert_close(got.astype(np.float32), want.float().numpy(), dtype, "accumulate", what="vs torch")

@@ -230,6 +230,45 @@ def _rewrite_sdpa(graph: Graph, gi: GraphIndex, node: Node, bound_by_valid_len: 
     return 1
 
 
+def fuse_masked_softmax(graph: Graph) -> int:
+    """softmax(x * scale [+ mask], dim=-1) outside attention  =>  npu.softmax: the scale and the mask are applied
+    as the row is read, rounded where the IR rounds them."""
+    gi = GraphIndex(graph)
+    count = 0
+    for sm in [n for n in graph.nodes if n.op in ("softmax.int", "_softmax.default")]:
+        rank = len(sm.inputs[0].shape)
+        if rank == 0 or sm.attrs.get("dim") % rank != rank - 1:
+            continue
+        cur, group, mask, scale = sm.inputs[0], [sm], None, 1.0
+        add = gi.prod(cur, "add.Tensor")
+        if add is not None and len(add.inputs) == 2 and gi.single_use(cur) and add.attrs.get("alpha", 1) == 1:
+            a, b = add.inputs
+            scaled = a if gi.prod(a, "mul.Tensor", "div.Tensor") is not None else b
+            mask = b if scaled is a else a
+            if mask.shape[-1] != cur.shape[-1] and mask.shape[-1] != 1:
+                continue
+            group.append(add)
+            cur = scaled
+        sc = gi.prod(cur, "mul.Tensor", "div.Tensor")
+        if sc is not None and len(sc.inputs) == 1 and scalar_operand(sc) is not None and gi.single_use(cur):
+            v = scalar_operand(sc)
+            scale = v if sc.op == "mul.Tensor" else 1.0 / v
+            group.append(sc)
+            cur = sc.inputs[0]
+        if len(group) == 1:
+            continue
+        inputs = [cur] + ([mask] if mask is not None else [])
+        attrs = {"scale": scale, "has_mask": mask is not None, "round_dtype": sm.inputs[0].dtype,
+                 "divide": sc is not None and sc.op == "div.Tensor" and sc in group}
+        if attrs["divide"]:
+            attrs["scale"] = scalar_operand(sc)
+        new = _new_node(sm.name, "npu.softmax", inputs, sm.outputs[0], attrs)
+        replace_node_group(graph, group, new, sm)
+        gi.refresh()
+        count += 1
+    return count
+
+
 # ---- rotary embedding ------------------------------------------------------------------------------------------
 
 

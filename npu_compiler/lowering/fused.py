@@ -94,7 +94,24 @@ def conv2d(L: Lowering, node: Node) -> None:
     plain_conv(L, node)
 
 
+def masked_softmax(L: Lowering, node: Node) -> None:
+    x_v = node.inputs[0]
+    x = L.contiguous(L.ref(x_v))
+    args = [x]
+    mask_kind = "none"
+    if node.attrs["has_mask"]:
+        m_v = node.inputs[1]
+        mask_kind = "bool" if m_v.dtype == "bool" else "additive"
+        args.append(V.expand(L.ref(m_v), x_v.shape))
+    out = L.fresh(node.outputs[0])
+    a = node.attrs
+    L.emit("softmax", args, [out], {"dim": len(x_v.shape) - 1, "log": False, "scale": float(a["scale"]),
+                                    "divide": bool(a["divide"]), "mask": mask_kind,
+                                    "round_dtype": a["round_dtype"]})
+
+
 FUSED = {
+    "npu.softmax": masked_softmax,
     "npu.rmsnorm": rmsnorm,
     "npu.attention": attention,
     "npu.rope": rope,

@@ -175,6 +175,13 @@ def index_copy(args, outs, p, ctx) -> None:
 def softmax(args, outs, p, ctx) -> None:
     x = f32(args[0])
     d = p["dim"]
+    if "scale" in p:  # npu.softmax: scale and mask applied as the row is read, rounded where the IR rounds
+        rd = p.get("round_dtype")
+        x = round_to(x / np.float32(p["scale"]) if p.get("divide") else x * np.float32(p["scale"]), rd)
+        if p.get("mask") == "additive":
+            x = round_to(x + f32(args[1]), rd)
+        elif p.get("mask") == "bool":
+            x = np.where(args[1], x, -np.inf)
     m = x.max(axis=d, keepdims=True)
     e = np.exp(x - m)
     s = e.sum(axis=d, keepdims=True)

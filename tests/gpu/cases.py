@@ -184,6 +184,8 @@ def op_cases() -> list[OpCase]:
         OpCase("softmax_mid", lambda: Fn(lambda x: torch.softmax(x, dim=1)), [f((2, 13, 5))]),
         OpCase("log_softmax", lambda: Fn(lambda x: torch.log_softmax(x, dim=-1)), [f((4, 3000))]),
         OpCase("softmax_fp32", lambda: Fn(lambda x: torch.softmax(x, dim=-1, dtype=torch.float32)), [f((3, 40))]),
+        OpCase("masked_softmax", lambda: Fn(lambda x, m: torch.softmax(x * 0.125 + m, dim=-1)),
+               [f((2, 3, 5, 37)), f((2, 1, 1, 37))]),
         OpCase("linear_bias", lambda: Lin(48, 40), [f((2, 5, 48))], loose=True),
         OpCase("linear_nobias", lambda: Lin(64, 33, bias=False), [f((7, 64))], loose=True),
         OpCase("matmul_batched", lambda: Fn(lambda a, b: a @ b), [f((3, 2, 9, 16)), f((3, 2, 16, 11))], loose=True),

@@ -388,6 +388,23 @@ def softmax(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
         raise NPUCompileError(f"kernel {k.name}: cuda softmax expects contiguous tensors")
     at_x = f"a0[{x.offset} + base + j * {inner}]"
     at_o = f"out0[{out.offset} + base + j * {inner}]"
+    value = load_expr(xd, at_x)
+    if "scale" in k.params:  # npu.softmax: scale and mask applied as the row is read (last dim only)
+        rd = k.params.get("round_dtype")
+        op = "/" if k.params.get("divide") else "*"
+        value = round_expr(f"({value} {op} {literal(float(k.params['scale']), 'float32')})", rd)
+        if k.params.get("mask") in ("additive", "bool"):
+            mask = k.args[1]
+            lead = list(zip(shape[:-1], mask.strides[:-1]))
+            terms, div = [], 1
+            for size, st in reversed(lead):  # the row's multi-index, innermost lead dim first
+                terms.append(f"((row / {div}) % {size}) * {st}")
+                div *= size
+            m_at = f"a1[{mask.offset} + {' + '.join(terms) or '0'} + j * {mask.strides[-1]}]"
+            if k.params["mask"] == "additive":
+                value = round_expr(f"({value} + {load_expr(_dt(program, mask), m_at)})", rd)
+            else:
+                value = f"({m_at} ? {value} : {NEG_INF_F})"
     if k.params.get("log"):
         write = f"      {at_o} = {store_expr(od, '(v - m) - logf(s)', 'float32')};"
     else:
@@ -398,13 +415,13 @@ def softmax(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
   for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
     const {ityp} base = (row / {inner}) * {d * inner} + row % {inner};
     float m = {NEG_INF_F};
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) m = npu_max(m, {load_expr(xd, at_x)});
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) m = npu_max(m, {value});
     m = npu_block_reduce(m, NpuMax(), sh);
     float s = 0.0f;
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) s += expf({load_expr(xd, at_x)} - m);
+    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) s += expf({value} - m);
     s = npu_block_reduce(s, NpuSum(), sh);
     for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
-      const float v = {load_expr(xd, at_x)};
+      const float v = {value};
 {write}
     }}
   }}
