@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ...errors import NPUCompileError
 from ...expr import nodes as X
@@ -483,15 +484,41 @@ ATTN_WARPS_FEW_ROWS = 16
 FEW_ROWS = 264
 
 
-def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """softmax(q k^T * scale + mask) v, one block per query row, keys split over the warps, fp32 accumulation;
-    GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
+@dataclass
+class _Attn:
+    """What both attention generators share: the operands' index maps, the mask line, the valid-length prologue,
+    the loop bound and the score function (q.k, scaled and masked, rounded as the graph rounds)."""
 
-    Roundings follow the graph: scores rounded to `scores_dtype` after q.k, after the scale and after the mask (a bf16
-    eager graph stores each); probabilities rounded to `probs_dtype` before the product with v. With fp32
-    probabilities one online-softmax pass suffices; rounded probabilities need the row's max and sum first, so a
-    first pass finds them and a second accumulates. `valid_len`: the last argument holds the cache positions written
-    this step; keys past the largest are masked anyway and are not read. A row with every key masked gives zeros."""
+    q: TensorRef
+    kk: TensorRef
+    v: TensorRef
+    out: TensorRef
+    mask: TensorRef | None
+    qs_shape: tuple[int, ...]
+    b: int
+    h: int
+    t: int
+    d: int
+    lk: int
+    dv: int
+    group: int
+    dpl: int
+    vpl: int
+    ityp: str
+    qd: str
+    vd: str
+    od: str
+    sd: str
+    pd: str
+    q_at: str
+    v_at: str
+    o_at: str
+    valid: str
+    jmax: str
+    score: str
+
+
+def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
     p = k.params
     if p.get("valid_len_input"):
         raise NPUCompileError(f"kernel {k.name}: cuda attention has no valid-length input of this form")
@@ -511,13 +538,10 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     dpl, vpl = -(-d // 32), -(-dv // 32)
     if dpl > 32 or vpl > 32:
         raise NPUCompileError(f"kernel {k.name}: cuda attention supports head dims up to 1024")
-    nw = ATTN_WARPS_FEW_ROWS if math.prod(qs_shape[:3]) <= FEW_ROWS else ATTN_WARPS
-    block = 32 * nw
     ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
     sd = p.get("scores_dtype") or "float32"
     pd = p.get("probs_dtype") or "float32"
-    two_pass = pd in ("float16", "bfloat16")
     q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
     k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
     v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("j", vs[2]), ("dd", vs[3])], v.offset)
@@ -561,6 +585,27 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 {mask_line}
       return s;
     }};"""
+    return _Attn(q, kk, v, out, mask, qs_shape, b, h, t, d, lk, dv, group, dpl, vpl, ityp, qd, vd, od, sd, pd, q_at,
+                 v_at, o_at, valid, jmax, score)
+
+
+def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """softmax(q k^T * scale + mask) v, one block per query row, keys split over the warps, fp32 accumulation;
+    GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
+
+    Roundings follow the graph: scores rounded to `scores_dtype` after q.k, after the scale and after the mask (a bf16
+    eager graph stores each); probabilities rounded to `probs_dtype` before the product with v. With fp32
+    probabilities one online-softmax pass suffices; rounded probabilities need the row's max and sum first, so a
+    first pass finds them and a second accumulates. `valid_len`: the last argument holds the cache positions written
+    this step; keys past the largest are masked anyway and are not read. A row with every key masked gives zeros."""
+    a = _attention_setup(k, program)
+    ityp, dv, dpl, vpl, d, vd, od, pd = a.ityp, a.dv, a.dpl, a.vpl, a.d, a.vd, a.od, a.pd
+    b, h, t, group, q_at, v_at, o_at, valid, jmax, score = (a.b, a.h, a.t, a.group, a.q_at, a.v_at, a.o_at, a.valid,
+                                                            a.jmax, a.score)
+    qd = a.qd
+    nw = ATTN_WARPS_FEW_ROWS if math.prod(a.qs_shape[:3]) <= FEW_ROWS else ATTN_WARPS
+    block = 32 * nw
+    two_pass = pd in ("float16", "bfloat16")
     load_v = f"(dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f)"
     if not two_pass:
         body = f"""    #pragma unroll 4
@@ -641,7 +686,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
       out0[{o_at}] = {store_expr(od, 'acc', 'float32')};
     }}
     __syncthreads();"""
-    src = f"""{PRELUDE}{REDUCE_HELPERS if pos is not None else ''}
+    src = f"""{PRELUDE}{REDUCE_HELPERS if a.valid else ''}
 {_signature(k, program, block)} {{
   __shared__ float sm[{nw}], sl[{nw}];
   __shared__ float so[{nw}][{vpl * 32}];
@@ -681,62 +726,22 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     exponentials; (2) each block combines all splits' (max, sum) into the row's, and accumulates its keys'
     probabilities (rounded to `probs_dtype` as the graph rounds them) times v; (3) one block per row adds the
     splits' partial outputs. Scores are rounded exactly as in `attention`."""
+    a = _attention_setup(k, program)
     p = k.params
-    q, kk, v = k.args[:3]
-    mask = k.args[3] if p["mask"] != "none" else None
-    pos = k.args[-1] if p.get("valid_len") else None
-    out = k.outs[0]  # outs[1], the scratch, is addressed as out1 in the sources
-    qs_shape, qs = _pad4(q)
-    _, ks = _pad4(kk)
-    _, vs = _pad4(v)
-    _, os_ = _pad4(out)
-    b, h, t, d = qs_shape
-    hk, lk, dv = int(p["kv_heads"]), int(p["kv_len"]), int(p["v_dim"])
-    group = h // hk
+    ityp, d, dv, dpl, vpl, vd, od, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.od, a.pd
+    rows = a.b * a.h * a.t
     splits = int(p["splits"])
-    rows = b * h * t
-    dpl, vpl = -(-d // 32), -(-dv // 32)
     nw = SPLIT_WARPS
     block = 32 * nw
     stride = 2 + dv
-    ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
-    qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
-    sd = p.get("scores_dtype") or "float32"
-    pd = p.get("probs_dtype") or "float32"
-    q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
-    k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
-    v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("j", vs[2]), ("dd", vs[3])], v.offset)
-    o_at = affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset)
-    mask_line = ""
-    if mask is not None:
-        _, ms = _pad4(mask)
-        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
-        if p["mask"] == "bool":
-            mask_line = f"      if (!a3[{m_at}]) s = {NEG_INF_F};"
-        else:
-            mask_line = f"      s = {round_expr('s + ' + load_expr(_dt(program, mask), f'a3[{m_at}]'), sd)};"
-    scale = literal(float(p["scale"]), "float32")
-    jmax = f"min(ti + 1, ({ityp}){lk})" if p.get("is_causal") else f"({ityp}){lk}"
-    valid = ""
-    if pos is not None:
-        pa = len(k.args) - 1
-        n_pos = math.prod(pos.shape)
-        p_at = affine([("j", pos.strides[0] if pos.strides else 0)], pos.offset)
-        valid = f"""
-  __shared__ long long npu_sh_i[32];
-  long long pmax = -1;
-  for (int j = threadIdx.x; j < {n_pos}; j += blockDim.x) pmax = npu_max(pmax, (long long)a{pa}[{p_at}]);
-  pmax = npu_block_reduce(pmax, NpuMax(), npu_sh_i);
-  const {ityp} nvalid = ({ityp})min(max(pmax + 1, 0LL), (long long){lk});"""
-        jmax = f"min({jmax}, nvalid)"
     head = f"""{PRELUDE}{REDUCE_HELPERS}
 {_signature(k, program, block)} {{
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;{valid}
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;{a.valid}
   const {ityp} row = blockIdx.x, split = blockIdx.y;
-  const {ityp} ti = row % {t}; const {ityp} t1 = row / {t};
-  const {ityp} hi = t1 % {h}; const {ityp} bi = t1 / {h};
-  const {ityp} kvh = hi / {group};
-  const {ityp} jend = {jmax};
+  const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
+  const {ityp} hi = t1 % {a.h}; const {ityp} bi = t1 / {a.h};
+  const {ityp} kvh = hi / {a.group};
+  const {ityp} jend = {a.jmax};
   const {ityp} per = (jend + {splits} - 1) / {splits};
   const {ityp} jb = split * per, je = min(jend, jb + per);
   float* part = out1 + (row * {splits} + split) * {stride};
@@ -745,22 +750,9 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
   #pragma unroll
   for (int p = 0; p < {dpl}; ++p) {{
     const {ityp} dd = lane + 32 * p;
-    qr[p] = dd < {d} ? {load_expr(qd, f'a0[{q_at}]')} : 0.0f;
+    qr[p] = dd < {d} ? {load_expr(a.qd, f'a0[{a.q_at}]')} : 0.0f;
   }}
-  auto score = [&](const {ityp} j) -> float {{
-    float s = 0.0f;
-    #pragma unroll
-    for (int p = 0; p < {dpl}; ++p) {{
-      const {ityp} dd = lane + 32 * p;
-      if (dd < {d}) s = fmaf(qr[p], {load_expr(kd, f'a1[{k_at}]')}, s);
-    }}
-    #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    s = {round_expr('s', sd)};
-    s = {round_expr(f's * {scale}', sd)};
-{mask_line}
-    return s;
-  }};
+{a.score}
 """
     stats = head + score + f"""  __shared__ float sm[{nw}], sl[{nw}];
   float m = {NEG_INF_F}, l = 0.0f;
@@ -804,7 +796,7 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
       #pragma unroll
       for (int p = 0; p < {vpl}; ++p) {{
         const {ityp} dd = lane + 32 * p;
-        o[p] = fmaf(pj, (dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f), o[p]);
+        o[p] = fmaf(pj, (dd < {dv} ? {load_expr(vd, f'a2[{a.v_at}]')} : 0.0f), o[p]);
       }}
     }}
   }}
@@ -822,13 +814,13 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     combine = f"""{PRELUDE}
 {_signature(k, program, block)} {{
   for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
-    const {ityp} ti = row % {t}; const {ityp} t1 = row / {t};
-    const {ityp} hi = t1 % {h}; const {ityp} bi = t1 / {h};
+    const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
+    const {ityp} hi = t1 % {a.h}; const {ityp} bi = t1 / {a.h};
     const float* base = out1 + row * {splits} * {stride};
     for ({ityp} dd = threadIdx.x; dd < {dv}; dd += blockDim.x) {{
       float r = 0.0f;
       for (int s2 = 0; s2 < {splits}; ++s2) r += base[s2 * {stride} + 2 + dd];
-      out0[{o_at}] = {store_expr(od, 'r', 'float32')};
+      out0[{a.o_at}] = {store_expr(od, 'r', 'float32')};
     }}
   }}
 }}
