@@ -39,10 +39,8 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return load_file(p)
 
 
-def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[str, Any] | str | os.PathLike,
-                  inputs: Mapping[str, np.ndarray], extra_weights: Mapping[str, Any] | None = None
-                  ) -> dict[str, np.ndarray]:
-    """Outputs of the IR by name, computed by torch_ir.IRExecutor on the CPU."""
+def _executor(ir, weights, inputs, extra_weights):
+    """The reloaded IR, an IRExecutor over the state dict (plus `extra_weights` it lacks) and the input tensors."""
     import torch_ir
 
     ir_obj = load_ir_for_executor(ir)
@@ -52,8 +50,15 @@ def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[st
         sd = load_state_dict(weights)
     for k, v in (extra_weights or {}).items():
         sd.setdefault(k, v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v)))
-    ex = torch_ir.IRExecutor(ir_obj, weights=sd)
     args = tuple(to_torch(np.asarray(inputs[t.name])) for t in ir_obj.graph_inputs)
+    return ir_obj, torch_ir.IRExecutor(ir_obj, weights=sd), args
+
+
+def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[str, Any] | str | os.PathLike,
+                  inputs: Mapping[str, np.ndarray], extra_weights: Mapping[str, Any] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Outputs of the IR by name, computed by torch_ir.IRExecutor on the CPU."""
+    ir_obj, ex, args = _executor(ir, weights, inputs, extra_weights)
     with torch.no_grad():
         outs = ex.execute(args)
     return {t.name: to_numpy(o) for t, o in zip(ir_obj.graph_outputs, outs)}
@@ -66,18 +71,9 @@ def run_reference_all(ir: str | os.PathLike | Mapping[str, Any], weights: Mappin
 
     Runs torch_ir.IRExecutor's own per-node steps and copies each output as soon as its node has run: in-place
     ATen ops (relu_, add_) would otherwise change earlier values in the executor's registry afterwards."""
-    import torch_ir
     from torch_ir import executor as ire
 
-    ir_obj = load_ir_for_executor(ir)
-    if isinstance(weights, Mapping):
-        sd = {k: (v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v))) for k, v in weights.items()}
-    else:
-        sd = load_state_dict(weights)
-    for k, v in (extra_weights or {}).items():
-        sd.setdefault(k, v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v)))
-    ex = torch_ir.IRExecutor(ir_obj, weights=sd)
-    args = tuple(to_torch(np.asarray(inputs[t.name])) for t in ir_obj.graph_inputs)
+    ir_obj, ex, args = _executor(ir, weights, inputs, extra_weights)
     values: dict[str, np.ndarray] = {}
     node_outputs = {n.name: [o.name for o in n.outputs] for n in ir_obj.nodes}
     with torch.no_grad():
