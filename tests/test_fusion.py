@@ -296,3 +296,24 @@ def test_masked_softmax_outside_attention(dtype):
         ref = _MaskedSoftmax()(t["x"], t["mask"], t["y"])
     for got, want in zip(a.values(), ref):
         assert_close(got.astype(np.float32), want.float().numpy(), dtype, "accumulate", what="vs torch")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv_as_im2col_gemm_lowering(small_resnet, dtype, monkeypatch):
+    """The cuda target lowers k x k convs to pad + im2col copies + one GEMM with the conv's epilogues. The same
+    lowering, enabled for the cpu target here, gives PyTorch's results."""
+    from npu_compiler.lowering import library
+
+    m, res = small_resnet
+    monkeypatch.setattr(library, "IM2COL_TARGETS", {"cpu"})
+    prog = npu_compiler.compile(res.ir_path, "cpu", dtype=dtype)
+    assert not [k for k in prog.kernels if k.kind == "conv2d"]
+    assert any("im2col" in prog.buffers[k.outs[0].buffer].name for k in prog.kernels)
+    x = np.random.default_rng(2).standard_normal((2, 3, 48, 48)).astype(np.float32)
+    out = next(iter(run(prog, {"x": x}, res.weights_path).values()))
+    with torch.no_grad():
+        want = m(torch.from_numpy(x)).numpy()
+    assert compare("logits", out, want, dtype).passed
+    plain = npu_compiler.compile(res.ir_path, "cpu", dtype=dtype)
+    assert_close(out, next(iter(run(plain, {"x": x}, res.weights_path).values())), dtype, "accumulate",
+                 what="im2col+gemm vs direct conv")

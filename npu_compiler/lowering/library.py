@@ -86,6 +86,9 @@ def conv2d(L: Lowering, node: Node) -> None:
     if _conv_is_gemm(node):
         _conv1x1_as_gemm(L, node, has_bias, has_residual)
         return
+    if L.target in IM2COL_TARGETS and int(a["groups"]) == 1 and node.inputs[1].kind == "weight":
+        _conv_im2col_gemm(L, node, has_bias, has_residual)
+        return
     args = [L.contiguous(L.ref(v)) for v in node.inputs]  # x, w, [bias], [residual] (npu.conv2d epilogues)
     out = L.fresh(node.outputs[0])
     params = {"stride": list(a["stride"]), "padding": _pair(a["padding"]), "dilation": list(a["dilation"]),
@@ -113,6 +116,45 @@ def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool
     bias = V.expand(V.reshape(L.ref(node.inputs[2]), (o, 1)), (n, o, h * wd)) if has_bias else None
     res = V.reshape(L.contiguous(L.ref(node.inputs[-1])), (n, o, h * wd)) if has_residual else None
     _gemm(L, node, a, b, bias, residual=res, activation=node.attrs.get("activation", "none") or "none")
+
+
+# Targets whose GEMM library is much faster than their direct conv kernel (tensor cores).
+IM2COL_TARGETS = {"cuda"}
+
+
+def _conv_im2col_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool) -> None:
+    """On a GPU, a conv as copies plus one GEMM on tensor cores: pad the input into a zeroed buffer, gather the
+    patches (im2col: an affine index map, so a plain generated copy), and multiply by the weight viewed as
+    [O, C*kh*kw]. Costs the patch matrix in memory (kh*kw times the input); buys the GEMM library's speed."""
+    from .lower import full_ref
+
+    a = node.attrs
+    x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
+    n, c, h, wd = x_v.shape
+    o, _, kh, kw = w_v.shape
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], _pair(a["padding"]), a["dilation"]
+    ho, wo = out_v.shape[2:]
+    dt = x_v.dtype
+    src = L.contiguous(L.ref(x_v))
+    if ph or pw:
+        hp, wp = h + 2 * ph, wd + 2 * pw
+        padded = full_ref(L.new_buffer(f"{node.name}.padded", "arena", dt, n * c * hp * wp), (n, c, hp, wp))
+        L.generated(padded, lambda load: const(0, dt))
+        interior = V.slice_(V.slice_(padded, 2, ph, ph + h, 1), 3, pw, pw + wd, 1)
+        L.generated(interior, lambda load: load(src))
+        src = padded
+    st = src.strides
+    patches = TensorRef(src.buffer, (n, c, kh, kw, ho, wo),
+                        (st[0], st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw), src.offset)
+    cols = full_ref(L.new_buffer(f"{node.name}.im2col", "arena", dt, n * c * kh * kw * ho * wo),
+                    (n, c, kh, kw, ho, wo))
+    L.generated(cols, lambda load: load(patches))
+    k = c * kh * kw
+    b = V.reshape(cols, (n, k, ho * wo))
+    w = V.expand(V.reshape(L.contiguous(L.ref(w_v)), (o, k)), (n, o, k))
+    bias = V.expand(V.reshape(L.ref(node.inputs[2]), (o, 1)), (n, o, ho * wo)) if has_bias else None
+    res = V.reshape(L.contiguous(L.ref(node.inputs[-1])), (n, o, ho * wo)) if has_residual else None
+    _gemm(L, node, w, b, bias, residual=res, activation=a.get("activation", "none") or "none")
 
 
 def _pair(p) -> list[int]:
