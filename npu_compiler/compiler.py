@@ -24,8 +24,10 @@ from .targets.config import TargetConfig, default_config
 # Fusion passes, in the order they run; `--no-fusion` switches off all of them.
 FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_softmax", "concat_linears",
                  "gemm_epilogue", "conv_epilogue", "elementwise_fusion")
+# Lowering choices that trade memory for speed on targets with a fast GEMM library.
+LOWERING_OPTIONS = ("conv_im2col",)
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
-OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES)
+OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES, *LOWERING_OPTIONS)
 
 
 @dataclass
@@ -74,7 +76,8 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     padding = plan_channel_padding(graph, cfg)
     passes.extend(_fuse(graph, recipes, set(disable_passes)))
 
-    lowering = Lowering(graph, target, greedy_fusion="elementwise_fusion" not in disable_passes)
+    lowering = Lowering(graph, target, greedy_fusion="elementwise_fusion" not in disable_passes,
+                        conv_im2col="conv_im2col" not in disable_passes)
     lowering.run()
     arena = plan_memory(lowering.buffers, lowering.kernels)
     if verify_plan:

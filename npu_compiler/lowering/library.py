@@ -86,7 +86,7 @@ def conv2d(L: Lowering, node: Node) -> None:
     if _conv_is_gemm(node):
         _conv1x1_as_gemm(L, node, has_bias, has_residual)
         return
-    if L.target in IM2COL_TARGETS and int(a["groups"]) == 1 and node.inputs[1].kind == "weight":
+    if L.conv_im2col and L.target in IM2COL_TARGETS and int(a["groups"]) == 1 and node.inputs[1].kind == "weight":
         _conv_im2col_gemm(L, node, has_bias, has_residual)
         return
     args = [L.contiguous(L.ref(v)) for v in node.inputs]  # x, w, [bias], [residual] (npu.conv2d epilogues)

@@ -42,9 +42,10 @@ def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef
 
 
 class Lowering:
-    def __init__(self, graph: Graph, target: str, greedy_fusion: bool = False) -> None:
+    def __init__(self, graph: Graph, target: str, greedy_fusion: bool = False, conv_im2col: bool = True) -> None:
         self.graph = graph
         self.greedy_fusion = greedy_fusion
+        self.conv_im2col = conv_im2col
         self.target = target
         self.buffers: list[BufferSpec] = []
         self.kernels: list[KernelCall] = []
