@@ -66,7 +66,7 @@ def decode_splits(L: Lowering, rows: int, kv_len: int, v_dim: int) -> int:
 
 def rope(L: Lowering, node: Node) -> None:
     x_v = node.inputs[0]
-    x = L.contiguous(L.ref(x_v))
+    x = L.ref(x_v)  # any strides: q/k arrive as transposed views of the projection's output
     cos = V.expand(L.ref(node.inputs[1]), x_v.shape)
     sin = V.expand(L.ref(node.inputs[2]), x_v.shape)
     out = L.fresh(node.outputs[0])

@@ -225,7 +225,7 @@ def index_copy(L: Lowering, node: Node) -> None:
     self_v, index_v, src_v = node.inputs
     dim = V.norm_dim(node.attrs["dim"], len(self_v.shape))
     idx = L.contiguous(L.ref(index_v))
-    src = L.contiguous(L.ref(src_v), dtype=self_v.dtype)
+    src = L.ref(src_v)  # read through its strides and converted to the cache's dtype by the kernel
     out_v = node.outputs[0]
     if L.can_overwrite(self_v, out_v):
         # The cache write: in place, never a copy of the whole cache.
