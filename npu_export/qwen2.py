@@ -62,6 +62,22 @@ def tiny_qwen2_config(**overrides: Any) -> Qwen2Config:
     return Qwen2Config(**kwargs)
 
 
+def random_tiny_qwen2(attn_implementation: str = "eager", dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A tiny Qwen2ForCausalLM with random weights for tests. HF's init (std 0.02) gives near-uniform attention,
+    which would hide mask or cache-slot mistakes: weights get std 0.1, norm scales U(0.8, 1.2)."""
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM._from_config(tiny_qwen2_config(), attn_implementation=attn_implementation, dtype=dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.8, 1.2)
+            else:
+                p.normal_(0.0, 0.1)
+    return model.eval()
+
+
 _BUILTIN: dict[str, dict[str, Any]] = {
     "qwen2.5-1.5b": dict(
         vocab_size=151936,

@@ -19,6 +19,7 @@ from npu_export.qwen2 import (
     export_qwen2,
     make_additive_mask,
     qwen2_config,
+    random_tiny_qwen2,
     tiny_qwen2_config,
 )
 from npu_export.resnet import resnet18, resnet50
@@ -40,16 +41,7 @@ def _randomize_bn(model: torch.nn.Module) -> None:
 
 
 def _tiny_qwen2(attn_implementation: str = "eager", dtype: torch.dtype = torch.float32) -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM._from_config(tiny_qwen2_config(), attn_implementation=attn_implementation, dtype=dtype)
-    # HF's init (std 0.02) gives near-uniform attention, which would hide mask or cache-slot mistakes.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.8, 1.2)
-            else:
-                p.normal_(0.0, 0.1)
-    return model.eval()
+    return random_tiny_qwen2(attn_implementation, dtype)
 
 
 def _executor_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -20,20 +20,9 @@ P, S = 8, 24  # prefill tokens, decode steps
 
 
 def _tiny_model(dtype: torch.dtype, attn: str):
-    from transformers import Qwen2ForCausalLM
+    from npu_export.qwen2 import random_tiny_qwen2
 
-    from npu_export.qwen2 import tiny_qwen2_config
-
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM._from_config(tiny_qwen2_config(), attn_implementation=attn, dtype=dtype)
-    # HF's init (std 0.02) gives near-uniform attention, which would hide mask or cache-slot mistakes
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.8, 1.2)
-            else:
-                p.normal_(0.0, 0.1)
-    return model.eval()
+    return random_tiny_qwen2(attn, dtype)
 
 
 def _agreement(got: np.ndarray, ref: np.ndarray, dtype: str) -> tuple[float, float]:
