@@ -94,15 +94,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _conv_gemm_flops(k) -> int:
-    """2 x multiply-adds of convs and GEMMs (what the compute roof is about)."""
-    import math
+    """2 x multiply-adds of convs and GEMMs (what the compute roof is about): their kernels' own cost models."""
+    from npu_compiler.kernels import conv_flops, gemm_flops
 
     if k.kind == "conv2d":
-        n, o, ho, wo = k.outs[0].shape
-        _, cg, kh, kw = k.args[1].shape
-        return 2 * n * o * ho * wo * cg * kh * kw
+        return conv_flops(k.outs[0].numel, *k.args[1].shape[1:])
     if k.kind == "gemm":
-        return 2 * math.prod(k.params["batch"]) * k.params["m"] * k.params["n"] * k.params["k"]
+        return gemm_flops(k.spec.m, k.spec.n, k.spec.k, k.spec.batch_count)
     return 0
 
 

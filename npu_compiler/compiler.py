@@ -76,7 +76,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     padding = plan_channel_padding(graph, cfg)
     passes.extend(_fuse(graph, recipes, set(disable_passes)))
 
-    lowering = Lowering(graph, target, greedy_fusion="elementwise_fusion" not in disable_passes,
+    lowering = Lowering(graph, codegen, greedy_fusion="elementwise_fusion" not in disable_passes,
                         conv_im2col="conv_im2col" not in disable_passes)
     lowering.run()
     arena = plan_memory(lowering.buffers, lowering.kernels)
@@ -106,7 +106,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
         passes=passes,
         padding_plan=padding,
     )
-    codegen.render(program)
+    codegen.check_program(program)
     program.fusion_groups = [
         {"kernel": k.name, "group": k.group, "nodes": k.nodes} for k in program.kernels if len(k.nodes) > 1
     ]

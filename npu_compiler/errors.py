@@ -31,3 +31,8 @@ class ConstraintError(NPUCompileError):
 
 class ArtifactError(NPUCompileError):
     """A .npubin artifact is truncated, corrupted or of another format version."""
+
+
+class KernelFault(Exception):
+    """A kernel's reference semantics met data it cannot process (an index out of range). The runtime reports it
+    with the kernel's name and IR nodes."""

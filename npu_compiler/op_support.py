@@ -1,9 +1,9 @@
 """Op support per target: the ONE place that answers "can target T run this IR node?".
 
-Built from the lowering's own tables (`SUPPORTED_OPS`: the ops `Lowering` has a handler for) and the target's
-`CodegenTarget.library_kernels` (the library kernels it provides), so that adding a lowering or a target kernel
-changes the answer here without a second list to keep in sync. The partition path (`npu_compiler.partition`) and
-the CLI ask this module; nothing else should hard-code op lists.
+Derived from the lowering's registry (`lowering.registry`: the ops the compiler lowers and the library kernel kinds
+each may emit) and the target's `library_kernels`, so that adding a lowering or a target kernel changes the answer
+here without a second list to keep in sync. The partition path (`npu_compiler.partition`) and the CLI ask this
+module; nothing else should hard-code op lists.
 """
 
 from __future__ import annotations
@@ -14,31 +14,15 @@ from typing import Any
 
 from .errors import NPUCompileError
 from .ir.schema import short_op
-from .lowering.lower import LIBRARY_OPS, SUPPORTED_OPS
+from .lowering.lower import SUPPORTED_OPS
+from .lowering.registry import KERNELS_OF
+from .passes.normalize import STRUCTURAL_OPS
 from .targets.codegen import get_codegen_target
 
 __all__ = [
     "STRUCTURAL_OPS", "is_op_supported", "supported_ops", "unsupported_reason", "is_structural", "SupportPredicate",
     "support_predicate",
 ]
-
-# Ops that compute nothing in an inference graph: normalisation removes them (passes/normalize.py), and on the
-# partition path they follow their producer instead of forcing a partition split. `dropout` counts only in eval
-# mode (checked from its attrs).
-STRUCTURAL_OPS = frozenset({
-    "_assert_tensor_metadata.default", "getitem", "alias.default", "detach.default", "contiguous.default",
-    "lift_fresh_copy.default", "dropout.default",
-})
-
-# The library kernel each library-lowered op emits (mirrors npu_compiler/lowering/library.py). Library ops absent
-# from this map (cat, factories) emit generated kernels only, which every target renders.
-LIBRARY_KERNEL_OF: dict[str, str] = {
-    "linear.default": "gemm", "matmul.default": "gemm", "mm.default": "gemm", "bmm.default": "gemm",
-    "addmm.default": "gemm", "conv2d.default": "conv2d", "max_pool2d.default": "max_pool2d",
-    "avg_pool2d.default": "avg_pool2d", "adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
-    "embedding.default": "embedding", "index_copy.default": "index_copy", "softmax.int": "softmax",
-    "_softmax.default": "softmax", "log_softmax.int": "softmax", "scaled_dot_product_attention.default": "attention",
-}
 
 
 def _canonical(op: str) -> str:
@@ -57,13 +41,9 @@ def is_structural(op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
     return not (op == "dropout.default" and (attrs or {}).get("train"))
 
 
-def _library_kernels(target: str) -> frozenset[str]:
-    return get_codegen_target(target).library_kernels
-
-
 def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | None = None) -> str | None:
     """Why `target` cannot run the op (None when it can). Raises NPUCompileError for an unknown target."""
-    kernels = _library_kernels(target)
+    kernels = get_codegen_target(target).library_kernels
     attrs = attrs or {}
     op = short_op(op_type)
     if op in STRUCTURAL_OPS:
@@ -73,10 +53,9 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     canon = _canonical(op)
     if canon not in SUPPORTED_OPS:
         return f"no lowering for aten.{op} in the compiler"
-    if canon in LIBRARY_OPS:
-        kernel = LIBRARY_KERNEL_OF.get(canon)
-        if kernel is not None and kernel not in kernels:
-            return f"target '{target}' provides no '{kernel}' library kernel"
+    missing = [k for k in KERNELS_OF[canon] if k not in kernels]
+    if missing:
+        return f"target '{target}' provides no '{missing[0]}' library kernel"
     # Attribute values the lowering rejects (or that make the op non-deterministic).
     if canon in ("batch_norm.default",) and attrs.get("training"):
         return "batch_norm with training=True (batch statistics) is not supported; export in eval mode"
@@ -91,14 +70,16 @@ def is_op_supported(target: str, op_type: str, attrs: Mapping[str, Any] | None =
 
 
 def supported_ops(target: str) -> frozenset[str]:
-    """Every op (short form, "add.Tensor") the target runs, structural no-ops and in-place forms included."""
+    """Every ATen op (short form, "add.Tensor") the target runs, structural no-ops and in-place forms included
+    (the compiler's own `npu.*` ops are not ATen ops)."""
     ops = set(STRUCTURAL_OPS)
     for op in SUPPORTED_OPS:
-        if unsupported_reason(target, op) is None:
-            ops.add(op)
-            base, _, overload = op.partition(".")
-            if not base.startswith("_"):
-                ops.add(f"{base}_.{overload}")  # the in-place form normalises to this op
+        if op.startswith("npu.") or unsupported_reason(target, op) is not None:
+            continue
+        ops.add(op)
+        base, _, overload = op.partition(".")
+        if not base.startswith("_"):
+            ops.add(f"{base}_.{overload}")  # the in-place form normalises to this op
     return frozenset(ops)
 
 

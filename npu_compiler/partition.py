@@ -27,6 +27,7 @@ from typing import Any
 from .errors import IRFormatError
 from .ir.reader import load_ir_dict
 from .ir.schema import short_op
+from .kernels import attention_flops, conv_flops, gemm_flops
 from .op_support import is_structural, support_predicate
 
 __all__ = [
@@ -195,27 +196,27 @@ _ZERO_FLOP = {
 
 
 def node_flops(node: Mapping[str, Any]) -> int:
-    """A simple FLOP model: GEMM/conv 2*MACs, attention its two GEMMs, views 0, everything else (elementwise,
-    reductions, unknown ops) the element count of its largest operand or result."""
+    """An IR node's FLOPs by the cost model of the kernel it becomes (`npu_compiler.kernels`): GEMM and conv 2 per
+    multiply-add, attention its two contractions and softmax, views 0, everything else (elementwise, reductions,
+    unknown ops) the element count of its largest operand or result."""
     op = short_op(str(node.get("op_type", "")))
-    ins = [t.get("shape", []) for t in node.get("inputs", [])]
-    outs = [t.get("shape", []) for t in node.get("outputs", [])]
+    ins = [list(t.get("shape", [])) for t in node.get("inputs", [])]
+    outs = [list(t.get("shape", [])) for t in node.get("outputs", [])]
     out_numel = math.prod(outs[0]) if outs else 0
     if op in _ZERO_FLOP:
         return 0
     if op == "linear.default" and len(ins) >= 2 and ins[1]:
-        return 2 * out_numel * ins[1][-1]
+        return gemm_flops(out_numel // max(ins[1][0], 1), ins[1][0], ins[1][-1])
     if op in ("matmul.default", "mm.default", "bmm.default") and ins and ins[0]:
         return 2 * out_numel * ins[0][-1]
     if op == "addmm.default" and len(ins) >= 2 and ins[1]:
         return 2 * out_numel * ins[1][-1] + out_numel
     if op.startswith("conv") and len(ins) >= 2 and len(ins[1]) >= 2:
-        return 2 * out_numel * math.prod(ins[1][1:])  # weight [Cout, Cin/groups, kh, kw]
+        return conv_flops(out_numel, ins[1][1], math.prod(ins[1][2:]), 1)  # weight [Cout, Cin/groups, k...]
     if op == "scaled_dot_product_attention.default" and len(ins) >= 3 and ins[0] and ins[1] and ins[2]:
         q, k, v = ins[0], ins[1], ins[2]
-        batch = math.prod(q[:-2]) if len(q) > 2 else 1
-        lq, lk, e, ev = q[-2] if len(q) > 1 else 1, k[-2] if len(k) > 1 else 1, q[-1], v[-1]
-        return 2 * batch * lq * lk * (e + ev) + 5 * batch * lq * lk  # QK^T, PV, softmax
+        rows = math.prod(q[:-1]) if len(q) > 1 else 1
+        return attention_flops(rows, k[-2] if len(k) > 1 else 1, q[-1], v[-1])
     return max([math.prod(s) for s in ins + outs] or [0])
 
 

@@ -1,54 +1,42 @@
 """`CompiledProgram`: everything a backend needs to run a model, and its `.npubin` serialisation.
 
 File layout: MAGIC (8 bytes) | format version (u32 LE) | payload length (u64 LE) | CRC-32 of payload (u32 LE)
-| payload (msgpack, no pickle). Every field is checked on load, so a truncated, corrupted or foreign file
-gives a clear error instead of a wrong program.
+| payload (msgpack, no pickle). The payload is data: specs, recipes, the buffer plan and the kernels as typed records
+and expression trees. Nothing in it is executed as host code, and every field is checked on load (types, ranges,
+every view inside its buffer, every kernel record against its tensors), so a truncated, corrupted, crafted or foreign
+file gives a clear `ArtifactError` naming the field instead of a wrong program or a crash.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import struct
 import tempfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
-from .dtypes import itemsize
+from .dtypes import ITEMSIZE, itemsize
 from .errors import ArtifactError
+from .kernels import KINDS, KernelSpec, spec_from_data
+from .tensor import TensorRef, contiguous_strides
 
 MAGIC = b"NPUBIN\x00\x1a"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: kernels are typed records and expression trees; no rendered sources, no host code
 _HEADER = struct.Struct("<8sIQI")
+MAX_ARTIFACT_BYTES = 1 << 34  # an artifact holds no weights: anything this large is not one
+MAX_ELEMENTS = 1 << 40
+MAX_RANK = 16
+MAX_ITEMS = 1 << 20  # buffers, kernels, specs: far above any real model, far below what would exhaust memory
+BUFFER_KINDS = ("input", "output", "weight", "constant", "arena")
+RECIPE_KINDS = ("load", "concat", "bn_fold_weight", "bn_fold_bias", "rope_inv_freq")
 
-
-def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(strides))
-
-
-@dataclass
-class TensorRef:
-    """A strided view (in elements) of one planned buffer."""
-
-    buffer: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int = 0
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    def is_contiguous(self) -> bool:
-        return all(s == c for d, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if d != 1)
+__all__ = ["CompiledProgram", "KernelCall", "TensorRef", "TensorSpec", "BufferSpec", "WeightSpec", "Recipe",
+           "contiguous_strides", "full_ref", "FORMAT_VERSION"]
 
 
 @dataclass
@@ -83,9 +71,9 @@ class TensorSpec:
 
 @dataclass
 class Recipe:
-    """How a device weight is made from the checkpoint. kind: 'load' | 'bn_fold_weight' | 'bn_fold_bias' |
-    'rope_inv_freq'. `sources` maps a role to a state-dict key; `fallback_keys` are tried in order when the
-    key is absent (a tied lm_head read from the embedding)."""
+    """How a device weight is made from the checkpoint. kind: 'load' | 'concat' | 'bn_fold_weight' | 'bn_fold_bias'
+    | 'rope_inv_freq'. `sources` maps a role to a state-dict key; `fallback_keys` are tried in order when the key is
+    absent (a tied lm_head read from the embedding)."""
 
     kind: str
     sources: dict[str, str] = field(default_factory=dict)
@@ -106,23 +94,27 @@ class WeightSpec:
 
 @dataclass
 class KernelCall:
-    """One launch. kind: 'generated' (an expression kernel) or a library kernel ('gemm', 'conv2d', 'softmax',
-    'attention', 'embedding', 'index_copy', 'max_pool2d', 'avg_pool2d', 'adaptive_avg_pool2d', 'rmsnorm', ...).
-    `nodes` are the IR nodes it came from; `group` names the fusion pattern (or the single op)."""
+    """One kernel of the program: its typed record (`spec`, which says what it computes), the views it reads
+    (`args`) and writes (`outs`), the IR nodes it came from, and the fusion pattern (or single op) it stands for."""
 
     name: str
-    kind: str
+    spec: KernelSpec
     args: list[TensorRef]
     outs: list[TensorRef]
-    params: dict[str, Any] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
     group: str = ""
-    expr: list | None = None  # generated kernels: nodes.to_data(expression)
-    reduce_shape: tuple[int, ...] = ()
-    source: str | None = None  # name of the rendered source in CompiledProgram.sources
     # IR value names of the node being lowered when this kernel was emitted (per-node verify maps the kernel's
-    # output back to the reference with it); empty in artifacts written before the field existed.
+    # output back to the reference with it).
     out_values: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "spec": self.spec.to_data(),
+                "args": [dataclasses.asdict(r) for r in self.args], "outs": [dataclasses.asdict(r) for r in self.outs],
+                "nodes": list(self.nodes), "group": self.group, "out_values": list(self.out_values)}
 
 
 @dataclass
@@ -137,16 +129,18 @@ class CompiledProgram:
     buffers: list[BufferSpec]
     kernels: list[KernelCall]
     arena_bytes: int
-    sources: dict[str, str] = field(default_factory=dict)  # rendered kernel sources for the target, by name
     passes: list[str] = field(default_factory=list)
     fusion_groups: list[dict[str, Any]] = field(default_factory=list)
     padding_plan: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
-    # ---- lookup -------------------------------------------------------------------------------------------
+    # ---- lookup -------------------------------------------------------------------------------------------------
     def buffer(self, bid: int) -> BufferSpec:
         return self.buffers[bid]
+
+    def dtype_of(self, ref: TensorRef) -> str:
+        return self.buffers[ref.buffer].dtype
 
     @property
     def weight_bytes(self) -> int:
@@ -158,47 +152,24 @@ class CompiledProgram:
         own = sum(b.nbytes for b in self.buffers if b.kind in ("input", "output", "constant"))
         return self.arena_bytes + own
 
-    # ---- serialisation -----------------------------------------------------------------------------------
+    def kernel_cost(self, k: KernelCall):
+        """FLOPs and bytes of one kernel (its kind's cost model)."""
+        return k.spec.cost(k, self.buffers)
+
+    # ---- serialisation ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["inputs"] = [dataclasses.asdict(t) for t in self.inputs]
+        d["outputs"] = [dataclasses.asdict(t) for t in self.outputs]
+        d["weights"] = [dataclasses.asdict(w) for w in self.weights]
+        d["buffers"] = [dataclasses.asdict(b) for b in self.buffers]
+        d["kernels"] = [k.to_dict() for k in self.kernels]
+        return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CompiledProgram:
-        def ref(r: dict) -> TensorRef:
-            return TensorRef(r["buffer"], tuple(r["shape"]), tuple(r["strides"]), r["offset"])
-
-        def tspec(t: dict) -> TensorSpec:
-            vr = t.get("value_range")
-            return TensorSpec(t["name"], tuple(t["shape"]), t["dtype"], t["device_dtype"], t["buffer"],
-                              t.get("alias_of"), tuple(vr) if vr else None)
-
-        return cls(
-            model_name=d["model_name"],
-            target=d["target"],
-            compute_dtype=d["compute_dtype"],
-            config=d["config"],
-            inputs=[tspec(t) for t in d["inputs"]],
-            outputs=[tspec(t) for t in d["outputs"]],
-            weights=[
-                WeightSpec(w["name"], w["key"], tuple(w["shape"]), w["dtype"], tuple(w["source_shape"]), w["buffer"],
-                           Recipe(**w["recipe"]))
-                for w in d["weights"]
-            ],
-            buffers=[BufferSpec(**b) for b in d["buffers"]],
-            kernels=[
-                KernelCall(k["name"], k["kind"], [ref(a) for a in k["args"]], [ref(o) for o in k["outs"]], k["params"],
-                           k["nodes"], k["group"], k["expr"], tuple(k["reduce_shape"]), k["source"],
-                           list(k.get("out_values") or []))
-                for k in d["kernels"]
-            ],
-            arena_bytes=d["arena_bytes"],
-            sources=d["sources"],
-            passes=d["passes"],
-            fusion_groups=d["fusion_groups"],
-            padding_plan=d["padding_plan"],
-            stats=d["stats"],
-            format_version=d["format_version"],
-        )
+    def from_dict(cls, d: Any, where: str = "<artifact>") -> CompiledProgram:
+        """A program from its data form; every field checked (ArtifactError naming the field otherwise)."""
+        return _Reader(where).program(d)
 
     def to_bytes(self) -> bytes:
         payload = msgpack.packb(self.to_dict(), use_bin_type=True)
@@ -222,19 +193,26 @@ class CompiledProgram:
             raise ArtifactError(f"{where}: corrupted .npubin: checksum mismatch")
         try:
             d = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-            return cls.from_dict(d)
-        except (ValueError, KeyError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
+                UnicodeDecodeError) as e:
             raise ArtifactError(f"{where}: corrupted .npubin payload: {e}") from e
+        return cls.from_dict(d, where)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically: a failed write leaves no half-written artifact behind."""
+        """Write atomically (a failed write leaves no half-written artifact behind), readable as the user's umask
+        allows (a temporary file is private until it is renamed)."""
         path = os.fspath(path)
         blob = self.to_bytes()
         folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ArtifactError(f"cannot write {path}: folder {folder} does not exist")
         fd, tmp = tempfile.mkstemp(prefix=".npubin-", dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
@@ -245,13 +223,20 @@ class CompiledProgram:
     def load(cls, path: str | os.PathLike) -> CompiledProgram:
         path = os.fspath(path)
         try:
+            size = os.path.getsize(path)
+            if size > MAX_ARTIFACT_BYTES:
+                raise ArtifactError(f"{path}: {size} bytes is too large for a .npubin artifact")
             with open(path, "rb") as f:
                 blob = f.read()
         except FileNotFoundError as e:
             raise ArtifactError(f"artifact not found: {path}") from e
+        except IsADirectoryError as e:
+            raise ArtifactError(f"{path} is a folder, not a .npubin artifact") from e
+        except OSError as e:
+            raise ArtifactError(f"cannot read {path}: {e.strerror or e}") from e
         return cls.from_bytes(blob, path)
 
-    # ---- inspection ----------------------------------------------------------------------------------------
+    # ---- inspection ---------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary: I/O, weights and recipes, buffers and memory, kernels with their source nodes."""
         arena = [b for b in self.buffers if b.kind == "arena"]
@@ -292,6 +277,12 @@ class CompiledProgram:
         }
 
 
+def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef:
+    """The whole of `buf`, contiguous (as `shape`, or flat)."""
+    shape = tuple(shape) if shape is not None else (buf.numel,)
+    return TensorRef(buf.id, shape, contiguous_strides(shape), 0)
+
+
 def _io(t: TensorSpec) -> dict[str, Any]:
     d = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "device_dtype": t.device_dtype}
     if t.alias_of:
@@ -306,3 +297,242 @@ def _count(items) -> dict[str, int]:
     for it in items:
         out[it] = out.get(it, 0) + 1
     return out
+
+
+# ---- reading an artifact: every field checked ---------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads a program's data form field by field; the first problem is an ArtifactError naming the file and field."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, what: str) -> ArtifactError:
+        return ArtifactError(f"{self.where}: invalid artifact: {path}: {what}")
+
+    # scalars
+    def get(self, d: Any, key: str, path: str) -> Any:
+        if not isinstance(d, dict):
+            raise self.fail(path, f"expected a mapping, got {type(d).__name__}")
+        if key not in d:
+            raise self.fail(f"{path}.{key}" if path else key, "missing")
+        return d[key]
+
+    def int_(self, v: Any, path: str, lo: int = 0, hi: int = MAX_ELEMENTS) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(path, f"expected an integer, got {_short(v)}")
+        if not lo <= v <= hi:
+            raise self.fail(path, f"{v} is outside [{lo}, {hi}]")
+        return v
+
+    def str_(self, v: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(v, str):
+            raise self.fail(path, f"expected a string, got {_short(v)}")
+        if choices is not None and v not in choices:
+            raise self.fail(path, f"{v!r} is not one of {', '.join(choices)}")
+        return v
+
+    def dtype(self, v: Any, path: str) -> str:
+        return self.str_(v, path, tuple(ITEMSIZE))
+
+    def list_(self, v: Any, path: str, limit: int = MAX_ITEMS) -> list:
+        if not isinstance(v, list | tuple):
+            raise self.fail(path, f"expected a list, got {_short(v)}")
+        if len(v) > limit:
+            raise self.fail(path, f"{len(v)} entries (at most {limit})")
+        return list(v)
+
+    def ints(self, v: Any, path: str, lo: int = 0, hi: int = MAX_ELEMENTS, limit: int = MAX_RANK) -> tuple[int, ...]:
+        return tuple(self.int_(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(self.list_(v, path, limit)))
+
+    def strs(self, v: Any, path: str) -> list[str]:
+        return [self.str_(x, f"{path}[{i}]") for i, x in enumerate(self.list_(v, path))]
+
+    def each(self, v: Any, path: str, fn: Callable[[Any, str], Any]) -> list:
+        return [fn(x, f"{path}[{i}]") for i, x in enumerate(self.list_(v, path))]
+
+    # records
+    def program(self, d: Any) -> CompiledProgram:
+        if not isinstance(d, dict):
+            raise self.fail("payload", f"expected a mapping, got {type(d).__name__}")
+        version = self.int_(self.get(d, "format_version", ""), "format_version", 0, 2**32)
+        if version != FORMAT_VERSION:
+            raise ArtifactError(f"{self.where}: format version {version}; recompile the model with this version")
+        buffers = self.each(self.get(d, "buffers", ""), "buffers", self.buffer_spec)
+        for i, b in enumerate(buffers):
+            if b.id != i:
+                raise self.fail(f"buffers[{i}].id", f"{b.id} (buffers are numbered in order)")
+        arena = self.int_(self.get(d, "arena_bytes", ""), "arena_bytes", 0, MAX_ELEMENTS)
+        for b in buffers:
+            if b.kind == "arena" and b.numel and (b.offset < 0 or b.offset + b.nbytes > arena):
+                raise self.fail(f"buffers[{b.id}]", f"arena bytes [{b.offset}, {b.offset + b.nbytes}) outside the "
+                                f"arena of {arena} bytes")
+        self.buffers = buffers
+        inputs = self.each(self.get(d, "inputs", ""), "inputs", lambda v, p: self.tensor_spec(v, p, ("input",)))
+        names = {t.name for t in inputs}
+        if len(names) != len(inputs):
+            raise self.fail("inputs", "two inputs share a name")
+        outputs = self.each(self.get(d, "outputs", ""), "outputs",
+                            lambda v, p: self.tensor_spec(v, p, ("output", "input", "weight", "constant", "arena")))
+        for i, t in enumerate(outputs):
+            if t.alias_of is not None and t.alias_of not in names:
+                raise self.fail(f"outputs[{i}].alias_of", f"{t.alias_of!r} is not an input")
+        weights = self.each(self.get(d, "weights", ""), "weights", self.weight_spec)
+        kernels = self.each(self.get(d, "kernels", ""), "kernels", self.kernel)
+        opaque = {k: self.get(d, k, "") for k in ("config", "stats")}
+        for k, v in opaque.items():
+            if not isinstance(v, dict):
+                raise self.fail(k, f"expected a mapping, got {type(v).__name__}")
+        return CompiledProgram(
+            model_name=self.str_(self.get(d, "model_name", ""), "model_name"),
+            target=self.str_(self.get(d, "target", ""), "target"),
+            compute_dtype=self.dtype(self.get(d, "compute_dtype", ""), "compute_dtype"),
+            config=opaque["config"],
+            inputs=inputs,
+            outputs=outputs,
+            weights=weights,
+            buffers=buffers,
+            kernels=kernels,
+            arena_bytes=arena,
+            passes=self.strs(self.get(d, "passes", ""), "passes"),
+            fusion_groups=self.each(self.get(d, "fusion_groups", ""), "fusion_groups", self.fusion_group),
+            padding_plan=self.each(self.get(d, "padding_plan", ""), "padding_plan", self.mapping),
+            stats=opaque["stats"],
+            format_version=version,
+        )
+
+    def mapping(self, v: Any, path: str) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(path, f"expected a mapping, got {type(v).__name__}")
+        return v
+
+    def fusion_group(self, v: Any, path: str) -> dict:
+        self.str_(self.get(v, "kernel", path), f"{path}.kernel")
+        self.str_(self.get(v, "group", path), f"{path}.group")
+        self.strs(self.get(v, "nodes", path), f"{path}.nodes")
+        return v
+
+    def buffer_spec(self, v: Any, path: str) -> BufferSpec:
+        b = BufferSpec(
+            id=self.int_(self.get(v, "id", path), f"{path}.id", 0, MAX_ITEMS),
+            name=self.str_(self.get(v, "name", path), f"{path}.name"),
+            kind=self.str_(self.get(v, "kind", path), f"{path}.kind", BUFFER_KINDS),
+            dtype=self.dtype(self.get(v, "dtype", path), f"{path}.dtype"),
+            numel=self.int_(self.get(v, "numel", path), f"{path}.numel"),
+            offset=self.int_(self.get(v, "offset", path), f"{path}.offset", -1, MAX_ELEMENTS),
+        )
+        if b.nbytes > MAX_ELEMENTS:
+            raise self.fail(f"{path}.numel", f"{b.numel} elements of {b.dtype} is too large")
+        data = self.get(v, "data", path)
+        if b.kind == "constant":
+            if not isinstance(data, bytes) or len(data) != b.nbytes:
+                raise self.fail(f"{path}.data", f"a constant of {b.nbytes} bytes needs exactly that many bytes of "
+                                "data")
+            b.data = data
+        elif data is not None:
+            raise self.fail(f"{path}.data", "only constants carry data")
+        return b
+
+    def buffer_id(self, v: Any, path: str, kinds: tuple[str, ...] | None = None) -> int:
+        bid = self.int_(v, path, 0, max(len(self.buffers) - 1, 0))
+        if not self.buffers:
+            raise self.fail(path, "the program has no buffers")
+        if kinds is not None and self.buffers[bid].kind not in kinds:
+            raise self.fail(path, f"buffer {bid} is a {self.buffers[bid].kind} buffer, expected {'/'.join(kinds)}")
+        return bid
+
+    def tensor_spec(self, v: Any, path: str, kinds: tuple[str, ...]) -> TensorSpec:
+        shape = self.ints(self.get(v, "shape", path), f"{path}.shape")
+        vr = self.get(v, "value_range", path)
+        t = TensorSpec(
+            name=self.str_(self.get(v, "name", path), f"{path}.name"),
+            shape=shape,
+            dtype=self.dtype(self.get(v, "dtype", path), f"{path}.dtype"),
+            device_dtype=self.dtype(self.get(v, "device_dtype", path), f"{path}.device_dtype"),
+            buffer=self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer", kinds),
+            alias_of=None,
+            value_range=None,
+        )
+        alias = self.get(v, "alias_of", path)
+        t.alias_of = self.str_(alias, f"{path}.alias_of") if alias is not None else None
+        if vr is not None:
+            lo, hi = self.ints(vr, f"{path}.value_range", -(2**63), 2**63, 2)
+            if lo >= hi:
+                raise self.fail(f"{path}.value_range", f"[{lo}, {hi}) is empty")
+            t.value_range = (lo, hi)
+        b = self.buffers[t.buffer]
+        n = 1
+        for s in shape:
+            n *= s
+        if n != b.numel:
+            raise self.fail(path, f"shape {list(shape)} ({n} elements) on buffer {b.id} of {b.numel} elements")
+        if b.dtype != t.device_dtype:
+            raise self.fail(path, f"device dtype {t.device_dtype} on a {b.dtype} buffer")
+        return t
+
+    def weight_spec(self, v: Any, path: str) -> WeightSpec:
+        r = self.get(v, "recipe", path)
+        rp = f"{path}.recipe"
+        sources = self.mapping(self.get(r, "sources", rp), f"{rp}.sources")
+        for k, s in sources.items():
+            self.str_(k, f"{rp}.sources key")
+            self.str_(s, f"{rp}.sources[{k}]")
+        recipe = Recipe(self.str_(self.get(r, "kind", rp), f"{rp}.kind", RECIPE_KINDS), dict(sources),
+                        self.mapping(self.get(r, "params", rp), f"{rp}.params"),
+                        self.strs(self.get(r, "fallback_keys", rp), f"{rp}.fallback_keys"))
+        w = WeightSpec(
+            name=self.str_(self.get(v, "name", path), f"{path}.name"),
+            key=self.str_(self.get(v, "key", path), f"{path}.key"),
+            shape=self.ints(self.get(v, "shape", path), f"{path}.shape"),
+            dtype=self.dtype(self.get(v, "dtype", path), f"{path}.dtype"),
+            source_shape=self.ints(self.get(v, "source_shape", path), f"{path}.source_shape"),
+            buffer=self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer", ("weight",)),
+            recipe=recipe,
+        )
+        b = self.buffers[w.buffer]
+        n = 1
+        for s in w.shape:
+            n *= s
+        if n != b.numel or b.dtype != w.dtype:
+            raise self.fail(path, f"{w.dtype}{list(w.shape)} on buffer {b.id} ({b.dtype}, {b.numel} elements)")
+        return w
+
+    def ref(self, v: Any, path: str) -> TensorRef:
+        r = TensorRef(self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer"),
+                      self.ints(self.get(v, "shape", path), f"{path}.shape"),
+                      self.ints(self.get(v, "strides", path), f"{path}.strides"),
+                      self.int_(self.get(v, "offset", path), f"{path}.offset"))
+        if len(r.shape) != len(r.strides):
+            raise self.fail(path, f"shape {list(r.shape)} with strides {list(r.strides)}")
+        numel = self.buffers[r.buffer].numel
+        if r.extent() > numel:
+            raise self.fail(path, f"view reaches element {r.extent() - 1} of buffer {r.buffer}, which has {numel}")
+        return r
+
+    def kernel(self, v: Any, path: str) -> KernelCall:
+        name = self.str_(self.get(v, "name", path), f"{path}.name")
+        kpath = f"kernel {name!r} ({path})"
+        kind = self.get(v, "kind", path)
+        if kind not in KINDS:
+            raise self.fail(f"{path}.kind", f"unknown kernel kind {kind!r} (known: {', '.join(sorted(KINDS))})")
+        try:
+            spec = spec_from_data(kind, self.get(v, "spec", path), "spec")
+        except ValueError as e:
+            raise self.fail(kpath, str(e)) from None
+        call = KernelCall(name, spec,
+                          self.each(self.get(v, "args", path), f"{path}.args", self.ref),
+                          self.each(self.get(v, "outs", path), f"{path}.outs", self.ref),
+                          self.strs(self.get(v, "nodes", path), f"{path}.nodes"),
+                          self.str_(self.get(v, "group", path), f"{path}.group"),
+                          self.strs(self.get(v, "out_values", path), f"{path}.out_values"))
+        try:
+            spec.check(call, self.buffers)
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
+            raise self.fail(kpath, str(e) or type(e).__name__) from None
+        return call
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."

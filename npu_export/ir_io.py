@@ -11,10 +11,8 @@ The JSON keeps torch_ir's top-level schema exactly (no extra keys): the compiler
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,79 +82,6 @@ def load_ir_dict(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str
         return json.load(f)
 
 
-# --- reload --------------------------------------------------------------------------------------------------
+# --- reload: the runtime's CPU fallback owns it (it runs sub-graphs through torch_ir.IRExecutor) -----------------
 
-_SCALAR_TYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT = "ScalarType", "Device", "Layout", "MemoryFormat"
-_KIND_RE = re.compile(rf"\b({_SCALAR_TYPE}|{_DEVICE}|{_LAYOUT}|{_MEMORY_FORMAT})\b")
-# Used only for ops whose schema cannot be resolved: the attr name is then the only hint.
-_KIND_BY_NAME = {"dtype": _SCALAR_TYPE, "device": _DEVICE, "layout": _LAYOUT, "memory_format": _MEMORY_FORMAT}
-
-
-def _resolve_op(op_type: str) -> Any | None:
-    parts = op_type.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
-        return None
-    packet = getattr(torch.ops.aten, parts[1], None)
-    return None if packet is None else getattr(packet, parts[2], None)
-
-
-@functools.cache
-def _torch_kinds(op_type: str) -> dict[str, str] | None:
-    """Schema arg name -> the torch enum-like kind it holds, for the args of `op_type` that hold one."""
-    op = _resolve_op(op_type)
-    if op is None or not hasattr(op, "_schema"):
-        return None
-    kinds = {}
-    for arg in op._schema.arguments:
-        # `type` shows ScalarType/Layout/MemoryFormat as plain int; `real_type` keeps the name.
-        match = _KIND_RE.search(str(getattr(arg, "real_type", arg.type)))
-        if match:
-            kinds[arg.name] = match.group(1)
-    return kinds
-
-
-def _to_torch(value: Any, kind: str, device: torch.device | None, where: str) -> Any:
-    if isinstance(value, list):
-        return [_to_torch(v, kind, device, where) for v in value]
-    if not isinstance(value, str):
-        return value
-    if kind == _DEVICE:
-        if device is not None:
-            return device
-        parsed = torch.device(value)
-        return torch.device("cpu") if parsed.type == "meta" else parsed
-    obj = getattr(torch, value.removeprefix("torch."), None)
-    expected = {_SCALAR_TYPE: torch.dtype, _LAYOUT: torch.layout, _MEMORY_FORMAT: torch.memory_format}[kind]
-    if not isinstance(obj, expected):
-        raise ValueError(f"{where}: {value!r} is not a {expected.__name__}")
-    return obj
-
-
-def _restore_attrs(node: dict[str, Any], device: torch.device | None) -> None:
-    where = f"node {node['name']} ({node['op_type']})"
-    kinds = _torch_kinds(node["op_type"])
-    attrs = node.get("attrs") or {}
-    for name, value in attrs.items():
-        kind = kinds.get(name) if kinds is not None else _KIND_BY_NAME.get(name)
-        if kind is not None:
-            attrs[name] = _to_torch(value, kind, device, f"{where} attr '{name}'")
-    node["attrs"] = attrs
-
-
-def load_ir_for_executor(
-    source: str | os.PathLike[str] | Mapping[str, Any], *, device: str | torch.device | None = None
-) -> IR:
-    """Reload IR JSON into a `torch_ir.IR` that `torch_ir.IRExecutor` can run.
-
-    Stringified dtypes/devices/layouts/memory formats go back to torch objects wherever the op's ATen schema says
-    the argument holds one. `device`, when given, replaces every device attr (e.g. to run on "cuda").
-    """
-    data = load_ir_dict(source)
-    dev = torch.device(device) if device is not None else None
-    for node in data["nodes"]:
-        _restore_attrs(node, dev)
-    # IR.from_dict maps constant dtypes with a table that lacks bfloat16 (it would come back as float32).
-    raw_constants = data.pop("constants", {}) or {}
-    ir = IR.from_dict(data)
-    ir.constants = {name: torch.tensor(c["data"], dtype=TORCH_DTYPES[c["dtype"]]) for name, c in raw_constants.items()}
-    return ir
+from npu_runtime.fallback import load_ir_for_executor  # noqa: E402

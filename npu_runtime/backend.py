@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,8 +44,13 @@ class Backend(ABC):
     capabilities: frozenset[str] = frozenset()
 
     @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this backend cannot run on this machine and what fixes it (None: it can)."""
+        return None
+
+    @classmethod
     def is_available(cls) -> bool:
-        return True
+        return cls.unavailable_reason() is None
 
     @abstractmethod
     def allocate(self, shape: tuple[int, ...], dtype: str) -> DeviceBuffer: ...
@@ -74,40 +79,36 @@ def _np(dtype: str):
 
 
 # ---- registry --------------------------------------------------------------------------------------------------
-_REGISTRY: dict[str, Callable[[], Backend]] = {}
-_PREFERENCE: list[str] = []  # best first
+# Backends by name, best first, each the module that defines it (as `BACKEND`), imported only when asked for. Adding a
+# backend adds a folder and a line here; it edits no other backend.
+BACKEND_MODULES: dict[str, str] = {
+    "cuda": "npu_runtime.cuda.backend",
+    "cpu": "npu_runtime.cpu.backend",
+}
 ENV_VAR = "NPUSIM_BACKEND"
 
 
-def register_backend(name: str, factory: Callable[[], Backend], available: Callable[[], bool], rank: int) -> None:
-    _REGISTRY[name] = factory
-    _AVAILABLE[name] = available
-    _RANK[name] = rank
-
-
-_AVAILABLE: dict[str, Callable[[], bool]] = {}
-_RANK: dict[str, int] = {}
-
-
-def _load_builtin() -> None:
-    if "cpu" in _REGISTRY:
-        return
-    from .cpu import backend as _cpu  # noqa: F401
-
-    for mod in ("npu_runtime.cuda.backend",):
-        try:
-            __import__(mod)
-        except ImportError:
-            pass
+def _backend_class(name: str) -> type[Backend] | None:
+    module = BACKEND_MODULES.get(name)
+    if module is None:
+        return None
+    return importlib.import_module(module).BACKEND
 
 
 def registered_backends() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY, key=lambda n: _RANK[n])
+    return list(BACKEND_MODULES)
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why backend `name` cannot run here (None: it can)."""
+    cls = _backend_class(name)
+    if cls is None:
+        return f"unknown backend '{name}' (registered: {', '.join(BACKEND_MODULES)})"
+    return cls.unavailable_reason()
 
 
 def available_backends() -> list[str]:
-    return [n for n in registered_backends() if _AVAILABLE[n]()]
+    return [n for n in BACKEND_MODULES if unavailable_reason(n) is None]
 
 
 def default_backend_name() -> str:
@@ -119,11 +120,11 @@ def default_backend_name() -> str:
 
 def get_backend(name: str | None = None) -> Backend:
     """A backend by name; None picks the best available one (or $NPUSIM_BACKEND)."""
-    _load_builtin()
     name = name or default_backend_name()
-    if name not in _REGISTRY:
-        raise BackendUnavailable(f"unknown backend '{name}' (registered: {', '.join(registered_backends())})")
-    if not _AVAILABLE[name]():
-        raise BackendUnavailable(f"backend '{name}' is not available on this machine "
+    if name not in BACKEND_MODULES:
+        raise BackendUnavailable(f"unknown backend '{name}' (registered: {', '.join(BACKEND_MODULES)})")
+    why = unavailable_reason(name)
+    if why is not None:
+        raise BackendUnavailable(f"backend '{name}' is not available on this machine: {why} "
                                  f"(available: {', '.join(available_backends())})")
-    return _REGISTRY[name]()
+    return _backend_class(name)()

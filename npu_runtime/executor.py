@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -12,9 +14,35 @@ from npu_compiler.program import CompiledProgram, TensorSpec
 
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, dtype_name
-from .errors import InputError
+from .errors import InputError, NPURuntimeError
 from .profiling import KernelTiming
 from .weights import WeightSet
+
+MAX_BYTES_ENV = "NPUSIM_MAX_BYTES"
+DEFAULT_MAX_BYTES = 64 << 30
+
+
+def max_bytes() -> int:
+    """The most device memory one program may ask for (weights aside): $NPUSIM_MAX_BYTES, else 64 GiB."""
+    try:
+        return int(os.environ.get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+@contextlib.contextmanager
+def allocation_guard(program: CompiledProgram) -> Iterator[None]:
+    """Refuse a program whose buffers exceed the limit before allocating them, and turn a failed allocation into a
+    clear error (never a MemoryError from deep inside NumPy or CuPy)."""
+    need, limit = program.buffer_bytes, max_bytes()
+    if need > limit:
+        raise NPURuntimeError(f"program '{program.model_name}' needs {need / 2**30:.2f} GiB of buffers, above the "
+                              f"limit of {limit / 2**30:.2f} GiB (set ${MAX_BYTES_ENV} to raise it)")
+    try:
+        yield
+    except MemoryError as e:
+        raise NPURuntimeError(f"program '{program.model_name}': cannot allocate {need / 2**30:.2f} GiB of buffers "
+                              "on this machine") from e
 
 
 class Executor(ABC):

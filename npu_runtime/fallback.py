@@ -7,6 +7,10 @@ This is the only module of the runtime that imports torch, and only inside funct
 
 from __future__ import annotations
 
+import copy
+import functools
+import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +22,7 @@ from .errors import NPURuntimeError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["to_torch", "to_numpy", "CpuFallback"]
+__all__ = ["to_torch", "to_numpy", "CpuFallback", "load_ir_for_executor"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -58,8 +62,6 @@ class CpuFallback:
     def __init__(self, sub_ir: Mapping[str, Any], weights: Mapping[str, Any], name: str = "cpu partition") -> None:
         from torch_ir import IRExecutor
 
-        from npu_export.ir_io import load_ir_for_executor
-
         self.name = name
         self.ir_dict = sub_ir
         self.input_names = [t["name"] for t in sub_ir["graph_inputs"]]
@@ -85,3 +87,93 @@ class CpuFallback:
             if str(t.dtype).removeprefix("torch.") != want:
                 raise NPURuntimeError(f"{self.name}: output tensor '{n}' came back as {t.dtype}, the IR says {want}")
         return result
+
+
+# ---- an IR dict (torch objects in attrs stringified) as a torch_ir.IR that IRExecutor runs ---------------------------
+
+_SCALAR_TYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT = "ScalarType", "Device", "Layout", "MemoryFormat"
+_KIND_RE = re.compile(rf"\b({_SCALAR_TYPE}|{_DEVICE}|{_LAYOUT}|{_MEMORY_FORMAT})\b")
+# Used only for ops whose schema cannot be resolved: the attr name is then the only hint.
+_KIND_BY_NAME = {"dtype": _SCALAR_TYPE, "device": _DEVICE, "layout": _LAYOUT, "memory_format": _MEMORY_FORMAT}
+
+
+def _resolve_op(op_type: str) -> Any | None:
+    import torch
+
+    parts = op_type.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        return None
+    packet = getattr(torch.ops.aten, parts[1], None)
+    return None if packet is None else getattr(packet, parts[2], None)
+
+
+@functools.cache
+def _torch_kinds(op_type: str) -> dict[str, str] | None:
+    """Schema arg name -> the torch enum-like kind it holds, for the args of `op_type` that hold one."""
+    op = _resolve_op(op_type)
+    if op is None or not hasattr(op, "_schema"):
+        return None
+    kinds = {}
+    for arg in op._schema.arguments:
+        # `type` shows ScalarType/Layout/MemoryFormat as plain int; `real_type` keeps the name.
+        match = _KIND_RE.search(str(getattr(arg, "real_type", arg.type)))
+        if match:
+            kinds[arg.name] = match.group(1)
+    return kinds
+
+
+def _to_torch_attr(value: Any, kind: str, device: Any, where: str) -> Any:
+    import torch
+
+    if isinstance(value, list):
+        return [_to_torch_attr(v, kind, device, where) for v in value]
+    if not isinstance(value, str):
+        return value
+    if kind == _DEVICE:
+        if device is not None:
+            return device
+        parsed = torch.device(value)
+        return torch.device("cpu") if parsed.type == "meta" else parsed
+    obj = getattr(torch, value.removeprefix("torch."), None)
+    expected = {_SCALAR_TYPE: torch.dtype, _LAYOUT: torch.layout, _MEMORY_FORMAT: torch.memory_format}[kind]
+    if not isinstance(obj, expected):
+        raise ValueError(f"{where}: {value!r} is not a {expected.__name__}")
+    return obj
+
+
+def _restore_attrs(node: dict[str, Any], device: Any) -> None:
+    where = f"node {node['name']} ({node['op_type']})"
+    kinds = _torch_kinds(node["op_type"])
+    attrs = node.get("attrs") or {}
+    for name, value in attrs.items():
+        kind = kinds.get(name) if kinds is not None else _KIND_BY_NAME.get(name)
+        if kind is not None:
+            attrs[name] = _to_torch_attr(value, kind, device, f"{where} attr '{name}'")
+    node["attrs"] = attrs
+
+
+def load_ir_for_executor(source: str | os.PathLike[str] | Mapping[str, Any], *, device: Any = None):
+    """Reload IR JSON (a path or a dict) into a `torch_ir.IR` that `torch_ir.IRExecutor` can run.
+
+    Stringified dtypes/devices/layouts/memory formats go back to torch objects wherever the op's ATen schema says
+    the argument holds one. `device`, when given, replaces every device attr (e.g. to run on "cuda").
+    """
+    import json
+
+    import torch
+    from torch_ir import IR
+
+    if isinstance(source, Mapping):
+        data = copy.deepcopy(dict(source))
+    else:
+        with open(source, encoding="utf-8") as f:
+            data = json.load(f)
+    dev = torch.device(device) if device is not None else None
+    for node in data["nodes"]:
+        _restore_attrs(node, dev)
+    # IR.from_dict maps constant dtypes with a table that lacks bfloat16 (it would come back as float32).
+    raw_constants = data.pop("constants", {}) or {}
+    ir = IR.from_dict(data)
+    ir.constants = {name: torch.tensor(c["data"], dtype=getattr(torch, str(c["dtype"]).removeprefix("torch.")))
+                    for name, c in raw_constants.items()}
+    return ir

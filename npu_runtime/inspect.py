@@ -133,7 +133,8 @@ def format_table(rows: list[KernelCheck]) -> str:
 
 # ---- repro ---------------------------------------------------------------------------------------------------------
 
-REPRO_SCRIPT = '''"""Rerun one kernel of {model} alone on the CPU backend and compare it with the reference.
+REPRO_SCRIPT = '''"""Rerun one kernel (kernel.json names the model and the kernel) alone on the CPU backend and compare
+it with the reference.
 Written by `npusim verify --per-node --dump-repro`. Exit status 1 when the kernel is outside the tolerance."""
 
 import json
@@ -180,9 +181,8 @@ def kernel_program(program: CompiledProgram, index: int, buffers: Mapping[int, n
         return TensorRef(remap[r.buffer], tuple(r.shape), tuple(r.strides), r.offset)
 
     call = dataclasses.replace(k, args=[ref(a) for a in k.args], outs=[ref(o) for o in k.outs])
-    sources = {k.source: program.sources[k.source]} if k.source else {}
     return CompiledProgram(f"{program.model_name}:{k.name}", program.target, program.compute_dtype, {}, [], [], [],
-                           specs, [call], 0, sources)
+                           specs, [call], 0)
 
 
 def capture_kernel_buffers(executor, inputs: Mapping[str, Any], weights, index: int) -> dict[int, np.ndarray]:
@@ -221,18 +221,18 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
                                                strides=tuple(s * flat.itemsize for s in a.strides))
         np.save(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.ascontiguousarray(view)))
     np.save(os.path.join(folder, "expected.npy"), _npy_safe(np.asarray(expected)))
-    call = dataclasses.asdict(k)
+    call = k.to_dict()
     meta = {"model": program.model_name, "index": check.index, "value": check.value,
             "compute_dtype": program.compute_dtype,
             "kernel": call, "buffers": {str(b): {"name": program.buffers[b].name, "dtype": program.buffers[b].dtype,
                                                  "numel": program.buffers[b].numel} for b in sorted(bufs)},
-            "comparison": check.comparison.to_dict() if check.comparison else None,
-            "source": program.sources.get(k.source) if k.source else None}
+            "comparison": check.comparison.to_dict() if check.comparison else None}
     with open(os.path.join(folder, "kernel.json"), "w") as f:
         json.dump(meta, f, indent=1, default=list)
     script = os.path.join(folder, "repro.py")
     with open(script, "w") as f:
-        f.write(REPRO_SCRIPT.format(model=program.model_name))
+        # Nothing of the model goes into the script's text: it reads every name from kernel.json.
+        f.write(REPRO_SCRIPT.format())
     return script
 
 

@@ -1,5 +1,6 @@
-"""Per-kernel profiling: the timing record every backend returns from `Executor.profile`, a simple cost model
-(bytes moved, FLOPs), aggregation over iterations, a Chrome trace (Perfetto / chrome://tracing) and a chart.
+"""Per-kernel profiling: the timing record every backend returns from `Executor.profile`, each kernel's cost (bytes
+moved, FLOPs: its kind's model in `npu_compiler.kernels`), aggregation over iterations, a Chrome trace (Perfetto /
+chrome://tracing) and a chart.
 
 No torch here: the runtime must stay usable without it.
 """
@@ -7,14 +8,13 @@ No torch here: the runtime must stay usable without it.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from npu_compiler.dtypes import itemsize
-from npu_compiler.program import CompiledProgram, KernelCall, TensorRef
+from npu_compiler.kernels import KernelCost
+from npu_compiler.program import CompiledProgram, KernelCall
 
 
 @dataclass
@@ -25,12 +25,6 @@ class KernelTiming:
     index: int
     start_s: float
     dur_s: float
-
-
-@dataclass
-class KernelCost:
-    bytes: int  # sum of the bytes of every argument and output view (what a kernel must move at least once)
-    flops: int  # a simple model per kind, see `kernel_cost`
 
 
 @dataclass
@@ -92,45 +86,9 @@ class ProfileReport:
                 "by_group_s": self.by_group(), "kernels": [k.to_dict() for k in self.by_time()]}
 
 
-def _ref_bytes(program: CompiledProgram, ref: TensorRef) -> int:
-    return ref.numel * itemsize(program.buffers[ref.buffer].dtype)
-
-
 def kernel_cost(program: CompiledProgram, k: KernelCall) -> KernelCost:
-    """Bytes: every view read or written once. FLOPs (multiply-add = 2): gemm 2*M*N*K*batch, conv
-    2*N*O*Ho*Wo*Cin/g*kh*kw, attention 4*B*H*L*S*D (QK^T and PV), pooling one op per window element, softmax and
-    norms a few ops per element, expression kernels one op per output element times the reduced extent."""
-    nbytes = sum(_ref_bytes(program, r) for r in (*k.args, *k.outs))
-    out = k.outs[0] if k.outs else None
-    out_numel = out.numel if out is not None else 0
-    flops = out_numel
-    try:
-        if k.kind == "gemm":
-            a = k.args[0]
-            flops = 2 * out_numel * a.shape[-1]
-        elif k.kind == "conv2d":
-            w = k.args[1]
-            flops = 2 * out_numel * math.prod(w.shape[1:])
-        elif k.kind == "attention":
-            q, kk = k.args[0], k.args[1]
-            b_h_l = math.prod(q.shape[:-1])
-            flops = 4 * b_h_l * kk.shape[-2] * q.shape[-1]
-        elif k.kind in ("max_pool2d", "avg_pool2d"):
-            kh, kw = k.params.get("kernel", (1, 1))
-            flops = out_numel * kh * kw
-        elif k.kind == "adaptive_avg_pool2d":
-            flops = k.args[0].numel
-        elif k.kind in ("softmax", "log_softmax"):
-            flops = 5 * out_numel
-        elif k.kind == "rmsnorm":
-            flops = 4 * out_numel
-        elif k.kind in ("embedding", "index_copy"):
-            flops = 0  # pure data movement
-        elif k.kind == "generated":
-            flops = out_numel * max(1, math.prod(k.reduce_shape))
-    except (IndexError, TypeError, ValueError):
-        flops = out_numel  # a kind whose layout the model does not know: count one op per output element
-    return KernelCost(nbytes, int(flops))
+    """FLOPs and bytes of one kernel: its kind's own cost model (`npu_compiler.kernels`)."""
+    return k.spec.cost(k, program.buffers)
 
 
 def summarize(program: CompiledProgram, runs: list[list[KernelTiming]], backend: str) -> ProfileReport:

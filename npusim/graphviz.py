@@ -3,7 +3,6 @@ wrote) as DOT or Mermaid text, and the artifact's size breakdown for `npusim des
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import msgpack
@@ -91,10 +90,9 @@ def size_breakdown(program: CompiledProgram) -> dict[str, int]:
     total = len(program.to_bytes())
     d = program.to_dict()
     constants = sum(len(b.data or b"") for b in program.buffers)
-    sources = len(msgpack.packb(d["sources"], use_bin_type=True))
-    kernels = len(msgpack.packb([dataclasses.asdict(k) for k in program.kernels], use_bin_type=True))
+    kernels = len(msgpack.packb(d["kernels"], use_bin_type=True))
     buffers = len(msgpack.packb(d["buffers"], use_bin_type=True)) - constants
-    return {"artifact_bytes": total, "kernel_source_bytes": sources, "kernel_call_bytes": kernels,
+    return {"artifact_bytes": total, "kernel_bytes": kernels,
             "constant_bytes": constants, "buffer_table_bytes": max(buffers, 0),
-            "other_metadata_bytes": max(total - sources - kernels - constants - max(buffers, 0), 0),
+            "other_metadata_bytes": max(total - kernels - constants - max(buffers, 0), 0),
             "weight_device_bytes": program.weight_bytes}

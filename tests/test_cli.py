@@ -54,16 +54,21 @@ def test_verify_passes_and_fails(small_resnet, capsys, tmp_path):
 
 def test_verify_fails_on_a_wrong_kernel(small_resnet, capsys, monkeypatch):
     """A kernel that computes the wrong thing must turn verify's exit status non-zero."""
-    from npu_runtime.cpu import kernels
+    from npu_compiler.kernels import Conv2dKernel
 
     _, res, _ = small_resnet
-    right = kernels.LIBRARY["max_pool2d"]
+    right = Conv2dKernel.reference
 
-    def wrong(args, outs, p, ctx):
-        right(args, outs, p, ctx)
-        outs[0][...] *= 1.25
+    def wrong(self, call, arrays):
+        run, out = right(self, call, arrays), arrays.view(call.outs[0])
 
-    monkeypatch.setitem(kernels.LIBRARY, "max_pool2d", wrong)
+        def step():
+            run()
+            out[...] *= 1.25
+
+        return step
+
+    monkeypatch.setattr(Conv2dKernel, "reference", wrong)
     assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path), "--backend", "cpu"]) == 1
     assert "FAIL" in capsys.readouterr().out
 

@@ -16,13 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
-from gpu.cases import build, op_cases  # noqa: E402
+from fused_cases import build, op_cases  # noqa: E402
 
 import npu_compiler  # noqa: E402
-from npu_compiler.program import CompiledProgram, KernelCall, TensorRef  # noqa: E402
-from npu_compiler.targets.cuda import nvrtc  # noqa: E402
+from npu_compiler.program import CompiledProgram, TensorRef  # noqa: E402
+from npu_compiler.targets.cuda import CudaTarget, RenderedProgram, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.common import literal  # noqa: E402
-from npu_compiler.targets.cuda.library import rmsnorm  # noqa: E402
+from npu_compiler.targets.cuda.target import Cublas, SourceLaunch  # noqa: E402
 
 NVRTC_REASON = "NVRTC is absent: pip install cuda-bindings==13.0.3 nvidia-cuda-nvrtc==13.0.88 " \
                "nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85"
@@ -40,6 +40,17 @@ def case_program(name: str, dtype: str) -> CompiledProgram:
     return npu_compiler.compile(ir, "cuda", dtype=dtype)
 
 
+_RENDERED: dict[int, tuple[CompiledProgram, RenderedProgram]] = {}
+
+
+def rendered(program: CompiledProgram) -> RenderedProgram:
+    """The program's CUDA rendering, as the runtime makes it when it loads the program (cached per program)."""
+    hit = _RENDERED.get(id(program))
+    if hit is None or hit[0] is not program:
+        hit = _RENDERED[id(program)] = (program, CudaTarget().render_program(program))
+    return hit[1]
+
+
 def _case_params():
     return [pytest.param(c.name, dt, id=f"{c.name}-{dt}") for c in CASES for dt in c.dtypes]
 
@@ -47,7 +58,7 @@ def _case_params():
 @functools.cache
 def model_programs() -> dict[str, CompiledProgram]:
     """ResNet-18 (fp16) and the tiny Qwen2 (eager and sdpa attention; prefill and decode; bf16 and fp32)."""
-    from gpu.cases import ir_dict
+    from fused_cases import ir_dict
 
     from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
     from npu_export.resnet import resnet18
@@ -102,24 +113,29 @@ def _check_sources(sources: dict[str, str]) -> list[str]:
 def test_op_sources_compile(name: str, dtype: str) -> None:
     program = case_program(name, dtype)
     assert program.target == "cuda"
-    for k in program.kernels:
-        steps = k.params["cuda"]["steps"]
+    r = rendered(program)
+    assert len(r.steps) == len(program.kernels)
+    for k, steps in zip(program.kernels, r.steps):
         assert steps, k.name
         for step in steps:
-            assert "cublas" in step or step["launch"]["source"] in program.sources
-    failures = _check_sources(program.sources)
+            assert isinstance(step, Cublas) or step.source in r.sources
+    failures = _check_sources(r.sources)
     assert not failures, "\n\n".join(failures[:3])
 
 
 @needs_nvrtc
 def test_model_sources_compile() -> None:
     progs = model_programs()
+    groups: set[str] = set()
     kinds: set[str] = set()
     for p in progs.values():
         kinds.update(k.kind for k in p.kernels)
+        groups.update(k.group for k in p.kernels)
     # Group-1 convs are GEMMs on cuda (im2col or 1x1); the direct conv kernel is compiled by the grouped-conv op case.
-    assert {"max_pool2d", "gemm", "embedding", "index_copy", "softmax", "attention", "rmsnorm", "rope"} <= kinds
-    sources = {f"{m}_{n}": t for m, p in progs.items() for n, t in p.sources.items()}
+    assert kinds == {"generated", "gemm", "attention"}
+    assert {"max_pool2d.default", "embedding.default", "index_copy.default", "softmax.int", "npu.rmsnorm",
+            "npu.rope", "npu.attention"} <= groups
+    sources = {f"{m}_{n}": t for m, p in progs.items() for n, t in rendered(p).sources.items()}
     failures = _check_sources(sources)
     assert not failures, "\n\n".join(failures[:3])
 
@@ -128,19 +144,19 @@ def test_model_sources_compile() -> None:
 def test_direct_conv_kernel_still_compiles_for_grouped_convs() -> None:
     program = case_program("conv_groups_dil", "float16")
     assert any(k.kind == "conv2d" for k in program.kernels)
-    assert not _check_sources(program.sources)
+    assert not _check_sources(rendered(program).sources)
 
 
 @needs_nvrtc
-def test_rmsnorm_source_compiles() -> None:
-    """rmsnorm is reserved for the fusion pass; render it from a hand-made kernel call in every dtype."""
+def test_rmsnorm_is_one_row_kernel_per_dtype() -> None:
+    """The RMSNorm pattern is one generated row kernel: one block per row, reductions shared by the row."""
     for dt in ("float32", "float16", "bfloat16"):
-        program = case_program("softmax_last", dt)
-        k = KernelCall("k_rms", "rmsnorm", [TensorRef(0, (2, 3, 77), (231, 77, 1)), TensorRef(0, (77,), (1,))],
-                       [TensorRef(1, (2, 3, 77), (231, 77, 1))], {"eps": 1e-6, "cast_dtype": dt})
-        src, launch = rmsnorm(k, program)
-        assert launch.grid[0] == 6
-        assert not _check_sources({"rms": src})
+        program = case_program("rmsnorm_pattern", dt)
+        rms = [k for k in program.kernels if k.group == "npu.rmsnorm"]
+        assert len(rms) == 1 and rms[0].spec.row_dims == 1
+        steps = rendered(program).steps[program.kernels.index(rms[0])]
+        assert [s.launch.grid[0] for s in steps] == [6]
+        assert not _check_sources(rendered(program).sources)
 
 
 @needs_nvrtc
@@ -154,8 +170,8 @@ def test_compile_needs_no_gpu_and_round_trips() -> None:
     program = case_program("linear_bias", "float16")
     blob = program.to_bytes()
     again = CompiledProgram.from_bytes(blob)
-    assert again.sources == program.sources
-    assert [k.params for k in again.kernels] == [k.params for k in program.kernels]
+    assert [k.to_dict() for k in again.kernels] == [k.to_dict() for k in program.kernels]
+    assert rendered(again).sources == rendered(program).sources
 
 
 def test_float_literals_are_exact() -> None:
@@ -202,8 +218,9 @@ def test_cublas_plan_matches_numpy(name: str) -> None:
         assert not gemms  # attention is one kernel
         return
     assert gemms
+    r = rendered(program)
     for k in gemms:
-        plans = [st["cublas"] for st in k.params["cuda"]["steps"] if "cublas" in st]
+        plans = [st.plan for st in r.steps[program.kernels.index(k)] if isinstance(st, Cublas)]
         if not plans:
             continue  # a dtype cuBLAS has no routine for: the direct kernel
         plan = plans[0]
@@ -212,17 +229,17 @@ def test_cublas_plan_matches_numpy(name: str) -> None:
             size = program.buffers[r.buffer].numel
             flats.setdefault(r.buffer, rng.standard_normal(size).astype(np.float64))
         a, b = _strided(flats[k.args[0].buffer], k.args[0]), _strided(flats[k.args[1].buffer], k.args[1])
-        expect = k.params.get("alpha", 1.0) * np.matmul(a, b)
+        expect = k.spec.alpha * np.matmul(a, b)
         out_flat = flats[k.outs[0].buffer]
-        if k.params.get("has_bias"):
+        if k.spec.bias:
             bias = _strided(flats[k.args[2].buffer], k.args[2])
-            expect = expect + k.params.get("beta", 1.0) * bias
+            expect = expect + k.spec.beta * bias
             # the fill kernel's job: out = bias (broadcast)
             _strided(out_flat, k.outs[0])[...] = bias
         _emulate_cublas(plan, flats[k.args[plan["a_arg"]].buffer], flats[k.args[plan["b_arg"]].buffer], out_flat)
         got = _strided(out_flat, k.outs[0])
         np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-12)
-        assert plan["flops"] == 2 * k.params["m"] * k.params["n"] * k.params["k"] * math.prod(k.params["batch"])
+        assert plan["flops"] == 2 * k.spec.m * k.spec.n * k.spec.k * math.prod(k.spec.batch)
 
 
 @needs_nvrtc
@@ -235,14 +252,15 @@ def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
     exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=256, prefill_len=8, dtype=dtype)
     program = npu_compiler.compile(exp.decode_path, "cuda", dtype=dtype, rope_theta=10000.0)
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert att and all(k.params["splits"] >= 2 and len(k.outs) == 2 for k in att)
-    steps = att[0].params["cuda"]["steps"]
-    assert [s["launch"]["grid"][1] for s in steps] == [att[0].params["splits"]] * 2 + [1]
-    failures = _check_sources({s["launch"]["source"]: program.sources[s["launch"]["source"]] for s in steps})
+    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 for k in att)
+    r = rendered(program)
+    steps = r.steps[program.kernels.index(att[0])]
+    assert [s.launch.grid[1] for s in steps] == [att[0].spec.splits] * 2 + [1]
+    failures = _check_sources({s.source: r.sources[s.source] for s in steps if isinstance(s, SourceLaunch)})
     assert not failures, "\n\n".join(failures[:3])
     # the cpu target has no such scratch: one launch per row there
     cpu = npu_compiler.compile(exp.decode_path, "cpu", dtype=dtype, rope_theta=10000.0)
-    assert all(k.params["splits"] == 0 for k in cpu.kernels if k.kind == "attention")
+    assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
 
 
 @needs_nvrtc
@@ -257,6 +275,6 @@ def test_masked_softmax_sources_compile() -> None:
     ir = export_ir(M, [((2, 3, 5, 37), torch.float32), ((2, 1, 1, 37), torch.float32)], "msm")
     for dt in ("float32", "float16", "bfloat16"):
         program = npu_compiler.compile(ir, "cuda", dtype=dt)
-        assert [k.kind for k in program.kernels] == ["softmax"] and "scale" in program.kernels[0].params
-        failures = _check_sources(program.sources)
+        assert [(k.kind, k.group) for k in program.kernels] == [("generated", "npu.softmax")]
+        failures = _check_sources(rendered(program).sources)
         assert not failures, "\n\n".join(failures[:3])

@@ -43,7 +43,7 @@ def qwen15_decode(tmp_path_factory):
 
 def _kernels_per_layer(prog, layers: int) -> list[int]:
     """Split the kernel list at each layer's input RMSNorm (found by its weight) and at the final norm. The rotary
-    cos/sin tables, shared by all layers, are written where layer 0 first reads them: they are not counted."""
+    cos/sin values are computed inside each RoPE kernel (no table is written)."""
     names = {b.id: b.name for b in prog.buffers}
     marks = []
     for i, k in enumerate(prog.kernels):
@@ -54,11 +54,9 @@ def _kernels_per_layer(prog, layers: int) -> list[int]:
             if names[a.buffer] == "p_model_norm_weight":
                 marks.append((layers, i))
     starts = dict(marks)
-    shared = [i for i, k in enumerate(prog.kernels) if {"cos", "sin"} & set(k.nodes)]
-    assert len(shared) == 2 and all(starts[0] < i < starts[1] for i in shared)
-    counts = [starts[i + 1] - starts[i] for i in range(layers)]
-    counts[0] -= len(shared)
-    return counts
+    rotary = [k for k in prog.kernels if {"cos", "sin"} & set(k.nodes)]
+    assert rotary and all(k.group == "npu.rope" for k in rotary)
+    return [starts[i + 1] - starts[i] for i in range(layers)]
 
 
 def test_qwen15_decode_kernel_targets(qwen15_decode):
@@ -66,13 +64,13 @@ def test_qwen15_decode_kernel_targets(qwen15_decode):
     per_layer = _kernels_per_layer(prog, 28)
     assert max(per_layer) <= 12, per_layer
     assert len(prog.kernels) <= 350
-    kinds = {k.kind for k in prog.kernels}
-    assert {"attention", "rmsnorm", "rope"} <= kinds
+    groups = {k.group for k in prog.kernels}
+    assert {"npu.attention", "npu.rmsnorm", "npu.rope"} <= groups
     # Grouped-query K/V are read in place: no kernel materialises an expanded cache.
     cache = {i.buffer for i in prog.inputs if i.name.startswith(("k_cache", "v_cache"))}
     assert not [k for k in prog.kernels if k.kind == "generated" and any(a.buffer in cache for a in k.args)]
     att = [k for k in prog.kernels if k.kind == "attention"]
-    assert all(k.params["kv_heads"] == 2 and k.params["heads"] == 12 and k.params["valid_len"] for k in att)
+    assert all(k.spec.kv_heads == 2 and k.spec.heads == 12 and k.spec.valid_len for k in att)
 
 
 def test_qwen15_decode_unfused_is_much_larger(qwen15_decode, tmp_path):
@@ -138,7 +136,9 @@ def test_resnet_fused_equals_unfused(small_resnet, dtype):
     fused = npu_compiler.compile(res.ir_path, "cpu", dtype=dtype)
     plain = npu_compiler.compile(res.ir_path, "cpu", dtype=dtype, fusion=False)
     assert len(fused.kernels) < len(plain.kernels)
-    assert any(k.params.get("activation") == "relu" and k.params.get("has_residual") for k in fused.kernels)
+    # the residual add and the ReLU are the epilogue of a conv (or of a 1x1 conv's GEMM)
+    assert any(k.kind in ("conv2d", "gemm") and k.spec.epilogue is not None
+               and {"add", "relu"} <= {n.rstrip("_0123456789") for n in k.nodes} for k in fused.kernels)
     a = run(fused, {"x": x}, res.weights_path)
     b = run(plain, {"x": x}, res.weights_path)
     for k in a:
@@ -295,9 +295,12 @@ def test_masked_softmax_outside_attention(dtype):
            "mask": np.where(rng.random((2, 1, 1, 37)) < 0.3, -1e4, 0.0).astype(np.float32),
            "y": rng.standard_normal((4, 19)).astype(np.float32)}
     fused = npu_compiler.compile(ir, "cpu", dtype=dtype)
-    plain = npu_compiler.compile(ir, "cpu", dtype=dtype, disable_passes=["masked_softmax"])
-    assert [k.kind for k in fused.kernels].count("softmax") == 2 and len(fused.kernels) == 2
+    plain = npu_compiler.compile(ir, "cpu", dtype=dtype, disable_passes=["masked_softmax", "elementwise_fusion"])
+    assert [k.group for k in fused.kernels].count("npu.softmax") == 2 and len(fused.kernels) == 2
     assert len(plain.kernels) > len(fused.kernels)
+    # Without the pattern, greedy fusion inlines the scale and the mask into the softmax row kernel all the same.
+    greedy = npu_compiler.compile(ir, "cpu", dtype=dtype, disable_passes=["masked_softmax"])
+    assert [k.group for k in greedy.kernels] == ["softmax.int", "softmax.int"]
     a = CPU.create_executor(fused).run_numpy(ins)
     b = CPU.create_executor(plain).run_numpy(ins)
     for k in a:
@@ -311,12 +314,12 @@ def test_masked_softmax_outside_attention(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_conv_as_im2col_gemm_lowering(small_resnet, dtype, monkeypatch):
-    """The cuda target lowers k x k convs to pad + im2col copies + one GEMM with the conv's epilogues. The same
-    lowering, enabled for the cpu target here, gives PyTorch's results."""
-    from npu_compiler.lowering import library
+    """The cuda target lowers k x k convs to one im2col gather (padding as its fill) + one GEMM with the conv's
+    epilogues. The same lowering, enabled for the cpu target here, gives PyTorch's results."""
+    from npu_compiler.targets.cpu import CpuTarget
 
     m, res = small_resnet
-    monkeypatch.setattr(library, "IM2COL_TARGETS", {"cpu"})
+    monkeypatch.setattr(CpuTarget, "gemm_im2col", True)
     prog = npu_compiler.compile(res.ir_path, "cpu", dtype=dtype)
     assert not [k for k in prog.kernels if k.kind == "conv2d"]
     assert any("im2col" in prog.buffers[k.outs[0].buffer].name for k in prog.kernels)

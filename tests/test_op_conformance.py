@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ir_ops, to_numpy
+from fused_cases import op_cases as fused_op_cases
 from tolerances import assert_close
 
 import npu_compiler
@@ -193,6 +194,11 @@ case("sigmoid_saturating", torch.sigmoid, lambda d: (torch.tensor([-100.0, -30.0
 case("silu_saturating", F.silu, lambda d: (torch.tensor([-100.0, -30.0, 0.0, 30.0, 100.0], dtype=d),), "silu.default")
 case("relu_inplace", lambda: torch.nn.ReLU(inplace=True), lambda d: (rnd(7, 13, dt=d),), "relu_.default", "exact",
      module=True)
+# leaky_relu is the example of an op added by one table entry (expr/aten_table.py: its schema and its expression).
+case("leaky_relu", lambda x: F.leaky_relu(x, 0.2), lambda d: (rnd(7, 13, dt=d),), "leaky_relu.default", "exact")
+case("leaky_relu_default_slope", F.leaky_relu, lambda d: (rnd(33, dt=d),), "leaky_relu.default", "exact")
+case("leaky_relu_inplace", lambda: torch.nn.LeakyReLU(0.1, inplace=True), lambda d: (rnd(5, 9, dt=d),),
+     "leaky_relu_.default", "exact", module=True)
 case("relu_int", torch.relu, lambda d: (rnd(13, dt=d, lo=-9, hi=9),), "relu.default", "exact", (I64,))
 case("abs_int", torch.abs, lambda d: (rnd(13, dt=d, lo=-9, hi=9),), "abs.default", "exact", (I64,))
 case("neg_int", torch.neg, lambda d: (rnd(13, dt=d, lo=-9, hi=9),), "neg.default", "exact", (I64,))
@@ -718,6 +724,22 @@ class _ConvBlock(torch.nn.Module):
 
 case("conv_bn_relu_residual_block", _ConvBlock, lambda d: (rnd(1, 4, 7, 5, dt=d),),
      ("conv2d.default", "batch_norm.default", "relu_.default", "add_.Tensor"), "accumulate", module=True)
+
+
+# ---- larger graphs and fusion patterns (fused_cases.py), on every backend like the rest ------------------------
+
+
+def _fused_inputs(oc, d: torch.dtype) -> tuple[torch.Tensor, ...]:
+    from fused_cases import make_inputs
+
+    return tuple(make_inputs(oc, _TORCH_NAME[d], torch.Generator().manual_seed(1)))
+
+
+_TORCH_NAME = {F32: "float32", F16: "float16", BF16: "bfloat16"}
+for _oc in fused_op_cases():
+    CASES.append(Case(f"fused_{_oc.name}", _oc.make, lambda d, oc=_oc: _fused_inputs(oc, d), (),
+                      "accumulate" if _oc.loose else "elementwise",
+                      tuple({"float32": F32, "float16": F16, "bfloat16": BF16}[t] for t in _oc.dtypes)))
 
 
 def _param(c: Case, d: torch.dtype):

@@ -94,7 +94,7 @@ def test_kv_cache_written_in_place(setup):
         # No kernel copies a whole cache: every write into a cache buffer is the index_copy of the new rows.
         cache_bufs = {i.buffer for i in prog.inputs if i.name.startswith(("k_cache", "v_cache"))}
         writers = [k for k in prog.kernels if any(o.buffer in cache_bufs for o in k.outs)]
-        assert writers and all(k.kind == "index_copy" and k.params["inplace"] for k in writers)
+        assert writers and all(k.group == "index_copy.default" and k.spec.scatter is not None for k in writers)
 
 
 def test_integer_inputs_carry_their_valid_range(setup):

@@ -71,4 +71,4 @@ def test_bn_fold_removes_batchnorm_kernels(exported):
     assert {"bn_fold_weight", "bn_fold_bias"} <= recipes
     # The folded bias is bound although torchvision's convs have no bias of their own.
     convs = [k for k in folded.kernels if k.kind == "conv2d"]
-    assert len(convs) == 20 and all(k.params["has_bias"] for k in convs)
+    assert len(convs) == 20 and all(k.spec.bias for k in convs)

@@ -12,11 +12,11 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
 
 import npu_compiler
+from npu_compiler.errors import ArtifactError
 from npu_export import resnet
 from npu_export.cnn import export_cnn
 from npusim.cli import main
@@ -34,16 +34,18 @@ def small_resnet(tmp_path_factory):
 
 
 def _break_one_relu(prog) -> int:
-    """Point one relu kernel (the 3rd) at its own source computing min(x, 0) instead of max(x, 0). The change lives
-    in the program, so the dumped one-kernel repro carries it too. (The callers compile with the conv epilogue
+    """Make one relu kernel (the 3rd) compute min(x, 0) instead of max(x, 0), by editing its expression. The change
+    lives in the program, so the dumped one-kernel repro carries it too. (The callers compile with the conv epilogue
     off, so that relus are kernels of their own.)"""
+    from npu_compiler.expr import nodes as X
+
     relus = [i for i, k in enumerate(prog.kernels) if k.kind == "generated" and k.group == "relu.default"]
     bad = relus[2]
     k = prog.kernels[bad]
-    text = prog.sources[k.source]
-    assert "_maximum" in text
-    prog.sources["src_bad"] = text.replace("_maximum", "_minimum")
-    k.source = "src_bad"
+    flipped = X.substitute(k.spec.expr, lambda e: X.Binary(e.dtype, "min", e.a, e.b)
+                           if isinstance(e, X.Binary) and e.op == "max" else None)
+    assert flipped != k.spec.expr
+    k.spec = k.spec.replace(expr=flipped)
     return bad
 
 
@@ -176,7 +178,7 @@ def test_describe_graph_dot_parses(small_resnet, capsys):
     assert mer.startswith("flowchart TD") and "k0 --> k1" in mer
     assert main(["describe", str(art), "--json"]) == 0
     sizes = json.loads(capsys.readouterr().out)["sizes"]
-    assert sizes["artifact_bytes"] == len(prog.to_bytes()) and sizes["kernel_call_bytes"] > 0
+    assert sizes["artifact_bytes"] == len(prog.to_bytes()) and sizes["kernel_bytes"] > 0
 
 
 def test_progress_quiet_off_a_terminal_and_draws_on_one():
@@ -209,8 +211,9 @@ def test_out_values_round_trip(small_resnet):
     _, art, _ = small_resnet
     prog = CompiledProgram.load(art)
     assert all(k.out_values for k in prog.kernels)
+    assert [k.out_values for k in CompiledProgram.from_bytes(prog.to_bytes()).kernels] == \
+        [k.out_values for k in prog.kernels]
     d = prog.to_dict()
-    for k in d["kernels"]:
-        del k["out_values"]  # an artifact written before the field existed still loads
-    assert CompiledProgram.from_dict(d).kernels[0].out_values == []
-    assert np.isfinite(len(prog.to_bytes()))
+    del d["kernels"][0]["out_values"]
+    with pytest.raises(ArtifactError, match=r"kernels\[0\]\.out_values: missing"):
+        CompiledProgram.from_dict(d)

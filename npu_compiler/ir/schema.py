@@ -223,6 +223,18 @@ for _line in _DECLS.strip().splitlines():
     SCHEMAS[_s.op] = _s
 
 
+def _declare_elementwise() -> None:
+    """The schemas the elementwise table declares beside its expressions (`expr.aten_table._op`)."""
+    from ..expr.aten_table import ELEMENTWISE_SCHEMAS
+
+    for decl in ELEMENTWISE_SCHEMAS.values():
+        s = parse_schema(decl)
+        SCHEMAS.setdefault(s.op, s)
+
+
+_declare_elementwise()
+
+
 def short_op(op_type: str) -> str:
     """'aten.add.Tensor' -> 'add.Tensor'; 'getitem' and '<built-in function getitem>' -> 'getitem'."""
     if "getitem" in op_type:
@@ -234,5 +246,13 @@ def short_op(op_type: str) -> str:
 
 
 def lookup(op_type: str) -> OpSchema | None:
-    return SCHEMAS.get(short_op(op_type))
+    """The schema of an op; an in-place overload (`relu_.default`) not declared on its own has its out-of-place
+    form's (the reader fills defaults before normalisation turns it into that form)."""
+    op = short_op(op_type)
+    hit = SCHEMAS.get(op)
+    if hit is None:
+        base, dot, overload = op.partition(".")
+        if base.endswith("_") and not base.startswith("_"):
+            hit = SCHEMAS.get(f"{base[:-1]}{dot}{overload}")
+    return hit
 

@@ -27,9 +27,10 @@ class Pending:
     size: int = 0
 
     def __post_init__(self) -> None:
-        self.reads = {ld.arg for ld in X.loads(self.expr)}
+        self.reads = {r.arg for r in X.reads(self.expr)}
         self.size = sum(1 for _ in X.walk(self.expr))
-        self.has_index = any(isinstance(n, X.Index) for n in X.walk(self.expr))
+        # Index and Gather tie the value to its own index space: it cannot be re-indexed by a consumer's map.
+        self.has_index = any(isinstance(n, X.Index | X.Gather) for n in X.walk(self.expr))
 
 
 def _unravel(offset: int, shape: tuple[int, ...]) -> list[int] | None:
@@ -75,10 +76,18 @@ def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int,
     return X.map_loads(p.expr, rewrite)
 
 
-def bind_args(expr: X.Expr) -> tuple[X.Expr, list[int]]:
-    """Loads that name buffers by id -> loads that name kernel arguments; returns the buffer of each argument."""
+def bind_args(exprs: list[X.Expr | None], first: int = 0) -> tuple[list[X.Expr | None], list[int]]:
+    """Reads that name buffers by id -> reads that name kernel arguments `first`, `first + 1`, ... (one per distinct
+    buffer, shared by all `exprs`); returns the expressions and the buffer of each argument."""
     order: dict[int, int] = {}
-    for ld in X.loads(expr):
-        order.setdefault(ld.arg, len(order))
+    for e in exprs:
+        if e is not None:
+            for r in X.reads(e):
+                order.setdefault(r.arg, first + len(order))
 
-    return X.map_loads(expr, lambda e: dataclasses.replace(e, arg=order[e.arg])), list(order)
+    def rebind(e: X.Expr) -> X.Expr | None:
+        if isinstance(e, X.Load | X.Gather):
+            return dataclasses.replace(X.rebuild(e, lambda c: X.substitute(c, rebind)), arg=order[e.arg])
+        return None
+
+    return [X.substitute(e, rebind) if e is not None else None for e in exprs], list(order)

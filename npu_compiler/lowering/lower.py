@@ -1,8 +1,8 @@
 """Lowering: every node of the normalised graph becomes kernel calls over buffers, or a strided alias (views).
 
-Generated (expression) kernels cover elementwise ops, reductions, copies and constants; library kernels cover
-GEMM, conv, pooling, softmax, attention, embedding and the cache write. Every kernel records the IR nodes it came
-from.
+Generated (expression) kernels cover elementwise ops, reductions, copies, constants, norms, softmax, RoPE, gathers,
+pooling and the cache write; library kernels cover GEMM, convolution and attention. Every kernel records the IR nodes
+it came from, and every kernel record is checked against its tensors as it is built.
 """
 
 from __future__ import annotations
@@ -10,43 +10,36 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..dtypes import is_float, itemsize
-from ..errors import UnsupportedOpError
+from ..dtypes import is_float
+from ..errors import NPUCompileError, UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
 from ..ir.graph import Graph, Node, Value
-from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_strides
+from ..kernels import GeneratedKernel, KernelSpec, Scatter
+from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, full_ref
+from ..targets.codegen import CodegenTarget
 from . import views as V
 from .greedy import Pending, bind_args, compose
+from .registry import KERNELS_OF, LOWERINGS, lowers
 
-VIEW_OPS = {
+VIEW_OPS = (
     "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
     "squeeze.default", "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
     "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default",
-}
-REDUCE_OPS = {"mean.default", "mean.dim", "sum.default", "sum.dim_IntList", "amax.default"}
-LIBRARY_OPS = {
-    "linear.default", "matmul.default", "mm.default", "bmm.default", "addmm.default", "conv2d.default",
-    "max_pool2d.default", "avg_pool2d.default", "adaptive_avg_pool2d.default", "embedding.default",
-    "index_copy.default", "softmax.int", "_softmax.default", "log_softmax.int",
-    "scaled_dot_product_attention.default", "cat.default", "arange.default", "arange.start", "arange.start_step",
-    "full.default",
-    "zeros.default", "ones.default",
-}
-SUPPORTED_OPS = frozenset(set(ELEMENTWISE) | VIEW_OPS | REDUCE_OPS | LIBRARY_OPS)
+)
+REDUCE_OPS = ("mean.default", "mean.dim", "sum.default", "sum.dim_IntList", "amax.default")
 
-
-def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef:
-    shape = shape if shape is not None else (buf.numel,)
-    return TensorRef(buf.id, tuple(shape), contiguous_strides(shape), 0)
+Loader = Callable[..., X.Expr]
 
 
 class Lowering:
-    def __init__(self, graph: Graph, target: str, greedy_fusion: bool = False, conv_im2col: bool = True) -> None:
+    def __init__(self, graph: Graph, target: CodegenTarget, greedy_fusion: bool = False,
+                 conv_im2col: bool = True) -> None:
         self.graph = graph
         self.greedy_fusion = greedy_fusion
-        self.conv_im2col = conv_im2col
         self.target = target
+        # k x k convs as an im2col copy + GEMM: on targets whose GEMM library is much faster than a direct conv
+        self.conv_im2col = conv_im2col and target.gemm_im2col
         self.buffers: list[BufferSpec] = []
         self.kernels: list[KernelCall] = []
         self.refs: dict[int, TensorRef] = {}
@@ -54,6 +47,7 @@ class Lowering:
         self.outputs: list[TensorSpec] = []
         self.weight_buffers: dict[str, int] = {}
         self._node: Node | None = None
+        self._index = 0
         self._inplace_inputs: dict[int, str] = {}  # buffer id -> graph input name updated in place
         self._roots, self._last_read, self._root_is_output = self._view_roots()
         self.pending: dict[int, Pending] = {}
@@ -78,7 +72,7 @@ class Lowering:
 
     def bind(self, v: Value, ref: TensorRef) -> None:
         if tuple(ref.shape) != tuple(v.shape):
-            raise AssertionError(f"lowering bug: {v.name} bound to shape {ref.shape}, expected {v.shape}")
+            raise NPUCompileError(f"lowering bug: {v.name} bound to shape {ref.shape}, expected {v.shape}")
         self.refs[id(v)] = ref
 
     def fresh(self, v: Value) -> TensorRef:
@@ -88,40 +82,48 @@ class Lowering:
         self.bind(v, r)
         return r
 
+    def scratch(self, name: str, dtype: str, shape: tuple[int, ...]) -> TensorRef:
+        return full_ref(self.new_buffer(name, "arena", dtype, math.prod(shape)), shape)
+
     # ---- kernels ----------------------------------------------------------------------------------------------
-    def emit(self, kind: str, args: list[TensorRef], outs: list[TensorRef], params: dict | None = None,
-             expr: X.Expr | None = None, reduce_shape: tuple[int, ...] = (), group: str | None = None) -> KernelCall:
+    def emit(self, spec: KernelSpec, args: list[TensorRef], outs: list[TensorRef], group: str | None = None,
+             nodes: list[str] | None = None) -> KernelCall:
         node = self._node
         k = KernelCall(
-            name=f"k{len(self.kernels)}_{kind}",
-            kind=kind,
+            name=f"k{len(self.kernels)}_{spec.kind}",
+            spec=spec,
             args=args,
             outs=outs,
-            params=params or {},
-            nodes=list(node.origin) if node else [],
+            nodes=nodes if nodes is not None else (list(node.origin) if node else []),
             group=group or (node.op if node else "copy"),
-            expr=X.to_data(expr) if expr is not None else None,
-            reduce_shape=tuple(reduce_shape),
             out_values=[v.name for v in node.outputs] if node else [],
         )
+        try:
+            spec.check(k, self.buffers)
+        except ValueError as e:
+            where = f"node '{node.name}' ({node.op})" if node else "an output copy"
+            raise NPUCompileError(f"{where}: internal error, the lowering built an invalid {spec.kind} kernel: "
+                                  f"{e}") from e
         self.kernels.append(k)
         return k
 
-    def generated(self, out: TensorRef, build: Callable[[Callable[[TensorRef], X.Expr]], X.Expr],
-                  reduce_shape: tuple[int, ...] = ()) -> KernelCall:
+    def generated(self, out: TensorRef, build: Callable[[Loader], X.Expr], reduce_shape: tuple[int, ...] = (),
+                  row_dims: int = 0) -> KernelCall:
         """Emit a generated kernel writing `out`. `build(load)` makes the expression; `load(ref)` reads a
-        (broadcastable) operand, inlining it when it is a pending elementwise result."""
+        (broadcastable) operand at the output index, `load(ref, rstrides)` inside a reduction, inlining the operand
+        when it is a pending elementwise result."""
         origins: list[str] = []
-        expr = build(self._loader(out.shape, reduce_shape, origins))
-        return self._emit_generated(out, expr, reduce_shape, origins)
+        expr = build(self.loader(out.shape, reduce_shape, origins))
+        return self._emit_generated(out, expr, reduce_shape, origins, row_dims)
 
-    def _loader(self, out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str]):
-        def load(ref: TensorRef, rstrides: tuple[int, ...] | None = None) -> X.Expr:
-            if rstrides is None:  # broadcast the operand to the output
+    def loader(self, out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str]) -> Loader:
+        def load(ref: TensorRef, rstrides: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None
+                 ) -> X.Expr:
+            if rstrides is None and strides is None:  # broadcast the operand to the output
                 e = V.expand(ref, out_shape)
                 return self.load_raw(ref.buffer, e.strides, e.offset, (), out_shape, (), origins)
-            return self.load_raw(ref.buffer, tuple(ref.strides), ref.offset, tuple(rstrides), out_shape,
-                                 reduce_shape, origins)
+            return self.load_raw(ref.buffer, tuple(strides if strides is not None else ref.strides), ref.offset,
+                                 tuple(rstrides or ()), out_shape, reduce_shape, origins)
 
         return load
 
@@ -137,15 +139,28 @@ class Lowering:
             self.materialize(buffer)
         return X.Load(self.buffers[buffer].dtype, buffer, tuple(strides), offset, tuple(rstrides))
 
-    def _emit_generated(self, out: TensorRef, expr: X.Expr, reduce_shape: tuple[int, ...],
-                        origins: list[str]) -> KernelCall:
-        expr, arg_buffers = bind_args(expr)
-        k = self.emit("generated", [full_ref(self.buffers[b]) for b in arg_buffers], [out], expr=expr,
-                      reduce_shape=reduce_shape)
+    def gather(self, ref: TensorRef, indices: tuple[X.Expr, ...], guard: X.Expr | None = None,
+               fill: float | int | bool = 0) -> X.Gather:
+        """A read of the (written) tensor `ref` at computed indices."""
+        if ref.buffer in self.pending:
+            self.materialize(ref.buffer)
+        return X.Gather(self.dtype_of(ref), ref.buffer, ref.offset, tuple(ref.shape), tuple(ref.strides),
+                        tuple(indices), guard, fill)
+
+    def _emit_generated(self, out: TensorRef, expr: X.Expr, reduce_shape: tuple[int, ...], origins: list[str],
+                        row_dims: int = 0, scatter: Scatter | None = None) -> KernelCall:
+        exprs, arg_buffers = bind_args([expr, scatter.index if scatter else None])
+        expr = exprs[0]
+        if scatter is not None:
+            scatter = Scatter(scatter.dim, exprs[1], scatter.shape)
+        spec = GeneratedKernel(expr, tuple(reduce_shape), row_dims, scatter)
+        k = self.emit(spec, [full_ref(self.buffers[b]) for b in arg_buffers], [out])
         nodes = list(dict.fromkeys([*origins, *k.nodes]))
         if len(nodes) > len(k.nodes):
             k.nodes = nodes
-            k.group = "fused_elementwise"
+            # an elementwise op or reduction with producers inlined; a pattern (norm, RoPE, softmax) keeps its name
+            if self._node is None or self._node.op in ELEMENTWISE or self._node.op in REDUCE_OPS:
+                k.group = "fused_elementwise"
         return k
 
     def materialize(self, buffer: int) -> None:
@@ -164,14 +179,10 @@ class Lowering:
         """`ref` itself when contiguous, else a copy (the only place layouts cost a kernel)."""
         if ref.buffer in self.pending and ref.is_contiguous() and dtype in (None, self.dtype_of(ref)):
             self.materialize(ref.buffer)
-        if ref.is_contiguous() and ref.offset == 0 and ref.numel == self.buffers[ref.buffer].numel and (
-                dtype is None or dtype == self.dtype_of(ref)):
-            return ref
         if ref.is_contiguous() and dtype in (None, self.dtype_of(ref)):
             return ref  # a contiguous window (offset) is fine for every library kernel
         dt = dtype or self.dtype_of(ref)
-        b = self.new_buffer(f"{self._node.name if self._node else 'copy'}.contig", "arena", dt, ref.numel)
-        out = full_ref(b, ref.shape)
+        out = self.scratch(f"{self._node.name if self._node else 'copy'}.contig", dt, tuple(ref.shape))
         self.generated(out, lambda load: cast(load(ref), dt))
         return out
 
@@ -191,23 +202,19 @@ class Lowering:
         for i, node in enumerate(g.nodes):
             self._node = node
             self._index = i
-            handler = self._handler(node)
-            handler(node)
+            self._handler(node)(self, node)
         self._node = None
         self._bind_outputs()
 
-    def _handler(self, node: Node) -> Callable[[Node], None]:
-        op = node.op
-        if op in VIEW_OPS:
-            return self.lower_view
-        if op in REDUCE_OPS:
-            return self.lower_reduce
-        if op in ELEMENTWISE:
-            return self.lower_elementwise
-        fn = _LIBRARY.get(op)
+    def _handler(self, node: Node) -> Callable[[Lowering, Node], None]:
+        fn = LOWERINGS.get(node.op)
         if fn is None:
-            raise UnsupportedOpError(node.name, f"aten.{op}", self.target)
-        return lambda n: fn(self, n)
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name)
+        missing = [k for k in KERNELS_OF[node.op] if k not in self.target.library_kernels]
+        if missing:
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name,
+                                     f"the target provides no {', '.join(missing)} kernel")
+        return fn
 
     # ---- outputs ----------------------------------------------------------------------------------------------
     def _bind_outputs(self) -> None:
@@ -216,7 +223,7 @@ class Lowering:
         for v, name in zip(g.outputs, g.output_names):
             ref = self.ref(v)
             buf = self.buffers[ref.buffer]
-            whole = ref.is_contiguous() and ref.offset == 0 and ref.numel == buf.numel
+            whole = ref.is_whole(buf.numel)
             if whole and buf.id in self._inplace_inputs and buf.id not in claimed:
                 claimed.add(buf.id)
                 self.outputs.append(TensorSpec(name, v.shape, v.dtype, v.dtype, buf.id,
@@ -229,11 +236,10 @@ class Lowering:
                 continue
             ob = self.new_buffer(name, "output", v.dtype, v.type.numel)
             claimed.add(ob.id)
-            out = full_ref(ob, v.shape)
             self._node = None
-            self.generated(out, lambda load, ref=ref, dt=v.dtype: cast(load(ref), dt))
-            self.kernels[-1].group = "output_copy"
-            self.kernels[-1].nodes = [v.producer.name] if v.producer else []
+            k = self.generated(full_ref(ob, v.shape), lambda load, ref=ref, dt=v.dtype: cast(load(ref), dt))
+            k.group = "output_copy"
+            k.nodes = [v.producer.name] if v.producer else []
             self.outputs.append(TensorSpec(name, v.shape, v.dtype, v.dtype, ob.id))
         for v in g.inputs:
             self.inputs.append(TensorSpec(v.name, v.shape, v.dtype, v.dtype, self.ref(v).buffer))
@@ -262,7 +268,7 @@ class Lowering:
             return False
         ref = self.ref(v)
         buf = self.buffers[ref.buffer]
-        if not (ref.is_contiguous() and ref.offset == 0 and ref.numel == buf.numel):
+        if not ref.is_whole(buf.numel):
             return False
         if buf.kind == "input":
             res_root = self._roots.get(id(result), id(result))
@@ -272,40 +278,37 @@ class Lowering:
     # ---- elementwise ------------------------------------------------------------------------------------------
     def lower_elementwise(self, node: Node) -> None:
         out_v = node.outputs[0]
-        if node.op == "_native_batch_norm_legit_no_training.default" or node.op == "batch_norm.default":
-            self._lower_batch_norm(node)
-            return
         operands = [self.ref(v, pending_ok=True) for v in node.inputs]
         out = self.fresh(out_v)
         build = lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,  # noqa: E731
                                                out_v.dtype)
         if self.greedy_fusion and len(node.outputs) == 1 and id(out_v) not in self._graph_outputs:
             origins: list[str] = []
-            expr = build(self._loader(out_v.shape, (), origins))
+            expr = build(self.loader(out_v.shape, (), origins))
             self.pending[out.buffer] = Pending(expr, out_v.shape, [*origins, *node.origin], node)
             return
         self.generated(out, build)
         for extra in node.outputs[1:]:
             self.fresh(extra)
 
-    def _lower_batch_norm(self, node: Node) -> None:
+    def lower_batch_norm(self, node: Node) -> None:
         x = node.inputs[0]
         c = x.shape[1] if len(x.shape) > 1 else x.shape[0]
         per_channel = (1, c) + (1,) * (len(x.shape) - 2)
         if node.attrs.get("training"):
             # Normalising with the batch's own statistics is another computation than eval BN: refuse it.
-            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target,
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name,
                                      "batch_norm with batch statistics (training=True, or a BatchNorm without "
                                      "running stats); export the model in eval mode")
         # With running statistics the IR lists (x, weight, bias, mean, var), or (x, mean, var) for affine=False
         # (the None weight and bias are dropped).
         if len(node.inputs) not in (3, 5):
-            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target,
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name,
                                      "batch_norm with only one of weight and bias")
         refs = [self.ref(x, pending_ok=True)] + [V.reshape(self.ref(v), per_channel) for v in node.inputs[1:]]
         out = self.fresh(node.outputs[0])
 
-        def build(load: Callable[[TensorRef], X.Load]) -> X.Expr:
+        def build(load: Loader) -> X.Expr:
             ops: list[X.Expr] = [load(r) for r in refs]
             if len(ops) == 3:
                 ops = [ops[0], const(1.0, "float32"), const(0.0, "float32"), ops[1], ops[2]]
@@ -379,7 +382,7 @@ class Lowering:
                 e = X.Binary(acc, "div", e, const(count, acc))
         self._emit_generated(out, cast(e, out_v.dtype), red_shape, origins)
 
-    # ---- library-kernel helpers (used by library.py) ---------------------------------------------------------
+    # ---- library-kernel helpers -----------------------------------------------------------------------------
     def gemm_operand(self, ref: TensorRef) -> TensorRef:
         """GEMM operands need unit stride in one of their last two dims (a transposed view is fine)."""
         if len(ref.shape) >= 2:
@@ -390,6 +393,14 @@ class Lowering:
             if (s_row == 1 or rows == 1) and s_col >= rows:
                 return ref
         return self.contiguous(ref)
+
+    def epilogue_args(self, epilogue: X.Expr | None, first: int) -> tuple[X.Expr | None, list[TensorRef]]:
+        """An epilogue built with buffer ids as load args -> one naming kernel arguments from `first` on, and those
+        arguments (whole buffers)."""
+        if epilogue is None:
+            return None, []
+        exprs, buffers = bind_args([epilogue], first)
+        return exprs[0], [full_ref(self.buffers[b]) for b in buffers]
 
 
 def _constant_bytes(v: Value) -> bytes:
@@ -409,9 +420,17 @@ def _constant_bytes(v: Value) -> bytes:
     return out
 
 
-from .fused import FUSED as _FUSED  # noqa: E402
-from .library import LIBRARY as _LIBRARY  # noqa: E402  (library handlers use the Lowering class above)
+# The generic lowerings: every ATen elementwise op, the views, the reductions, batch norm.
+lowers(*[op for op in ELEMENTWISE if op not in ("batch_norm.default",
+                                                "_native_batch_norm_legit_no_training.default")])(
+    Lowering.lower_elementwise)
+lowers("batch_norm.default", "_native_batch_norm_legit_no_training.default")(Lowering.lower_batch_norm)
+lowers(*VIEW_OPS)(Lowering.lower_view)
+lowers(*REDUCE_OPS)(Lowering.lower_reduce)
 
-_LIBRARY = {**_LIBRARY, **_FUSED}
+from . import gathers, library, rows  # noqa: E402,F401  (their lowerings register themselves)
 
-__all__ = ["Lowering", "SUPPORTED_OPS", "itemsize"]
+# The ATen ops the compiler lowers (the `npu.*` ops are its own, made by the fusion passes).
+SUPPORTED_OPS = frozenset(op for op in LOWERINGS if not op.startswith("npu."))
+
+__all__ = ["Lowering", "SUPPORTED_OPS", "VIEW_OPS", "REDUCE_OPS"]

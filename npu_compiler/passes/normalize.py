@@ -9,12 +9,13 @@ from ..ir.graph import Graph, Node
 _IDENTITY = {"alias.default", "detach.default", "contiguous.default", "lift_fresh_copy.default", "getitem"}
 _CASTS = {"to.dtype", "to.device", "to.dtype_layout", "_to_copy.default", "type_as.default", "clone.default"}
 _METADATA = {"_assert_tensor_metadata.default"}
+# Ops that compute nothing in an inference graph (eval-mode dropout included): normalisation removes them, and on the
+# partition path they follow their producer instead of forcing a partition split.
+STRUCTURAL_OPS = frozenset(_IDENTITY | _METADATA | {"dropout.default"})
 
 
 def _is_noop(node: Node) -> bool:
-    if node.op in _METADATA:
-        return True
-    if node.op in _IDENTITY:
+    if node.op in _METADATA or node.op in _IDENTITY:
         return True
     if node.op == "dropout.default":
         if node.attrs.get("train"):

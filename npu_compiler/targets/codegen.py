@@ -1,61 +1,51 @@
-"""`CodegenTarget`: how kernels are written for the machine that executes them. A target renders generated
-(expression) kernels from its own table of primitives and names the library kernels it maps to."""
+"""`CodegenTarget`: how kernels are written for the machine that executes them, and what the lowering may assume
+of it (its capabilities). Targets are found through a registry of module names, imported only when asked for."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import importlib
+from typing import ClassVar
 
 from ..errors import NPUCompileError
-from ..program import CompiledProgram, KernelCall
+
+# name -> the module that defines it (as `TARGET`). Adding a target adds a module and a line here.
+TARGET_MODULES: dict[str, str] = {
+    "cpu": "npu_compiler.targets.cpu",
+    "cuda": "npu_compiler.targets.cuda.target",
+}
 
 
-class CodegenTarget(ABC):
-    name: str = ""
-    library_kernels: frozenset[str] = frozenset()
+class CodegenTarget:
+    """A target's name, the library kernel kinds it runs, and the lowering choices it wants."""
 
-    @abstractmethod
-    def render_generated(self, kernel: KernelCall, program: CompiledProgram) -> str:
-        """Source text of one generated kernel."""
+    name: ClassVar[str] = ""
+    library_kernels: ClassVar[frozenset[str]] = frozenset()
+    # k x k convolutions as an im2col copy + GEMM: right where the GEMM library is much faster than a direct conv
+    gemm_im2col: ClassVar[bool] = False
+    # split decode attention's keys across blocks until about this many blocks run (0: one block per query row)
+    decode_attention_blocks: ClassVar[int] = 0
 
-    def render(self, program: CompiledProgram) -> None:
-        """Fill `program.sources` (deduplicated by text) and point each generated kernel at its source."""
-        by_text: dict[str, str] = {}
-        for k in program.kernels:
-            if k.kind != "generated":
-                if k.kind not in self.library_kernels:
-                    raise NPUCompileError(f"kernel {k.name} (nodes {k.nodes}): library kernel '{k.kind}' is not "
-                                          f"provided by target '{self.name}'")
-                continue
-            text = self.render_generated(k, program)
-            name = by_text.get(text)
-            if name is None:
-                name = f"src{len(by_text)}"
-                by_text[text] = name
-                program.sources[name] = text
-            k.source = name
-
-
-_TARGETS: dict[str, type[CodegenTarget]] = {}
-
-
-def register_target(cls: type[CodegenTarget]) -> type[CodegenTarget]:
-    _TARGETS[cls.name] = cls
-    return cls
+    def check_program(self, program) -> None:
+        """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 
 
 def get_codegen_target(name: str) -> CodegenTarget:
-    # Always: once another target has registered (the CUDA module imported first), `_TARGETS` is not empty but
-    # 'cpu' may be missing from it.
-    from . import numpy_target  # noqa: F401  (registers itself)
+    module = TARGET_MODULES.get(name) if isinstance(name, str) else None
+    if module is None:
+        raise NPUCompileError(f"unknown target {name!r} (known: {', '.join(sorted(TARGET_MODULES))})")
     try:
-        from . import cuda  # noqa: F401
-    except ImportError:
-        pass
-    if name not in _TARGETS:
-        raise NPUCompileError(f"unknown target '{name}' (known: {', '.join(sorted(_TARGETS))})")
-    return _TARGETS[name]()
+        cls = importlib.import_module(module).TARGET
+    except ImportError as e:
+        raise NPUCompileError(f"target '{name}' is not installed: {e}") from e
+    return cls()
 
 
 def available_targets() -> list[str]:
-    get_codegen_target("cpu")
-    return sorted(_TARGETS)
+    out = []
+    for name in sorted(TARGET_MODULES):
+        try:
+            get_codegen_target(name)
+        except NPUCompileError:
+            continue
+        out.append(name)
+    return out

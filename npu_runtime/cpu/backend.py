@@ -8,7 +8,7 @@ import numpy as np
 
 from npu_compiler.program import CompiledProgram, TensorSpec
 
-from ..backend import Backend, DeviceBuffer, register_backend
+from ..backend import Backend, DeviceBuffer
 from ..dtypes import convert, np_dtype
 
 
@@ -50,4 +50,4 @@ def _name(dt) -> str:
     return dtype_name(dt)
 
 
-register_backend("cpu", CpuBackend, lambda: True, rank=100)
+BACKEND = CpuBackend

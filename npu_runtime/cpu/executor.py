@@ -1,4 +1,5 @@
-"""Runs a CompiledProgram with NumPy: buffers resolved to strided views once, then one closure per kernel."""
+"""Runs a CompiledProgram with NumPy: buffers resolved to strided views once, then one closure per kernel, built
+from the kernel's record by its reference semantics (no source text is read or executed)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,16 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from npu_compiler.expr import nodes as X
+from npu_compiler.errors import KernelFault
 from npu_compiler.program import CompiledProgram, KernelCall, TensorRef
 
 from ..backend import DeviceBuffer
 from ..dtypes import np_dtype
 from ..errors import NPURuntimeError, WeightError
-from ..executor import Executor
+from ..executor import Executor, allocation_guard
 from ..profiling import KernelTiming
 from ..weights import WeightSet
 from .backend import CpuBackend, CpuBuffer
-from .generated import compile_source
-from .kernels import LIBRARY
 
 
 class CpuExecutor(Executor):
@@ -30,18 +29,19 @@ class CpuExecutor(Executor):
         if program.target not in ("cpu",):
             raise NPURuntimeError(f"program was compiled for target '{program.target}'; the cpu backend runs "
                                   "programs compiled for target 'cpu'")
-        self.arena = np.zeros(program.arena_bytes, np.uint8)
-        self.flat: dict[int, np.ndarray] = {}
-        for b in program.buffers:
-            dt = np_dtype(b.dtype)
-            if b.kind == "arena":
-                self.flat[b.id] = self.arena[b.offset:b.offset + b.nbytes].view(dt)
-            elif b.kind in ("input", "output"):
-                self.flat[b.id] = np.zeros(b.numel, dt)
-            elif b.kind == "constant":
-                self.flat[b.id] = np.frombuffer(b.data, dtype=dt).copy()
+        with allocation_guard(program):
+            self.arena = np.zeros(program.arena_bytes, np.uint8)
+            self.flat: dict[int, np.ndarray] = {}
+            for b in program.buffers:
+                dt = np_dtype(b.dtype)
+                if b.kind == "arena":
+                    self.flat[b.id] = self.arena[b.offset:b.offset + b.nbytes].view(dt) if b.numel else \
+                        np.zeros(0, dt)
+                elif b.kind in ("input", "output"):
+                    self.flat[b.id] = np.zeros(b.numel, dt)
+                elif b.kind == "constant":
+                    self.flat[b.id] = np.frombuffer(b.data, dtype=dt).copy()
         self._weights_bound: int | None = None
-        self._sources = {name: compile_source(text) for name, text in program.sources.items()}
         self._steps: list[Callable[[], None]] = []
         self._weight_ids = {w.name: w.buffer for w in program.weights}
         # Inputs bound to caller-owned buffers (shared KV cache, shared weights): no copy per run.
@@ -69,51 +69,43 @@ class CpuExecutor(Executor):
         missing = [n for n in self._weight_ids if n not in weights.buffers]
         if missing:
             raise WeightError(f"weight set lacks {len(missing)} weight(s) of the program: {', '.join(missing[:8])}")
+        specs = {w.name: w for w in self.program.weights}
         for name, bid in self._weight_ids.items():
-            self.flat[bid] = weights.buffers[name].native_handle.reshape(-1)
+            arr = weights.buffers[name].native_handle
+            spec = specs[name]
+            if arr.dtype != np_dtype(spec.dtype) or arr.size != self.program.buffers[bid].numel:
+                raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
+                                  f"{weights.buffers[name].dtype}{list(arr.shape)}")
+            self.flat[bid] = arr.reshape(-1)
         self._weights_bound = id(weights)
         self._steps = []
 
-    # ---- views ------------------------------------------------------------------------------------------------------
+    # ---- views (the `Arrays` the kernels' reference semantics read) -------------------------------------------------
     def view(self, ref: TensorRef) -> np.ndarray:
         flat = self.flat[ref.buffer]
         item = flat.itemsize
+        if any(n == 0 for n in ref.shape):
+            return np.zeros(ref.shape, flat.dtype)
         return as_strided(flat[ref.offset:], shape=ref.shape, strides=tuple(s * item for s in ref.strides),
                           writeable=True)
+
+    def buffer(self, ref: TensorRef) -> np.ndarray:
+        return self.flat[ref.buffer]
 
     def _build(self) -> None:
         self._steps = [self._step(k) for k in self.program.kernels]
 
     def _step(self, k: KernelCall) -> Callable[[], None]:
-        outs = [self.view(o) for o in k.outs]
-        ctx = f"kernel {k.name} ({k.group}, nodes {', '.join(k.nodes[:4])})"
-        if k.kind == "generated":
-            fn = self._sources[k.source]
-            expr = X.from_data(k.expr)
-            out_shape = k.outs[0].shape
-            loads = []
-            for ld in X.loads(expr):
-                flat = self.flat[k.args[ld.arg].buffer]
-                shape = tuple(out_shape) + (tuple(k.reduce_shape) if ld.rstrides else ())
-                strides = tuple(s * flat.itemsize for s in (*ld.strides, *ld.rstrides))
-                loads.append(as_strided(flat[ld.offset:], shape=shape, strides=strides, writeable=False))
-            index = [np.arange(n, dtype=np.int64).reshape((1,) * i + (n,) + (1,) * (len(out_shape) - i - 1))
-                     for i, n in enumerate(out_shape)]
-            out = outs[0]
+        run = k.spec.reference(k, self)
+        where = f"kernel {k.name} ({k.group}, nodes {', '.join(k.nodes[:4])})"
 
-            def run_generated(fn=fn, loads=loads, index=index, out=out) -> None:
-                fn(loads, index, out)
+        def step() -> None:
+            try:
+                run()
+            except KernelFault as e:
+                raise NPURuntimeError(f"{where}: {e}") from None
 
-            return run_generated
-        lib = LIBRARY.get(k.kind)
-        if lib is None:
-            raise NPURuntimeError(f"{ctx}: the cpu backend has no library kernel '{k.kind}'")
-        args = [self.view(a) for a in k.args]
-
-        def run_library(lib=lib, args=args, outs=outs, p=k.params) -> None:
-            lib(args, outs, p, ctx)
-
-        return run_library
+        return step
 
     # ---- run --------------------------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, DeviceBuffer]:
@@ -171,5 +163,3 @@ class _Shape:
     def __init__(self, spec) -> None:
         self.shape = spec.shape
         self.dtype = spec.device_dtype
-
-

@@ -11,7 +11,7 @@ import numpy as np
 
 from npu_compiler.program import CompiledProgram, TensorSpec
 
-from ..backend import Backend, DeviceBuffer, register_backend
+from ..backend import Backend, DeviceBuffer
 from ..dtypes import convert, dtype_name, np_dtype
 from ..errors import BackendUnavailable
 
@@ -23,15 +23,25 @@ def storage_dtype(dtype: str) -> np.dtype:
     return _STORAGE.get(dtype, np_dtype(dtype))
 
 
+INSTALL_HINT = 'pip install -e ".[cuda]"'
+
+
 @functools.cache
-def is_available() -> bool:
-    """CuPy importable and at least one CUDA device visible."""
+def unavailable_reason() -> str | None:
+    """Why the cuda backend cannot run here (None: CuPy imports and a CUDA device is visible)."""
     try:
         import cupy  # noqa: PLC0415
+    except ImportError:
+        return f"CuPy is not installed (install the project's cuda extra: {INSTALL_HINT})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001  (CUDARuntimeError without a driver or device)
+        return f"no usable NVIDIA GPU or driver ({type(e).__name__}: {e})"
+    return None if count > 0 else "no NVIDIA GPU is visible"
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001  (ImportError, or CUDARuntimeError without a driver or device)
-        return False
+
+def is_available() -> bool:
+    return unavailable_reason() is None
 
 
 class _Device:
@@ -107,13 +117,14 @@ class CudaBackend(Backend):
     capabilities = frozenset({"float32", "float16", "bfloat16", "int64", "library:all", "cublas", "cuda_graph"})
 
     def __init__(self, device: int = 0) -> None:
-        if not is_available():
-            raise BackendUnavailable("the cuda backend needs CuPy and an NVIDIA GPU")
+        why = unavailable_reason()
+        if why is not None:
+            raise BackendUnavailable(f"the cuda backend cannot run: {why}")
         self.state = device_state(device)
 
     @classmethod
-    def is_available(cls) -> bool:
-        return is_available()
+    def unavailable_reason(cls) -> str | None:
+        return unavailable_reason()
 
     def allocate(self, shape: tuple[int, ...], dtype: str) -> CudaBuffer:
         import cupy  # noqa: PLC0415
@@ -158,4 +169,4 @@ class CudaBackend(Backend):
         return "cuda"
 
 
-register_backend("cuda", CudaBackend, is_available, rank=10)
+BACKEND = CudaBackend

@@ -1,6 +1,7 @@
 """Runs a CompiledProgram (target 'cuda') on one GPU.
 
-`__init__` does the expensive work: NVRTC builds (disk-cached) of every source, one arena for the intermediates,
+`__init__` does the expensive work: rendering every kernel's CUDA C from its record (an artifact carries no source),
+NVRTC builds (disk-cached by source hash) of every source, one arena for the intermediates,
 device buffers for inputs, outputs and constants. Once weights are bound, every kernel becomes a launch with its
 pointers resolved and its configuration fixed; the first run captures them as one CUDA graph. `run()` then only
 copies the inputs and launches the graph, all on the backend's one stream.
@@ -15,11 +16,13 @@ from typing import Any
 import numpy as np
 
 from npu_compiler.dtypes import itemsize
-from npu_compiler.program import CompiledProgram, KernelCall, TensorSpec
+from npu_compiler.errors import NPUCompileError
+from npu_compiler.program import CompiledProgram, TensorSpec
+from npu_compiler.targets.cuda.target import CudaTarget, SourceLaunch
 
 from ..backend import DeviceBuffer
 from ..errors import InputError, NPURuntimeError, WeightError
-from ..executor import Executor
+from ..executor import Executor, allocation_guard
 from ..profiling import KernelTiming
 from ..weights import WeightSet
 from .backend import CudaBackend, CudaBuffer, storage_dtype
@@ -39,8 +42,12 @@ class CudaExecutor(Executor):
         self.state = backend.state
         self.stream = self.state.stream
         self.use_graph = use_graph
-        with self.state.device:
-            self.kernels, self._modules = load_kernels(program.sources, self.state.arch)
+        try:
+            self.rendered = CudaTarget().render_program(program)
+        except NPUCompileError as e:
+            raise NPURuntimeError(f"cannot render program '{program.model_name}' for cuda: {e}") from e
+        with self.state.device, allocation_guard(program):
+            self.kernels, self._modules = load_kernels(self.rendered.sources, self.state.arch)
             self.arena = cupy.empty(max(program.arena_bytes, 1), dtype=np.uint8)
             self._own: dict[int, CudaBuffer] = {}
             for b in program.buffers:
@@ -114,32 +121,29 @@ class CudaExecutor(Executor):
 
     # ---- launches ---------------------------------------------------------------------------------------------------
     def _build(self) -> None:
-        self._steps = [s for k in self.program.kernels for s in self._kernel_steps(k)]
+        self._steps = [s for i in range(len(self.program.kernels)) for s in self._kernel_steps(i)]
 
-    def _pointer(self, k: KernelCall, which: str, i: int) -> int:
+    def _pointer(self, k, which: str, i: int) -> int:
         ref = k.outs[i] if which == "out" else k.args[i]
         return self._ptr[ref.buffer]
 
-    def _kernel_steps(self, k: KernelCall) -> list[Callable[[], None]]:
-        cuda = k.params.get("cuda")
-        if cuda is None or "steps" not in cuda:
-            raise NPURuntimeError(f"kernel {k.name} has no cuda launch parameters: recompile the program for "
-                                  "target 'cuda' with this version")
+    def _kernel_steps(self, index: int) -> list[Callable[[], None]]:
+        k = self.program.kernels[index]
         steps: list[Callable[[], None]] = []
-        for step in cuda["steps"]:
-            if "cublas" in step:
-                plan = step["cublas"]
+        for step in self.rendered.steps[index]:
+            if not isinstance(step, SourceLaunch):
+                plan = step.plan
                 if plan["m"] and plan["n"]:
                     steps.append(self._gemm_step(k, plan))
                 continue
-            launch = step["launch"]
-            grid = tuple(int(g) for g in launch["grid"])
+            launch = step.launch
+            grid = tuple(int(g) for g in launch.grid)
             if not all(grid):
                 continue  # nothing to compute (an empty tensor)
-            fn = self.kernels[launch["source"]]
-            block = (int(launch["block"]), 1, 1)
-            args = tuple(np.uint64(self._pointer(k, w, int(i))) for w, i in launch["ptrs"])
-            smem = int(launch.get("smem", 0))
+            fn = self.kernels[step.source]
+            block = (int(launch.block), 1, 1)
+            args = tuple(np.uint64(self._pointer(k, w, int(i))) for w, i in launch.ptrs)
+            smem = int(launch.smem)
 
             def run_kernel(fn=fn, grid=grid, block=block, args=args, smem=smem) -> None:
                 fn(grid, block, args, shared_mem=smem)
@@ -147,7 +151,7 @@ class CudaExecutor(Executor):
             steps.append(run_kernel)
         return steps
 
-    def _gemm_step(self, k: KernelCall, plan: dict[str, Any]) -> Callable[[], None]:
+    def _gemm_step(self, k, plan: dict[str, Any]) -> Callable[[], None]:
         handle = self.state.cublas
         scalar = np.float64 if plan["compute"] == 70 else np.float32
         # host scalars (pointer mode host): read when the call is made or captured, so they must stay alive
@@ -247,7 +251,7 @@ class CudaExecutor(Executor):
         its kernel). Times are the GPU's own; launch gaps between kernels are not in any kernel's time."""
         cp = self._cp
         self._prepare(inputs, weights)
-        groups = [self._kernel_steps(k) for k in self.program.kernels]
+        groups = [self._kernel_steps(i) for i in range(len(self.program.kernels))]
         marks = []
         with self.state.device, self.stream:
             start = cp.cuda.Event()

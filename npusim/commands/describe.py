@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
           f"(arena {d['arena_bytes'] / 1e6:.3f} MB for intermediates that would take "
           f"{d['unplanned_intermediate_bytes'] / 1e6:.3f} MB unshared)")
     z = d["sizes"]
-    print(f"artifact: {z['artifact_bytes'] / 1e3:.1f} kB (kernel sources {z['kernel_source_bytes'] / 1e3:.1f} kB, "
-          f"kernel calls {z['kernel_call_bytes'] / 1e3:.1f} kB, constants {z['constant_bytes'] / 1e3:.1f} kB, "
+    print(f"artifact: {z['artifact_bytes'] / 1e3:.1f} kB (kernel records {z['kernel_bytes'] / 1e3:.1f} kB, "
+          f"constants {z['constant_bytes'] / 1e3:.1f} kB, "
           f"buffer table {z['buffer_table_bytes'] / 1e3:.1f} kB, other metadata "
           f"{z['other_metadata_bytes'] / 1e3:.1f} kB); weights {z['weight_device_bytes'] / 1e6:.3f} MB on the "
           "device, loaded from the checkpoint")

@@ -8,12 +8,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from fused_cases import build, op_cases
 
 import npu_compiler
 import npu_runtime
 from npu_runtime.errors import InputError, NPURuntimeError
-
-from .cases import build, op_cases
 
 
 def test_registry_prefers_cuda() -> None:

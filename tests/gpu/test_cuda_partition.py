@@ -7,8 +7,7 @@ import copy
 
 import numpy as np
 import torch
-
-from .cases import ir_dict
+from fused_cases import ir_dict
 
 
 class Mixed(torch.nn.Module):

@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 import torch
+from fused_cases import ir_dict, module_weights
 
 import npu_compiler
 from npu_runtime import load_weights
 
-from .cases import ir_dict, module_weights
 from .util import rel_err, to_np
 
 

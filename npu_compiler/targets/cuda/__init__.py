@@ -1,6 +1,6 @@
-"""The cuda codegen target (CUDA C rendered at compile time; no GPU, CuPy or torch needed to compile)."""
+"""The cuda codegen target (CUDA C rendered from kernel records; no GPU, CuPy or torch needed to render)."""
 
 from .common import KERNEL_NAME
-from .target import CudaTarget
+from .target import TARGET, CudaTarget, RenderedProgram
 
-__all__ = ["CudaTarget", "KERNEL_NAME"]
+__all__ = ["CudaTarget", "KERNEL_NAME", "TARGET", "RenderedProgram"]

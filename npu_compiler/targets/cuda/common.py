@@ -7,12 +7,12 @@ Storage types are the buffer's own; loads widen to the register type and stores 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...dtypes import itemsize
 from ...errors import NPUCompileError
+from ..clike import KernelText, Language, affine, decompose, grid_for, is_flat_map, max_extent  # noqa: F401
 
 KERNEL_NAME = "npu_kernel"  # every source defines exactly one `extern "C" __global__` function of this name
 
@@ -132,75 +132,6 @@ def index_type(extent: int) -> str:
     return "int" if extent < 2**31 - 1 else "long long"
 
 
-def affine(terms: list[tuple[str, int]], offset: int = 0) -> str:
-    """`offset + sum(var * stride)` with zero strides dropped."""
-    parts = [str(offset)] if offset else []
-    for var, stride in terms:
-        if stride == 0:
-            continue
-        parts.append(var if stride == 1 else f"{var} * {stride}")
-    return " + ".join(parts) if parts else "0"
-
-
-def decompose(var: str, shape: tuple[int, ...], prefix: str, ityp: str, indent: str) -> list[str]:
-    """Lines that split a flat row-major index `var` into per-dim indices `{prefix}{d}` (size-1 dims are 0)."""
-    lines: list[str] = []
-    dims = [d for d, n in enumerate(shape) if n != 1]
-    for d, n in enumerate(shape):
-        if n == 1:
-            lines.append(f"{indent}const {ityp} {prefix}{d} = 0;")
-    if not dims:
-        return lines
-    lines.append(f"{indent}{ityp} {prefix}_rem = {var};")
-    for j, d in enumerate(reversed(dims)):
-        if j == len(dims) - 1:
-            lines.append(f"{indent}const {ityp} {prefix}{d} = {prefix}_rem;")
-        else:
-            n = shape[d]
-            lines.append(f"{indent}const {ityp} {prefix}{d} = {prefix}_rem % {n}; {prefix}_rem /= {n};")
-    return lines
-
-
-def max_extent(shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> int:
-    """One past the largest element offset a strided view reaches."""
-    if any(n == 0 for n in shape):
-        return offset
-    return offset + sum((n - 1) * abs(s) for n, s in zip(shape, strides)) + 1
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
-
-
-def is_flat_map(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Does the map equal the contiguous row-major one (ignoring size-1 dims)? Then the flat index is the offset."""
-    return all(n == 1 or s == c for n, s, c in zip(shape, strides, contiguous_strides(shape)))
-
-
-@dataclass
-class Launch:
-    """How the runtime launches one source: grid and block sizes, dynamic shared memory, and the pointer arguments
-    in order (each ("out", i) or ("arg", i): the base pointer of that TensorRef's buffer)."""
-
-    grid: tuple[int, int, int]
-    block: int
-    ptrs: list[tuple[str, int]]
-    smem: int = 0
-
-    def to_params(self) -> dict:
-        return {"grid": list(self.grid), "block": self.block, "smem": self.smem,
-                "ptrs": [list(p) for p in self.ptrs]}
-
-
-def grid_for(n: int, block: int, cap: int = 65536) -> int:
-    """Blocks for a grid-stride loop over n items (capped: the loop covers the rest)."""
-    return max(1, min(cap, -(-n // block)))
-
-
 def nbytes(dtype: str, n: int) -> int:
     return itemsize(dtype) * n
 
@@ -246,3 +177,144 @@ __device__ __forceinline__ T npu_block_reduce(T v, Op op, T* sh) {
   return r;
 }
 """
+
+
+_UNARY: dict[str, dict[str, str]] = {
+    "neg": {"f": "(-{a})", "d": "(-{a})", "i": "(-{a})"},
+    "exp": {"f": "expf({a})", "d": "exp({a})"},
+    "log": {"f": "logf({a})", "d": "log({a})"},
+    "sqrt": {"f": "sqrtf({a})", "d": "sqrt({a})"},
+    # 1/sqrt (both correctly rounded) rather than rsqrtf (2 ulp): the same bits as the reference
+    "rsqrt": {"f": "(1.0f / sqrtf({a}))", "d": "(1.0 / sqrt({a}))"},
+    "sin": {"f": "sinf({a})", "d": "sin({a})"},
+    "cos": {"f": "cosf({a})", "d": "cos({a})"},
+    "tanh": {"f": "tanhf({a})", "d": "tanh({a})"},
+    "erf": {"f": "erff({a})", "d": "erf({a})"},
+    "abs": {"f": "fabsf({a})", "d": "fabs({a})", "i": "llabs({a})"},
+    "not": {"b": "(!{a})", "i": "({a} == 0)", "f": "({a} == 0.0f)", "d": "({a} == 0.0)"},
+    "floor": {"f": "floorf({a})", "d": "floor({a})", "i": "{a}"},
+    "trunc": {"f": "truncf({a})", "d": "trunc({a})", "i": "{a}"},
+}
+_BINARY: dict[str, dict[str, str]] = {
+    "add": {"*": "({a} + {b})"},
+    "sub": {"*": "({a} - {b})"},
+    "mul": {"*": "({a} * {b})"},
+    "div": {"*": "({a} / {b})"},
+    "max": {"*": "npu_max({a}, {b})", "b": "({a} || {b})"},
+    "min": {"*": "npu_min({a}, {b})", "b": "({a} && {b})"},
+    "pow": {"f": "powf({a}, {b})", "d": "pow({a}, {b})", "i": "npu_ipow({a}, {b})"},
+    "eq": {"*": "({a} == {b})"},
+    "ne": {"*": "({a} != {b})"},
+    "lt": {"*": "({a} < {b})"},
+    "le": {"*": "({a} <= {b})"},
+    "gt": {"*": "({a} > {b})"},
+    "ge": {"*": "({a} >= {b})"},
+    "and": {"*": "({a} && {b})"},
+    "or": {"*": "({a} || {b})"},
+}
+_KIND = {"float": "f", "double": "d", "long long": "i", "bool": "b"}
+_SHARED = {"float": "npu_sh_f", "long long": "npu_sh_i", "double": "npu_sh_d"}
+
+
+def _primitive(table: dict[str, dict[str, str]], op: str, dtype: str) -> str:
+    row = table.get(op)
+    if row is None:
+        raise NPUCompileError(f"cuda target: no primitive '{op}'")
+    text = row.get(_KIND[reg(dtype)], row.get("*"))
+    if text is None:
+        raise NPUCompileError(f"cuda target: primitive '{op}' is not defined for {dtype}")
+    return text
+
+
+class CudaLanguage(Language):
+    """CUDA C for the renderer base: fp32/fp64/int64/bool registers, __half/__nv_bfloat16 storage, one block of
+    threads per `blockIdx.x`, warp-shuffle block reductions."""
+
+    name = "cuda"
+    kernel_name = KERNEL_NAME
+    max_grid = 65536
+    block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
+
+    def reg(self, dtype: str) -> str:
+        return reg(dtype)
+
+    def storage(self, dtype: str) -> str:
+        return storage(dtype)
+
+    def index_type(self, extent: int) -> str:
+        return index_type(extent)
+
+    def literal(self, value: float | int | bool, dtype: str) -> str:
+        return literal(value, dtype)
+
+    def load(self, arg: str, index: str, dtype: str) -> str:
+        return load_expr(dtype, f"{arg}[{index}]")
+
+    def store(self, out: str, index: str, dtype: str, value: str, value_dtype: str) -> str:
+        return f"{out}[{index}] = {store_expr(dtype, value, value_dtype)};"
+
+    def cast(self, x: str, src: str, dst: str) -> str:
+        return cast_expr(x, src, dst)
+
+    def unary(self, op: str, dtype: str, a: str) -> str:
+        return _primitive(_UNARY, op, dtype).format(a=a)
+
+    def binary(self, op: str, dtype: str, a: str, b: str) -> str:
+        return _primitive(_BINARY, op, dtype).format(a=a, b=b)
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"({cond} ? {a} : {b})"
+
+    def to_index(self, x: str, ityp: str) -> str:
+        return f"({ityp}){x}" if x in (self.block_id, self.grid_dim) else x
+
+    def index_value(self, var: str, ityp: str) -> str:
+        return var if ityp == "long long" else f"(long long){var}"
+
+    def decl(self, name: str, ty: str, value: str, mutable: bool = False) -> str:
+        return f"{'' if mutable else 'const '}{ty} {name} = {value};"
+
+    def loop(self, var: str, ty: str, start: str, end: str, step: str) -> str:
+        inc = f"++{var}" if step == "1" else f"{var} += {step}"
+        return f"for ({ty} {var} = {start}; {var} < {end}; {inc}) {{"
+
+    def reduce_init(self, op: str, dtype: str) -> str:
+        t = reg(dtype)
+        if t not in ("float", "long long", "double"):
+            raise NPUCompileError(f"cuda target: reduction accumulating in {dtype}")
+        if op == "sum":
+            return {"float": "0.0f", "double": "0.0", "long long": "0LL"}[t]
+        if op == "max":
+            return {"float": NEG_INF_F, "long long": INT64_MIN,
+                    "double": "-__longlong_as_double(0x7ff0000000000000LL)"}[t]
+        raise NPUCompileError(f"cuda target: unknown reduction '{op}'")
+
+    def combine(self, op: str, dtype: str, acc: str, v: str) -> str:
+        return f"{acc} + {v}" if op == "sum" else f"npu_max({acc}, {v})"
+
+    def block_reduce(self, acc: str, op: str, dtype: str, kernel: KernelText) -> list[str]:
+        t = reg(dtype)
+        kernel.helpers.add(REDUCE_HELPERS)
+        kernel.shared[_SHARED[t]] = (t, 32)
+        functor = "NpuSum()" if op == "sum" else "NpuMax()"
+        return [f"{acc} = npu_block_reduce({acc}, {functor}, {_SHARED[t]});"]
+
+    def kernel(self, text: KernelText) -> str:
+        params = []
+        for name, dtype, written in text.params:
+            if written:
+                params.append(f"{storage(dtype)}* {name}")
+            else:
+                params.append(f"const {storage(dtype)}* {'__restrict__ ' if text.restrict else ''}{name}")
+        lines = [PRELUDE]
+        lines += sorted(text.helpers)
+        lines.append(f'extern "C" __global__ void __launch_bounds__({text.block}) {KERNEL_NAME}({", ".join(params)}) '
+                     "{")
+        for name, (ty, count) in sorted(text.shared.items()):
+            lines.append(f"  __shared__ {ty} {name}[{count}];")
+        lines += text.body
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+CUDA = CudaLanguage()

@@ -55,9 +55,10 @@ def collapse_batch(sizes: list[int], strides: list[list[int]]) -> list[tuple[int
 
 
 def gemm_plan(k: KernelCall, program: CompiledProgram) -> dict[str, Any]:
+    spec = k.spec
     a, b = k.args[0], k.args[1]
     out = k.outs[0]
-    m, n, kk = int(k.params["m"]), int(k.params["n"]), int(k.params["k"])
+    m, n, kk = spec.m, spec.n, spec.k
     ad, bd, od = (program.buffers[r.buffer].dtype for r in (a, b, out))
     where = f"kernel {k.name} (nodes {', '.join(k.nodes[:3])})"
     if ad != bd:
@@ -91,7 +92,6 @@ def gemm_plan(k: KernelCall, program: CompiledProgram) -> dict[str, Any]:
         ob = a.offset + sum(i * st[1] for i, (_, st) in zip(idx, outer))
         oc = out.offset + sum(i * st[2] for i, (_, st) in zip(idx, outer))
         calls.append([oa, ob, oc])
-    has_bias = bool(k.params.get("has_bias"))
     return {
         "transa": lb[0], "transb": la[0],
         "m": n, "n": m, "k": kk,
@@ -101,7 +101,7 @@ def gemm_plan(k: KernelCall, program: CompiledProgram) -> dict[str, Any]:
         "a_arg": 1, "b_arg": 0,
         "dtype_a": bd, "dtype_b": ad, "dtype_c": od,
         "type_a": CUDA_R[bd], "type_b": CUDA_R[ad], "type_c": CUDA_R[od], "compute": compute,
-        "alpha": float(k.params.get("alpha", 1.0)),
-        "beta": float(k.params.get("beta", 1.0)) if has_bias else 0.0,
+        "alpha": float(spec.alpha),
+        "beta": float(spec.beta) if spec.bias else 0.0,
         "flops": 2 * m * n * kk * math.prod(batch),
     }

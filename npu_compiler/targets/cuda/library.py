@@ -1,25 +1,26 @@
-"""CUDA C sources of the library kernels, rendered per kernel at compile time and specialised by its constants
-(shapes, strides, offsets, dtypes, flags). Every kernel computes in fp32 registers and accumulates in fp32; the
-pointer arguments are the base pointers of the buffers of `[*outs, *args]` in order (offsets are constants).
+"""CUDA C sources of the library kernels (GEMM around cuBLAS, convolution, attention), rendered per kernel from its
+record and specialised by its constants (shapes, strides, offsets, dtypes, flags). Every kernel computes in fp32
+registers and accumulates in fp32; the pointer arguments are the base pointers of the buffers of `[*outs, *args]` in
+order (offsets are constants). Epilogues are expressions, rendered inline by the renderer base.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...errors import NPUCompileError
 from ...expr import nodes as X
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
+from ..clike import ExprRenderer, KernelText, Launch, Scope, Store, render_expression
 from .common import (
+    CUDA,
     KERNEL_NAME,
     NEG_INF_F,
     PRELUDE,
     REDUCE_HELPERS,
-    Launch,
     affine,
-    decompose,
     grid_for,
     index_type,
     literal,
@@ -30,9 +31,6 @@ from .common import (
     storage,
     store_expr,
 )
-from .expr_render import render_expression
-
-Renderer = Callable[[KernelCall, CompiledProgram], tuple[str, Launch]]
 
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
@@ -63,6 +61,21 @@ def _ityp(*refs: TensorRef) -> str:
     return index_type(max(max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in refs))
 
 
+def _grid(n: int, block: int) -> int:
+    return grid_for(n, block, CUDA.max_grid)
+
+
+def render_epilogue(expr: X.Expr, k: KernelCall, program: CompiledProgram, names: list[str], acc: str,
+                    ityp: str, indent: str) -> tuple[list[str], str]:
+    """Lines computing an epilogue inline (output indices `o{d}` and the accumulator `acc` already defined) and
+    the name of its value."""
+    r = ExprRenderer(CUDA, KernelText([], 0), names, [_dt(program, a) for a in k.args], tuple(k.outs[0].shape),
+                     ityp, acc=acc, prefix="ep_")
+    scope = Scope(indent)
+    value = r.emit(expr, scope)
+    return scope.lines, value
+
+
 # ---- conv2d: implicit GEMM ---------------------------------------------------------------------------------------
 
 CONV_BM, CONV_BN, CONV_BK, CONV_THREADS = 64, 64, 16, 256
@@ -72,30 +85,26 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64x64x16 tiles
     through shared memory (im2col on the fly, zero padding by bounds checks); bias, residual and activation in the
     epilogue, one rounding at the store."""
-    p = k.params
+    spec: Conv2dKernel = k.spec
     x, w = k.args[0], k.args[1]
     out = k.outs[0]
-    has_bias = bool(p.get("has_bias"))
-    has_res = bool(p.get("has_residual"))
-    act = p.get("activation", "none") or "none"
-    if act not in ("none", "relu"):
-        raise NPUCompileError(f"kernel {k.name}: cuda conv2d has no activation '{act}'")
+    has_bias = spec.bias
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     _, _, ho, wo = out.shape
-    g = int(p["groups"])
+    g = spec.groups
     og = o // g
-    sh, sw = p["stride"]
-    ph, pw = p["padding"]
-    dh, dw = p["dilation"]
+    sh, sw = spec.stride
+    ph, pw = spec.padding
+    dh, dw = spec.dilation
     m_total = n * ho * wo
     k_total = cg * kh * kw
     xs, ws, os_ = x.strides, w.strides, out.strides
     bias = k.args[2] if has_bias else None
-    res = k.args[3 if has_bias else 2] if has_res else None
     ityp = _ityp(*k.args, out)
     xd, wdt, od = _dt(program, x), _dt(program, w), _dt(program, out)
-    names = ["x", "w"] + (["bias"] if has_bias else []) + (["res"] if has_res else [])
+    names = ["x", "w"] + (["bias"] if has_bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,
+                                                                                   len(k.args))]
 
     x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
     w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
@@ -104,15 +113,14 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     if bias is not None:
         b_at = affine([("co", bias.strides[0])], bias.offset)
         epilogue.append(f"        v += {load_expr(_dt(program, bias), 'bias[' + b_at + ']')};")
-    if res is not None:
-        rs = res.strides
-        r_at = affine([("nb", rs[0]), ("co", rs[1]), ("oh", rs[2]), ("ow", rs[3])], res.offset)
-        # the unfused graph stores conv(+bias) in its dtype before the residual add: round there too
-        if od in ("float16", "bfloat16"):
-            epilogue.append(f"        v = {round_expr('v', od)};")
-        epilogue.append(f"        v += {load_expr(_dt(program, res), 'res[' + r_at + ']')};")
-    if act == "relu":
-        epilogue.append("        v = npu_max(v, 0.0f);")
+    value = "v"
+    if spec.epilogue is not None:
+        # the epilogue reads the result as the unfused graph stored it: rounded to the output dtype
+        epilogue.append(f"        const float accv = {round_expr('v', od)};")
+        epilogue.append(f"        const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
+        lines, value = render_epilogue(spec.epilogue, k, program, names, "accv", ityp, "        ")
+        epilogue += lines
+    value_dtype = spec.epilogue.dtype if spec.epilogue is not None else "float32"
     BM, BN, BK, T = CONV_BM, CONV_BN, CONV_BK, CONV_THREADS
     src = f"""{PRELUDE}
 {_signature(k, program, T, names)} {{
@@ -192,7 +200,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
         const {ityp} co = ({ityp})grp * {og} + nidx;
         float v = acc[i][j];
 {chr(10).join(epilogue)}
-        out0[{o_at}] = {store_expr(od, 'v', 'float32')};
+        out0[{o_at}] = {store_expr(od, value, value_dtype)};
       }}
     }}
   }}
@@ -202,277 +210,6 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     if m_total == 0 or og == 0:
         grid = (0, 1, 1)
     return src, Launch(grid, T, _ptrs(k))
-
-
-# ---- pooling -------------------------------------------------------------------------------------------------------
-
-
-def _pool_common(k: KernelCall, program: CompiledProgram):
-    x, out = k.args[0], k.outs[0]
-    if len(x.shape) < 2 or len(x.shape) != len(out.shape):
-        raise NPUCompileError(f"kernel {k.name}: pooling expects matching ranks >= 2, got {x.shape} -> {out.shape}")
-    rank = len(out.shape)
-    ityp = _ityp(x, out)
-    n_out = math.prod(out.shape)
-    lead = [(f"o{d}", x.strides[d]) for d in range(rank - 2)]
-    return x, out, rank, ityp, n_out, lead
-
-
-def _elementwise_shell(k: KernelCall, program: CompiledProgram, ityp: str, n_out: int, body: list[str],
-                       block: int = 256) -> tuple[str, Launch]:
-    out = k.outs[0]
-    lines = [PRELUDE, _signature(k, program, block) + " {",
-             f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}; "
-             f"i += ({ityp})gridDim.x * blockDim.x) {{"]
-    lines += decompose("i", tuple(out.shape), "o", ityp, "    ")
-    lines += body
-    lines += ["  }", "}"]
-    grid = grid_for(n_out, block) if n_out else 0
-    return "\n".join(lines) + "\n", Launch((grid, 1, 1), block, _ptrs(k))
-
-
-def _out_at(out: TensorRef) -> str:
-    return affine([(f"o{d}", s) for d, s in enumerate(out.strides)], out.offset)
-
-
-def max_pool2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    x, out, rank, ityp, n_out, lead = _pool_common(k, program)
-    p = k.params
-    kh, kw = p["kernel"]
-    sh, sw = p["stride"]
-    ph, pw = p["padding"]
-    dh, dw = p.get("dilation", [1, 1])
-    h, w = x.shape[-2:]
-    oh, ow = f"o{rank - 2}", f"o{rank - 1}"
-    at = affine(lead + [("ih", x.strides[-2]), ("iw", x.strides[-1])], x.offset)
-    body = [
-        f"    float m = {NEG_INF_F};",
-        f"    for (int r = 0; r < {kh}; ++r) {{",
-        f"      const {ityp} ih = {oh} * {sh} - {ph} + r * {dh};",
-        f"      if (ih < 0 || ih >= {h}) continue;",
-        f"      for (int s = 0; s < {kw}; ++s) {{",
-        f"        const {ityp} iw = {ow} * {sw} - {pw} + s * {dw};",
-        f"        if (iw < 0 || iw >= {w}) continue;",
-        f"        m = npu_max(m, {load_expr(_dt(program, x), 'a0[' + at + ']')});",
-        "      }",
-        "    }",
-        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'm', 'float32')};",
-    ]
-    return _elementwise_shell(k, program, ityp, n_out, body)
-
-
-def avg_pool2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    x, out, rank, ityp, n_out, lead = _pool_common(k, program)
-    p = k.params
-    kh, kw = p["kernel"]
-    sh, sw = p["stride"]
-    ph, pw = p["padding"]
-    h, w = x.shape[-2:]
-    oh, ow = f"o{rank - 2}", f"o{rank - 1}"
-    at = affine(lead + [("ih", x.strides[-2]), ("iw", x.strides[-1])], x.offset)
-    if p.get("divisor_override"):
-        div = f"{literal(float(p['divisor_override']), 'float32')}"
-    elif p.get("count_include_pad", True):
-        div = "(float)((he - hs) * (we - ws))"
-    else:
-        div = (f"(float)((min(he, ({ityp}){h}) - max(hs, ({ityp})0)) * "
-               f"(min(we, ({ityp}){w}) - max(ws, ({ityp})0)))")
-    body = [
-        f"    const {ityp} hs = {oh} * {sh} - {ph};",
-        f"    const {ityp} ws = {ow} * {sw} - {pw};",
-        f"    const {ityp} he = min(hs + {kh}, ({ityp}){h + ph});",
-        f"    const {ityp} we = min(ws + {kw}, ({ityp}){w + pw});",
-        "    float acc = 0.0f;",
-        f"    for ({ityp} ih = max(hs, ({ityp})0); ih < min(he, ({ityp}){h}); ++ih)",
-        f"      for ({ityp} iw = max(ws, ({ityp})0); iw < min(we, ({ityp}){w}); ++iw)",
-        f"        acc += {load_expr(_dt(program, x), 'a0[' + at + ']')};",
-        f"    const float v = acc / {div};",
-        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'v', 'float32')};",
-    ]
-    return _elementwise_shell(k, program, ityp, n_out, body)
-
-
-def adaptive_avg_pool2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    x, out, rank, ityp, n_out, lead = _pool_common(k, program)
-    h, w = x.shape[-2:]
-    oh_n, ow_n = k.params["output_size"]
-    oh, ow = f"o{rank - 2}", f"o{rank - 1}"
-    at = affine(lead + [("ih", x.strides[-2]), ("iw", x.strides[-1])], x.offset)
-    body = [
-        f"    const {ityp} h0 = ({oh} * {h}) / {oh_n}, h1 = (({oh} + 1) * {h} + {oh_n - 1}) / {oh_n};",
-        f"    const {ityp} w0 = ({ow} * {w}) / {ow_n}, w1 = (({ow} + 1) * {w} + {ow_n - 1}) / {ow_n};",
-        "    float acc = 0.0f;",
-        f"    for ({ityp} ih = h0; ih < h1; ++ih)",
-        f"      for ({ityp} iw = w0; iw < w1; ++iw)",
-        f"        acc += {load_expr(_dt(program, x), 'a0[' + at + ']')};",
-        "    const float v = acc / (float)((h1 - h0) * (w1 - w0));",
-        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'v', 'float32')};",
-    ]
-    return _elementwise_shell(k, program, ityp, n_out, body)
-
-
-# ---- embedding and the cache write ---------------------------------------------------------------------------------
-
-
-def embedding(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """out[r, d] = w[ids[r], d]. An id out of range writes zeros (the executor checks ids against the input's
-    value range before the run, so this only guards memory)."""
-    w, ids = k.args
-    out = k.outs[0]
-    rows, dim = w.shape
-    n_out = math.prod(out.shape)
-    ityp = _ityp(w, ids, out)
-    ids_at = affine([(f"o{d}", s) for d, s in enumerate(ids.strides)], ids.offset)
-    wd, od = _dt(program, w), _dt(program, out)
-    d_last = f"o{len(out.shape) - 1}"
-    w_at = affine([("id", w.strides[0]), (d_last, w.strides[1])], w.offset)
-    value = f"a0[{w_at}]" if wd == od else store_expr(od, load_expr(wd, f"a0[{w_at}]"), wd)
-    zero = store_expr(od, "0.0f", "float32") if od in ("float16", "bfloat16", "float32") else f"({storage(od)})0"
-    body = [
-        f"    const long long id = (long long)a1[{ids_at}];",
-        f"    if (id < 0 || id >= {rows}) {{ out0[{_out_at(out)}] = {zero}; continue; }}",
-        f"    out0[{_out_at(out)}] = {value};",
-    ]
-    return _elementwise_shell(k, program, ityp, n_out, body)
-
-
-def index_copy(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """out[..., idx[j], ...] = src[..., j, ...] along `dim`, one thread per source element; positions out of range
-    are skipped."""
-    idx, src = k.args
-    out = k.outs[0]
-    dim = int(k.params["dim"])
-    n_src = math.prod(src.shape)
-    ityp = _ityp(idx, src, out)
-    sd, od = _dt(program, src), _dt(program, out)
-    src_at = affine([(f"o{d}", s) for d, s in enumerate(src.strides)], src.offset)
-    out_terms = [(f"o{d}", s) for d, s in enumerate(out.strides) if d != dim] + [("pos", out.strides[dim])]
-    idx_at = affine([(f"o{dim}", idx.strides[0] if idx.strides else 0)], idx.offset)
-    value = f"a1[{src_at}]" if sd == od else store_expr(od, load_expr(sd, f"a1[{src_at}]"), sd)
-    lines = [PRELUDE, _signature(k, program, 256) + " {",
-             f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_src}; "
-             f"i += ({ityp})gridDim.x * blockDim.x) {{"]
-    lines += decompose("i", tuple(src.shape), "o", ityp, "    ")
-    lines += [
-        f"    const long long pos = (long long)a0[{idx_at}];",
-        f"    if (pos < 0 || pos >= {out.shape[dim]}) continue;",
-        f"    out0[{affine(out_terms, out.offset)}] = {value};",
-        "  }", "}",
-    ]
-    grid = grid_for(n_src, 256) if n_src else 0
-    return "\n".join(lines) + "\n", Launch((grid, 1, 1), 256, _ptrs(k))
-
-
-# ---- row kernels: softmax, rmsnorm ---------------------------------------------------------------------------------
-
-
-def _row_block(n: int) -> int:
-    if n <= 256:
-        return 32
-    if n <= 2048:
-        return 128
-    return 256
-
-
-def softmax(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """One block per row (fp32): max, sum of exp, then write. `dim` may be any dim of the contiguous input."""
-    x, out = k.args[0], k.outs[0]
-    shape = tuple(x.shape) or (1,)
-    dim = int(k.params["dim"]) if x.shape else 0
-    d = shape[dim]
-    inner = math.prod(shape[dim + 1:])
-    rows = math.prod(shape) // max(d, 1)
-    block = _row_block(d)
-    ityp = _ityp(x, out)
-    xd, od = _dt(program, x), _dt(program, out)
-    if not (x.is_contiguous() and out.is_contiguous()):
-        raise NPUCompileError(f"kernel {k.name}: cuda softmax expects contiguous tensors")
-    at_x = f"a0[{x.offset} + base + j * {inner}]"
-    at_o = f"out0[{out.offset} + base + j * {inner}]"
-    value = load_expr(xd, at_x)
-    if "scale" in k.params:  # npu.softmax: scale and mask applied as the row is read (last dim only)
-        rd = k.params.get("round_dtype")
-        op = "/" if k.params.get("divide") else "*"
-        value = round_expr(f"({value} {op} {literal(float(k.params['scale']), 'float32')})", rd)
-        if k.params.get("mask") in ("additive", "bool"):
-            mask = k.args[1]
-            lead = list(zip(shape[:-1], mask.strides[:-1]))
-            terms, div = [], 1
-            for size, st in reversed(lead):  # the row's multi-index, innermost lead dim first
-                terms.append(f"((row / {div}) % {size}) * {st}")
-                div *= size
-            m_at = f"a1[{mask.offset} + {' + '.join(terms) or '0'} + j * {mask.strides[-1]}]"
-            if k.params["mask"] == "additive":
-                value = round_expr(f"({value} + {load_expr(_dt(program, mask), m_at)})", rd)
-            else:
-                value = f"({m_at} ? {value} : {NEG_INF_F})"
-    if k.params.get("log"):
-        write = f"      {at_o} = {store_expr(od, '(v - m) - logf(s)', 'float32')};"
-    else:
-        write = f"      {at_o} = {store_expr(od, 'expf(v - m) / s', 'float32')};"
-    src = f"""{PRELUDE}{REDUCE_HELPERS}
-{_signature(k, program, block)} {{
-  __shared__ float sh[32];
-  for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
-    const {ityp} base = (row / {inner}) * {d * inner} + row % {inner};
-    float m = {NEG_INF_F};
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) m = npu_max(m, {value});
-    m = npu_block_reduce(m, NpuMax(), sh);
-    float s = 0.0f;
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) s += expf({value} - m);
-    s = npu_block_reduce(s, NpuSum(), sh);
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
-      const float v = {value};
-{write}
-    }}
-  }}
-}}
-"""
-    grid = grid_for(rows, 1) if rows and d else 0
-    return src, Launch((grid, 1, 1), block, _ptrs(k))
-
-
-def rmsnorm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """y = x / sqrt(mean(x^2) + eps) over the last dim (fp32), optionally rounded to `cast_dtype`, times w."""
-    x, w = k.args[0], k.args[1]
-    out = k.outs[0]
-    d = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
-    if not (x.is_contiguous() and out.is_contiguous()):
-        raise NPUCompileError(f"kernel {k.name}: cuda rmsnorm expects contiguous tensors")
-    block = _row_block(d)
-    ityp = _ityp(x, w, out)
-    xd, wd, od = _dt(program, x), _dt(program, w), _dt(program, out)
-    eps = literal(float(k.params["eps"]), "float32")
-    cast = k.params.get("cast_dtype")
-    y = "v / sqrtf(var + eps)"
-    if cast in ("float16", "bfloat16"):
-        y = store_expr(cast, y, "float32")
-        y = f"__half2float({y})" if cast == "float16" else f"__bfloat162float({y})"
-    w_at = affine([("j", w.strides[-1])], w.offset)
-    src = f"""{PRELUDE}{REDUCE_HELPERS}
-{_signature(k, program, block)} {{
-  __shared__ float sh[32];
-  const float eps = {eps};
-  for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
-    const {ityp} base = row * {d};
-    float ss = 0.0f;
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
-      const float v = {load_expr(xd, f'a0[{x.offset} + base + j]')};
-      ss += v * v;
-    }}
-    ss = npu_block_reduce(ss, NpuSum(), sh);
-    const float var = ss / {literal(float(d), 'float32')};
-    for ({ityp} j = threadIdx.x; j < {d}; j += blockDim.x) {{
-      const float v = {load_expr(xd, f'a0[{x.offset} + base + j]')};
-      const float y = {y};
-      out0[{out.offset} + base + j] = {store_expr(od, f'y * {load_expr(wd, f"a1[{w_at}]")}', 'float32')};
-    }}
-  }}
-}}
-"""
-    grid = grid_for(rows, 1) if rows and d else 0
-    return src, Launch((grid, 1, 1), block, _ptrs(k))
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------
@@ -519,19 +256,17 @@ class _Attn:
 
 
 def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
-    p = k.params
-    if p.get("valid_len_input"):
-        raise NPUCompileError(f"kernel {k.name}: cuda attention has no valid-length input of this form")
+    p: AttentionKernel = k.spec
     q, kk, v = k.args[:3]
-    mask = k.args[3] if p["mask"] != "none" else None
-    pos = k.args[-1] if p.get("valid_len") else None
+    mask = k.args[3] if p.mask != "none" else None
+    pos = k.args[-1] if p.valid_len else None
     out = k.outs[0]
     qs_shape, qs = _pad4(q)
     _, ks = _pad4(kk)
     _, vs = _pad4(v)
     _, os_ = _pad4(out)
     b, h, t, d = qs_shape
-    hk, lk, dv = int(p["kv_heads"]), int(p["kv_len"]), int(p["v_dim"])
+    hk, lk, dv = p.kv_heads, p.kv_len, p.v_dim
     if h % hk:
         raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {hk} kv heads")
     group = h // hk
@@ -540,8 +275,7 @@ def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
         raise NPUCompileError(f"kernel {k.name}: cuda attention supports head dims up to 1024")
     ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
-    sd = p.get("scores_dtype") or "float32"
-    pd = p.get("probs_dtype") or "float32"
+    sd, pd = p.scores_dtype, p.probs_dtype
     q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
     k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
     v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("j", vs[2]), ("dd", vs[3])], v.offset)
@@ -550,12 +284,12 @@ def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
     if mask is not None:
         _, ms = _pad4(mask)
         m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
-        if p["mask"] == "bool":
+        if p.mask == "bool":
             mask_line = f"      if (!a3[{m_at}]) s = {NEG_INF_F};"
         else:
             mask_line = f"      s = {round_expr('s + ' + load_expr(_dt(program, mask), f'a3[{m_at}]'), sd)};"
-    scale = literal(float(p["scale"]), "float32")
-    jmax = f"min(ti + 1, ({ityp}){lk})" if p.get("is_causal") else f"({ityp}){lk}"
+    scale = literal(float(p.scale), "float32")
+    jmax = f"min(ti + 1, ({ityp}){lk})" if p.is_causal else f"({ityp}){lk}"
     valid = ""
     if pos is not None:
         pa = len(k.args) - 1
@@ -712,7 +446,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 }}
 """
     rows = b * h * t
-    grid = grid_for(rows, 1) if rows else 0
+    grid = _grid(rows, 1) if rows else 0
     return src, Launch((grid, 1, 1), block, _ptrs(k))
 
 
@@ -727,10 +461,10 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     probabilities (rounded to `probs_dtype` as the graph rounds them) times v; (3) one block per row adds the
     splits' partial outputs. Scores are rounded exactly as in `attention`."""
     a = _attention_setup(k, program)
-    p = k.params
+    p: AttentionKernel = k.spec
     ityp, d, dv, dpl, vpl, vd, od, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.od, a.pd
     rows = a.b * a.h * a.t
-    splits = int(p["splits"])
+    splits = p.splits
     nw = SPLIT_WARPS
     block = 32 * nw
     stride = 2 + dv
@@ -827,90 +561,65 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
 """
     ptrs = _ptrs(k)
     return [(stats, Launch((rows, splits, 1), block, ptrs)), (accumulate, Launch((rows, splits, 1), block, ptrs)),
-            (combine, Launch((grid_for(rows, 1), 1, 1), block, ptrs))]
-
-
-# ---- rotary embedding ----------------------------------------------------------------------------------------------
-
-
-def rope(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x[..., h:], x[..., :h]); each product rounded to
-    `product_dtype` as the unfused graph stores it."""
-    x, cos, sin = k.args
-    out = k.outs[0]
-    rank = len(out.shape)
-    n = out.shape[-1]
-    half = n // 2
-    n_out = math.prod(out.shape)
-    ityp = _ityp(x, cos, sin, out)
-    pd = k.params.get("product_dtype")
-    lead = [(f"o{d}", x.strides[d]) for d in range(rank - 1)]
-    last = f"o{rank - 1}"
-    x_at = affine(lead + [(last, x.strides[-1])], x.offset)
-    xr_at = affine(lead + [("dr", x.strides[-1])], x.offset)
-    c_at = affine([(f"o{d}", st) for d, st in enumerate(cos.strides)], cos.offset)
-    s_at = affine([(f"o{d}", st) for d, st in enumerate(sin.strides)], sin.offset)
-    xd = _dt(program, x)
-    body = [
-        f"    const {ityp} dr = {last} < {half} ? {last} + {half} : {last} - {half};",
-        f"    const float xv = {load_expr(xd, 'a0[' + x_at + ']')};",
-        f"    const float xo = {load_expr(xd, 'a0[' + xr_at + ']')};",
-        f"    const float xr = {last} < {half} ? -xo : xo;",
-        f"    const float c = {load_expr(_dt(program, cos), 'a1[' + c_at + ']')};",
-        f"    const float sn = {load_expr(_dt(program, sin), 'a2[' + s_at + ']')};",
-        f"    const float v = {round_expr('xv * c', pd)} + {round_expr('xr * sn', pd)};",
-        f"    out0[{_out_at(out)}] = {store_expr(_dt(program, out), 'v', 'float32')};",
-    ]
-    return _elementwise_shell(k, program, ityp, n_out, body)
+            (combine, Launch((_grid(rows, 1), 1, 1), block, ptrs))]
 
 
 # ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
 
 
 def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
-    """out = bias (broadcast view); cuBLAS then adds alpha * A @ B with beta on it, rounding once."""
-    if not k.params.get("has_bias"):
+    """out = bias (its broadcast view); cuBLAS then adds alpha * A @ B with beta on it, rounding once."""
+    spec: GemmKernel = k.spec
+    if not spec.bias:
         return None
     bias, out = k.args[2], k.outs[0]
     bd, od = _dt(program, bias), _dt(program, out)
     load = X.Load(bd, 0, tuple(bias.strides), bias.offset)
     expr: X.Expr = X.Cast(od, load) if od != bd else load
-    return render_expression(expr, [bias], [bd], out, od, (), [("out", 0), ("arg", 2)])
+    return render_expression(CUDA, expr, [bd], [program.buffers[bias.buffer].numel], _store(out, od), tuple(out.shape),
+                             (), 0, [("out", 0), ("arg", 2)])
 
 
-def gemm_residual(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
-    """The epilogue after cuBLAS: out = act(out + residual) (the product already rounded to the output dtype, as the
-    unfused graph stores it before the add). Reads and writes `out` element by element: no `__restrict__` there."""
-    act = k.params.get("activation", "none") or "none"
-    if act not in ("none", "relu"):
-        raise NPUCompileError(f"kernel {k.name}: cuda gemm has no activation '{act}'")
-    if not k.params.get("has_residual") and act == "none":
+def _store(out: TensorRef, dtype: str) -> Store:
+    return Store(tuple(out.shape), tuple(out.strides), out.offset, dtype)
+
+
+def gemm_epilogue(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+    """The epilogue after cuBLAS, in place: out = epilogue(out) with `Acc` read from the output (the product already
+    rounded to the output dtype, as the unfused graph stores it before a residual add). Reads and writes `out`
+    element by element: no `__restrict__` there."""
+    spec: GemmKernel = k.spec
+    if spec.epilogue is None:
         return None
     out = k.outs[0]
     od = _dt(program, out)
-    acc = "float64" if od == "float64" else ("int64" if reg(od) == "long long" else "float32")
-    own = X.Load(od, 0, tuple(out.strides), out.offset)
-    value: X.Expr = X.Cast(acc, own)
-    refs, dts, ptrs = [out], [od], [("out", 0), ("out", 0)]
-    if k.params.get("has_residual"):
-        res = k.args[-1]
-        rd = _dt(program, res)
-        other = X.Load(rd, 1, tuple(res.strides), res.offset)
-        value = X.Cast(od, X.Binary(acc, "add", value, X.Cast(acc, other)))
-        refs, dts = [out, res], [od, rd]
-        ptrs.append(("arg", len(k.args) - 1))
-    if act == "relu":
-        value = X.Binary(acc, "max", X.Cast(acc, value), X.Const(acc, 0.0 if acc != "int64" else 0))
-    return render_expression(X.Cast(od, value), refs, dts, out, od, (), ptrs, restrict=False)
+    used = sorted({r.arg for r in X.reads(spec.epilogue)})
+    index = {a: i + 1 for i, a in enumerate(used)}
+
+    def rebind(e: X.Expr) -> X.Expr | None:
+        if isinstance(e, X.Acc):
+            return X.Load(od, 0, tuple(out.strides), out.offset)
+        if isinstance(e, X.Load):
+            return X.Load(e.dtype, index[e.arg], e.strides, e.offset, e.rstrides)
+        if isinstance(e, X.Gather):
+            return X.Gather(e.dtype, index[e.arg], e.offset, e.shape, e.strides,
+                            tuple(X.substitute(i, rebind) for i in e.indices),
+                            X.substitute(e.guard, rebind) if e.guard is not None else None, e.fill)
+        return None
+
+    expr = X.substitute(spec.epilogue, rebind)
+    dts = [od] + [_dt(program, k.args[a]) for a in used]
+    extents = [program.buffers[out.buffer].numel] + [program.buffers[k.args[a].buffer].numel for a in used]
+    return render_expression(CUDA, expr, dts, extents, _store(out, od), tuple(out.shape), (), 0,
+                             [("out", 0), ("out", 0)] + [("arg", a) for a in used], restrict=False)
 
 
 def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """A plain kernel (one thread per output element) for the GEMMs cuBLAS has no type for: integers (exact in
-    int64, wrapping, as ATen), mixed operand dtypes. Bias and residual in the epilogue."""
+    int64, wrapping, as ATen), mixed operand dtypes. Bias and the epilogue inline."""
+    spec: GemmKernel = k.spec
     a, b = k.args[0], k.args[1]
     out = k.outs[0]
-    p = k.params
-    kk = int(p["k"])
     rank = len(out.shape)
     od = _dt(program, out)
     ad, bd = _dt(program, a), _dt(program, b)
@@ -918,11 +627,11 @@ def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     acc_t = reg(acc_dt)
     n_out = math.prod(out.shape)
     ityp = _ityp(a, b, out, *k.args[2:])
-    lead = [(f"o{d}", None) for d in range(rank - 2)]
+    lead = [f"o{d}" for d in range(rank - 2)]
     i, j = f"o{rank - 2}", f"o{rank - 1}"
-    a_at = affine([(v, a.strides[d]) for d, (v, _) in enumerate(lead)] + [(i, a.strides[-2]), ("kk", a.strides[-1])],
+    a_at = affine([(v, a.strides[d]) for d, v in enumerate(lead)] + [(i, a.strides[-2]), ("kk", a.strides[-1])],
                   a.offset)
-    b_at = affine([(v, b.strides[d]) for d, (v, _) in enumerate(lead)] + [("kk", b.strides[-2]), (j, b.strides[-1])],
+    b_at = affine([(v, b.strides[d]) for d, v in enumerate(lead)] + [("kk", b.strides[-2]), (j, b.strides[-1])],
                   b.offset)
 
     def cvt(x: str, dt: str) -> str:
@@ -931,40 +640,46 @@ def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     av = cvt(load_expr(ad, "a0[" + a_at + "]"), ad)
     bv = cvt(load_expr(bd, "a1[" + b_at + "]"), bd)
     body = [f"    {acc_t} acc = {literal(0, acc_dt)};",
-            f"    for ({ityp} kk = 0; kk < {kk}; ++kk)",
+            f"    for ({ityp} kk = 0; kk < {spec.k}; ++kk)",
             f"      acc += {av} * {bv};"]
-    if float(p.get("alpha", 1.0)) != 1.0:
-        body.append(f"    acc = acc * {literal(p['alpha'], acc_dt)};")
-    if p.get("has_bias"):
+    if spec.alpha != 1.0:
+        body.append(f"    acc = acc * {literal(spec.alpha, acc_dt)};")
+    if spec.bias:
         bias = k.args[2]
         at = affine([(f"o{d}", st) for d, st in enumerate(bias.strides)], bias.offset)
         bv = cvt(load_expr(_dt(program, bias), f"a2[{at}]"), _dt(program, bias))
-        beta = float(p.get("beta", 1.0))
-        body.append(f"    acc = acc + {bv}" + (f" * {literal(beta, acc_dt)};" if beta != 1.0 else ";"))
-    if p.get("has_residual"):
-        res = k.args[-1]
-        at = affine([(f"o{d}", st) for d, st in enumerate(res.strides)], res.offset)
-        if od in ("float16", "bfloat16"):
-            body.append(f"    acc = {round_expr('acc', od)};")
-        rv = cvt(load_expr(_dt(program, res), f"a{len(k.args) - 1}[{at}]"), _dt(program, res))
-        body.append(f"    acc = acc + {rv};")
-    if (p.get("activation") or "none") == "relu":
-        if od in ("float16", "bfloat16"):
-            body.append(f"    acc = {round_expr('acc', od)};")
-        body.append(f"    acc = acc > {literal(0, acc_dt)} ? acc : {literal(0, acc_dt)};")
-    body.append(f"    out0[{_out_at(out)}] = {store_expr(od, 'acc', acc_dt)};")
+        body.append(f"    acc = acc + {bv}" + (f" * {literal(spec.beta, acc_dt)};" if spec.beta != 1.0 else ";"))
+    value, value_dtype = "acc", acc_dt
+    if spec.epilogue is not None:
+        body.append(f"    const {reg(od)} accv = {_round_to(od, 'acc', acc_dt)};")
+        lines, value = render_epilogue(spec.epilogue, k, program, [f"a{q}" for q in range(len(k.args))], "accv",
+                                       ityp, "    ")
+        body += lines
+        value_dtype = spec.epilogue.dtype
+    body.append(f"    out0[{affine([(f'o{d}', s) for d, s in enumerate(out.strides)], out.offset)}] = "
+                f"{store_expr(od, value, value_dtype)};")
     return _elementwise_shell(k, program, ityp, n_out, body)
 
 
-LIBRARY: dict[str, Renderer] = {
-    "conv2d": conv2d,
-    "max_pool2d": max_pool2d,
-    "avg_pool2d": avg_pool2d,
-    "adaptive_avg_pool2d": adaptive_avg_pool2d,
-    "embedding": embedding,
-    "index_copy": index_copy,
-    "softmax": softmax,
-    "rmsnorm": rmsnorm,
-    "attention": attention,
-    "rope": rope,
-}
+def _round_to(dtype: str, value: str, value_dtype: str) -> str:
+    """A register value rounded to `dtype` and held in that dtype's register type."""
+    return CUDA.cast(value, value_dtype, dtype)
+
+
+def _elementwise_shell(k: KernelCall, program: CompiledProgram, ityp: str, n_out: int, body: list[str],
+                       block: int = 256) -> tuple[str, Launch]:
+    out = k.outs[0]
+    lines = [PRELUDE, _signature(k, program, block) + " {",
+             f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}; "
+             f"i += ({ityp})gridDim.x * blockDim.x) {{"]
+    lines += [f"    {ln}" for ln in _decompose("i", tuple(out.shape), ityp)]
+    lines += body
+    lines += ["  }", "}"]
+    grid = _grid(n_out, block) if n_out else 0
+    return "\n".join(lines) + "\n", Launch((grid, 1, 1), block, _ptrs(k))
+
+
+def _decompose(var: str, shape: tuple[int, ...], ityp: str) -> list[str]:
+    from ..clike import decompose
+
+    return decompose(CUDA, var, shape, "o", ityp, "")

@@ -1,91 +1,135 @@
 """The cuda target: generated kernels and library kernels as CUDA C, GEMMs as cuBLAS plans.
 
-What the runtime reads, per kernel, is `params["cuda"]["steps"]`, run in order, each either
-- `{"launch": {source, grid, block, smem, ptrs}}`: launch `npu_kernel` of `program.sources[source]` with the base
-  pointers of the buffers of `ptrs` (("out", i) or ("arg", i)) as its arguments, or
-- `{"cublas": plan}`: the cuBLAS call(s) of a GEMM (see `gemm.py`).
-A GEMM is [bias fill] -> cuBLAS -> [residual add]; every other kernel is one launch. `KernelCall.source` names the
-first launched source.
+Nothing here runs at compile time: the runtime renders a program's kernels when it loads it (so an artifact carries
+kernel records, never source), and a compile on a machine without a GPU can still check every source with NVRTC.
+A kernel renders to steps, run in order, each either
+- `Launch`: launch `npu_kernel` of a source with the base pointers of the buffers of its `ptrs` as arguments, or
+- `Cublas`: the cuBLAS call(s) of a GEMM (see `gemm.py`).
+A cuBLAS GEMM is [bias fill] -> cuBLAS -> [epilogue]; every other kernel is one launch, or three for split decode
+attention.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import NPUCompileError
+from ...kernels import AttentionKernel, GemmKernel, GeneratedKernel
 from ...program import CompiledProgram, KernelCall
-from ..codegen import CodegenTarget, register_target
-from .common import Launch
-from .expr_render import render_generated
+from ..clike import Launch, Store, render_expression
+from ..codegen import CodegenTarget
+from .common import CUDA
 from .gemm import SUPPORTED, gemm_plan
-from .library import LIBRARY, attention_split, gemm_bias_fill, gemm_direct, gemm_residual
+from .library import attention, attention_split, conv2d, gemm_bias_fill, gemm_direct, gemm_epilogue
 
-Step = tuple[str, Any]  # ("launch", (source text, Launch)) or ("cublas", plan)
+
+@dataclass
+class Cublas:
+    plan: dict[str, Any]
+
+
+@dataclass
+class SourceLaunch:
+    source: str  # name in RenderedProgram.sources
+    launch: Launch
+
+
+Step = SourceLaunch | Cublas
+
+
+@dataclass
+class RenderedProgram:
+    """Every kernel's steps, and the sources they launch (deduplicated by text)."""
+
+    sources: dict[str, str] = field(default_factory=dict)
+    steps: list[list[Step]] = field(default_factory=list)
+
+
+def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    spec: GeneratedKernel = k.spec
+    out = k.outs[0]
+    od = program.dtype_of(out)
+    store = Store(tuple(out.shape), tuple(out.strides), out.offset, od)
+    if spec.scatter is not None:
+        store.scatter_dim = spec.scatter.dim
+        store.scatter_index = spec.scatter.index
+        store.scatter_size = out.shape[spec.scatter.dim]
+    dts = [program.dtype_of(a) for a in k.args]
+    extents = [program.buffers[a.buffer].numel for a in k.args]
+    return render_expression(CUDA, spec.expr, dts, extents, store, spec.iteration_shape(k), tuple(spec.reduce_shape),
+                             spec.row_dims, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
 
 
 def _cublas_can(k: KernelCall, program: CompiledProgram) -> bool:
-    ad, bd, od = (program.buffers[r.buffer].dtype for r in (k.args[0], k.args[1], k.outs[0]))
+    ad, bd, od = (program.dtype_of(r) for r in (k.args[0], k.args[1], k.outs[0]))
     return ad == bd and (ad, od) in SUPPORTED
 
 
-@register_target
 class CudaTarget(CodegenTarget):
     name = "cuda"
-    library_kernels = frozenset({*LIBRARY, "gemm"})
+    library_kernels = frozenset({"gemm", "conv2d", "attention"})
+    gemm_im2col = True
+    decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)
 
-    def render_generated(self, kernel: KernelCall, program: CompiledProgram) -> str:
-        return render_generated(kernel, program)[0]
-
-    def render_kernel(self, kernel: KernelCall, program: CompiledProgram) -> list[Step]:
-        """The steps of one kernel."""
-        if kernel.kind == "generated":
-            return [("launch", render_generated(kernel, program))]
-        if kernel.kind == "gemm":
-            if not _cublas_can(kernel, program):
-                return [("launch", gemm_direct(kernel, program))]
-            steps: list[Step] = []
-            fill = gemm_bias_fill(kernel, program)
+    def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
+        """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
+        spec = k.spec
+        if isinstance(spec, GeneratedKernel):
+            return [("launch", render_generated(k, program))]
+        if isinstance(spec, GemmKernel):
+            if not _cublas_can(k, program):
+                return [("launch", gemm_direct(k, program))]
+            steps: list[tuple[str, Any]] = []
+            fill = gemm_bias_fill(k, program)
             if fill:
                 steps.append(("launch", fill))
-            steps.append(("cublas", gemm_plan(kernel, program)))
-            post = gemm_residual(kernel, program)
+            steps.append(("cublas", gemm_plan(k, program)))
+            post = gemm_epilogue(k, program)
             if post:
                 steps.append(("launch", post))
             return steps
-        if kernel.kind == "attention" and kernel.params.get("splits") and len(kernel.outs) > 1:
-            return [("launch", launch) for launch in attention_split(kernel, program)]
-        fn = LIBRARY.get(kernel.kind)
-        if fn is None:
-            raise NPUCompileError(f"kernel {kernel.name} (nodes {kernel.nodes}): library kernel '{kernel.kind}' is "
-                                  f"not provided by target '{self.name}'")
-        return [("launch", fn(kernel, program))]
+        if isinstance(spec, AttentionKernel):
+            if spec.splits and len(k.outs) > 1:
+                return [("launch", launch) for launch in attention_split(k, program)]
+            return [("launch", attention(k, program))]
+        if spec.kind == "conv2d":
+            return [("launch", conv2d(k, program))]
+        raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{spec.kind}' kernel")
 
-    def render(self, program: CompiledProgram) -> None:
-        """Every kernel's sources (deduplicated by text) into `program.sources`, its steps into
-        `params["cuda"]`."""
+    def render_program(self, program: CompiledProgram) -> RenderedProgram:
+        if program.target != self.name:
+            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        out = RenderedProgram()
         by_text: dict[str, str] = {}
         for k in program.kernels:
             try:
-                steps = self.render_kernel(k, program)
+                rendered = self.render_kernel(k, program)
             except NPUCompileError:
                 raise
-            except (KeyError, ValueError, IndexError, TypeError) as e:
+            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
                 raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for cuda: "
                                       f"{type(e).__name__}: {e}") from e
-            out: list[dict] = []
-            k.source = None
-            for kind, what in steps:
+            steps: list[Step] = []
+            for kind, what in rendered:
                 if kind == "cublas":
-                    out.append({"cublas": what})
+                    steps.append(Cublas(what))
                     continue
                 src, launch = what
-                assert isinstance(launch, Launch)
                 name = by_text.get(src)
                 if name is None:
                     name = f"src{len(by_text)}"
                     by_text[src] = name
-                    program.sources[name] = src
-                if k.source is None:
-                    k.source = name
-                out.append({"launch": {"source": name, **launch.to_params()}})
-            k.params = {**k.params, "cuda": {"steps": out}}
+                    out.sources[name] = src
+                steps.append(SourceLaunch(name, launch))
+            out.steps.append(steps)
+        return out
+
+    def kernel_sources(self, k: KernelCall, program: CompiledProgram) -> list[str]:
+        """The CUDA C of one kernel (for inspection)."""
+        return [what[0] for kind, what in self.render_kernel(k, program) if kind == "launch"]
+
+
+TARGET = CudaTarget
+
+__all__ = ["CudaTarget", "RenderedProgram", "SourceLaunch", "Cublas", "render_generated", "TARGET"]

@@ -1,0 +1,34 @@
+"""Every kernel kind, defined once: its typed record, its check against the tensors it is given, its cost and its
+reference semantics. The lowering builds records, renderers and backends read them, artifacts store them as data.
+
+Kinds: `generated` (an expression: elementwise work, reductions, norms, softmax, RoPE, gathers, pooling, the cache
+write), and the library kernels `gemm`, `conv2d` and `attention` (each says why in its `library_reason`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .attention import AttentionKernel, attention_flops
+from .base import KernelCost, KernelSpec
+from .conv2d import Conv2dKernel, conv_flops, conv_out_size
+from .gemm import GemmKernel, gemm_flops
+from .generated import GeneratedKernel, Scatter
+
+KINDS: dict[str, type[KernelSpec]] = {cls.kind: cls for cls in (GeneratedKernel, GemmKernel, Conv2dKernel,
+                                                                  AttentionKernel)}
+LIBRARY_KINDS = frozenset(k for k, cls in KINDS.items() if cls.library_reason)
+
+
+def spec_from_data(kind: Any, data: Any, where: str) -> KernelSpec:
+    """A kernel record from an artifact (ValueError naming `where` and the field when it is not one)."""
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"{where}: unknown kernel kind {kind!r} (known: {', '.join(sorted(KINDS))})")
+    return cls.from_data(data, where)
+
+
+__all__ = [
+    "KINDS", "LIBRARY_KINDS", "KernelSpec", "KernelCost", "GeneratedKernel", "Scatter", "GemmKernel", "Conv2dKernel",
+    "AttentionKernel", "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
+]

@@ -1,0 +1,142 @@
+"""Attention: out = softmax(scale * q @ k^T [+ mask | masked by a bool mask] [causal]) @ v per head, with grouped-
+query K/V read in place (query head h reads kv head h // (heads / kv_heads)), scores and probabilities rounded where
+the graph rounds them (`scores_dtype`, `probs_dtype`). With `valid_len` (decode over a static KV cache) the keys past
+the last written position (the largest of the positions argument) are never read: the mask hides them anyway. A
+query row whose keys are all masked attends to nothing (zeros, as ATen's attention gives).
+
+Why a library kernel: two contractions around a row softmax; run fast it is an online (flash) softmax over key
+blocks kept on chip, which the expression language does not describe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..dtypes import is_float
+from ..errors import KernelFault
+from ..expr.interpret import round_to, store
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, ref_bytes
+from .fields import bounded, one_of
+
+if TYPE_CHECKING:
+    from ..program import BufferSpec, KernelCall
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def attention_flops(rows: int, kv_len: int, head_dim: int, v_dim: int) -> int:
+    """QK^T and PV (2 per multiply-add) and the softmax (about 5 per score) for `rows` query rows."""
+    return 2 * rows * kv_len * (head_dim + v_dim) + 5 * rows * kv_len
+
+
+@dataclass(frozen=True)
+class AttentionKernel(KernelSpec):
+    kind = "attention"
+    library_reason = ("two contractions around a row softmax: run fast it is an online (flash) softmax over key "
+                      "blocks kept on chip")
+
+    scale: float
+    is_causal: bool
+    mask: str = one_of("none", "additive", "bool")
+    batch: int = bounded(0)
+    heads: int = bounded(1)
+    kv_heads: int = bounded(1)
+    q_len: int = bounded(0)
+    kv_len: int = bounded(0)
+    head_dim: int = bounded(1)
+    v_dim: int = bounded(1)
+    scores_dtype: str = one_of(*FLOAT_DTYPES, default="float32")
+    probs_dtype: str = one_of(*FLOAT_DTYPES, default="float32")
+    valid_len: bool = False  # the last argument holds the cache positions written this step
+    splits: int = bounded(0, 65535, default=0)  # > 0: keys split across blocks; outs[1] is float32 scratch
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.heads * self.q_len
+
+    def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        nargs = 3 + (self.mask != "none") + self.valid_len
+        expect(len(call.args) == nargs, f"attention with {len(call.args)} arguments, expected {nargs}")
+        expect(len(call.outs) == 1 + (self.splits > 0), f"attention with {len(call.outs)} outputs")
+        expect(self.heads % self.kv_heads == 0, f"{self.heads} query heads over {self.kv_heads} kv heads")
+        q, k, v = call.args[:3]
+        b, h, t, lk, d, dv = self.batch, self.heads, self.q_len, self.kv_len, self.head_dim, self.v_dim
+        for ref, numel, what in ((q, b * h * t * d, "q"), (k, b * self.kv_heads * lk * d, "k"),
+                                 (v, b * self.kv_heads * lk * dv, "v"), (call.outs[0], b * h * t * dv, "output")):
+            expect(ref.numel == numel and ref.shape and ref.shape[-1] == (dv if what in ("v", "output") else d),
+                   f"attention {what} of shape {list(ref.shape)} for batch {b}, heads {h}/{self.kv_heads}, "
+                   f"lengths {t}/{lk}, dims {d}/{dv}")
+        expect(len(q.shape) <= 4 and len(k.shape) <= 4 and len(v.shape) <= 4 and len(call.outs[0].shape) <= 4,
+               "attention tensors have rank 4 at most")
+        for r in (q, k, v, call.outs[0]):
+            expect(is_float(dtype_of(buffers, r)), f"attention over {dtype_of(buffers, r)}")
+        if self.mask != "none":
+            m = call.args[3]
+            expect(m.numel == b * h * t * lk, f"attention mask of shape {list(m.shape)} for {b * h * t} rows x {lk}")
+            md = dtype_of(buffers, m)
+            expect((md == "bool") == (self.mask == "bool"), f"a {self.mask} mask of dtype {md}")
+        if self.valid_len:
+            pd = dtype_of(buffers, call.args[-1])
+            expect(not is_float(pd) and pd != "bool", f"cache positions of dtype {pd}")
+        if self.splits:
+            s = call.outs[1]
+            expect(dtype_of(buffers, s) == "float32" and s.numel == self.rows * self.splits * (2 + dv),
+                   "attention split scratch of the wrong size or dtype")
+
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+        read = sum(ref_bytes(buffers, r) for r in call.args)
+        return KernelCost(attention_flops(self.rows, self.kv_len, self.head_dim, self.v_dim), read,
+                          ref_bytes(buffers, call.outs[0]))
+
+    def reference(self, call: KernelCall, arrays: Arrays) -> Step:
+        qv, kv_, vv = (arrays.view(a) for a in call.args[:3])
+        mask_v = arrays.view(call.args[3]) if self.mask != "none" else None
+        pos_v = arrays.view(call.args[-1]) if self.valid_len else None
+        out = arrays.view(call.outs[0])
+        b, h, t, d = self.batch, self.heads, self.q_len, self.head_dim
+        hk = self.kv_heads
+        sd, pd = self.scores_dtype, self.probs_dtype
+
+        def run() -> None:
+            q, k, v = (a.astype(np.float32) for a in (qv, kv_, vv))
+            lk = self.kv_len
+            mask = mask_v
+            k = k.reshape(b, hk, lk, d)
+            v = v.reshape(b, hk, lk, -1)
+            if mask is not None:
+                mask = mask.reshape(b, h, t, lk)
+            if pos_v is not None:
+                # Decode over a static cache: slots past the last written position are masked; do not read them.
+                n = int(pos_v.max()) + 1 if pos_v.size else lk
+                if not 0 < n <= lk:
+                    raise KernelFault(f"cache position {n - 1} outside a cache of {lk} slots")
+                k, v, lk = k[:, :, :n], v[:, :, :n], n
+                mask = mask[..., :n] if mask is not None else None
+            q = q.reshape(b, hk, h // hk, t, d)
+            k = k.reshape(b, hk, 1, lk, d)
+            v = v.reshape(b, hk, 1, lk, -1)
+            # Rounded where the graph stores in a half dtype (the bf16 QK^T, its scaled and masked versions).
+            s = round_to(np.matmul(q, k.swapaxes(-1, -2)), sd)
+            s = round_to(s * np.float32(self.scale), sd)
+            if mask is not None:
+                m = mask.reshape(b, hk, h // hk, t, lk)
+                if self.mask == "bool":
+                    s = np.where(m, s, -np.inf)
+                else:
+                    s = round_to(s + m.astype(np.float32), sd)
+            if self.is_causal:
+                s = np.where(np.tril(np.ones((t, lk), bool)), s, -np.inf)
+            mx = s.max(axis=-1, keepdims=True)
+            # A query row whose keys are all masked out attends to nothing: zeros, as ATen's attention gives (its
+            # "safe softmax"), not the NaN of 0/0.
+            dead = np.isneginf(mx)
+            with np.errstate(invalid="ignore"):
+                e = np.exp(s - np.where(dead, np.float32(0), mx))
+                pr = round_to(e / np.where(dead, np.float32(1), e.sum(axis=-1, keepdims=True)), pd)
+            store(out, np.matmul(pr, v).reshape(out.shape))
+
+        return run

@@ -1,0 +1,120 @@
+"""2-D convolution: out[n, o, ho, wo] = epilogue(round(sum over the window and a group's channels of x * w +
+bias)), accumulated in fp32. `Acc` in the epilogue is that sum rounded to the output dtype (a residual add and a
+ReLU follow it, as in the unfused graph).
+
+Why a library kernel: like a GEMM (an implicit one: M = N*Ho*Wo pixels, N = output channels, K = Cin/g*kh*kw), each
+input element is reused by every filter and every window it falls in; speed is tiling through on-chip memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..dtypes import is_float
+from ..expr import nodes as X
+from ..expr.interpret import Evaluator, cast, dtype_name, store
+from .base import (
+    Arrays,
+    KernelCost,
+    KernelSpec,
+    Step,
+    check_epilogue,
+    dtype_of,
+    epilogue_reads,
+    expect,
+    expr_flops,
+    ref_bytes,
+)
+from .fields import bounded
+
+if TYPE_CHECKING:
+    from ..program import BufferSpec, KernelCall
+
+
+def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def conv_flops(out_numel: int, cin_per_group: int, kh: int, kw: int) -> int:
+    return 2 * out_numel * cin_per_group * kh * kw
+
+
+@dataclass(frozen=True)
+class Conv2dKernel(KernelSpec):
+    kind = "conv2d"
+    library_reason = ("an implicit GEMM (M = N*Ho*Wo, N = Cout, K = Cin/g*kh*kw): each input element is reused by "
+                      "every filter and window; its speed is tiling through on-chip memory")
+
+    stride: tuple[int, ...] = bounded(1, 2**20)
+    padding: tuple[int, ...] = bounded(0, 2**20)
+    dilation: tuple[int, ...] = bounded(1, 2**20)
+    groups: int = bounded(1, 2**20)
+    bias: bool = False  # args[2] is the bias [Cout]
+    epilogue: X.Expr | None = None
+
+    @property
+    def first_epilogue_arg(self) -> int:
+        return 3 if self.bias else 2
+
+    def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        expect(len(call.outs) == 1, f"a conv2d writes one output, this one {len(call.outs)}")
+        expect(len(call.args) >= self.first_epilogue_arg, "a conv2d needs its input, weight and bias")
+        expect(len(self.stride) == len(self.padding) == len(self.dilation) == 2,
+               "conv2d stride, padding and dilation are pairs")
+        x, w, out = call.args[0], call.args[1], call.outs[0]
+        expect(len(x.shape) == 4 and len(w.shape) == 4 and len(out.shape) == 4,
+               f"conv2d over {list(x.shape)} with weight {list(w.shape)} into {list(out.shape)}")
+        n, c, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        g = self.groups
+        expect(c == cg * g and o % g == 0, f"conv2d of {c} channels in {g} groups with weight {list(w.shape)}")
+        ho = conv_out_size(h, kh, self.stride[0], self.padding[0], self.dilation[0])
+        wo = conv_out_size(wd, kw, self.stride[1], self.padding[1], self.dilation[1])
+        expect(tuple(out.shape) == (n, o, ho, wo), f"conv2d output {list(out.shape)}, expected {[n, o, ho, wo]}")
+        if self.bias:
+            expect(tuple(call.args[2].shape) == (o,), f"conv2d bias {list(call.args[2].shape)} for {o} channels")
+        dts = {dtype_of(buffers, r) for r in (x, w, out)}
+        expect(all(is_float(d) for d in dts), f"a conv2d over {sorted(dts)}")
+        check_epilogue(self.epilogue, call, buffers, out)
+
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+        out, w = call.outs[0], call.args[1]
+        read = sum(ref_bytes(buffers, r) for r in call.args[:self.first_epilogue_arg])
+        read += epilogue_reads(self.epilogue, call, buffers, tuple(out.shape))
+        flops = conv_flops(out.numel, *w.shape[1:]) + expr_flops(self.epilogue, out.numel)
+        return KernelCost(flops, read, ref_bytes(buffers, out))
+
+    def reference(self, call: KernelCall, arrays: Arrays) -> Step:
+        xv, wv = arrays.view(call.args[0]), arrays.view(call.args[1])
+        bias = arrays.view(call.args[2]) if self.bias else None
+        out = arrays.view(call.outs[0])
+        od = dtype_name(out.dtype)
+        ev = Evaluator(self.epilogue, out.shape, (), [arrays.buffer(r) for r in call.args]) \
+            if self.epilogue is not None else None
+        (sh, sw), (ph, pw), (dh, dw), g = self.stride, self.padding, self.dilation, self.groups
+
+        def run() -> None:
+            x, w = xv.astype(np.float32), wv.astype(np.float32)
+            n = x.shape[0]
+            o, cg, kh, kw = w.shape
+            ho, wo = out.shape[2], out.shape[3]
+            xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+            eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+            win = sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :ho, :wo]
+            og = o // g
+            y = np.empty((n, o, ho, wo), np.float32)
+            for gi in range(g):
+                cols = win[:, gi * cg:(gi + 1) * cg]  # n, cg, ho, wo, kh, kw
+                cols = cols.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cg * kh * kw)
+                wg = w[gi * og:(gi + 1) * og].reshape(og, cg * kh * kw)
+                y[:, gi * og:(gi + 1) * og] = (cols @ wg.T).reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
+            if bias is not None:
+                y += bias.astype(np.float32).reshape(1, -1, 1, 1)
+            store(out, y if ev is None else ev.evaluate(cast(y, od)))
+
+        return run

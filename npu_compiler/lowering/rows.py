@@ -1,0 +1,130 @@
+"""Row kernels: ops that reduce along a row and write every element of it (softmax, its masked and scaled form,
+RMSNorm). Each is one generated kernel whose reductions run once per row (`row_dims` = 1) and whose elements read
+them; operands are read through their own strides, and pending elementwise producers are inlined into the reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..expr import nodes as X
+from ..expr.aten_table import cast, const
+from ..ir.graph import Node
+from ..program import TensorRef
+from . import views as V
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from .lower import Lowering
+
+F32 = "float32"
+NEG_INF = float("-inf")
+
+
+def _round(e: X.Expr, dtype: str | None) -> X.Expr:
+    """An fp32 value rounded to a half dtype and back, where the IR stores it in that dtype."""
+    if dtype in ("float16", "bfloat16"):
+        return X.Cast(F32, X.Cast(dtype, e))
+    return e
+
+
+def _bin(op: str, a: X.Expr, b: X.Expr, dtype: str = F32) -> X.Expr:
+    return X.Binary(dtype, op, a, b)
+
+
+def _last_dim_to_end(ref: TensorRef, dim: int) -> TensorRef:
+    order = [d for d in range(len(ref.shape)) if d != dim] + [dim]
+    return V.permute(ref, order)
+
+
+def row_kernel(L: Lowering, out: TensorRef, build: Callable[[Callable[[TensorRef], X.Expr],
+                                                              Callable[[TensorRef], X.Expr]], X.Expr]) -> None:
+    """Emit a row kernel over the last dim of `out`. `build(at_elem, at_row)` makes the expression: `at_elem(ref)`
+    reads `ref` (shaped like `out`) at the element, `at_row(ref)` along the row inside a reduction."""
+    n = out.shape[-1] if out.shape else 1
+    red = (n,)
+    origins: list[str] = []
+    load = L.loader(out.shape, red, origins)
+
+    def at_elem(ref: TensorRef) -> X.Expr:
+        return load(ref)
+
+    def at_row(ref: TensorRef) -> X.Expr:
+        return load(ref, rstrides=(ref.strides[-1],), strides=tuple(ref.strides[:-1]) + (0,))
+
+    L._emit_generated(out, build(at_elem, at_row), red, origins, row_dims=1)
+
+
+def softmax_expr(value: Callable[[Callable[[TensorRef], X.Expr]], X.Expr], at_elem, at_row, out_dtype: str,
+                 log: bool = False) -> X.Expr:
+    """exp(v - max v) / sum exp(v - max v) along the row (log: (v - max) - log sum), in fp32; `value(at)` is the
+    row value read through `at`."""
+    m = X.Reduce(F32, "max", value(at_row))
+    s = X.Reduce(F32, "sum", X.Unary(F32, "exp", _bin("sub", value(at_row), m)))
+    v = value(at_elem)
+    if log:
+        y = _bin("sub", _bin("sub", v, m), X.Unary(F32, "log", s))
+    else:
+        y = _bin("div", X.Unary(F32, "exp", _bin("sub", v, m)), s)
+    return cast(y, out_dtype)
+
+
+@lowers("softmax.int", "_softmax.default", "log_softmax.int")
+def softmax(L: Lowering, node: Node) -> None:
+    x_v, out_v = node.inputs[0], node.outputs[0]
+    x = L.ref(x_v, pending_ok=True)
+    out = L.fresh(out_v)
+    if not x_v.shape:  # a 0-d softmax: one element, exp(0) / 1
+        L.generated(out, lambda load: cast(const(0.0 if node.op == "log_softmax.int" else 1.0, F32), out_v.dtype))
+        return
+    dim = V.norm_dim(node.attrs["dim"], len(x_v.shape))
+    xp, op = _last_dim_to_end(x, dim), _last_dim_to_end(out, dim)
+    row_kernel(L, op, lambda at_elem, at_row: softmax_expr(lambda at: cast(at(xp), F32), at_elem, at_row,
+                                                           out_v.dtype, node.op == "log_softmax.int"))
+
+
+@lowers("npu.softmax")
+def masked_softmax(L: Lowering, node: Node) -> None:
+    """softmax(x * scale [+ mask], -1) with the scale and the mask applied as the row is read, each rounded where
+    the IR rounds it (`round_dtype`)."""
+    a = node.attrs
+    x_v = node.inputs[0]
+    x = L.ref(x_v, pending_ok=True)
+    mask = V.expand(L.ref(node.inputs[1], pending_ok=True), x_v.shape) if a["has_mask"] else None
+    is_bool = mask is not None and node.inputs[1].dtype == "bool"
+    out = L.fresh(node.outputs[0])
+    rd = a["round_dtype"]
+    scale = const(float(a["scale"]), F32)
+
+    def value(at: Callable[[TensorRef], X.Expr]) -> X.Expr:
+        v = _round(_bin("div" if a["divide"] else "mul", cast(at(x), F32), scale), rd)
+        if mask is None:
+            return v
+        if is_bool:
+            return X.Where(F32, at(mask), v, const(NEG_INF, F32))
+        return _round(_bin("add", v, cast(at(mask), F32)), rd)
+
+    row_kernel(L, out, lambda at_elem, at_row: softmax_expr(value, at_elem, at_row, node.outputs[0].dtype))
+
+
+@lowers("npu.rmsnorm")
+def rmsnorm(L: Lowering, node: Node) -> None:
+    """y = x / sqrt(mean(x^2) + eps) over the last dim in fp32, rounded to `cast_dtype` where the IR casts, times the
+    weight."""
+    x_v = node.inputs[0]
+    x = L.ref(x_v, pending_ok=True)
+    w = V.expand(L.ref(node.inputs[1]), x_v.shape)
+    out = L.fresh(node.outputs[0])
+    d = x_v.shape[-1]
+    eps = const(float(node.attrs["eps"]), F32)
+    cast_dtype = node.attrs.get("cast_dtype")
+
+    def build(at_elem, at_row) -> X.Expr:
+        xr = cast(at_row(x), F32)
+        var = _bin("div", X.Reduce(F32, "sum", _bin("mul", xr, xr)), const(d, F32))
+        y = _bin("div", cast(at_elem(x), F32), X.Unary(F32, "sqrt", _bin("add", var, eps)))
+        if cast_dtype is not None:
+            y = cast(X.Cast(cast_dtype, y), F32)
+        return cast(_bin("mul", y, cast(at_elem(w), F32)), node.outputs[0].dtype)
+
+    row_kernel(L, out, build)

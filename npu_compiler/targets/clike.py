@@ -1,0 +1,495 @@
+"""The renderer base of C-like kernel languages (CUDA C now, WGSL next): the walk over an expression tree, common
+subexpressions, casts, where each value is computed (per row, per element, inside a reduction), the reduction
+scaffolding and the launch shape. A language adds a `Language` (its types, literals, loads and stores, statements,
+thread indices, block reduction and kernel wrapper) and its prelude; nothing here is specific to one of them.
+
+A generated kernel runs in one of three shapes:
+- elementwise: one thread per output element, a grid-stride loop over the flat output index;
+- serial reduction: the same, each thread running its (small) reductions alone;
+- rows: one block per row (the output dims before the row dims; a row of one element when `row_dims` is 0); the
+  block's threads reduce cooperatively, every thread gets the results, then they share out the row's elements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import NPUCompileError
+from ..expr import nodes as X
+
+SERIAL_REDUCE_MAX = 32  # a reduction this small (with no row) runs inside one thread per output element
+ELEMENTWISE_BLOCK = 256
+
+OUTER, ROW, RED = 1, 2, 4  # what a value depends on: the row's index, the element's index in the row, the reduction
+
+
+@dataclass
+class Launch:
+    """How the runtime launches one source: grid (blocks or workgroups per dim), threads per block, dynamic shared
+    memory, and the pointer arguments in order (each ("out", i) or ("arg", i): the base of that buffer)."""
+
+    grid: tuple[int, int, int]
+    block: int
+    ptrs: list[tuple[str, int]]
+    smem: int = 0
+
+
+class Language:
+    """What a C-like language supplies. Types: every float computes in a float register (`reg`), integers in the
+    language's integer register, bools as bool; storage types are the buffer's own."""
+
+    name = ""
+    kernel_name = "npu_kernel"
+    max_grid = 65535
+
+    def reg(self, dtype: str) -> str: raise NotImplementedError
+    def storage(self, dtype: str) -> str: raise NotImplementedError
+    def index_type(self, extent: int) -> str: raise NotImplementedError
+    def literal(self, value: float | int | bool, dtype: str) -> str: raise NotImplementedError
+    def load(self, arg: str, index: str, dtype: str) -> str: raise NotImplementedError
+    def store(self, out: str, index: str, dtype: str, value: str, value_dtype: str) -> str: raise NotImplementedError
+    def cast(self, x: str, src: str, dst: str) -> str: raise NotImplementedError
+    def unary(self, op: str, dtype: str, a: str) -> str: raise NotImplementedError
+    def binary(self, op: str, dtype: str, a: str, b: str) -> str: raise NotImplementedError
+    def select(self, cond: str, a: str, b: str) -> str: raise NotImplementedError
+    def to_index(self, x: str, ityp: str) -> str: raise NotImplementedError
+    def index_value(self, var: str, ityp: str) -> str: raise NotImplementedError
+    def index_literal(self, value: int, ityp: str) -> str: return str(value)
+
+    # statements
+    def decl(self, name: str, ty: str, value: str, mutable: bool = False) -> str: raise NotImplementedError
+    def assign(self, name: str, value: str) -> str: return f"{name} = {value};"
+    def loop(self, var: str, ty: str, start: str, end: str, step: str) -> str: raise NotImplementedError
+    def if_(self, cond: str) -> str: return f"if ({cond}) {{"
+    def end(self) -> str: return "}"
+
+    # threads
+    block_id = thread_id = block_dim = grid_dim = ""
+
+    def reduce_init(self, op: str, dtype: str) -> str: raise NotImplementedError
+    def combine(self, op: str, dtype: str, acc: str, v: str) -> str: raise NotImplementedError
+    def block_reduce(self, acc: str, op: str, dtype: str, kernel: KernelText) -> list[str]: raise NotImplementedError
+
+    def kernel(self, text: KernelText) -> str:
+        """The whole source of one kernel."""
+        raise NotImplementedError
+
+
+@dataclass
+class KernelText:
+    """What a renderer has gathered for one kernel: parameters (name, dtype, written), threads per block, body
+    lines, and anything the language must declare around the kernel (helpers, shared memory)."""
+
+    params: list[tuple[str, str, bool]]
+    block: int
+    body: list[str] = field(default_factory=list)
+    helpers: set[str] = field(default_factory=set)
+    shared: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (type, count)
+    restrict: bool = True
+
+
+@dataclass
+class Scope:
+    """Statements of one loop body and the values computed in it. Values of enclosing scopes are visible."""
+
+    indent: str
+    parent: Scope | None = None
+    lines: list[str] = field(default_factory=list)
+    names: dict[tuple, str] = field(default_factory=dict)
+
+    def find(self, key: tuple) -> str | None:
+        s: Scope | None = self
+        while s is not None:
+            if key in s.names:
+                return s.names[key]
+            s = s.parent
+        return None
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def is_flat_map(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Does the map equal the contiguous row-major one (ignoring size-1 dims)? Then the flat index is the offset."""
+    return all(n == 1 or s == c for n, s, c in zip(shape, strides, contiguous_strides(shape)))
+
+
+def affine(terms: list[tuple[str, int]], offset: int = 0) -> str:
+    """`offset + sum(var * stride)` with zero strides dropped."""
+    parts = [str(offset)] if offset else []
+    for var, stride in terms:
+        if stride == 0:
+            continue
+        parts.append(var if stride == 1 else f"{var} * {stride}")
+    return " + ".join(parts) if parts else "0"
+
+
+def max_extent(shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> int:
+    if any(n == 0 for n in shape):
+        return offset
+    return offset + sum((n - 1) * abs(s) for n, s in zip(shape, strides)) + 1
+
+
+def grid_for(n: int, block: int, cap: int) -> int:
+    """Blocks for a grid-stride loop over n items (capped: the loop covers the rest)."""
+    return max(1, min(cap, -(-n // block)))
+
+
+def _row_block(n: int) -> int:
+    if n <= 256:
+        return 32
+    if n <= 2048:
+        return 128
+    return 256
+
+
+def _reduce_block(n: int) -> int:
+    if n <= 1024:
+        return 32
+    if n <= 8192:
+        return 128
+    return 256
+
+
+class ExprRenderer:
+    """Renders expression values into scopes. Output indices are `o{d}`, reduction indices `r{d}`; the flat output
+    index `i` stands in for a load whose map is the contiguous one (elementwise shapes only)."""
+
+    def __init__(self, lang: Language, text: KernelText, arg_names: list[str], arg_dtypes: list[str],
+                 out_shape: tuple[int, ...], ityp: str, reduce_shape: tuple[int, ...] = (), row_dims: int = 0,
+                 block_reduce: bool = False, flat_index: bool = False, acc: str | None = None,
+                 prefix: str = "") -> None:
+        self.lang = lang
+        self.prefix = prefix
+        self.text = text
+        self.arg_names = arg_names
+        self.arg_dtypes = arg_dtypes
+        self.out_shape = out_shape
+        self.outer_rank = len(out_shape) - row_dims
+        self.ityp = ityp
+        self.reduce_shape = reduce_shape
+        self.block_reduce = block_reduce
+        self.flat_index = flat_index
+        self.acc = acc
+        self.count = 0
+        self.deps: dict[int, int] = {}
+        self.row_scope: Scope | None = None
+        self.elem_scope: Scope | None = None
+
+    def fresh(self, prefix: str = "t") -> str:
+        self.count += 1
+        return f"{self.prefix}{prefix}{self.count}"
+
+    # ---- dependencies: where a value can be computed -------------------------------------------------------------
+    def dep(self, e: X.Expr) -> int:
+        hit = self.deps.get(id(e))
+        if hit is not None:
+            return hit
+        for n in X.walk(e):
+            if id(n) in self.deps:
+                continue
+            if isinstance(n, X.Load):
+                d = 0
+                for k, s in enumerate(n.strides):
+                    if s:
+                        d |= OUTER if k < self.outer_rank else ROW
+                if n.rstrides:
+                    d |= RED
+            elif isinstance(n, X.Index):
+                d = OUTER if n.dim < self.outer_rank else ROW
+            elif isinstance(n, X.RIndex):
+                d = RED
+            elif isinstance(n, X.Acc):
+                d = OUTER | ROW
+            else:
+                d = 0
+                for c in X.children(n):
+                    d |= self.deps[id(c)]
+                if isinstance(n, X.Reduce):
+                    d &= ~RED
+            self.deps[id(n)] = d
+        return self.deps[id(e)]
+
+    def scope_for(self, e: X.Expr, current: Scope) -> Scope:
+        """The outermost scope a value can live in: the row's when it depends on the row index at most."""
+        if self.row_scope is None or self.dep(e) & (ROW | RED):
+            return current
+        return self.row_scope
+
+    # ---- the walk -----------------------------------------------------------------------------------------------
+    def emit(self, e: X.Expr, scope: Scope, in_reduce: bool = False) -> str:
+        key = _key(e)
+        target = self.scope_for(e, scope)
+        hit = target.find(key) if target is scope else (scope.find(key) or target.find(key))
+        if hit is not None:
+            return hit
+        if isinstance(e, X.Reduce):
+            name = self._reduce(e, target)
+        elif isinstance(e, X.Gather):
+            name = self._gather(e, target, in_reduce)
+        elif isinstance(e, X.Const):
+            return self.lang.literal(e.value, e.dtype)
+        else:
+            text = self._text(e, target, in_reduce)
+            name = self.fresh()
+            target.lines.append(target.indent + self.lang.decl(name, self.lang.reg(e.dtype), text))
+        target.names[key] = name
+        return name
+
+    def _text(self, e: X.Expr, scope: Scope, in_reduce: bool) -> str:
+        lang = self.lang
+        if isinstance(e, X.Load):
+            return self._load(e, in_reduce)
+        if isinstance(e, X.Index):
+            return lang.index_value(f"o{e.dim}", self.ityp)
+        if isinstance(e, X.RIndex):
+            return lang.index_value(f"r{e.dim}", self.ityp)
+        if isinstance(e, X.Acc):
+            if self.acc is None:
+                raise NPUCompileError(f"{lang.name} target: 'acc' outside an epilogue")
+            return self.acc
+        if isinstance(e, X.Unary):
+            return lang.unary(e.op, e.x.dtype, self.emit(e.x, scope, in_reduce))
+        if isinstance(e, X.Binary):
+            a = self.emit(e.a, scope, in_reduce)
+            b = self.emit(e.b, scope, in_reduce)
+            # Comparisons and logic compute in the operands' type; arithmetic in the result's register type (the
+            # builders already cast operands to it; a stray mismatch is converted here, as the reference does).
+            if e.op in X.COMPARE_OPS or e.op in X.LOGIC_OPS:
+                od = e.a.dtype
+                if lang.reg(e.a.dtype) != lang.reg(e.b.dtype):
+                    od = _common(e.a.dtype, e.b.dtype)
+                    a, b = lang.cast(a, e.a.dtype, od), lang.cast(b, e.b.dtype, od)
+                return lang.binary(e.op, od, a, b)
+            if lang.reg(e.a.dtype) != lang.reg(e.dtype):
+                a = lang.cast(a, e.a.dtype, e.dtype)
+            if lang.reg(e.b.dtype) != lang.reg(e.dtype):
+                b = lang.cast(b, e.b.dtype, e.dtype)
+            return lang.binary(e.op, e.dtype, a, b)
+        if isinstance(e, X.Where):
+            c = self.emit(e.cond, scope, in_reduce)
+            a = self.emit(e.a, scope, in_reduce)
+            b = self.emit(e.b, scope, in_reduce)
+            if e.cond.dtype != "bool":
+                c = lang.cast(c, e.cond.dtype, "bool")
+            if lang.reg(e.a.dtype) != lang.reg(e.dtype):
+                a = lang.cast(a, e.a.dtype, e.dtype)
+            if lang.reg(e.b.dtype) != lang.reg(e.dtype):
+                b = lang.cast(b, e.b.dtype, e.dtype)
+            return lang.select(c, a, b)
+        if isinstance(e, X.Cast):
+            return lang.cast(self.emit(e.x, scope, in_reduce), e.x.dtype, e.dtype)
+        raise NPUCompileError(f"{lang.name} target: unknown expression {type(e).__name__}")
+
+    def _load(self, e: X.Load, in_reduce: bool) -> str:
+        if not 0 <= e.arg < len(self.arg_names):
+            raise NPUCompileError(f"{self.lang.name} target: load of argument {e.arg}, the kernel has "
+                                  f"{len(self.arg_names)}")
+        terms = [(f"o{d}", s) for d, s in enumerate(e.strides)]
+        if e.rstrides:
+            if not in_reduce:
+                raise NPUCompileError(f"{self.lang.name} target: a load with reduction strides outside a reduction")
+            terms += [(f"r{d}", s) for d, s in enumerate(e.rstrides)]
+        if not e.rstrides and self.flat_index and is_flat_map(self.out_shape, e.strides):
+            where = f"i + {e.offset}" if e.offset else "i"  # the flat output index is the element offset
+        else:
+            where = affine(terms, e.offset)
+        return self.lang.load(self.arg_names[e.arg], where, self.arg_dtypes[e.arg])
+
+    def _gather(self, g: X.Gather, scope: Scope, in_reduce: bool) -> str:
+        lang = self.lang
+        idx = [self.emit(i, scope, in_reduce) for i in g.indices]
+        ltyp = lang.reg("int64")
+        conds = []
+        parts = [str(g.offset)] if g.offset else []
+        for d, (i, n, s) in enumerate(zip(idx, g.shape, g.strides)):
+            iv = i if lang.reg(g.indices[d].dtype) == ltyp else lang.cast(i, g.indices[d].dtype, "int64")
+            conds.append(f"{iv} >= {lang.literal(0, 'int64')} && {iv} < {lang.literal(n, 'int64')}")
+            if s:
+                parts.append(iv if s == 1 else f"{iv} * {lang.literal(s, 'int64')}")
+        if g.guard is not None:
+            conds.append(self.emit(g.guard, scope, in_reduce))
+        name = self.fresh("g")
+        ok = " && ".join(f"({c})" for c in conds) or "true"
+        where = lang.to_index(" + ".join(parts) or "0", ltyp)
+        scope.lines.append(scope.indent + lang.decl(name, lang.reg(g.dtype), lang.literal(g.fill, g.dtype),
+                                                     mutable=True))
+        scope.lines.append(scope.indent + lang.if_(ok) + " " + lang.assign(
+            name, lang.load(self.arg_names[g.arg], where, self.arg_dtypes[g.arg])) + " " + lang.end())
+        return name
+
+    def _reduce(self, e: X.Reduce, scope: Scope) -> str:
+        lang = self.lang
+        if not self.reduce_shape:
+            raise NPUCompileError(f"{lang.name} target: a reduction in a kernel without a reduction space")
+        acc = self.fresh("acc")
+        n = math.prod(self.reduce_shape)
+        ind = scope.indent
+        # The body first: values it hoists out of the loop land in `scope` before the loop is written.
+        body = Scope(ind + "  ", parent=scope)
+        body.lines += decompose(lang, "r", self.reduce_shape, "r", self.ityp, body.indent)
+        v = self.emit(e.body, body, in_reduce=True)
+        if lang.reg(e.body.dtype) != lang.reg(e.dtype):
+            v = lang.cast(v, e.body.dtype, e.dtype)
+        body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
+        start, step = (lang.thread_id, lang.block_dim) if self.block_reduce else ("0", "1")
+        scope.lines.append(ind + lang.decl(acc, lang.reg(e.dtype), lang.reduce_init(e.op, e.dtype), mutable=True))
+        scope.lines.append(ind + lang.loop("r", self.ityp, start, str(n), step))
+        scope.lines += body.lines
+        scope.lines.append(ind + lang.end())
+        if self.block_reduce:
+            scope.lines += [ind + line for line in lang.block_reduce(acc, e.op, e.dtype, self.text)]
+        return acc
+
+
+def _key(e: X.Expr) -> tuple:
+    """A structural key of a node (constants by repr, so 0.0 and -0.0 differ)."""
+    kids = tuple(_key(c) for c in X.children(e))
+    fields = []
+    for name in e.__dataclass_fields__:
+        v = getattr(e, name)
+        if isinstance(v, X.Expr) or (isinstance(v, tuple) and v and all(isinstance(x, X.Expr) for x in v)):
+            continue
+        fields.append(repr(v) if isinstance(v, float) else v)
+    return (type(e).__name__, *fields, kids)
+
+
+def _common(a: str, b: str) -> str:
+    if "float64" in (a, b):
+        return "float64"
+    floats = ("float32", "float16", "bfloat16")
+    if a in floats or b in floats:
+        return "float32"
+    return "int64"
+
+
+def decompose(lang: Language, var: str, shape: tuple[int, ...], prefix: str, ityp: str, indent: str,
+              first: int = 0) -> list[str]:
+    """Lines that split a flat row-major index `var` into per-dim indices `{prefix}{first + d}` (size-1 dims are
+    0)."""
+    lines: list[str] = []
+    dims = [d for d, n in enumerate(shape) if n != 1]
+    for d, n in enumerate(shape):
+        if n == 1:
+            lines.append(indent + lang.decl(f"{prefix}{first + d}", ityp, lang.index_literal(0, ityp)))
+    if not dims:
+        return lines
+    rem = f"{prefix}_rem{first or ''}"
+    lines.append(indent + lang.decl(rem, ityp, var, mutable=True))
+    for j, d in enumerate(reversed(dims)):
+        if j == len(dims) - 1:
+            lines.append(indent + lang.decl(f"{prefix}{first + d}", ityp, rem))
+        else:
+            n = shape[d]
+            lines.append(indent + lang.decl(f"{prefix}{first + d}", ityp, f"{rem} % {lang.index_literal(n, ityp)}")
+                         + " " + lang.assign(rem, f"{rem} / {lang.index_literal(n, ityp)}"))
+    return lines
+
+
+# ---- whole kernels ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """Where a kernel writes: the output's index map, or (a scatter) the map with a position read from data along
+    one dim."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+    scatter_dim: int | None = None
+    scatter_index: X.Expr | None = None
+    scatter_size: int = 0
+
+
+def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_extents: list[int], store: Store,
+                      iteration: tuple[int, ...], reduce_shape: tuple[int, ...], row_dims: int,
+                      ptrs: list[tuple[str, int]], restrict: bool = True) -> tuple[str, Launch]:
+    """The source of one expression kernel and its launch. `iteration` is the index space (the output's shape, or
+    a scatter's source shape); `restrict=False` when an argument may be the output buffer itself."""
+    shape = tuple(iteration)
+    n_out = math.prod(shape)
+    n_red = math.prod(reduce_shape) if reduce_shape else 1
+    has_reduce = any(isinstance(x, X.Reduce) for x in X.walk(expr))
+    extents = [n_out * max(n_red, 1), max_extent(store.shape, store.strides, store.offset), *arg_extents]
+    ityp = lang.index_type(max(extents))
+    rows_mode = has_reduce and (row_dims > 0 or n_red > SERIAL_REDUCE_MAX)
+    if store.scatter_dim is not None and rows_mode:
+        raise NPUCompileError(f"{lang.name} target: a scatter kernel with a reduction")
+    params = [("out0", store.dtype, True)] + [(f"a{i}", dt, False) for i, dt in enumerate(arg_dtypes)]
+    arg_names = [f"a{i}" for i in range(len(arg_dtypes))]
+    outer = shape[:len(shape) - row_dims]
+    row = shape[len(shape) - row_dims:]
+    n_rows, row_n = math.prod(outer), math.prod(row)
+    if rows_mode:
+        block = _row_block(max(row_n, n_red)) if row_dims else _reduce_block(n_red)
+    else:
+        block = ELEMENTWISE_BLOCK
+    text = KernelText(params, block, restrict=restrict)
+    r = ExprRenderer(lang, text, arg_names, arg_dtypes, shape, ityp, tuple(reduce_shape), row_dims,
+                     block_reduce=rows_mode, flat_index=not rows_mode)
+    body: list[str] = []
+    if rows_mode:
+        grid = grid_for(n_rows, 1, lang.max_grid)
+        body.append("  " + lang.loop("row", ityp, lang.block_id, str(n_rows), lang.grid_dim))
+        row_scope = Scope("    ")
+        r.row_scope = row_scope
+        row_scope.lines += decompose(lang, "row", tuple(outer), "o", ityp, row_scope.indent)
+        if row_dims:
+            elem = Scope("      ", parent=row_scope)
+            r.elem_scope = elem
+            elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
+            value = r.emit(expr, elem)
+            elem.lines.append(elem.indent + _store_line(lang, r, store, value, expr.dtype, elem))
+            body += row_scope.lines
+            body.append("    " + lang.loop("e", ityp, lang.thread_id, str(row_n), lang.block_dim))
+            body += elem.lines
+            body.append("    " + lang.end())
+        else:
+            value = r.emit(expr, row_scope)
+            body += row_scope.lines
+            body.append("    " + lang.if_(f"{lang.thread_id} == 0") + " "
+                        + _store_line(lang, r, store, value, expr.dtype, row_scope).strip() + " " + lang.end())
+        body.append("  " + lang.end())
+    else:
+        grid = grid_for(n_out, block, lang.max_grid)
+        start = f"{lang.to_index(lang.block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
+        step = f"{lang.to_index(lang.grid_dim, ityp)} * {lang.block_dim}"
+        body.append("  " + lang.loop("i", ityp, start, str(n_out), step))
+        scope = Scope("    ")
+        r.row_scope = scope  # one element per thread: its scope is the row's (a reduction is computed before use)
+        scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent)
+        value = r.emit(expr, scope)
+        scope.lines.append(scope.indent + _store_line(lang, r, store, value, expr.dtype, scope))
+        body += scope.lines
+        body.append("  " + lang.end())
+    text.body = body
+    launch = Launch((grid if n_out else 0, 1, 1), block, ptrs)
+    return lang.kernel(text), launch
+
+
+def _store_line(lang: Language, r: ExprRenderer, store: Store, value: str, value_dtype: str, scope: Scope) -> str:
+    if store.scatter_dim is None:
+        if r.flat_index and is_flat_map(store.shape, store.strides) and tuple(store.shape) == r.out_shape:
+            where = f"i + {store.offset}" if store.offset else "i"
+        else:
+            where = affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
+        return lang.store("out0", where, store.dtype, value, value_dtype)
+    dim = store.scatter_dim
+    pos = r.emit(store.scatter_index, scope)
+    ltyp = lang.reg("int64")
+    pv = pos if lang.reg(store.scatter_index.dtype) == ltyp else lang.cast(pos, store.scatter_index.dtype, "int64")
+    terms = [(f"o{d}", s) for d, s in enumerate(store.strides) if d != dim]
+    base = affine(terms, store.offset)
+    stride = store.strides[dim]
+    where = lang.to_index(f"{pv} * {lang.literal(stride, 'int64')}", ltyp) if stride != 1 else lang.to_index(pv, ltyp)
+    cond = f"{pv} >= {lang.literal(0, 'int64')} && {pv} < {lang.literal(store.scatter_size, 'int64')}"
+    return (lang.if_(cond) + " " + lang.store("out0", f"{base} + {where}", store.dtype, value, value_dtype) + " "
+            + lang.end())

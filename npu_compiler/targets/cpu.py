@@ -1,0 +1,15 @@
+"""The cpu target: the reference. Its backend runs every kernel's reference semantics (NumPy), so nothing is
+rendered; it runs every kernel kind."""
+
+from __future__ import annotations
+
+from ..kernels import LIBRARY_KINDS
+from .codegen import CodegenTarget
+
+
+class CpuTarget(CodegenTarget):
+    name = "cpu"
+    library_kernels = LIBRARY_KINDS
+
+
+TARGET = CpuTarget

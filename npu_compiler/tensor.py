@@ -1,0 +1,41 @@
+"""`TensorRef`: a strided view (in elements) of one planned buffer: what every kernel reads and writes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class TensorRef:
+    """A strided view (in elements) of one planned buffer."""
+
+    buffer: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def is_contiguous(self) -> bool:
+        return all(s == c for d, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if d != 1)
+
+    def extent(self) -> int:
+        """One past the largest element offset the view reaches (its offset when it reaches nothing)."""
+        if any(n == 0 for n in self.shape):
+            return self.offset
+        return self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1
+
+    def is_whole(self, numel: int) -> bool:
+        """Does the view cover its buffer of `numel` elements exactly, in order?"""
+        return self.offset == 0 and self.numel == numel and self.is_contiguous()
