@@ -89,7 +89,7 @@ def run_module(backend: npu_runtime.Backend, make_module: Callable[[], torch.nn.
         # a second run (a GPU backend replays its captured graph) gives the same bits
         again = executor.run_numpy(feeds, weights)
         for k, v in outs.items():
-            np.testing.assert_array_equal(np.asarray(again[k]), np.asarray(v), err_msg=f"second run of {k}")
+            assert np.asarray(again[k]).tobytes() == np.asarray(v).tobytes(), f"second run of {k} differs"
     got = [outs[t["name"]] for t in ir["graph_outputs"]]
     with torch.no_grad():
         ref = real(*[t.clone() for t in inputs])

@@ -72,7 +72,7 @@ def load_modules(sources: dict[str, str], arch: str) -> dict[str, Any]:
         return {n: cupy.RawModule(path=str(p)) for n, p in zip(names, paths)}
     # Without cuda-bindings: CuPy's own NVRTC (its cache, not ours).
     inc = tuple(f"-I{d}" for d in nv.include_dirs())
-    return {n: cupy.RawModule(code=s, options=("--std=c++17", *inc)) for n, s in sources.items()}
+    return {n: cupy.RawModule(code=s, options=(*nv.COMMON_OPTIONS, *inc)) for n, s in sources.items()}
 
 
 def load_kernels(sources: dict[str, str], arch: str) -> tuple[dict[str, Any], dict[str, Any]]:
