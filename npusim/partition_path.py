@@ -19,9 +19,27 @@ from npu_compiler.ir.reader import load_ir_dict
 from npu_compiler.op_support import support_predicate
 from npu_compiler.partition import FallbackNode, PartitionPlan, partition
 
-__all__ = ["needs_partition", "partition_notice", "make_plan", "run_partitioned"]
+__all__ = ["check_force_cpu", "needs_partition", "partition_notice", "make_plan", "run_partitioned"]
 
 IRSource = str | os.PathLike | Mapping[str, Any]
+
+
+def check_force_cpu(ir: IRSource, force_cpu: Iterable[str]) -> None:
+    """Every --force-cpu entry must name an op or a node of the graph: a typo must not be silently ignored."""
+    from npu_compiler.ir.schema import short_op
+    from npu_runtime.errors import InputError
+
+    force_cpu = list(force_cpu)
+    if not force_cpu:
+        return
+    nodes = load_ir_dict(ir).get("nodes", [])
+    # the predicate's own matching (op in any spelling, or node name), one entry at a time
+    unmatched = [e for e in force_cpu
+                 if not any(support_predicate("cpu", [e])._forced(nd) for nd in nodes)]
+    if unmatched:
+        ops = sorted({short_op(str(nd.get("op_type", ""))) for nd in nodes})
+        raise InputError(f"--force-cpu {', '.join(unmatched)}: no such op or node in the graph; its ops: "
+                         f"{', '.join(ops)}")
 
 
 def make_plan(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) -> PartitionPlan:

@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"passes: {', '.join(d['passes'])}")
     print("inputs:")
     for t in d["inputs"]:
-        extra = f"  valid range {t['value_range']}" if "value_range" in t else ""
+        # half-open, as generated inputs and `generate` use it: token ids 0..vocab-1 are [0, vocab)
+        extra = f"  valid range [{t['value_range'][0]}, {t['value_range'][1]})" if "value_range" in t else ""
         print(f"  {t['name']:<24} {t['dtype']}{t['shape']} (device {t['device_dtype']}){extra}")
     print("outputs:")
     for t in d["outputs"]:
