@@ -81,6 +81,12 @@ class Comparison:
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson r; NaN when a side is not finite (an overflow), which fails every bound."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _pearson(a, b)
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     a = a.astype(np.float64).ravel()
     b = b.astype(np.float64).ravel()
     if a.size < 2:

@@ -25,8 +25,8 @@ class CLIError(Exception):
 
 def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
-                   help="compute dtype; auto follows the weights (fp16 for CNNs, bf16 for LLMs, fp32 where the "
-                        "model is fp32 and not a CNN)")
+                   help="compute dtype; auto: the weights' half dtype if they have one, else float16 for a model "
+                        "with convolutions and bfloat16 otherwise (float32 only when asked)")
     from npu_compiler.compiler import OPTIONAL_PASSES
 
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=OPTIONAL_PASSES,

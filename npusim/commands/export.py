@@ -150,7 +150,8 @@ def _print_result(res, what: str, weights_note: str) -> None:
     print("next:\n"
           f"  npusim verify {res.ir_path} --weights {res.weights_path}     (compile, run, compare with PyTorch)\n"
           f"  npusim compile {res.ir_path} -o {art}\n"
-          f"  npusim run {art} --weights {res.weights_path} --input {res.inputs[0][0]}=FILE.npy")
+          f"  npusim run {art} --weights {res.weights_path} "
+          + " ".join(f"--input {name}=FILE.npy" for name, _, _ in res.inputs))
 
 
 def _export_module(args: argparse.Namespace) -> int:

@@ -39,10 +39,13 @@ def register(sub) -> None:
     tol = p.add_argument_group("tolerance (default: the compute dtype's, see above)")
     tol.add_argument("--atol", type=float, default=None,
                      help="elementwise: every |out - ref| <= atol + rtol * |ref| (replaces the max|err|/max|ref| "
-                          "bound unless --max-rel is given too)")
-    tol.add_argument("--rtol", type=float, default=None, help="elementwise relative bound, with --atol")
-    tol.add_argument("--max-rel", type=float, default=None, help="bound on max|err| / max|ref|")
-    tol.add_argument("--min-pearson", type=float, default=None, help="lowest Pearson r between output and reference")
+                          "bound unless --max-rel is given too; default: no elementwise bound)")
+    tol.add_argument("--rtol", type=float, default=None,
+                     help="elementwise relative bound, with --atol (default: no elementwise bound)")
+    tol.add_argument("--max-rel", type=float, default=None,
+                     help="bound on max|err| / max|ref| (default: the compute dtype's)")
+    tol.add_argument("--min-pearson", type=float, default=None,
+                     help="lowest Pearson r between output and reference (default: the compute dtype's)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--per-node", action="store_true",
                    help="also compare every intermediate that survives fusion with the reference value of its IR "
