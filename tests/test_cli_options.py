@@ -211,9 +211,10 @@ def test_describe_and_generate_agree_on_a_half_open_range(tmp_path, capsys):
 
 def test_weight_mismatch_is_listed_once(tmp_path, capsys):
     """A folded batch norm's statistics feed two recipes (the conv's weight and bias): one entry each."""
+    from safetensors.numpy import load_file, save_file
+
     from npu_export import resnet
     from npu_export.cnn import export_cnn
-    from safetensors.numpy import load_file, save_file
 
     torch.manual_seed(0)
     res = export_cnn(resnet.resnet18(num_classes=5, width=8).eval(), (1, 3, 16, 16), tmp_path, "r")
