@@ -29,8 +29,7 @@ def register(sub) -> None:
                     "  npusim verify model.json --weights model.safetensors\n"
                     "  npusim verify model.json --weights model.safetensors --atol 1e-2 --rtol 1e-2\n"
                     "  npusim verify model.npubin --weights model.safetensors --input x=x.npy --expected golden.npz\n\n"
-                    "Default tolerance per compute dtype (docs/tolerances.md): float32 pearson >= 0.99999 and "
-                    "max|err|/max|ref| <= 1e-3; float16 0.999 and 3e-2; bfloat16 0.995 and 1e-1.")
+                    "Default tolerance per compute dtype (docs/tolerances.md): " + _default_tolerances())
     p.add_argument("ir", metavar="MODEL", help="IR JSON file; or a .npubin artifact together with --expected")
     add_run_options(p)
     p.add_argument("--expected", metavar="FILE.npz", default=None,
@@ -57,6 +56,12 @@ def register(sub) -> None:
     add_force_cpu_option(p)
     add_compile_options(p)
     p.set_defaults(func=run)
+
+
+def _default_tolerances() -> str:
+    from npu_runtime.metrics import MODEL_TOLERANCE, model_tolerance
+
+    return "; ".join(f"{dt}: {model_tolerance(dt).describe().split(' (')[0]}" for dt in MODEL_TOLERANCE) + "."
 
 
 def reference_weights(prog, ws) -> tuple[dict, dict]:
