@@ -21,8 +21,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         d = action.default
-        if (action.option_strings and d is not argparse.SUPPRESS and d not in (None, False, [], ())
-                and "default" not in text):
+        # identity, not equality: a default of 0 is worth showing, while 0 == False
+        trivial = d is None or d is False or d is argparse.SUPPRESS or (isinstance(d, list | tuple) and not d)
+        if action.option_strings and not trivial and "default" not in text:
             text += " (default: %(default)s)"
         return text
 

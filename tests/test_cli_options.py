@@ -57,7 +57,8 @@ def test_every_default_is_in_help(capsys):
             if not a.option_strings or a.help == argparse.SUPPRESS or isinstance(a, argparse._HelpAction):
                 continue
             flag = a.option_strings[-1]
-            if a.default not in (None, False, [], ()):
+            d = a.default
+            if not (d is None or d is False or (isinstance(d, list | tuple) and not d)):
                 assert f"(default: {a.default})" in text or "default" in (a.help or ""), (name, flag)
             elif a.default is None and not a.required and a.nargs != 0 and flag not in NOT_DONE_WHEN_ABSENT:
                 assert "default" in (a.help or ""), f"npusim {name} {flag}: say what happens when it is not given"
