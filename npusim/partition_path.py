@@ -56,10 +56,13 @@ def needs_partition(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) ->
 
 def partition_notice(unsupported: list[FallbackNode], target: str, limit: int = 8) -> str:
     """One line for the user: why the partition path is taken and which nodes fall back."""
+    from collections import Counter
+
     shown = ", ".join(f"{f.name} ({f.op})" for f in unsupported[:limit])
     more = f", ... (+{len(unsupported) - limit})" if len(unsupported) > limit else ""
-    return (f"{len(unsupported)} node(s) not supported by target '{target}': {shown}{more}; taking the partition "
-            "path (those run on the CPU through torch_ir; see `npusim partition` for the plan)")
+    reasons = "; ".join(f"{n} {why}" for why, n in Counter(f.reason for f in unsupported).most_common(3))
+    return (f"{len(unsupported)} node(s) run on the CPU instead of target '{target}' ({reasons}): {shown}{more}; "
+            "taking the partition path (those run through torch_ir; see `npusim partition` for the plan)")
 
 
 def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backend: Any, dtype: str | None = None,
