@@ -228,3 +228,17 @@ def test_weight_mismatch_is_listed_once(tmp_path, capsys):
     _one_line_error(err, "bn1.weight", "bn1.bias")
     line = next(ln for ln in err.splitlines() if "error:" in ln)
     assert line.count("bn1.weight") == 1 and line.count("bn1.bias") == 1, line
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["export", "qwen2", "--config", "tiny", "--seed", "3", "-o", "OUT"], ["--seed does not apply to qwen2"]),
+    (["export-llm", "--config", "tiny", "--seed", "3", "-o", "OUT"], ["--seed applies to --random-weights only"]),
+    (["generate", "OUT", "--prompt-ids", "1,2", "--chat"], ["--chat", "--prompt-ids"]),
+    (["generate", "OUT", "--prompt-ids", "1,2", "--top-k", "5"], ["--top-k", "--temperature > 0"]),
+    (["generate", "OUT", "--prompt-ids", "1,2", "--seed", "1"], ["--seed", "--temperature > 0"]),
+])
+def test_options_that_would_do_nothing_are_errors(tmp_path, capsys, argv, words):
+    argv = [str(tmp_path / "o") if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    _one_line_error(capsys.readouterr().err, *words)
+    assert not (tmp_path / "o").exists()

@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..graphviz import size_breakdown, to_dot, to_mermaid
 
+    if args.graph and args.json:
+        from ..common import CLIError
+
+        raise CLIError("--graph prints DOT or Mermaid text, --json the description: use one or the other")
     prog = CompiledProgram.load(args.artifact)
     if args.graph:
         print(to_dot(prog) if args.graph == "dot" else to_mermaid(prog), end="")

@@ -10,11 +10,14 @@ from ..common import DTYPES, CLIError
 
 BUILTIN = ("resnet18", "resnet50", "qwen2")
 
-# Which options belong to which kind of model: given to another kind, an option is an error, never ignored.
-FAMILY_OPTIONS = {
-    "module": ("input_shape", "checkpoint", "name", "factory_arg"),
-    "resnet": ("batch", "image_size", "num_classes", "width"),
-    "qwen2": ("model_dir", "config", "max_cache_len", "prefill_len", "attn"),
+# The kinds of model each option applies to (options not listed apply to all): given to another kind, an option is
+# an error, never silently ignored.
+APPLIES_TO = {
+    "input_shape": {"module"}, "checkpoint": {"module"}, "name": {"module"}, "factory_arg": {"module"},
+    "seed": {"module", "resnet"},
+    "batch": {"resnet"}, "image_size": {"resnet"}, "num_classes": {"resnet"}, "width": {"resnet"},
+    "model_dir": {"qwen2"}, "config": {"qwen2"}, "max_cache_len": {"qwen2"}, "prefill_len": {"qwen2"},
+    "attn": {"qwen2"},
 }
 
 
@@ -95,12 +98,11 @@ def _family(model: str) -> str:
 
 
 def _check_options(args: argparse.Namespace, family: str) -> None:
-    given = [d for fam, dests in FAMILY_OPTIONS.items() if fam != family for d in dests
-             if getattr(args, d) != args._defaults.get(d)]
+    given = [d for d, kinds in APPLIES_TO.items() if family not in kinds and getattr(args, d) != args._defaults[d]]
     if given:
         flags = ", ".join("--" + d.replace("_", "-") for d in given)
-        raise CLIError(f"{flags} {'does' if len(given) == 1 else 'do'} not apply to {args.model}; its options: "
-                       + ", ".join("--" + d.replace("_", "-") for d in FAMILY_OPTIONS[family]))
+        own = ", ".join("--" + d.replace("_", "-") for d, kinds in APPLIES_TO.items() if family in kinds)
+        raise CLIError(f"{flags} {'does' if len(given) == 1 else 'do'} not apply to {args.model}; its options: {own}")
 
 
 def run(args: argparse.Namespace) -> int:

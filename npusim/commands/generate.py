@@ -61,6 +61,11 @@ def _check_folder(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from npu_runtime.llm import LLM
 
+    if args.chat and args.prompt is None:
+        raise CLIError("--chat wraps --prompt text in the chat template; with --prompt-ids it has nothing to wrap")
+    sampling = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--seed", args.seed)) if v is not None]
+    if sampling and args.temperature <= 0:
+        raise CLIError(f"{', '.join(sampling)} apply to sampling; give --temperature > 0 (0, the default, is greedy)")
     _check_folder(args)
     llm = LLM.load(args.out_dir, args.backend, model_dir=args.model_dir)
     kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
