@@ -112,6 +112,9 @@ def test_verify_an_artifact_without_golden_outputs_says_what_to_give(net, capsys
     _, res, d, _, _ = net
     assert main(["verify", str(d / "r18.npubin"), "--weights", str(res.weights_path)]) == 2
     assert "--expected FILE.npz" in capsys.readouterr().err
+    assert main(["verify", str(d / "r18.npubin"), "--weights", str(res.weights_path), "--input", f"x={d / 'x.npy'}",
+                 "--expected", str(d / "golden.npz"), "--dtype", "float16"]) == 2
+    assert "--dtype set how an IR is compiled" in capsys.readouterr().err
 
 
 def test_profile_share_is_of_its_own_run_and_names_are_whole(net, capsys):

@@ -97,6 +97,12 @@ def _check_combinations(args: argparse.Namespace, artifact: bool) -> None:
                        "IR, or golden outputs with --expected FILE.npz")
     if artifact and (per_node or args.force_cpu):
         raise CLIError("--per-node, --dump-repro and --force-cpu need the IR JSON, not an artifact")
+    compile_opts = [f for f, on in (("--dtype", args.dtype != "auto"), ("--disable-pass", args.disable_pass),
+                                    ("--no-fusion", args.no_fusion), ("--rope-theta", args.rope_theta is not None))
+                    if on]
+    if artifact and compile_opts:
+        raise CLIError(f"{', '.join(compile_opts)} set how an IR is compiled; {args.ir} is compiled already "
+                       "(compile again with them, or verify the IR JSON)")
 
 
 def run(args: argparse.Namespace) -> int:
