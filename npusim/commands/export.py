@@ -85,7 +85,7 @@ def register(sub) -> None:
 
 
 def _family(model: str) -> str:
-    from ..model_ref import is_model_ref
+    from npu_export.model_ref import is_model_ref
 
     if model in ("resnet18", "resnet50"):
         return "resnet"
@@ -161,8 +161,7 @@ def _export_module(args: argparse.Namespace) -> int:
 
     from npu_export import export_model
     from npu_export.checkpoint import load_checkpoint
-
-    from ..model_ref import load_model, parse_factory_args
+    from npu_export.model_ref import load_model, parse_factory_args
 
     if not args.input_shape:
         raise CLIError("give the example inputs: --input-shape 1,3,224,224 (or --input-npy FILE.npy), one per "

@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.chat and args.prompt is None:
         raise CLIError("--chat wraps --prompt text in the chat template; with --prompt-ids it has nothing to wrap")
-    sampling = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--seed", args.seed)) if v is not None]
+    sampling = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--seed", args.seed))
+                if v is not None]
     if sampling and args.temperature <= 0:
         raise CLIError(f"{', '.join(sampling)} apply to sampling; give --temperature > 0 (0, the default, is greedy)")
     _check_folder(args)

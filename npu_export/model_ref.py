@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from npu_export.errors import ExportError, first_line
+from .errors import ExportError, first_line
 
 __all__ = ["is_model_ref", "load_model", "parse_factory_args"]
 
