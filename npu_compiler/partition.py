@@ -440,28 +440,40 @@ def _human(n: float) -> str:
 def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
     """The human-readable support report: coverage, every fallback node, the plan step by step."""
     s = plan.stats
+    target = plan.target or "?"
+
+    def where(device: str) -> str:
+        # "npu" is the plan's name for the target's side; with --target cpu both sides run on the CPU, so say which
+        return f"target '{target}'" if device == "npu" else "the CPU fallback (torch_ir)"
+
+    def side(device: str) -> str:
+        return target if device == "npu" else "fallback"
+
     lines = [
-        f"model {plan.model_name}: target '{plan.target or '?'}'",
+        f"model {plan.model_name}: target '{target}'",
         f"coverage: {s.nodes_npu}/{s.nodes_total} nodes on the target ({100 * s.node_coverage:.1f}%), "
         f"{_human(s.flops_npu)}/{_human(s.flops_total)} FLOPs ({100 * s.flop_coverage:.1f}%)",
-        f"plan: {len(plan.partitions)} partition(s) ({s.partitions_npu} npu, {s.partitions_cpu} cpu), "
-        f"{s.transfers} transfer(s), {_human(s.transfer_bytes)}B moved",
+        f"plan: {len(plan.partitions)} partition(s) ({s.partitions_npu} on target '{target}', {s.partitions_cpu} on "
+        f"the CPU fallback), {s.transfers} transfer(s), {_human(s.transfer_bytes)}B moved",
     ]
     if plan.fallback:
         lines.append(f"fallback to CPU ({len(plan.fallback)} node(s)):")
+        nw = max(len(f.name) for f in plan.fallback)
+        ow = max(len(f.op) for f in plan.fallback)
         for f in plan.fallback:
-            lines.append(f"  {f.name:<24} {f.op:<36} partition {f.partition}  {_human(f.flops)} FLOPs  ({f.reason})")
+            lines.append(f"  {f.name:<{nw}} {f.op:<{ow}} partition {f.partition}  {_human(f.flops)} FLOPs  "
+                         f"({f.reason})")
     else:
         lines.append("every op is supported: one program, no fallback")
     lines.append("steps:")
     for step in plan.steps:
         if isinstance(step, TransferOp):
-            lines.append(f"  transfer {step.tensor} {step.dtype}{step.shape}: {step.src} -> {step.dst} "
+            lines.append(f"  transfer {step.tensor} {step.dtype}{step.shape}: {side(step.src)} -> {side(step.dst)} "
                          f"(from partition {step.producer})")
         else:
             p = plan.partitions[step.partition]
             shown = ", ".join(p.nodes[:max_nodes]) + (f", ... (+{len(p.nodes) - max_nodes})"
                                                       if len(p.nodes) > max_nodes else "")
-            lines.append(f"  run partition {p.index} on {p.device}: {len(p.nodes)} node(s) [{shown}], "
+            lines.append(f"  run partition {p.index} on {where(p.device)}: {len(p.nodes)} node(s) [{shown}], "
                          f"in {[t.name for t in p.inputs]}, out {[t.name for t in p.outputs]}")
     return "\n".join(lines)

@@ -9,10 +9,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "export_model": "model_export",
+    "ExportResult": "model_export",
+    "load_checkpoint": "checkpoint",
+    "ExportError": "errors",
     "resnet18": "resnet",
     "resnet50": "resnet",
-    "ExportResult": "cnn",
     "export_cnn": "cnn",
+    "export_llm": "llm_export",
     "ir_to_dict": "ir_io",
     "save_ir_json": "ir_io",
     "load_ir_for_executor": "ir_io",

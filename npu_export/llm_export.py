@@ -3,6 +3,11 @@
 The folder holds prefill.json / decode.json (IR), cache_map.json, prefill.npubin / decode.npubin (compiled for
 one target) and manifest.json. Export runs on the meta device and the weights are not copied: the manifest names
 the model directory, whose safetensors the runtime reads.
+
+With `random_weights`, the folder is also the model directory: config.json, generation_config.json,
+model.safetensors (random weights) and a small character-level tokenizer (tokenizer.json) are written into it, so that
+`npusim generate FOLDER --prompt ...` runs with no checkpoint and nothing downloaded. The manifest then names the
+model directory as "." (relative to the folder), so the folder can be moved.
 """
 
 from __future__ import annotations
@@ -14,11 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import Qwen2Config
+
 import npu_compiler
 from npu_runtime.llm import MANIFEST_FORMAT, check_model_dir
 
 from ._atomic import atomic_write_text
-from .qwen2 import export_qwen2, qwen2_config
+from ._quiet import no_hf_progress
+from .char_tokenizer import save_char_tokenizer
+from .qwen2 import export_qwen2, qwen2_config, random_qwen2
 
 __all__ = ["LLMExportResult", "export_llm"]
 
@@ -41,14 +51,25 @@ def export_llm(
     dtype: str | None = None,
     target: str = "cpu",
     attn_implementation: str = "eager",
+    random_weights: bool = False,
+    seed: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> LLMExportResult:
     """Export, compile and describe. `dtype` None: the checkpoint's torch_dtype (bfloat16 for a built-in config).
 
-    With `config` and no `model_dir` the folder has the graphs and programs only (no weights to run them with).
+    With `config` and no `model_dir` the folder has the graphs and programs only (no weights to run them with),
+    unless `random_weights`: then a model of that config (or of `model_dir`'s config.json) with random weights
+    (seeded) and a character-level tokenizer are written into the folder, which runs by itself.
     """
     if (model_dir is None) == (config is None):
         raise ValueError("give exactly one of model_dir (a Hugging Face model folder) and config (a built-in name)")
+    config_name = config
+    if random_weights:
+        cfg = (Qwen2Config.from_dict(check_model_dir(model_dir, need_weights=False)) if model_dir is not None
+               else qwen2_config(config))
+        dt = dtype or "bfloat16"
+        write_random_model(out_dir, cfg, dt, seed)
+        model_dir, config = out_dir, None
     if model_dir is not None:
         mdir = Path(model_dir).resolve()
         hf_cfg = check_model_dir(mdir)
@@ -76,8 +97,10 @@ def export_llm(
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
         "architecture": exp.cache_map["model"]["architecture"],
-        "model_dir": str(mdir) if mdir is not None else None,
-        "config": config,
+        # the folder itself ("."): it stays valid when the folder moves
+        "model_dir": ("." if random_weights else str(mdir)) if mdir is not None else None,
+        "config": config_name,
+        "random_weights": random_weights,
         "files": files,
         "target": target,
         "dtype": dt,
@@ -90,3 +113,17 @@ def export_llm(
     }
     path = atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return LLMExportResult(out, path, manifest, mdir is None)
+
+
+def write_random_model(out_dir: str | os.PathLike[str], config: Qwen2Config, dtype: str, seed: int = 0) -> Path:
+    """A Hugging Face model folder in `out_dir`: `config` with random weights (`random_qwen2`, seeded) and a
+    character-level tokenizer whose end token is the model's eos."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    eos = save_char_tokenizer(out, config.vocab_size)
+    config = Qwen2Config.from_dict({**config.to_dict(), "bos_token_id": None, "eos_token_id": eos,
+                                    "pad_token_id": None})
+    model = random_qwen2(config, dtype=getattr(torch, dtype), seed=seed)
+    with no_hf_progress():
+        model.save_pretrained(out)  # config.json, generation_config.json, model.safetensors
+    return out

@@ -23,6 +23,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ._atomic import atomic_write_text
 from ._meta import first_float_dtype, meta_clone
+from .errors import UnknownConfigError
 from .ir_io import TORCH_DTYPES, save_ir_json
 from .qwen2_checkpoint import checkpoint_keys, resolve_weights
 from .qwen2_static import StaticCacheLM, fixed_inputs, kv_input_names
@@ -30,10 +31,13 @@ from .qwen2_static import StaticCacheLM, fixed_inputs, kv_input_names
 __all__ = [
     "CACHE_MAP_FORMAT",
     "LLMExport",
+    "QWEN2_CONFIGS",
     "export_qwen2",
     "extract_qwen2_graph",
     "make_additive_mask",
     "qwen2_config",
+    "random_qwen2",
+    "random_tiny_qwen2",
     "tiny_qwen2_config",
 ]
 
@@ -62,13 +66,13 @@ def tiny_qwen2_config(**overrides: Any) -> Qwen2Config:
     return Qwen2Config(**kwargs)
 
 
-def random_tiny_qwen2(attn_implementation: str = "eager", dtype: torch.dtype = torch.float32, seed: int = 0):
-    """A tiny Qwen2ForCausalLM with random weights for tests. HF's init (std 0.02) gives near-uniform attention,
-    which would hide mask or cache-slot mistakes: weights get std 0.1, norm scales U(0.8, 1.2)."""
-    from transformers import Qwen2ForCausalLM
-
+def random_qwen2(config: Qwen2Config, *, dtype: torch.dtype = torch.float32, seed: int = 0,
+                 attn_implementation: str = "eager"):
+    """A Qwen2ForCausalLM of `config` with random weights. HF's init (std 0.02) gives near-uniform attention, which
+    would hide mask or cache-slot mistakes and make greedy text one repeated token: weights get std 0.1, norm scales
+    U(0.8, 1.2)."""
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM._from_config(tiny_qwen2_config(), attn_implementation=attn_implementation, dtype=dtype)
+    model = Qwen2ForCausalLM._from_config(copy.deepcopy(config), attn_implementation=attn_implementation, dtype=dtype)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -76,6 +80,11 @@ def random_tiny_qwen2(attn_implementation: str = "eager", dtype: torch.dtype = t
             else:
                 p.normal_(0.0, 0.1)
     return model.eval()
+
+
+def random_tiny_qwen2(attn_implementation: str = "eager", dtype: torch.dtype = torch.float32, seed: int = 0):
+    """`random_qwen2` of the tiny config, for tests."""
+    return random_qwen2(tiny_qwen2_config(), dtype=dtype, seed=seed, attn_implementation=attn_implementation)
 
 
 _BUILTIN: dict[str, dict[str, Any]] = {
@@ -110,13 +119,16 @@ _BUILTIN: dict[str, dict[str, Any]] = {
 }
 
 
+QWEN2_CONFIGS = ("tiny", *sorted(_BUILTIN))
+
+
 def qwen2_config(name: str) -> Qwen2Config:
     """A built-in config: "qwen2.5-1.5b", "qwen2.5-0.5b" or "tiny" (see `tiny_qwen2_config`)."""
     key = name.lower()
     if key == "tiny":
         return tiny_qwen2_config()
     if key not in _BUILTIN:
-        raise KeyError(f"unknown Qwen2 config {name!r}; known: {sorted([*_BUILTIN, 'tiny'])}")
+        raise UnknownConfigError(f"unknown Qwen2 config {name!r}; known: {', '.join(QWEN2_CONFIGS)}")
     return Qwen2Config(**_BUILTIN[key])
 
 

@@ -118,15 +118,19 @@ def first_failure(rows: list[KernelCheck]) -> KernelCheck | None:
 
 
 def format_table(rows: list[KernelCheck]) -> str:
-    lines = [f"{'#':>4} {'kernel':<24} {'group':<26} {'IR value':<20} {'max_abs':>10} {'max_rel':>10} "
+    # columns as wide as their longest entry: a cut name ("adaptive_avg_pool2d.defaul") is a wrong name
+    kw = max([len("kernel"), *(len(r.name) for r in rows)])
+    gw = max([len("group"), *(len(r.group) for r in rows)])
+    vw = max([len("IR value"), *(len(str(r.value or "-")) for r in rows)])
+    lines = [f"{'#':>4} {'kernel':<{kw}} {'group':<{gw}} {'IR value':<{vw}} {'max_abs':>10} {'max_rel':>10} "
              f"{'pearson':>10}  result"]
     for r in rows:
         c = r.comparison
         if c is None:
-            lines.append(f"{r.index:>4} {r.name:<24} {r.group[:26]:<26} {str(r.value or '-')[:20]:<20} "
+            lines.append(f"{r.index:>4} {r.name:<{kw}} {r.group:<{gw}} {str(r.value or '-'):<{vw}} "
                          f"{'-':>10} {'-':>10} {'-':>10}  ({r.note})")
         else:
-            lines.append(f"{r.index:>4} {r.name:<24} {r.group[:26]:<26} {str(r.value)[:20]:<20} {c.max_abs:>10.3g} "
+            lines.append(f"{r.index:>4} {r.name:<{kw}} {r.group:<{gw}} {str(r.value):<{vw}} {c.max_abs:>10.3g} "
                          f"{c.max_rel:>10.3g} {c.pearson:>10.6f}  {'ok' if c.passed else 'FAIL'}")
     return "\n".join(lines)
 

@@ -135,6 +135,8 @@ class LLM:
             raise LLMError(f"{out}: graphs only (exported from a built-in config); give a model directory with "
                            "weights (LLM.load(..., model_dir=...))")
         mdir = Path(mdir)
+        if not mdir.is_absolute() and model_dir is None:
+            mdir = out / mdir  # a manifest's relative model_dir is relative to the folder (random-weights exports)
         check_model_dir(mdir)
         be = backend if isinstance(backend, Backend) else get_backend(backend)
         progs = {}

@@ -161,11 +161,15 @@ def write_chart(path: str | os.PathLike, report: ProfileReport, top: int = 20) -
 
 def format_table(report: ProfileReport, top: int | None = None) -> str:
     total = sum(k.median_s for k in report.kernels) or 1.0
-    lines = [f"{'#':>4} {'kernel':<24} {'group':<26} {'time(us)':>10} {'%':>6} {'MB':>9} {'MFLOP':>10} "
+    rows = report.by_time()[:top]
+    # columns as wide as their longest entry: a cut name ("adaptive_avg_pool2d.defaul") is a wrong name
+    kw = max([len("kernel"), *(len(k.name) for k in rows)])
+    gw = max([len("group"), *(len(k.group) for k in rows)])
+    lines = [f"{'#':>4} {'kernel':<{kw}} {'group':<{gw}} {'time(us)':>10} {'%':>6} {'MB':>9} {'MFLOP':>10} "
              f"{'GB/s':>8} {'GFLOP/s':>8}  nodes"]
-    for k in report.by_time()[:top]:
+    for k in rows:
         nodes = ", ".join(k.nodes[:3]) + (" ..." if len(k.nodes) > 3 else "")
-        lines.append(f"{k.index:>4} {k.name:<24} {k.group[:26]:<26} {k.median_s * 1e6:>10.1f} "
+        lines.append(f"{k.index:>4} {k.name:<{kw}} {k.group:<{gw}} {k.median_s * 1e6:>10.1f} "
                      f"{100 * k.median_s / total:>6.1f} {k.bytes / 1e6:>9.3f} {k.flops / 1e6:>10.3f} "
                      f"{k.gbps:>8.2f} {k.gflops:>8.2f}  {nodes}")
     return "\n".join(lines)

@@ -127,12 +127,14 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport) -> np
         if key not in src:
             used = next((k for k in fallbacks if k in src), None)
             if used is None:
-                report.missing.append(key)
+                if key not in report.missing:  # a key two recipes read (a folded BN's stats) is listed once
+                    report.missing.append(key)
                 return None
             report.fallbacks[key] = used
         a = src.get(used)
         if expect is not None and tuple(a.shape) != tuple(expect):
-            report.mismatched.append((key, tuple(expect), tuple(a.shape)))
+            if all(k != key for k, _, _ in report.mismatched):
+                report.mismatched.append((key, tuple(expect), tuple(a.shape)))
             return None
         return a
 

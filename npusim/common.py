@@ -1,9 +1,11 @@
-"""Helpers the subcommands share: input files, generated inputs, compile options."""
+"""Helpers the subcommands share: options that mean the same everywhere, input files, generated inputs."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,10 +13,20 @@ from npu_compiler.program import CompiledProgram, TensorSpec
 from npu_runtime.dtypes import np_dtype
 from npu_runtime.errors import InputError
 
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+class CLIError(Exception):
+    """Options that do not go together, or a value the command cannot use: one line, exit status 2."""
+
+
+# ---- options --------------------------------------------------------------------------------------------------------
+
 
 def add_compile_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", default="auto",
-                   help="compute dtype: auto (from the weights: fp16 CNNs, bf16 LLMs), float32, float16, bfloat16")
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
+                   help="compute dtype; auto: the weights' half dtype if they have one, else float16 for a model "
+                        "with convolutions and bfloat16 otherwise (float32 only when asked)")
     from npu_compiler.compiler import OPTIONAL_PASSES
 
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=OPTIONAL_PASSES,
@@ -22,17 +34,60 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
                         + ", ".join(OPTIONAL_PASSES))
     p.add_argument("--no-fusion", action="store_true", help="switch off every fusion pass (BN folding stays)")
     p.add_argument("--rope-theta", type=float, default=None,
-                   help="rotary base, to compute inv_freq buffers that no checkpoint holds")
+                   help="rotary base, to compute inv_freq buffers that no checkpoint holds (default: the IR's)")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Weights, inputs, backend and seed: what every command that runs a program takes."""
     p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeatable); inputs not given are generated: floats at random, integers "
-                        "inside their valid range")
-    p.add_argument("--backend", default=None, help="cpu, cuda (default: best available, or $NPUSIM_BACKEND)")
+                   help="an input array (repeatable); inputs not given are generated (and the command says so): "
+                        "floats from N(0, 1), integers uniform inside their valid range")
+    add_backend_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed for generated inputs")
+
+
+def add_backend_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default=None,
+                   help="cpu or cuda (default: $NPUSIM_BACKEND, else the best available: cuda where a GPU and CuPy "
+                        "are present, else cpu)")
+
+
+def add_timing_options(p: argparse.ArgumentParser, what: str = "timed runs") -> None:
+    p.add_argument("--warmup", type=_count(0), default=2, help="untimed runs first (caches, lazy kernel builds)")
+    p.add_argument("--iters", type=_count(1), default=10, help=what)
+
+
+def _count(least: int):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {n}")
+        return n
+
+    parse.__name__ = "count"
+    return parse
+
+
+def add_force_cpu_option(p: argparse.ArgumentParser) -> None:
+    # One value per flag (commas allowed): a list-taking option would swallow the positional file argument.
+    p.add_argument("--force-cpu", action="extend", default=[], metavar="OP", type=_comma_list,
+                   help="run these ops (cumsum, add.Tensor, aten.add.Tensor) or node names on the CPU through the "
+                        "partition path; repeatable, or comma-separated (--force-cpu relu_,add_)")
+
+
+def _comma_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expects an op or node name")
+    return items
+
+
+def add_quiet_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
 def compile_kwargs(args: argparse.Namespace) -> dict:
@@ -43,6 +98,18 @@ def compile_kwargs(args: argparse.Namespace) -> dict:
 
         kw["disable_passes"] = sorted(set(kw["disable_passes"]) | set(FUSION_PASSES))
     return kw
+
+
+def check_output_folder(path: str, option: str = "-o") -> None:
+    """Fail before any work when an output file's folder does not exist (not after a minute of compiling)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"{option} {path}: folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CLIError(f"{option} {path}: is a folder; give a file name")
+
+
+# ---- inputs ---------------------------------------------------------------------------------------------------------
 
 
 def parse_inputs(items: list[str]) -> dict[str, np.ndarray]:
@@ -66,9 +133,25 @@ def generate_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if spec.dtype == "bool":
         return rng.random(spec.shape) < 0.5
     if dt.kind in "iu":
-        lo, hi = spec.value_range or (0, 16)
-        return rng.integers(lo, max(hi, lo + 1), size=spec.shape).astype(dt)
+        lo, hi = _int_range(spec)
+        return rng.integers(lo, hi, size=spec.shape).astype(dt)
     return rng.standard_normal(spec.shape).astype(np.float32).astype(dt)
+
+
+def _int_range(spec: TensorSpec) -> tuple[int, int]:
+    lo, hi = spec.value_range or (0, 16)
+    return lo, max(hi, lo + 1)
+
+
+def how_generated(spec: TensorSpec) -> str:
+    """What `generate_input` draws for `spec`, in words."""
+    if spec.dtype == "bool":
+        return "random booleans"
+    if np_dtype(spec.dtype).kind in "iu":
+        lo, hi = _int_range(spec)
+        why = "its valid range" if spec.value_range else "no valid range known"
+        return f"uniform integers in [{lo}, {hi}) ({why})"
+    return "N(0, 1) random values"
 
 
 def input_specs_from_ir(ir) -> list[TensorSpec]:
@@ -80,12 +163,37 @@ def input_specs_from_ir(ir) -> list[TensorSpec]:
     return [TensorSpec(v.name, v.shape, v.dtype, v.dtype, -1, value_range=_value_range(graph, v)) for v in graph.inputs]
 
 
-def complete_inputs(program: CompiledProgram | list[TensorSpec], given: dict[str, np.ndarray], seed: int = 0
-                    ) -> dict[str, np.ndarray]:
+@dataclass
+class Inputs:
+    arrays: dict[str, np.ndarray]
+    generated: list[str]  # one line per input that was generated, saying how
+
+    def notice(self, seed: int) -> str | None:
+        if not self.generated:
+            return None
+        return (f"generated {len(self.generated)} input(s) (seed {seed}; give --input NAME=FILE.npy for your own):\n"
+                + "\n".join(f"  {line}" for line in self.generated))
+
+
+def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[str, np.ndarray], seed: int = 0
+                   ) -> Inputs:
+    """The given inputs, checked by name, and the missing ones generated (`Inputs.generated` says which and how)."""
+    specs = list(program.inputs if isinstance(program, CompiledProgram) else program)
+    known = {s.name for s in specs}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise InputError(f"--input {', '.join(unknown)}: no such input; the model's inputs are "
+                         + ", ".join(f"{s.name} {s.dtype}{list(s.shape)}" for s in specs))
     rng = np.random.default_rng(seed)
     out = dict(given)
-    specs = program.inputs if isinstance(program, CompiledProgram) else program
+    lines = []
     for spec in specs:
         if spec.name not in out:
             out[spec.name] = generate_input(spec, rng)
-    return out
+            lines.append(f"{spec.name} {spec.dtype}{list(spec.shape)}: {how_generated(spec)}")
+    return Inputs(out, lines)
+
+
+def complete_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[str, np.ndarray], seed: int = 0
+                    ) -> dict[str, np.ndarray]:
+    return collect_inputs(program, given, seed).arrays

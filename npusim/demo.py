@@ -1,12 +1,12 @@
 """The built-in example: export a small ResNet and a small Qwen2 with random weights, compile them, run them on
-the best available backend and check them against PyTorch."""
+the best available backend and check them against PyTorch. The files stay in the output folder, ready for the
+next commands (`describe`, `run`, `verify`, `profile`, `generate`) that `npusim demo` prints."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ class DemoResult:
     kernels: int
     seconds: float
     checks: list[tuple[str, bool, str]]
+    files: dict[str, str] = field(default_factory=dict)  # what the demo wrote, by role
 
     @property
     def passed(self) -> bool:
@@ -46,6 +47,8 @@ def demo_resnet(workdir: str, backend_name: str | None = None, batch: int = 2) -
     backend = npu_runtime.get_backend(backend_name)
     t0 = time.perf_counter()
     prog = npu_compiler.compile(res.ir_path, backend.compile_target())  # auto: fp16 for a CNN
+    artifact = os.path.join(workdir, "resnet18_small.npubin")
+    prog.save(artifact)
     ws = npu_runtime.load_weights(prog, res.weights_path, backend)
     x = torch.randn(shape)
     out = backend.create_executor(prog).run_numpy({prog.inputs[0].name: x.numpy()}, ws)
@@ -58,38 +61,41 @@ def demo_resnet(workdir: str, backend_name: str | None = None, batch: int = 2) -
     checks = [("logits within fp16 tolerance", c.passed, f"max_rel {c.max_rel:.2e}, pearson {c.pearson:.6f}"),
               ("top-1 equal", top1 == 1.0, f"{top1:.2f}"),
               ("top-5 agreement >= 0.8", (c.top5_overlap or 0) >= 0.8, f"{c.top5_overlap:.2f}")]
-    return DemoResult("ResNet-18 (width 16, 64x64)", backend.name, prog.compute_dtype, len(prog.kernels), dt, checks)
+    files = {"ir": str(res.ir_path), "weights": str(res.weights_path), "artifact": artifact}
+    return DemoResult("ResNet-18 (width 16, 64x64)", backend.name, prog.compute_dtype, len(prog.kernels), dt, checks,
+                      files)
 
 
 def demo_qwen2(workdir: str, backend_name: str | None = None, decode_steps: int = 4) -> DemoResult:
+    """A tiny Qwen2 with random weights, written as an `export-llm --random-weights` folder (which `npusim generate`
+    runs), checked step by step (prefill, then decode) against torch_ir.IRExecutor."""
+    import json
+
     import torch
     from transformers import Qwen2ForCausalLM
 
-    import npu_compiler
     import npu_runtime
-    from npu_export.qwen2 import export_qwen2, make_additive_mask, tiny_qwen2_config
+    from npu_compiler.program import CompiledProgram
+    from npu_export._quiet import no_hf_progress
+    from npu_export.llm_export import export_llm
+    from npu_export.qwen2 import make_additive_mask
     from npu_export.reference import run_reference
     from npu_runtime.dtypes import np_dtype
     from npu_runtime.metrics import compare
 
-    torch.manual_seed(0)
-    cfg = tiny_qwen2_config()
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.1)
-    model_dir = os.path.join(workdir, "tiny_qwen2")
-    model.save_pretrained(model_dir)
-    L, P = 32, 8
-    exp = export_qwen2(model_dir, os.path.join(workdir, "tiny_qwen2_npu"), max_cache_len=L, prefill_len=P,
-                       dtype="bfloat16")
-    cm = exp.cache_map
-    theta = cm["rope"]["theta"]
     backend = npu_runtime.get_backend(backend_name)
+    L, P = 32, 8
+    exp = export_llm(workdir, config="tiny", max_cache_len=L, prefill_len=P, dtype="bfloat16",
+                     target=backend.compile_target(), random_weights=True)
+    files = exp.manifest["files"]
+    cm = json.loads((exp.out_dir / files["cache_map"]).read_text())
+    with no_hf_progress():
+        model = Qwen2ForCausalLM.from_pretrained(exp.out_dir, dtype=torch.bfloat16).eval()
+    cfg = model.config
     t0 = time.perf_counter()
-    progs = {k: npu_compiler.compile(getattr(exp, f"{k}_path"), backend.compile_target(), rope_theta=theta)
-             for k in ("prefill", "decode")}
-    ws = {k: npu_runtime.load_weights(p, model_dir, backend) for k, p in progs.items()}
+    progs = {k: CompiledProgram.load(exp.out_dir / files[k]) for k in ("prefill", "decode")}
+    ir_paths = {k: exp.out_dir / files[f"{k}_ir"] for k in ("prefill", "decode")}
+    ws = {k: npu_runtime.load_weights(p, exp.out_dir, backend) for k, p in progs.items()}
     execs = {k: backend.create_executor(p) for k, p in progs.items()}
     dt_name = cm["cache"]["dtype"]
     cache = {}
@@ -116,7 +122,7 @@ def demo_qwen2(workdir: str, backend_name: str | None = None, decode_steps: int 
             inputs[layer["k_input"]] = cache[cm["graphs"]["prefill"]["layers"][layer["layer"]]["k_input"]]
             inputs[layer["v_input"]] = cache[cm["graphs"]["prefill"]["layers"][layer["layer"]]["v_input"]]
         out = execs[kind].run_numpy(inputs, ws[kind])
-        ref = run_reference(getattr(exp, f"{kind}_path"), sd_ref, inputs)
+        ref = run_reference(ir_paths[kind], sd_ref, inputs)
         lg = g["outputs"]["logits"]
         c = compare("logits", out[lg], ref[lg], progs[kind].compute_dtype)
         checks.append((f"{kind} step {step} logits", c.passed and c.pearson >= 0.999,
@@ -128,7 +134,7 @@ def demo_qwen2(workdir: str, backend_name: str | None = None, decode_steps: int 
         pos += T
     dt = time.perf_counter() - t0
     return DemoResult("Qwen2 tiny (2 layers, bf16, prefill + decode)", backend.name, progs["decode"].compute_dtype,
-                      kernels, dt, checks)
+                      kernels, dt, checks, {"llm": str(exp.out_dir)})
 
 
 def _reference_state_dict(model) -> dict:
@@ -137,7 +143,22 @@ def _reference_state_dict(model) -> dict:
             for k, v in sd.items()}
 
 
-def run_demo(backend_name: str | None = None, workdir: str | None = None) -> list[DemoResult]:
-    with tempfile.TemporaryDirectory(prefix="npusim-demo-") as tmp:
-        wd = workdir or tmp
-        return [demo_resnet(os.path.join(wd, "resnet"), backend_name), demo_qwen2(wd, backend_name)]
+def run_demo(backend_name: str | None = None, workdir: str = "npusim-demo") -> list[DemoResult]:
+    return [demo_resnet(os.path.join(workdir, "resnet18"), backend_name),
+            demo_qwen2(os.path.join(workdir, "qwen2-tiny"), backend_name)]
+
+
+def next_steps(results: list[DemoResult]) -> list[str]:
+    """The commands to try on what the demo wrote."""
+    r, q = results[0].files, results[1].files
+    be = results[0].backend
+    opt = "" if be == "cpu" else f" --backend {be}"
+    return [
+        f"npusim describe {r['artifact']}",
+        f"npusim run {r['artifact']} --weights {r['weights']} --top-k 5{opt}",
+        f"npusim verify {r['ir']} --weights {r['weights']} --per-node --backend cpu",
+        f"npusim profile {r['artifact']} --weights {r['weights']}{opt}",
+        f"npusim generate {q['llm']} --prompt \"Hello\" --max-new-tokens 16{opt}",
+        "npusim export MODULE:FACTORY --input-shape 1,3,224,224 -o out   (your own model: "
+        "docs/compile-your-own-model.md)",
+    ]

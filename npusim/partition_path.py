@@ -19,9 +19,27 @@ from npu_compiler.ir.reader import load_ir_dict
 from npu_compiler.op_support import support_predicate
 from npu_compiler.partition import FallbackNode, PartitionPlan, partition
 
-__all__ = ["needs_partition", "partition_notice", "make_plan", "run_partitioned"]
+__all__ = ["check_force_cpu", "needs_partition", "partition_notice", "make_plan", "run_partitioned"]
 
 IRSource = str | os.PathLike | Mapping[str, Any]
+
+
+def check_force_cpu(ir: IRSource, force_cpu: Iterable[str]) -> None:
+    """Every --force-cpu entry must name an op or a node of the graph: a typo must not be silently ignored."""
+    from npu_compiler.ir.schema import short_op
+    from npu_runtime.errors import InputError
+
+    force_cpu = list(force_cpu)
+    if not force_cpu:
+        return
+    nodes = load_ir_dict(ir).get("nodes", [])
+    # the predicate's own matching (op in any spelling, or node name), one entry at a time
+    unmatched = [e for e in force_cpu
+                 if not any(support_predicate("cpu", [e])._forced(nd) for nd in nodes)]
+    if unmatched:
+        ops = sorted({short_op(str(nd.get("op_type", ""))) for nd in nodes})
+        raise InputError(f"--force-cpu {', '.join(unmatched)}: no such op or node in the graph; its ops: "
+                         f"{', '.join(ops)}")
 
 
 def make_plan(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) -> PartitionPlan:
@@ -38,10 +56,13 @@ def needs_partition(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) ->
 
 def partition_notice(unsupported: list[FallbackNode], target: str, limit: int = 8) -> str:
     """One line for the user: why the partition path is taken and which nodes fall back."""
+    from collections import Counter
+
     shown = ", ".join(f"{f.name} ({f.op})" for f in unsupported[:limit])
     more = f", ... (+{len(unsupported) - limit})" if len(unsupported) > limit else ""
-    return (f"{len(unsupported)} node(s) not supported by target '{target}': {shown}{more}; taking the partition "
-            "path (those run on the CPU through torch_ir; see `npusim partition` for the plan)")
+    reasons = "; ".join(f"{n} {why}" for why, n in Counter(f.reason for f in unsupported).most_common(3))
+    return (f"{len(unsupported)} node(s) run on the CPU instead of target '{target}' ({reasons}): {shown}{more}; "
+            "taking the partition path (those run through torch_ir; see `npusim partition` for the plan)")
 
 
 def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backend: Any, dtype: str | None = None,

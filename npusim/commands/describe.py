@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..graphviz import size_breakdown, to_dot, to_mermaid
 
+    if args.graph and args.json:
+        from ..common import CLIError
+
+        raise CLIError("--graph prints DOT or Mermaid text, --json the description: use one or the other")
     prog = CompiledProgram.load(args.artifact)
     if args.graph:
         print(to_dot(prog) if args.graph == "dot" else to_mermaid(prog), end="")
@@ -36,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"passes: {', '.join(d['passes'])}")
     print("inputs:")
     for t in d["inputs"]:
-        extra = f"  valid range {t['value_range']}" if "value_range" in t else ""
+        # half-open, as generated inputs and `generate` use it: token ids 0..vocab-1 are [0, vocab)
+        extra = f"  valid range [{t['value_range'][0]}, {t['value_range'][1]})" if "value_range" in t else ""
         print(f"  {t['name']:<24} {t['dtype']}{t['shape']} (device {t['device_dtype']}){extra}")
     print("outputs:")
     for t in d["outputs"]:

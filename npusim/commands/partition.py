@@ -9,6 +9,8 @@ import sys
 from npu_compiler.op_support import support_predicate
 from npu_compiler.partition import format_report, partition
 
+from ..common import add_force_cpu_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -16,15 +18,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Partition an IR JSON for a target: coverage by nodes and FLOPs, every CPU fallback node with "
                     "its reason, and the plan (partitions and transfers). Nothing is compiled or run.")
     p.add_argument("ir", help="IR JSON file (pytorch-ir)")
-    p.add_argument("--target", default="cpu", help="compiler target (default: cpu)")
+    p.add_argument("--target", default="cpu", help="compiler target: cpu, cuda")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--include-ir", action="store_true", help="with --json: include each partition's sub-IR")
-    p.add_argument("--force-cpu", nargs="+", action="extend", default=[], metavar="OP",
-                   help="ops (cumsum, aten.add.Tensor) or node names to run on the CPU even when supported")
+    add_force_cpu_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..partition_path import check_force_cpu
+
+    check_force_cpu(args.ir, args.force_cpu)
     plan = partition(args.ir, support_predicate(args.target, args.force_cpu))
     if args.json:
         sys.stdout.write(plan.to_json(include_ir=args.include_ir) + "\n")

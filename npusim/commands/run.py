@@ -1,25 +1,46 @@
-"""npusim run X.npubin --weights W.safetensors --input NAME=FILE.npy ... -o out.npz"""
+"""npusim run MODEL --weights W [--input NAME=FILE.npy ...] [-o out.npz] [--warmup N --iters N] [--top-k K]"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-from ..common import add_run_options, complete_inputs, parse_inputs
+from ..common import (
+    add_force_cpu_option,
+    add_quiet_option,
+    add_run_options,
+    add_timing_options,
+    check_output_folder,
+    collect_inputs,
+    parse_inputs,
+)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run a compiled artifact on a backend",
-                       description="Run a .npubin artifact with weights and inputs; write the outputs to an .npz.")
-    p.add_argument("artifact", help=".npubin file (or an IR JSON, compiled on the fly)")
+    p = sub.add_parser(
+        "run", help="run a compiled artifact: timings (median/p90/p99, throughput) and a summary of the outputs",
+        description="Run a .npubin artifact (or an IR JSON, compiled on the fly) with weights and inputs. Inputs "
+                    "not given are generated, and the command says how. Runs --warmup untimed and --iters timed "
+                    "times and reports the latency (inputs in, outputs out, end to end) as min/mean/median/p90/"
+                    "p99/max and the throughput; summarises every output (--top-k for classifiers) and writes them "
+                    "to an .npz with -o.\n\n"
+                    "  npusim run model.npubin --weights model.safetensors --input x=x.npy --top-k 5 -o out.npz")
+    p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly)")
     add_run_options(p)
-    p.add_argument("-o", "--output", required=True, help="where to write the outputs (.npz)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("-o", "--output", default=None, help="write the outputs of the last run to this .npz "
+                                                        "(default: not written)")
+    add_timing_options(p)
+    p.add_argument("--top-k", type=int, default=0, metavar="K",
+                   help="for each row of each float output, the K largest values and their indices (classes); "
+                        "0 = off")
+    p.add_argument("--json", action="store_true", help="machine-readable report (timings and output summaries)")
+    add_force_cpu_option(p)
+    add_quiet_option(p)
     p.set_defaults(func=run)
 
 
@@ -28,41 +49,112 @@ def run(args: argparse.Namespace) -> int:
     import npu_runtime
     from npu_compiler.program import CompiledProgram
 
-    backend = npu_runtime.get_backend(args.backend)
-    if args.artifact.endswith(".json"):
-        from ..common import input_specs_from_ir
-        from ..partition_path import needs_partition, partition_notice, run_partitioned
+    from ..timing import time_runs
 
-        fallback = needs_partition(args.artifact, backend.compile_target())
+    if args.output:
+        check_output_folder(args.output)
+    backend = npu_runtime.get_backend(args.backend)
+    is_ir = args.artifact.endswith(".json")
+    if args.force_cpu and not is_ir:
+        from ..common import CLIError
+
+        raise CLIError("--force-cpu partitions an IR JSON; an artifact is one compiled program")
+    given = parse_inputs(args.input)
+    if is_ir:
+        from ..common import input_specs_from_ir
+        from ..partition_path import check_force_cpu, needs_partition, partition_notice, run_partitioned
+
+        check_force_cpu(args.artifact, args.force_cpu)
+        fallback = needs_partition(args.artifact, backend.compile_target(), args.force_cpu)
         if fallback:
             print(partition_notice(fallback, backend.compile_target()), file=sys.stderr)
-            inputs = complete_inputs(input_specs_from_ir(args.artifact), parse_inputs(args.input), args.seed)
-            t0 = time.perf_counter()
-            outs = run_partitioned(args.artifact, args.weights, inputs, backend)
-            _save_npz(args.output, outs)
-            print(f"ran {args.artifact} on {backend.name} + cpu fallback in {(time.perf_counter() - t0) * 1e3:.2f} ms "
-                  f"-> {args.output}")
-            return 0
+            inp = collect_inputs(input_specs_from_ir(args.artifact), given, args.seed)
+            _notice(args, inp)
+            _, dag = run_partitioned(args.artifact, args.weights, inp.arrays, backend, None, args.force_cpu,
+                                     return_executor=True)
+            stats, outs = time_runs(lambda: dag.run(inp.arrays), args.warmup, args.iters)
+            title = (f"run {args.artifact} on {backend.name} + cpu fallback ({len(dag.plan.partitions)} partitions, "
+                     f"{dag.num_transfers} transfers)")
+            return _report(args, title, stats, outs, inp)
         prog = npu_compiler.compile(args.artifact, backend.compile_target())
     else:
         prog = CompiledProgram.load(args.artifact)
-    inputs = complete_inputs(prog, parse_inputs(args.input), args.seed)
+    inp = collect_inputs(prog, given, args.seed)
+    _notice(args, inp)
     from ..progress import Progress
 
-    with Progress("loading weights", quiet=args.quiet) as bar:
+    with Progress("loading weights", quiet=args.quiet or args.json) as bar:
         ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
     ex = backend.create_executor(prog)
-    t0 = time.perf_counter()
-    outs = ex.run_numpy(inputs, ws)
-    backend.synchronize()
-    dt = time.perf_counter() - t0
-    _save_npz(args.output, outs)
-    print(f"ran {prog.model_name} on {backend.name} in {dt * 1e3:.2f} ms -> {args.output} "
-          f"({', '.join(f'{k} {list(v.shape)}' for k, v in outs.items())})")
+    stats, outs = time_runs(lambda: ex.run_numpy(inp.arrays, ws), args.warmup, args.iters)
+    title = f"run {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels)"
+    return _report(args, title, stats, outs, inp)
+
+
+def _notice(args: argparse.Namespace, inp) -> None:
+    text = inp.notice(args.seed)
+    if text and not args.json:
+        print(text, file=sys.stderr)
+
+
+def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp) -> int:
+    summaries = {name: summarize(arr, args.top_k) for name, arr in outs.items()}
+    if args.output:
+        save_npz(args.output, outs)
+    if args.json:
+        print(json.dumps({"title": title, "timing": stats.to_dict(), "generated_inputs": inp.generated,
+                          "outputs": summaries, "written": args.output}, indent=1))
+        return 0
+    print(title)
+    print(stats.format())
+    print("outputs:")
+    for name, s in summaries.items():
+        print(f"  {name} {s['dtype']}{s['shape']}: {_stats_text(s)}")
+        for row in s.get("top_k", []):
+            pairs = ", ".join(f"{i} ({v:.4g})" for i, v in zip(row["indices"], row["values"]))
+            print(f"    row {row['row']}: top-{len(row['indices'])} {pairs}")
+        if s.get("rows_not_shown"):
+            print(f"    ... {s['rows_not_shown']} more row(s)")
+    if args.output:
+        print(f"outputs written: {args.output}")
     return 0
 
 
-def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+def _stats_text(s: dict) -> str:
+    if "mean" not in s:
+        return f"min {s['min']}, max {s['max']}, first {s['first']}"
+    text = f"min {s['min']:.4g}, max {s['max']:.4g}, mean {s['mean']:.4g}, std {s['std']:.4g}"
+    if s.get("nonfinite"):
+        text += f", {s['nonfinite']} NaN/Inf"
+    return text
+
+
+def summarize(arr: np.ndarray, top_k: int = 0, max_rows: int = 4) -> dict:
+    """min/max/mean/std of an output (float), or min/max/first values (integers, bools); with `top_k`, the largest
+    values of each row along the last axis (the classes of a classifier)."""
+    a = np.asarray(arr)
+    d: dict = {"dtype": a.dtype.name, "shape": list(a.shape)}
+    if a.size == 0:
+        return {**d, "min": None, "max": None, "first": []}
+    if a.dtype.kind in "iub":
+        return {**d, "min": a.min().item(), "max": a.max().item(), "first": a.ravel()[:8].tolist()}
+    f = a.astype(np.float64)
+    finite = np.isfinite(f)
+    vals = f[finite] if finite.any() else np.zeros(1)
+    d.update(min=float(vals.min()), max=float(vals.max()), mean=float(vals.mean()), std=float(vals.std()),
+             nonfinite=int((~finite).sum()))
+    if top_k > 0 and a.ndim >= 1:
+        rows = f.reshape(-1, a.shape[-1])
+        k = min(top_k, rows.shape[-1])
+        d["top_k"] = []
+        for r in range(min(len(rows), max_rows)):
+            idx = np.argsort(-np.nan_to_num(rows[r], nan=-np.inf), kind="stable")[:k]
+            d["top_k"].append({"row": r, "indices": idx.tolist(), "values": rows[r][idx].tolist()})
+        d["rows_not_shown"] = max(len(rows) - max_rows, 0)
+    return d
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Atomic: a failed run leaves no half-written file. bf16 is stored as float32 (npz has no bf16)."""
     plain = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in arrays.items()}
     folder = os.path.dirname(os.path.abspath(path))
@@ -70,7 +162,8 @@ def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     os.close(fd)
     try:
         np.savez(tmp, **plain)
-        os.replace(tmp, path if path.endswith(".npz") else path)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

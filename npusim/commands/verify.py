@@ -1,4 +1,5 @@
-"""npusim verify IR.json --weights W.safetensors: compile, run, and compare with torch_ir.IRExecutor."""
+"""npusim verify IR.json --weights W.safetensors: compile, run, and compare with torch_ir.IRExecutor; or compare an
+artifact's outputs with golden outputs the user brings (--expected FILE.npz)."""
 
 from __future__ import annotations
 
@@ -7,43 +8,66 @@ import json
 import sys
 
 from ..common import (
+    CLIError,
     add_compile_options,
+    add_force_cpu_option,
+    add_quiet_option,
     add_run_options,
+    collect_inputs,
     compile_kwargs,
-    complete_inputs,
     input_specs_from_ir,
     parse_inputs,
 )
 
 
 def register(sub) -> None:
-    p = sub.add_parser("verify", help="compile, run and compare with PyTorch (torch_ir.IRExecutor)",
-                       description="Compile the IR, run it on a backend and compare every output with the "
-                                   "independent reference (torch_ir.IRExecutor, ATen op by op): max abs/rel error, "
-                                   "Pearson r, top-k agreement. Exit status 0 only within the tolerance of the "
-                                   "compute dtype.")
-    p.add_argument("ir", help="IR JSON file")
+    p = sub.add_parser(
+        "verify", help="compile, run and compare with PyTorch (torch_ir.IRExecutor) or with golden outputs",
+        description="Compile the IR, run it on a backend and compare every output with the independent reference "
+                    "(torch_ir.IRExecutor, ATen op by op): max abs/rel error, Pearson r, top-k agreement. Prints the "
+                    "tolerance it applies; exit status 0 only within it.\n\n"
+                    "  npusim verify model.json --weights model.safetensors\n"
+                    "  npusim verify model.json --weights model.safetensors --atol 1e-2 --rtol 1e-2\n"
+                    "  npusim verify model.npubin --weights model.safetensors --input x=x.npy --expected golden.npz\n\n"
+                    "Default tolerance per compute dtype (docs/tolerances.md): " + _default_tolerances())
+    p.add_argument("ir", metavar="MODEL", help="IR JSON file; or a .npubin artifact together with --expected")
     add_run_options(p)
+    p.add_argument("--expected", metavar="FILE.npz", default=None,
+                   help="compare with these golden outputs (arrays named like the model's outputs) instead of "
+                        "running the PyTorch reference; needs every input given with --input")
+    tol = p.add_argument_group("tolerance (default: the compute dtype's, see above)")
+    tol.add_argument("--atol", type=float, default=None,
+                     help="elementwise: every |out - ref| <= atol + rtol * |ref| (replaces the max|err|/max|ref| "
+                          "bound unless --max-rel is given too; default: no elementwise bound)")
+    tol.add_argument("--rtol", type=float, default=None,
+                     help="elementwise relative bound, with --atol (default: no elementwise bound)")
+    tol.add_argument("--max-rel", type=float, default=None,
+                     help="bound on max|err| / max|ref| (default: the compute dtype's)")
+    tol.add_argument("--min-pearson", type=float, default=None,
+                     help="lowest Pearson r between output and reference (default: the compute dtype's)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--per-node", action="store_true",
                    help="also compare every intermediate that survives fusion with the reference value of its IR "
-                        "node (cpu backend) and name the first kernel outside the tolerance")
+                        "node (cpu backend, dtype default tolerance) and name the first kernel outside it")
     p.add_argument("--dump-repro", metavar="DIR", default=None,
-                   help="with --per-node: write the first failing kernel's inputs, expected output and a "
-                        "script (repro.py) that reruns just that kernel")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument("--force-cpu", action="append", default=[], metavar="OP",
-                   help="run these ops (or node names) on the CPU through the partition path (repeatable)")
+                   help="implies --per-node: write the first failing kernel's inputs, expected output and a script "
+                        "(repro.py) that reruns just that kernel")
+    add_quiet_option(p)
+    add_force_cpu_option(p)
     add_compile_options(p)
     p.set_defaults(func=run)
 
 
-def reference_weights(prog, ws) -> dict:
+def _default_tolerances() -> str:
+    from npu_runtime.metrics import MODEL_TOLERANCE, model_tolerance
+
+    return "; ".join(f"{dt}: {model_tolerance(dt).describe().split(' (')[0]}" for dt in MODEL_TOLERANCE) + "."
+
+
+def reference_weights(prog, ws) -> tuple[dict, dict]:
     """Checkpoint keys the program resolved by itself (a tied lm_head, a computed rotary inv_freq), for the
     reference, which reads the checkpoint by key only."""
-    extra = {}
-    for key, used in ws.report.fallbacks.items():
-        extra[key] = used
+    extra = dict(ws.report.fallbacks)
     computed = {}
     for spec in prog.weights:
         if spec.recipe.kind == "rope_inv_freq":
@@ -53,29 +77,120 @@ def reference_weights(prog, ws) -> dict:
     return extra, computed
 
 
-def run(args: argparse.Namespace) -> int:
-    import numpy as np
+def _tolerance(args: argparse.Namespace, compute: str):
+    from npu_runtime.metrics import model_tolerance
 
+    return model_tolerance(compute, min_pearson=args.min_pearson, max_rel=args.max_rel, atol=args.atol,
+                           rtol=args.rtol)
+
+
+def _check_combinations(args: argparse.Namespace, artifact: bool) -> None:
+    per_node = args.per_node or args.dump_repro
+    if per_node and args.force_cpu:
+        raise CLIError("--per-node (and --dump-repro) runs one program kernel by kernel; --force-cpu takes the "
+                       "partition path, which has no kernels to compare: use one or the other")
+    if per_node and args.expected:
+        raise CLIError("--per-node compares every kernel with the PyTorch reference; --expected replaces that "
+                       "reference with golden outputs: use one or the other")
+    if artifact and not args.expected:
+        raise CLIError(f"{args.ir} is an artifact: comparing with PyTorch needs the IR JSON it came from; give the "
+                       "IR, or golden outputs with --expected FILE.npz")
+    if artifact and (per_node or args.force_cpu):
+        raise CLIError("--per-node, --dump-repro and --force-cpu need the IR JSON, not an artifact")
+    compile_opts = [f for f, on in (("--dtype", args.dtype != "auto"), ("--disable-pass", args.disable_pass),
+                                    ("--no-fusion", args.no_fusion), ("--rope-theta", args.rope_theta is not None))
+                    if on]
+    if artifact and compile_opts:
+        raise CLIError(f"{', '.join(compile_opts)} set how an IR is compiled; {args.ir} is compiled already "
+                       "(compile again with them, or verify the IR JSON)")
+
+
+def run(args: argparse.Namespace) -> int:
     import npu_compiler
     import npu_runtime
-    from npu_export.reference import load_state_dict, run_reference, to_torch
-    from npu_runtime.metrics import compare
+    from npu_compiler.program import CompiledProgram
 
-    from ..partition_path import needs_partition
+    from ..partition_path import check_force_cpu, needs_partition
 
+    artifact = not args.ir.endswith(".json")
+    _check_combinations(args, artifact)
     backend = npu_runtime.get_backend(args.backend)
-    fallback = needs_partition(args.ir, backend.compile_target(), args.force_cpu)
-    if fallback:
-        return _verify_partitioned(args, backend, fallback)
-    prog = npu_compiler.compile(args.ir, backend.compile_target(), **compile_kwargs(args))
-    compute = prog.compute_dtype
-    inputs = complete_inputs(prog, parse_inputs(args.input), args.seed)
+    if artifact:
+        prog = CompiledProgram.load(args.ir)
+    else:
+        check_force_cpu(args.ir, args.force_cpu)
+        fallback = needs_partition(args.ir, backend.compile_target(), args.force_cpu)
+        if fallback:
+            if args.per_node or args.dump_repro:
+                raise CLIError(f"--per-node needs one program, but {len(fallback)} node(s) have no lowering for "
+                               f"target '{backend.compile_target()}' ({', '.join(f.op for f in fallback[:4])}); see "
+                               "`npusim partition`")
+            return _verify_partitioned(args, backend, fallback)
+        prog = npu_compiler.compile(args.ir, backend.compile_target(), **compile_kwargs(args))
+    given = parse_inputs(args.input)
+    expected = None
+    if args.expected:
+        _require_inputs(prog.inputs, given)
+        expected = _load_expected(args.expected, [(s.name, tuple(s.shape)) for s in prog.outputs], prog.model_name)
+    inp = collect_inputs(prog, given, args.seed)
+    _notice(args, inp)
     from ..progress import Progress
 
     with Progress("loading weights", quiet=args.quiet or args.json) as bar:
         ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
     executor = backend.create_executor(prog)
-    outs = executor.run_numpy(inputs, ws)
+    outs = executor.run_numpy(inp.arrays, ws)
+
+    per_node = None
+    if expected is not None:
+        ref, against = expected, args.expected
+    else:
+        sd = _reference_state_dict(args, prog, ws)
+        against = "torch_ir.IRExecutor"
+        if args.per_node or args.dump_repro:
+            per_node, ref = _per_node(args, prog, executor, inp.arrays, ws, sd)
+        else:
+            from npu_export.reference import run_reference
+
+            ref = run_reference(args.ir, sd, inp.arrays)
+    tol = _tolerance(args, prog.compute_dtype)
+    from npu_runtime.metrics import compare
+
+    rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol) for name in ref]
+    ok = all(r.passed for r in rows)
+    report = {"model": prog.model_name, "backend": backend.name, "target": prog.target,
+              "compute_dtype": prog.compute_dtype, "kernels": len(prog.kernels), "reference": against,
+              "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
+              "passed": ok, "outputs": [r.to_dict() for r in rows], "weights": ws.report.summary()}
+    if per_node is not None:
+        report["per_node"] = per_node
+        ok = ok and per_node["first_failure"] is None
+        report["passed"] = ok
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0 if ok else 1
+    print(f"verify {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels) "
+          f"against {against}")
+    print(f"tolerance: {tol.describe()}")
+    if report["weights"] != "all weights present":
+        print(f"weights: {report['weights']}")
+    _print_rows(rows)
+    if per_node is not None:
+        _print_per_node(args, per_node)
+    print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
+    return 0 if ok else 1
+
+
+def _notice(args: argparse.Namespace, inp) -> None:
+    text = inp.notice(args.seed)
+    if text and not args.json:
+        print(text, file=sys.stderr)
+
+
+def _reference_state_dict(args: argparse.Namespace, prog, ws) -> dict:
+    import numpy as np
+
+    from npu_export.reference import load_state_dict, to_torch
 
     sd = load_state_dict(args.weights)
     aliases, computed = reference_weights(prog, ws)
@@ -83,49 +198,80 @@ def run(args: argparse.Namespace) -> int:
         sd.setdefault(key, sd[src])
     for key, arr in computed.items():
         sd.setdefault(key, to_torch(np.asarray(arr, dtype=np.float32)))
-    per_node = None
-    if args.per_node or args.dump_repro:
-        per_node, ref = _per_node(args, prog, executor, inputs, ws, sd)
-    else:
-        ref = run_reference(args.ir, sd, inputs)
+    return sd
 
-    rows = [compare(name, outs[name], ref[name], prog.compute_dtype) for name in ref]
-    ok = all(r.passed for r in rows)
-    report = {"model": prog.model_name, "backend": backend.name, "target": prog.target,
-              "compute_dtype": prog.compute_dtype, "kernels": len(prog.kernels), "passed": ok,
-              "outputs": [r.to_dict() for r in rows], "weights": ws.report.summary()}
-    if per_node is not None:
-        report["per_node"] = per_node
-        ok = ok and per_node["first_failure"] is None
-        report["passed"] = ok
-    if args.json:
-        print(json.dumps(report, indent=1))
-    else:
-        print(f"verify {prog.model_name} on {backend.name} ({compute}, {len(prog.kernels)} kernels) "
-              "against torch_ir.IRExecutor")
-        _print_rows(rows)
-        if per_node is not None:
-            print(per_node["table"])
-            bad = per_node["first_failure"]
-            if bad is None:
-                print(f"per-node: all {per_node['compared']} compared kernels within the tolerance")
-            else:
-                print(f"per-node: first kernel outside the tolerance: #{bad['index']} {bad['name']} "
-                      f"(group {bad['group']}; IR nodes {', '.join(bad['nodes'])}; IR value {bad['value']})")
-            if per_node.get("repro"):
-                print(f"repro written: python {per_node['repro']}")
-        print("PASS" if ok else "FAIL: outside the tolerance of " + compute)
-    return 0 if ok else 1
+
+def _require_inputs(specs, given: dict) -> None:
+    missing = [s.name for s in specs if s.name not in given]
+    if missing:
+        raise CLIError(f"--expected: golden outputs belong to specific inputs; give {', '.join(missing)} with "
+                       "--input NAME=FILE.npy")
+
+
+def _load_expected(path: str, outputs: list[tuple[str, tuple[int, ...]]], model: str) -> dict:
+    """Golden outputs by output name, checked against the model's outputs (name, shape)."""
+    import os
+
+    import numpy as np
+
+    from npu_runtime.errors import InputError
+
+    if not os.path.isfile(path):
+        raise InputError(f"--expected: file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError) as e:
+        raise InputError(f"--expected {path}: not a .npz file of arrays ({e})") from e
+    names = [n for n, _ in outputs]
+    if len(arrays) == 1 and len(names) == 1 and names[0] not in arrays:
+        arrays = {names[0]: next(iter(arrays.values()))}  # one array for one output: its name does not matter
+    unknown = sorted(set(arrays) - set(names))
+    if unknown or not arrays:
+        raise InputError(f"--expected {path}: arrays {unknown or '(none)'} are not outputs of {model}; its outputs: "
+                         f"{', '.join(names)}")
+    for name, shape in outputs:
+        if name in arrays and tuple(arrays[name].shape) != tuple(shape):
+            raise InputError(f"--expected {path}: '{name}' has shape {list(arrays[name].shape)}, the model's output "
+                             f"is {list(shape)}")
+    absent = [n for n in names if n not in arrays]
+    if absent:
+        print(f"--expected {path}: no golden value for {', '.join(absent)}; not compared", file=sys.stderr)
+    return arrays
 
 
 def _print_rows(rows) -> None:
-    print(f"  {'output':<20} {'shape':<18} {'max_abs':>10} {'max_rel':>10} {'pearson':>10} {'top1':>6} "
-          f"{'top5':>6}  result")
+    w = max([len("output"), *(len(r.name) for r in rows)])
+    elementwise = any(r.mismatched is not None for r in rows)
+    print(f"  {'output':<{w}} {'shape':<18} {'max_abs':>10} {'max_rel':>10} {'pearson':>10} {'top1':>6} "
+          f"{'top5':>6}" + (f" {'mismatched':>12}" if elementwise else "") + "  result")
     for r in rows:
         t1 = f"{r.top1_equal:.2f}" if r.top1_equal is not None else "-"
         t5 = f"{r.top5_overlap:.2f}" if r.top5_overlap is not None else "-"
-        print(f"  {r.name:<20} {str(list(r.shape)):<18} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
-              f"{r.pearson:>10.6f} {t1:>6} {t5:>6}  {'ok' if r.passed else 'FAIL'}")
+        mm = ""
+        if elementwise:
+            n = 1
+            for d in r.shape:
+                n *= d
+            mm = f" {f'{r.mismatched}/{n}' if r.mismatched is not None else '-':>12}"
+        print(f"  {r.name:<{w}} {str(list(r.shape)):<18} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
+              f"{r.pearson:>10.6f} {t1:>6} {t5:>6}{mm}  {'ok' if r.passed else 'FAIL'}")
+
+
+def _print_per_node(args: argparse.Namespace, per_node: dict) -> None:
+    print(per_node["table"])
+    bad = per_node["first_failure"]
+    if bad is None:
+        print(f"per-node: all {per_node['compared']} compared kernels within the tolerance")
+        if args.dump_repro:
+            print(f"--dump-repro: nothing written to {args.dump_repro} (no kernel outside the tolerance)")
+    else:
+        print(f"per-node: first kernel outside the tolerance: #{bad['index']} {bad['name']} "
+              f"(group {bad['group']}; IR nodes {', '.join(bad['nodes'])}; IR value {bad['value']})")
+        if per_node.get("repro"):
+            print(f"repro written: python {per_node['repro']}")
+        else:
+            print("next: add --dump-repro DIR for a standalone script that reruns just that kernel")
 
 
 def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
@@ -142,23 +288,36 @@ def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
     print(partition_notice(fallback, target), file=sys.stderr)
     kw = compile_kwargs(args)
     compute = choose_compute_dtype(read_ir(args.ir), default_config(target), kw["dtype"])
-    inputs = complete_inputs(input_specs_from_ir(args.ir), parse_inputs(args.input), args.seed)
+    given = parse_inputs(args.input)
+    specs = input_specs_from_ir(args.ir)
+    if args.expected:
+        _require_inputs(specs, given)
+    inp = collect_inputs(specs, given, args.seed)
+    _notice(args, inp)
     sd = load_state_dict(args.weights)
-    outs, dag = run_partitioned(args.ir, sd, inputs, backend, kw["dtype"], args.force_cpu, return_executor=True)
-    ref = run_reference(args.ir, sd, inputs)
-    rows = [compare(name, outs[name], ref[name], compute) for name in ref]
+    outs, dag = run_partitioned(args.ir, sd, inp.arrays, backend, kw["dtype"], args.force_cpu, return_executor=True)
+    if args.expected:
+        ref = _load_expected(args.expected, [(n, tuple(v.shape)) for n, v in outs.items()], args.ir)
+        against = args.expected
+    else:
+        ref = run_reference(args.ir, sd, inp.arrays)
+        against = "torch_ir.IRExecutor"
+    tol = _tolerance(args, compute)
+    rows = [compare(name, outs[name], ref[name], compute, tol) for name in ref]
     ok = all(r.passed for r in rows)
     report = {"backend": backend.name, "target": target, "compute_dtype": compute, "partition_path": True,
-              "partitions": len(dag.plan.partitions), "transfers": dag.num_transfers,
+              "partitions": len(dag.plan.partitions), "transfers": dag.num_transfers, "reference": against,
+              "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
               "fallback_nodes": [{"name": f.name, "op": f.op, "reason": f.reason} for f in fallback],
               "passed": ok, "outputs": [r.to_dict() for r in rows]}
     if args.json:
         print(json.dumps(report, indent=1))
     else:
         print(f"verify {args.ir} on {backend.name} + cpu fallback ({compute}, {report['partitions']} partitions, "
-              f"{report['transfers']} transfers) against torch_ir.IRExecutor")
+              f"{report['transfers']} transfers) against {against}")
+        print(f"tolerance: {tol.describe()}")
         _print_rows(rows)
-        print("PASS" if ok else "FAIL: outside the tolerance of " + compute)
+        print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
     return 0 if ok else 1
 
 
@@ -169,10 +328,8 @@ def _per_node(args: argparse.Namespace, prog, executor, inputs, ws, sd) -> tuple
     from npu_runtime import inspect as npi
 
     if not hasattr(executor, "run_observed"):
-        from npu_runtime.errors import NPURuntimeError
-
-        raise NPURuntimeError(f"--per-node needs a backend that can stop after every kernel (cpu); "
-                              f"{executor.backend.name} cannot yet")
+        raise CLIError(f"--per-node needs a backend that can stop after every kernel (cpu); "
+                       f"{executor.backend.name} cannot yet: add --backend cpu")
     values, node_outputs = run_reference_all(args.ir, sd, inputs)
     names = [s.name for s in prog.outputs]
     ref = {n: values[n] for n in names if n in values}

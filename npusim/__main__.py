@@ -1,0 +1,7 @@
+"""`python -m npusim` is `npusim`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
