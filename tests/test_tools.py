@@ -217,3 +217,22 @@ def test_out_values_round_trip(small_resnet):
     del d["kernels"][0]["out_values"]
     with pytest.raises(ArtifactError, match=r"kernels\[0\]\.out_values: missing"):
         CompiledProgram.from_dict(d)
+
+
+def test_describe_source_prints_the_record_and_the_rendered_kernel(small_resnet, capsys, tmp_path):
+    """`describe --source K`: the kernel's record with its expression as a formula; for a cuda program also the CUDA
+    C the runtime renders from the record (no GPU needed to render)."""
+    res, art, _ = small_resnet
+    prog = npu_compiler.program.CompiledProgram.load(art)
+    pool = next(i for i, k in enumerate(prog.kernels) if k.group == "max_pool2d.default")
+    assert main(["describe", str(art), "--source", str(pool)]) == 0
+    out = capsys.readouterr().out
+    assert f"kernel #{pool} {prog.kernels[pool].name}" in out and "expr: " in out and "max_r(" in out
+    assert "there is no source text" in out
+    cuda_art = tmp_path / "r18_cuda.npubin"
+    npu_compiler.compile(res.ir_path, "cuda", dtype="float16").save(cuda_art)
+    assert main(["describe", str(cuda_art), "--source", "0"]) == 0
+    out = capsys.readouterr().out
+    assert 'extern "C" __global__' in out and "npu_kernel" in out
+    assert main(["describe", str(art), "--source", "nosuchkernel"]) != 0
+    assert "no such kernel" in capsys.readouterr().err

@@ -76,6 +76,21 @@ class KernelSpec:
     def replace(self, **changes: Any) -> KernelSpec:
         return dataclasses.replace(self, **changes)
 
+    def describe(self) -> list[str]:
+        """The record as readable lines (expressions as formulas)."""
+        from ..expr.text import format_expr
+
+        lines = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, X.Expr):
+                v = format_expr(v)
+            elif dataclasses.is_dataclass(v):
+                v = ", ".join(f"{g.name}={format_expr(w) if isinstance(w, X.Expr) else w}"
+                              for g in dataclasses.fields(v) for w in [getattr(v, g.name)])
+            lines.append(f"{f.name}: {v}")
+        return lines
+
 
 # ---- helpers the kinds share ---------------------------------------------------------------------------------------
 

@@ -28,6 +28,10 @@ class CodegenTarget:
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 
+    def kernel_sources(self, call, program) -> list[str]:
+        """The source text the target renders for one kernel (none where a backend interprets the record)."""
+        return []
+
 
 def get_codegen_target(name: str) -> CodegenTarget:
     module = TARGET_MODULES.get(name) if isinstance(name, str) else None

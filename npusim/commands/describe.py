@@ -12,6 +12,9 @@ def register(sub) -> None:
                                    "IR nodes each came from.")
     p.add_argument("artifact", help=".npubin file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--source", default=None, metavar="KERNEL",
+                   help="print one kernel (by index or name): its record, with expressions as formulas, and the "
+                        "source its target renders from it (CUDA C for cuda; the cpu backend interprets the record)")
     p.add_argument("--graph", choices=("dot", "mermaid"), default=None,
                    help="print only the fused graph (kernels; edges where a kernel reads what another wrote) as "
                         "Graphviz DOT or Mermaid text")
@@ -28,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
         raise CLIError("--graph prints DOT or Mermaid text, --json the description: use one or the other")
     prog = CompiledProgram.load(args.artifact)
+    if args.source is not None:
+        return _print_kernel(prog, args.source)
     if args.graph:
         print(to_dot(prog) if args.graph == "dot" else to_mermaid(prog), end="")
         return 0
@@ -71,4 +76,37 @@ def run(args: argparse.Namespace) -> int:
     if d["padding_plan"]:
         extra = sum(p["extra_bytes"] for p in d["padding_plan"])
         print(f"channel padding plan: {len(d['padding_plan'])} tensors, {extra / 1e6:.3f} MB extra")
+    return 0
+
+
+def _print_kernel(prog, which: str) -> int:
+    from npu_compiler.targets.codegen import get_codegen_target
+
+    from ..common import CLIError
+
+    by_name = {k.name: i for i, k in enumerate(prog.kernels)}
+    if which in by_name:
+        index = by_name[which]
+    elif which.isdigit() and int(which) < len(prog.kernels):
+        index = int(which)
+    else:
+        raise CLIError(f"--source {which!r}: no such kernel (give an index 0..{len(prog.kernels) - 1} or a name "
+                       f"like {prog.kernels[0].name if prog.kernels else 'k0_generated'})")
+    k = prog.kernels[index]
+    print(f"kernel #{index} {k.name}: {k.kind} ({k.group}) <- {', '.join(k.nodes)}")
+    if k.spec.library_reason:
+        print(f"  a library kernel: {k.spec.library_reason}")
+    for tag, refs in (("arg", k.args), ("out", k.outs)):
+        for i, r in enumerate(refs):
+            b = prog.buffers[r.buffer]
+            print(f"  {tag}{i}: buffer {b.id} '{b.name}' ({b.kind}, {b.dtype}) shape {list(r.shape)} strides "
+                  f"{list(r.strides)} offset {r.offset}")
+    for line in k.spec.describe():
+        print(f"  {line}")
+    sources = get_codegen_target(prog.target).kernel_sources(k, prog)
+    if not sources:
+        print(f"  (target '{prog.target}': the backend runs the record itself; there is no source text)")
+    for j, text in enumerate(sources):
+        print(f"---- {prog.target} source {j + 1}/{len(sources)} ----")
+        print(text, end="" if text.endswith("\n") else "\n")
     return 0
