@@ -90,6 +90,13 @@ class Executor(ABC):
         read after a synchronise). Backends without kernel timing raise NotImplementedError."""
         raise NotImplementedError(f"the {self.backend.name} backend has no per-kernel profiling yet")
 
+    def prepare(self) -> None:  # noqa: B027  (a backend with nothing to prepare keeps the default)
+        """Do now what the first run would otherwise do (build launches, capture a device graph)."""
+
+    def outputs(self) -> dict[str, DeviceBuffer]:
+        """The device buffers the outputs are written to (reused by every run)."""
+        raise NotImplementedError
+
     def run_numpy(self, inputs: Mapping[str, Any], weights: WeightSet | None = None) -> dict[str, np.ndarray]:
         """Run and copy the outputs to the host in their user-facing dtypes."""
         outs = self.run(inputs, weights)

@@ -20,8 +20,8 @@ import numpy as np
 
 from npu_compiler.program import CompiledProgram
 
+from . import llm_io
 from .backend import Backend, DeviceBuffer, get_backend
-from .dtypes import convert
 from .errors import NPURuntimeError
 from .weights import WeightSet, load_weights
 
@@ -102,6 +102,13 @@ class _Graph:
     names: dict[str, str]  # input_ids, position_ids, cache_position, attention_mask, logits
     mask_dtype: str
     logits_spec: Any
+    inputs: Any = None  # the executor of the step-inputs program: positions and mask from the start slot
+    greedy: Any = None  # the executor of the argmax program over the logits
+
+    @property
+    def last_logits_only(self) -> bool:
+        """Whether the program returns the logits of its last position only (not all T)."""
+        return self.seq_len > 1 and int(self.logits_spec.shape[-2]) == 1
 
 
 @dataclass
@@ -168,13 +175,26 @@ class LLM:
             for lay, pl in zip(g["layers"], cache_map["graphs"]["prefill"]["layers"], strict=True):
                 bindings[lay["k_input"]] = cache[pl["k_input"]]
                 bindings[lay["v_input"]] = cache[pl["v_input"]]
-            ex = be.create_executor(prog, bindings=bindings)
-            ex.bind_weights(weights)
             ins = {s.name: s for s in prog.inputs}
             names = {**g["inputs"], "logits": g["outputs"]["logits"]}
             outs = {s.name: s for s in prog.outputs}
-            graphs[kind] = _Graph(prog, ex, int(g["seq_len"]), names, ins[names["attention_mask"]].device_dtype,
-                                  outs[names["logits"]])
+            mask_dtype = ins[names["attention_mask"]].device_dtype
+            # positions and the mask are made on the device from the step's first slot, straight into the buffers
+            # the model reads: a step uploads its start slot and its token ids, nothing else
+            step = be.create_executor(llm_io.step_inputs(be.compile_target(), int(g["seq_len"]),
+                                                         int(cache_map["model"]["max_cache_len"]), mask_dtype,
+                                                         float(cache_map["attention_mask"]["masked"])))
+            made = step.outputs()
+            bindings.update({names[k]: made[k] for k in ("position_ids", "cache_position", "attention_mask")})
+            ex = be.create_executor(prog, bindings=bindings)
+            ex.bind_weights(weights)
+            logits = outs[names["logits"]]
+            greedy = be.create_executor(llm_io.greedy_token(be.compile_target(), tuple(logits.shape),
+                                                            logits.device_dtype),
+                                        bindings={"logits": ex.outputs()[names["logits"]]})
+            for e in (step, ex, greedy):
+                e.prepare()  # launches resolved and device graphs captured now, not on the first token
+            graphs[kind] = _Graph(prog, ex, int(g["seq_len"]), names, mask_dtype, logits, step, greedy)
 
         from .tokenizer import Tokenizer
 
@@ -204,52 +224,62 @@ class LLM:
         return {"prefill": self.prefill_graph.executor, "decode": self.decode_graph.executor}
 
     # ---- one program call --------------------------------------------------------------------------------------
-    def _mask(self, positions: np.ndarray, dtype: str) -> np.ndarray:
-        # query at position p sees slots 0..p; finfo.min elsewhere (what the export's mask rule and HF use)
-        L = self.max_cache_len
-        masked = float(self.cache_map["attention_mask"]["masked"])
-        visible = np.arange(L)[None, :] <= positions[:, None]
-        m = np.where(visible, np.float32(0), np.float32(masked)).astype(np.float32)
-        return convert(m.reshape(1, 1, len(positions), L), dtype)
+    def _run(self, g: _Graph, ids: np.ndarray, start: int) -> None:
+        """Run `g` on ids at cache slots start..start+T-1 (its logits stay on the device). The step-inputs program
+        writes the positions and the mask (query at position p sees slots 0..p) where `g` reads them."""
+        g.inputs.run({"start": np.array([start], np.int64)})
+        g.executor.run({g.names["input_ids"]: ids.reshape(1, g.seq_len).astype(np.int64)})
 
-    def _call(self, g: _Graph, ids: np.ndarray, start: int) -> np.ndarray:
-        """Run `g` on ids at cache slots start..start+T-1; the logits [T, V] as float32."""
-        T = g.seq_len
-        positions = np.arange(start, start + T, dtype=np.int64)
-        inputs = {
-            g.names["input_ids"]: ids.reshape(1, T).astype(np.int64),
-            g.names["position_ids"]: positions.reshape(1, T),
-            g.names["cache_position"]: positions,
-            g.names["attention_mask"]: self._mask(positions, g.mask_dtype),
-        }
-        out = g.executor.run(inputs)
-        logits = out[g.names["logits"]].to_numpy(g.logits_spec)
+    def _logits(self, g: _Graph) -> np.ndarray:
+        """The last run's logits [rows, V] as float32 on the host."""
+        logits = g.executor.outputs()[g.names["logits"]].to_numpy(g.logits_spec)
         return np.asarray(logits, dtype=np.float32).reshape(-1, logits.shape[-1])
 
+    def _greedy(self, g: _Graph) -> int:
+        """The argmax of the last run's last row of logits, computed on the device (one id comes back)."""
+        return int(g.greedy.run({})["token"].to_numpy().reshape(-1)[0])
+
+    def _call(self, g: _Graph, ids: np.ndarray, start: int) -> np.ndarray:
+        """Run `g` on ids at cache slots start..start+T-1; its logits as float32 [rows, V] (rows: T, or 1 for a
+        program that keeps the last position's only)."""
+        self._run(g, ids, start)
+        return self._logits(g)
+
     def prefill(self, prompt_ids: Sequence[int]) -> tuple[np.ndarray, int]:
-        """Write the prompt's K/V into cache slots 0..n-1; the logits after its last token and the calls made.
+        """Write the prompt's K/V into cache slots 0..n-1; the logits after its last token and the calls made."""
+        got, calls = self._prefill(prompt_ids, lambda g: self._logits(g)[-1])
+        return got, calls
+
+    def _prefill(self, prompt_ids: Sequence[int], result: Callable[[_Graph], Any]) -> tuple[Any, int]:
+        """Prefill, then `result(graph)` of the call that ran the prompt's last token.
 
         Chunks of prefill_len run in order. A last chunk shorter than prefill_len is instead re-aligned to end at
         the prompt's end (it recomputes a few tokens that are already cached, which writes the same values), so
         no padding is needed once the prompt is at least one chunk long. A prompt shorter than one chunk is padded
-        at the end: the pads sit at slots n..P-1, no real query sees them (the mask), and each decode step writes
-        its slot before it attends to it, so they are overwritten before anyone reads them.
+        at the end: the pads sit at slots n-1..P-1, no real query sees them (the mask), and each decode step writes
+        its slot before it attends to it, so they are overwritten before anyone reads them. The prompt's last token
+        is then one decode step, whose logits are the last row of its program's (also where the prefill program
+        keeps the last position's logits only). `calls` counts every program call spent on the prompt.
         """
         ids = np.asarray(list(prompt_ids), dtype=np.int64)
         n, P = len(ids), self.prefill_len
         self._check_ids(ids)
+        g = self.prefill_graph
         if n < P:
-            padded = np.zeros(P, np.int64)
-            padded[:n] = ids
-            return self._call(self.prefill_graph, padded, 0)[n - 1], 1
+            calls = 0
+            if n > 1:
+                padded = np.zeros(P, np.int64)
+                padded[:n - 1] = ids[:-1]
+                self._run(g, padded, 0)
+                calls = 1
+            self._run(self.decode_graph, ids[-1:], n - 1)
+            return result(self.decode_graph), calls + 1
         starts = list(range(0, n - P + 1, P))
         if starts[-1] + P < n:
             starts.append(n - P)
-        logits = None
         for s in starts:
-            logits = self._call(self.prefill_graph, ids[s:s + P], s)
-        assert logits is not None
-        return logits[-1], len(starts)
+            self._run(g, ids[s:s + P], s)
+        return result(g), len(starts)
 
     def decode_step(self, token_id: int, position: int) -> np.ndarray:
         """Feed one token at cache slot `position` (attends to slots 0..position); the next-token logits [V]."""
@@ -299,9 +329,14 @@ class LLM:
         def pick(lg: np.ndarray) -> int:
             return sample_token(lg, rng, temperature=temperature, top_k=top_k, top_p=top_p)
 
+        greedy = temperature <= 0
+
+        def next_token(g: _Graph) -> int:
+            # greedy: the argmax on the device, one id read back; sampling needs the logits on the host
+            return self._greedy(g) if greedy else pick(self._logits(g)[-1])
+
         t0 = time.perf_counter()
-        logits, calls = self.prefill(prompt)
-        tok = pick(logits)
+        tok, calls = self._prefill(prompt, next_token)
         self.backend.synchronize()
         t_prefill = time.perf_counter() - t0
         out = [tok]
@@ -311,7 +346,8 @@ class LLM:
         t1 = time.perf_counter()
         pos = n
         while reason != "stop_token" and len(out) < max_new_tokens:
-            tok = pick(self.decode_step(tok, pos))
+            self._run(self.decode_graph, np.asarray([tok], np.int64), pos)
+            tok = next_token(self.decode_graph)
             pos += 1
             out.append(tok)
             if stream:

@@ -156,6 +156,15 @@ class CpuExecutor(Executor):
     def _outputs(self) -> dict[str, DeviceBuffer]:
         return {s.name: CpuBuffer(self.flat[s.buffer].reshape(s.shape), s.device_dtype) for s in self.program.outputs}
 
+    def outputs(self) -> dict[str, DeviceBuffer]:
+        """The buffers the outputs are written to (the same ones every run: bind them as another program's inputs)."""
+        return self._outputs()
+
+    def prepare(self) -> None:
+        """Build every kernel's closure now (it happens on the first run otherwise)."""
+        if not self._steps:
+            self._build()
+
 
 class _Shape:
     """Stands for a bound input in the input check (its buffer is checked at bind time)."""

@@ -187,6 +187,18 @@ class CudaExecutor(Executor):
                 for step in self._steps:
                     step()
 
+    def prepare(self) -> None:
+        """Resolve every launch and capture the CUDA graph now (at load), so that the first run only launches it.
+        Call it once the weights and the caller-owned buffers are bound."""
+        if self._weights_bound is None and self.program.weights:
+            raise WeightError("bind the weights before prepare()")
+        with self.state.device:
+            if self._steps is None:
+                self._build()
+                self._graph = None
+            if self.use_graph and self._graph is None and not self._graph_failed:
+                self._capture()
+
     def _capture(self) -> None:
         """One CUDA graph of every launch: one host call per run instead of one per kernel."""
         with self.state.device, self.stream:

@@ -21,7 +21,8 @@ from ..clike import Launch, Store, render_expression
 from ..codegen import CodegenTarget
 from .common import CUDA
 from .gemm import SUPPORTED, gemm_plan
-from .library import attention, attention_split, conv2d, gemm_bias_fill, gemm_direct, gemm_epilogue
+from .gemv import gemv, gemv_applies
+from .library import attention, attention_split, conv2d, gemm_bias_fill, gemm_direct, gemm_epilogue, render_epilogue
 
 
 @dataclass
@@ -78,6 +79,8 @@ class CudaTarget(CodegenTarget):
         if isinstance(spec, GeneratedKernel):
             return [("launch", render_generated(k, program))]
         if isinstance(spec, GemmKernel):
+            if gemv_applies(k, program):
+                return [("launch", gemv(k, program, render_epilogue))]
             if not _cublas_can(k, program):
                 return [("launch", gemm_direct(k, program))]
             steps: list[tuple[str, Any]] = []

@@ -1,0 +1,145 @@
+"""GEMV: the GEMMs of decoding (a handful of rows times a weight matrix), as one kernel that streams the weights once
+at close to the copy bandwidth, with the bias and the epilogue (residual add, activation) applied as each output is
+produced. cuBLAS would need a bias fill before and an epilogue pass after, three launches for a few microseconds of
+work each.
+
+out[m, n] = epilogue(round(alpha * sum_k a[m, k] * w[n, k] + beta * bias[m, n])) for m < M <= GEMV_MAX_M, where the
+GEMM's b operand [K, N] is the weight read row by row (w[n, k] = b[k, n], unit stride along k). One warp per output
+column n: its lanes stride over k with 16-byte loads of the weight row (streamed past L1) and of the activation rows
+(cached), accumulate in fp32, and reduce with shuffles; the epilogue runs on the lanes that hold it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...kernels import GemmKernel
+from ...program import CompiledProgram, KernelCall
+from ..clike import Launch
+from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr
+
+GEMV_MAX_M = 8
+WARPS = 4  # warps (output columns) per block
+UNROLL = 4
+_VEC = {"bfloat16": 8, "float16": 8, "float32": 4}  # elements per 16-byte load
+
+
+def gemv_applies(k: KernelCall, program: CompiledProgram) -> bool:
+    """A GEMM this kernel runs: one batch, at most GEMV_MAX_M rows, the weight read along k with unit stride, the
+    activations too, float operands of one dtype."""
+    spec: GemmKernel = k.spec
+    a, b, out = k.args[0], k.args[1], k.outs[0]
+    ad, bd, od = (program.dtype_of(r) for r in (a, b, out))
+    return (spec.batch_count == 1 and 1 <= spec.m <= GEMV_MAX_M and spec.n >= 1 and spec.k >= 1
+            and ad == bd and ad in _VEC and od in _VEC
+            and (b.strides[-2] == 1 or spec.k == 1) and (a.strides[-1] == 1 or spec.k == 1))
+
+
+def _vectorizable(k: KernelCall, program: CompiledProgram, vec: int) -> bool:
+    spec: GemmKernel = k.spec
+    a, b = k.args[0], k.args[1]
+    ldw = b.strides[-1] if spec.n > 1 else spec.k
+    lda = a.strides[-2] if spec.m > 1 else spec.k
+    return spec.k % vec == 0 and b.offset % vec == 0 and a.offset % vec == 0 and ldw % vec == 0 and lda % vec == 0
+
+
+def _unpack(dtype: str, word: str, out: str) -> list[str]:
+    """Lines turning one 16-byte load `word` (a uint4) into floats out[0..]."""
+    if dtype == "bfloat16":
+        return [f"{out}[{2 * i}] = __uint_as_float({word}.{c} << 16); "
+                f"{out}[{2 * i + 1}] = __uint_as_float({word}.{c} & 0xffff0000u);" for i, c in enumerate("xyzw")]
+    if dtype == "float16":
+        return [f"{{ const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&{word}.{c})); "
+                f"{out}[{2 * i}] = f.x; {out}[{2 * i + 1}] = f.y; }}" for i, c in enumerate("xyzw")]
+    return [f"{out}[{i}] = __uint_as_float({word}.{c});" for i, c in enumerate("xyzw")]
+
+
+def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str, Launch]:
+    spec: GemmKernel = k.spec
+    a, b, out = k.args[0], k.args[1], k.outs[0]
+    dt, od = program.dtype_of(a), program.dtype_of(out)
+    m_rows, n_cols, kk = spec.m, spec.n, spec.k
+    ldw = b.strides[-1] if n_cols > 1 else kk
+    lda = a.strides[-2] if m_rows > 1 else kk
+    vec = _VEC[dt]
+    vectorized = _vectorizable(k, program, vec)
+    extents = [max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in (*k.args, out)]
+    ityp = "long long" if max(extents) >= 2**31 - 1 else "int"
+    rank = len(out.shape)
+    names = [f"a{i}" for i in range(len(k.args))]
+    lines = [
+        "  const int lane = threadIdx.x & 31;",
+        f"  const {ityp} n = ({ityp})blockIdx.x * {WARPS} + (threadIdx.x >> 5);",
+        f"  if (n >= {n_cols}) return;",
+        f"  float acc[{m_rows}];",
+        "  #pragma unroll",
+        f"  for (int m = 0; m < {m_rows}; ++m) acc[m] = 0.0f;",
+        f"  const {ityp} wrow = {b.offset} + n * {ldw};",
+    ]
+    if vectorized:
+        lines += [
+            "  const uint4* w4 = reinterpret_cast<const uint4*>(a1 + wrow);",
+            f"  #pragma unroll {UNROLL}",
+            f"  for ({ityp} v = lane; v < {kk // vec}; v += 32) {{",
+            "    const uint4 wv = __ldcs(w4 + v);",
+            f"    float wf[{vec}];",
+            *[f"    {ln}" for ln in _unpack(dt, "wv", "wf")],
+            "    #pragma unroll",
+            f"    for (int m = 0; m < {m_rows}; ++m) {{",
+            f"      const uint4 xv = __ldg(reinterpret_cast<const uint4*>(a0 + {a.offset} + m * {lda}) + v);",
+            f"      float xf[{vec}];",
+            *[f"      {ln}" for ln in _unpack(dt, "xv", "xf")],
+            "      #pragma unroll",
+            f"      for (int e = 0; e < {vec}; ++e) acc[m] = fmaf(xf[e], wf[e], acc[m]);",
+            "    }",
+            "  }",
+        ]
+    else:
+        lines += [
+            f"  for ({ityp} kk = lane; kk < {kk}; kk += 32) {{",
+            f"    const float wv = {load_expr(dt, 'a1[wrow + kk]')};",
+            "    #pragma unroll",
+            f"    for (int m = 0; m < {m_rows}; ++m)",
+            f"      acc[m] = fmaf({load_expr(dt, f'a0[{a.offset} + m * {lda} + kk]')}, wv, acc[m]);",
+            "  }",
+        ]
+    lines += [
+        "  #pragma unroll",
+        f"  for (int m = 0; m < {m_rows}; ++m) {{",
+        "    #pragma unroll",
+        "    for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);",
+        "  }",
+        "  #pragma unroll",
+        f"  for (int m = 0; m < {m_rows}; ++m) {{",
+        "    if (lane != m) continue;  // every lane holds every sum: lane m finishes row m",
+        "    float v = acc[m];",
+    ]
+    if spec.alpha != 1.0:
+        lines.append(f"    v = v * {literal(spec.alpha, 'float32')};")
+    idx = {rank - 2: "m", rank - 1: "n"}
+    if spec.bias:
+        bias = k.args[2]
+        at = " + ".join([str(bias.offset)] + [f"({idx[d]}) * {s}" for d, s in enumerate(bias.strides)
+                                              if s and d in idx])
+        bv = load_expr(program.dtype_of(bias), f"a2[{at}]")
+        lines.append(f"    v = v + {bv}" + (f" * {literal(spec.beta, 'float32')};" if spec.beta != 1.0 else ";"))
+    value, value_dtype = "v", "float32"
+    if spec.epilogue is not None:
+        lines.append(f"    const float accv = {round_expr('v', od)};")
+        lines += [f"    const {ityp} o{d} = {idx.get(d, '0')};" for d in range(rank)]
+        body, value = render_epilogue(spec.epilogue, k, program, names, "accv", ityp, "    ")
+        lines += body
+        value_dtype = spec.epilogue.dtype
+    o_at = " + ".join([str(out.offset)] + [f"({idx[d]}) * {s}" for d, s in enumerate(out.strides)
+                                           if s and d in idx])
+    lines.append(f"    out0[{o_at}] = {store_expr(od, value, value_dtype)};")
+    lines.append("  }")
+    params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
+                                              for r, n in zip(k.args, names)]
+    src = "\n".join([PRELUDE, f'extern "C" __global__ void __launch_bounds__({32 * WARPS}) npu_kernel('
+                     f'{", ".join(params)}) {{', *lines, "}"]) + "\n"
+    grid = math.ceil(n_cols / WARPS)
+    return src, Launch((grid, 1, 1), 32 * WARPS, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
+
+
+__all__ = ["gemv", "gemv_applies", "GEMV_MAX_M"]

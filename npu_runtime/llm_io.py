@@ -1,0 +1,76 @@
+"""The small device programs around an LLM step, so that a step moves a few bytes between host and device:
+
+- `step_inputs`: from the first cache slot of the step (one int64 uploaded), the position ids, the cache positions
+  and the causal mask of the step, written straight into the buffers the model program reads (bound to them);
+- `greedy_token`: the argmax of the last row of logits, so that a greedy step reads back one token id instead of a
+  vocabulary of logits.
+
+They are ordinary `CompiledProgram`s of generated kernels (the kernel contract: typed records, run by every
+backend from the records), built here from their few expressions instead of from an IR graph.
+"""
+
+from __future__ import annotations
+
+import math
+
+from npu_compiler.expr import nodes as X
+from npu_compiler.kernels import GeneratedKernel
+from npu_compiler.program import BufferSpec, CompiledProgram, KernelCall, TensorSpec, full_ref
+
+I64 = "int64"
+
+
+def _program(name: str, target: str, buffers: list[BufferSpec], inputs: list[TensorSpec],
+             outputs: list[TensorSpec], kernels: list[KernelCall]) -> CompiledProgram:
+    prog = CompiledProgram(name, target, "float32", {}, inputs, outputs, [], buffers, kernels, 0)
+    for k in kernels:  # the same checks a compiled program's kernels pass
+        k.spec.check(k, buffers)
+    return prog
+
+
+def _kernel(name: str, expr: X.Expr, args: list[BufferSpec], out: BufferSpec, shape: tuple[int, ...],
+            reduce_shape: tuple[int, ...] = ()) -> KernelCall:
+    return KernelCall(name, GeneratedKernel(expr, reduce_shape), [full_ref(a) for a in args], [full_ref(out, shape)],
+                      [name], name)
+
+
+def step_inputs(target: str, seq_len: int, cache_len: int, mask_dtype: str, masked: float) -> CompiledProgram:
+    """start [1] -> position_ids [1, T] = start + t, cache_position [T] = start + t, and the additive mask
+    [1, 1, T, L]: 0 where slot j <= start + t (the query sees it), `masked` elsewhere."""
+    T, L = seq_len, cache_len
+    bufs = [BufferSpec(0, "start", "input", I64, 1), BufferSpec(1, "position_ids", "output", I64, T),
+            BufferSpec(2, "cache_position", "output", I64, T),
+            BufferSpec(3, "attention_mask", "output", mask_dtype, T * L)]
+
+    def start(rank: int) -> X.Expr:
+        return X.Load(I64, 0, (0,) * rank)
+
+    pos2 = X.Binary(I64, "add", start(2), X.Index(I64, 1))
+    pos1 = X.Binary(I64, "add", start(1), X.Index(I64, 0))
+    visible = X.Binary("bool", "le", X.Index(I64, 3), X.Binary(I64, "add", start(4), X.Index(I64, 2)))
+    mask = X.Where(mask_dtype, visible, X.Const(mask_dtype, 0.0), X.Const(mask_dtype, float(masked)))
+    kernels = [_kernel("position_ids", pos2, [bufs[0]], bufs[1], (1, T)),
+               _kernel("cache_position", pos1, [bufs[0]], bufs[2], (T,)),
+               _kernel("attention_mask", mask, [bufs[0]], bufs[3], (1, 1, T, L))]
+    return _program("llm_step_inputs", target, bufs, [TensorSpec("start", (1,), I64, I64, 0)],
+                    [TensorSpec("position_ids", (1, T), I64, I64, 1), TensorSpec("cache_position", (T,), I64, I64, 2),
+                     TensorSpec("attention_mask", (1, 1, T, L), mask_dtype, mask_dtype, 3)], kernels)
+
+
+def greedy_token(target: str, logits_shape: tuple[int, ...], logits_dtype: str) -> CompiledProgram:
+    """logits [..., V] -> the index of the largest value of the last row (the first one on ties; a NaN counts as the
+    largest, as torch.argmax takes it)."""
+    V = logits_shape[-1]
+    rows = math.prod(logits_shape[:-1])
+    bufs = [BufferSpec(0, "logits", "input", logits_dtype, rows * V), BufferSpec(1, "token", "output", I64, 1)]
+    last = (rows - 1) * V
+    x = X.Cast("float32", X.Load(logits_dtype, 0, (0,), last, (1,)))
+    best = X.Reduce("float32", "max", x)
+    hit = X.Binary("bool", "or", X.Binary("bool", "eq", x, best), X.Binary("bool", "ne", x, x))
+    # the first index that holds the maximum: max over r of -r where it is hit (-V elsewhere), negated
+    neg = X.Where(I64, hit, X.Unary(I64, "neg", X.RIndex(I64, 0)), X.Const(I64, -V))
+    token = X.Unary(I64, "neg", X.Reduce(I64, "max", neg))
+    kernels = [_kernel("argmax", token, [bufs[0]], bufs[1], (1,), (V,))]
+    return _program("llm_greedy_token", target, bufs, [TensorSpec("logits", tuple(logits_shape), logits_dtype,
+                                                                  logits_dtype, 0)],
+                    [TensorSpec("token", (1,), I64, I64, 1)], kernels)
