@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
 
     import torch_ir
@@ -68,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         feeds = {spec.name: backend.upload(x.numpy(), spec.device_dtype)}
         ex.run(feeds, ws)
         ours = _median_ms(lambda ex=ex, feeds=feeds, ws=ws: ex.run(feeds, ws), backend.synchronize, args.iters)
+        if args.profile:
+            from npu_runtime.profiling import format_table, summarize
+
+            report = summarize(prog, [ex.profile(feeds, ws) for _ in range(5)], backend.name)
+            print(f"-- {args.model} batch {batch}: kernel total {report.kernel_total_s * 1e3:.3f} ms over "
+                  f"{len(prog.kernels)} kernels; by group (ms): " + ", ".join(
+                      f"{g} {t * 1e3:.3f}" for g, t in list(report.by_group().items())[:8]))
+            print(format_table(report, args.profile))
         xt = x.half().to(device).to(memory_format=torch.channels_last)
         with torch.no_grad():
             eager = _median_ms(lambda xt=xt: peer(xt), sync, args.iters)

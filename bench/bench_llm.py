@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
 
     from transformers import Qwen2ForCausalLM
@@ -99,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         feeds = {g["inputs"]["input_ids"]: ids, g["inputs"]["position_ids"]: p.reshape(1, 1),
                  g["inputs"]["cache_position"]: p, g["inputs"]["attention_mask"]: to_numpy(mask)}
         ours = _median_ms(lambda feeds=feeds: ex.run(feeds), backend.synchronize, args.iters)
+        if args.profile:
+            from npu_runtime.profiling import format_table, summarize
+
+            report = summarize(prog, [ex.profile(feeds) for _ in range(5)], backend.name)
+            print(f"-- decode at KV position {pos}: kernel total {report.kernel_total_s * 1e3:.3f} ms over "
+                  f"{len(prog.kernels)} kernels; by group (ms): " + ", ".join(
+                      f"{g} {t * 1e3:.3f}" for g, t in list(report.by_group().items())[:8]))
+            print(format_table(report, args.profile))
         targs = (torch.from_numpy(ids).to(device), torch.from_numpy(p.reshape(1, 1)).to(device),
                  torch.from_numpy(p).to(device), mask.to(device), *tcache)
         with torch.no_grad():

@@ -158,7 +158,7 @@ def max_pool2d(L: Lowering, node: Node) -> None:
     a = node.attrs
     ks, stride = _pool_window(a)
     out_v = node.outputs[0]
-    out = L.fresh(out_v)
+    out = L.fresh_activation(out_v)
     value, _, _ = _window_reads(L, node, ks, stride, _pair(a["padding"], node), _pair(a["dilation"], node),
                                 float("-inf"))
     L._emit_generated(out, cast(X.Reduce(F32, "max", value), out_v.dtype), tuple(ks), [])

@@ -4,6 +4,7 @@ attention, with their epilogues (bias, residual add, activation) as expressions 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedOpError
@@ -39,7 +40,7 @@ def epilogue_of(L: Lowering, out_shape: tuple[int, ...], dtype: str, residual: T
 
 def gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | None = None, alpha: float = 1.0,
          beta: float = 1.0, residual: TensorRef | None = None, activation: str = "none",
-         out_v: Value | None = None) -> None:
+         out_v: Value | None = None, view: Callable[[TensorRef], TensorRef] | None = None) -> None:
     """out[batch..., M, N] = alpha * a[batch..., M, K] @ b[batch..., K, N] + beta * bias (broadcast), rounded to
     the output dtype, then the epilogue (a residual add rounded again as the IR does, an activation)."""
     out_v = out_v or node.outputs[0]
@@ -66,7 +67,7 @@ def gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | 
     kcall = L.emit(spec, args + extra, [out])
     if origins:
         kcall.nodes = list(dict.fromkeys([*origins, *kcall.nodes]))
-    L.bind(out_v, V.reshape(out, out_shape))
+    L.bind(out_v, view(out) if view is not None else V.reshape(out, out_shape))
 
 
 def _broadcast(s1: tuple[int, ...], s2: tuple[int, ...]) -> tuple[int, ...]:
@@ -156,10 +157,35 @@ def _conv_is_gemm(node: Node) -> bool:
             and _pair(a["padding"], node) == [0, 0] and int(a["groups"]) == 1 and w.kind == "weight")
 
 
+def _folded_view(out: TensorRef, n: int, o: int, h: int, w: int) -> TensorRef:
+    """A [O, N*H*W] GEMM result as the IR's [N, O, H, W] value (channel-major memory)."""
+    return TensorRef(out.buffer, (n, o, h, w), (h * w, n * h * w, w, 1), out.offset)
+
+
+def _as_folded(L: Lowering, ref: TensorRef, name: str) -> TensorRef:
+    """An [N, C, H, W] activation as the [C, N*H*W] matrix of a batch-folded GEMM: a view when it is channel-major
+    already, else a copy into channel-major memory."""
+    n, c, h, w = ref.shape
+    m = V.reshape(V.permute(ref, [1, 0, 2, 3]), (c, n * h * w))
+    if m is not None:
+        return m
+    copy = L.scratch(f"{name}.channel_major", L.dtype_of(ref), (c, n, h, w))
+    L.generated(copy, lambda load: load(V.permute(ref, [1, 0, 2, 3])))
+    return V.reshape(copy, (c, n * h * w))
+
+
 def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool, activation: str) -> None:
-    x_v, w_v = node.inputs[0], node.inputs[1]
+    x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
     n, c, h, wd = x_v.shape
     o = w_v.shape[0]
+    if L.batch_folded(out_v):
+        # one GEMM for the whole batch: out[O, N*H*W] = w[O, C] @ x[C, N*H*W]
+        b = _as_folded(L, L.ref(x_v), node.name)
+        bias = V.expand(V.reshape(L.ref(node.inputs[2]), (o, 1)), (o, n * h * wd)) if has_bias else None
+        res = _as_folded(L, L.ref(node.inputs[-1]), f"{node.name}.residual") if has_residual else None
+        gemm(L, node, V.reshape(L.ref(w_v), (o, c)), b, bias, residual=res, activation=activation,
+             view=lambda out: _folded_view(out, n, o, h, wd))
+        return
     x = L.contiguous(L.ref(x_v))
     b = V.reshape(x, (n, c, h * wd))
     a = V.expand(V.reshape(L.ref(w_v), (o, c)), (n, o, c))
@@ -171,7 +197,8 @@ def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool
 def _conv_im2col_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool, activation: str) -> None:
     """On a GPU, a conv as one copy plus one GEMM on tensor cores: gather the patches (im2col, with the zero
     padding as the gather's fill) and multiply by the weight viewed as [O, C*kh*kw]. Costs the patch matrix in
-    memory (kh*kw times the input); buys the GEMM library's speed."""
+    memory (kh*kw times the input); buys the GEMM library's speed. With the batch folded (channel-major
+    activations), the patches of all images are one matrix [C*kh*kw, N*Ho*Wo] and the conv one GEMM."""
     a = node.attrs
     x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
     n, c, h, wd = x_v.shape
@@ -179,21 +206,35 @@ def _conv_im2col_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: boo
     (sh, sw), (ph, pw), (dh, dw) = a["stride"], _pair(a["padding"], node), a["dilation"]
     ho, wo = out_v.shape[2:]
     src = L.ref(x_v)
-    cols = L.scratch(f"{node.name}.im2col", x_v.dtype, (n, c, kh, kw, ho, wo))
+    folded = L.batch_folded(out_v)
     i64 = "int64"
+    # the patch matrix's dims, and which of them index the image, the channel and the window
+    if folded:
+        cols = L.scratch(f"{node.name}.im2col", x_v.dtype, (c, kh, kw, n, ho, wo))
+        ni, ci, ri, si, hi, wi = 3, 0, 1, 2, 4, 5
+    else:
+        cols = L.scratch(f"{node.name}.im2col", x_v.dtype, (n, c, kh, kw, ho, wo))
+        ni, ci, ri, si, hi, wi = 0, 1, 2, 3, 4, 5
 
     def build(load) -> X.Expr:
-        ih = _affine(X.Index(i64, 4), sh, X.Index(i64, 2), dh, -ph)
-        iw = _affine(X.Index(i64, 5), sw, X.Index(i64, 3), dw, -pw)
-        guard = _in_range(ih, h) if ph or pw else None
+        ih = _affine(X.Index(i64, hi), sh, X.Index(i64, ri), dh, -ph)
+        iw = _affine(X.Index(i64, wi), sw, X.Index(i64, si), dw, -pw)
+        guard = None
         if ph or pw:
-            guard = X.Binary("bool", "and", guard, _in_range(iw, wd))
-        return L.gather(src, (X.Index(i64, 0), X.Index(i64, 1), ih, iw), guard, 0)
+            guard = X.Binary("bool", "and", _in_range(ih, h), _in_range(iw, wd))
+        return L.gather(src, (X.Index(i64, ni), X.Index(i64, ci), ih, iw), guard, 0)
 
     L.generated(cols, build)
     k = c * kh * kw
+    wmat = V.reshape(L.contiguous(L.ref(w_v)), (o, k))
+    if folded:
+        bias = V.expand(V.reshape(L.ref(node.inputs[2]), (o, 1)), (o, n * ho * wo)) if has_bias else None
+        res = _as_folded(L, L.ref(node.inputs[-1]), f"{node.name}.residual") if has_residual else None
+        gemm(L, node, wmat, V.reshape(cols, (k, n * ho * wo)), bias, residual=res, activation=activation,
+             view=lambda out: _folded_view(out, n, o, ho, wo))
+        return
     b = V.reshape(cols, (n, k, ho * wo))
-    w = V.expand(V.reshape(L.contiguous(L.ref(w_v)), (o, k)), (n, o, k))
+    w = V.expand(wmat, (n, o, k))
     bias = V.expand(V.reshape(L.ref(node.inputs[2]), (o, 1)), (n, o, ho * wo)) if has_bias else None
     res = V.reshape(L.contiguous(L.ref(node.inputs[-1])), (n, o, ho * wo)) if has_residual else None
     gemm(L, node, w, b, bias, residual=res, activation=activation)

@@ -82,6 +82,23 @@ class Lowering:
         self.bind(v, r)
         return r
 
+    def batch_folded(self, v: Value) -> bool:
+        """Is `v` an image batch [N, C, H, W] (N > 1) that this target keeps channel-major, [C, N, H, W] in memory?
+        Then every convolution is one GEMM over all the batch's pixels (the batch folded into the GEMM's N), not
+        one small GEMM per image."""
+        return self.target.gemm_im2col and len(v.shape) == 4 and v.shape[0] > 1
+
+    def fresh_activation(self, v: Value) -> TensorRef:
+        """A new buffer for a conv or pooling result: channel-major where the batch is folded (a strided view of it
+        is what the IR value binds to), else contiguous."""
+        if not self.batch_folded(v):
+            return self.fresh(v)
+        n, c, h, w = v.shape
+        b = self.new_buffer(v.name, "arena", v.dtype, v.type.numel)
+        r = TensorRef(b.id, (n, c, h, w), (h * w, n * h * w, w, 1), 0)
+        self.bind(v, r)
+        return r
+
     def scratch(self, name: str, dtype: str, shape: tuple[int, ...]) -> TensorRef:
         return full_ref(self.new_buffer(name, "arena", dtype, math.prod(shape)), shape)
 
