@@ -300,7 +300,7 @@ def attention(L: Lowering, node: Node) -> None:
         args.append(L.contiguous(L.ref(node.inputs[-1])))
     out = L.fresh(node.outputs[0])
     outs = [out]
-    splits = decode_splits(L, b * h * t, lk, v.shape[-1])
+    splits = decode_splits(L, b * hk * t, lk, v.shape[-1])
     if splits:
         # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output.
         outs.append(L.scratch(f"{node.name}.split_scratch", "float32", (b * h * t * splits * (2 + v.shape[-1]),)))
@@ -309,12 +309,16 @@ def attention(L: Lowering, node: Node) -> None:
                            splits), args, outs)
 
 
-def decode_splits(L: Lowering, rows: int, kv_len: int, v_dim: int) -> int:
-    """How many key splits a decode attention gets on a target that runs them (0: one block per row). A GPU wants
-    a few hundred blocks; decode attention has one query row per head: split each row's keys so that rows x splits
-    reaches the target's block count, keeping at least 64 keys per split."""
+DECODE_MIN_KEYS_PER_SPLIT = 16
+
+
+def decode_splits(L: Lowering, groups: int, kv_len: int, v_dim: int) -> int:
+    """How many key splits a decode attention gets on a target that runs them (0: one block per query row). A GPU
+    wants a few hundred blocks, and decode attention has one query row per head: split the keys of each KV-head
+    group (the query heads that share a KV head read its keys once, together) so that groups x splits reaches the
+    target's block count, keeping at least DECODE_MIN_KEYS_PER_SPLIT keys per split."""
     blocks = L.target.decode_attention_blocks
-    if not blocks or rows == 0 or rows >= blocks or v_dim > 1024:
+    if not blocks or groups == 0 or groups >= blocks or v_dim > 1024:
         return 0
-    splits = min(-(-blocks // rows), kv_len // 64)
+    splits = min(-(-blocks // groups), kv_len // DECODE_MIN_KEYS_PER_SPLIT)
     return splits if splits >= 2 else 0

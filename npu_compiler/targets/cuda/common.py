@@ -132,6 +132,19 @@ def index_type(extent: int) -> str:
     return "int" if extent < 2**31 - 1 else "long long"
 
 
+def unpack16(dtype: str, word: str, out: str) -> list[str]:
+    """Statements turning one 16-byte load `word` (a uint4) of `dtype` into floats out[0..] (8 halves, 4 floats)."""
+    if dtype == "bfloat16":
+        return [f"{out}[{2 * i}] = __uint_as_float({word}.{c} << 16); "
+                f"{out}[{2 * i + 1}] = __uint_as_float({word}.{c} & 0xffff0000u);" for i, c in enumerate("xyzw")]
+    if dtype == "float16":
+        return [f"{{ const float2 f_ = __half22float2(*reinterpret_cast<const __half2*>(&{word}.{c})); "
+                f"{out}[{2 * i}] = f_.x; {out}[{2 * i + 1}] = f_.y; }}" for i, c in enumerate("xyzw")]
+    if dtype == "float32":
+        return [f"{out}[{i}] = __uint_as_float({word}.{c});" for i, c in enumerate("xyzw")]
+    raise NPUCompileError(f"cuda target: no 16-byte unpacking of {dtype}")
+
+
 def nbytes(dtype: str, n: int) -> int:
     return itemsize(dtype) * n
 

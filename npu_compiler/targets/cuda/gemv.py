@@ -16,7 +16,7 @@ import math
 from ...kernels import GemmKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
-from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr
+from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr, unpack16
 
 GEMV_MAX_M = 8
 WARPS = 4  # warps (output columns) per block
@@ -41,17 +41,6 @@ def _vectorizable(k: KernelCall, program: CompiledProgram, vec: int) -> bool:
     ldw = b.strides[-1] if spec.n > 1 else spec.k
     lda = a.strides[-2] if spec.m > 1 else spec.k
     return spec.k % vec == 0 and b.offset % vec == 0 and a.offset % vec == 0 and ldw % vec == 0 and lda % vec == 0
-
-
-def _unpack(dtype: str, word: str, out: str) -> list[str]:
-    """Lines turning one 16-byte load `word` (a uint4) into floats out[0..]."""
-    if dtype == "bfloat16":
-        return [f"{out}[{2 * i}] = __uint_as_float({word}.{c} << 16); "
-                f"{out}[{2 * i + 1}] = __uint_as_float({word}.{c} & 0xffff0000u);" for i, c in enumerate("xyzw")]
-    if dtype == "float16":
-        return [f"{{ const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&{word}.{c})); "
-                f"{out}[{2 * i}] = f.x; {out}[{2 * i + 1}] = f.y; }}" for i, c in enumerate("xyzw")]
-    return [f"{out}[{i}] = __uint_as_float({word}.{c});" for i, c in enumerate("xyzw")]
 
 
 def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str, Launch]:
@@ -83,12 +72,12 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
             f"  for ({ityp} v = lane; v < {kk // vec}; v += 32) {{",
             "    const uint4 wv = __ldcs(w4 + v);",
             f"    float wf[{vec}];",
-            *[f"    {ln}" for ln in _unpack(dt, "wv", "wf")],
+            *[f"    {ln}" for ln in unpack16(dt, "wv", "wf")],
             "    #pragma unroll",
             f"    for (int m = 0; m < {m_rows}; ++m) {{",
             f"      const uint4 xv = __ldg(reinterpret_cast<const uint4*>(a0 + {a.offset} + m * {lda}) + v);",
             f"      float xf[{vec}];",
-            *[f"      {ln}" for ln in _unpack(dt, "xv", "xf")],
+            *[f"      {ln}" for ln in unpack16(dt, "xv", "xf")],
             "      #pragma unroll",
             f"      for (int e = 0; e < {vec}; ++e) acc[m] = fmaf(xf[e], wf[e], acc[m]);",
             "    }",

@@ -31,6 +31,7 @@ from .common import (
     storage,
     store_expr,
 )
+from .decode_attention import grouped_decode, grouped_decode_applies
 
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
@@ -461,8 +462,12 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     probabilities (rounded to `probs_dtype` as the graph rounds them) times v; (3) one block per row adds the
     splits' partial outputs. Scores are rounded exactly as in `attention`."""
     a = _attention_setup(k, program)
+    if grouped_decode_applies(k, program):
+        # one block per (KV head, split) for the whole query-head group: each key and value row read once
+        launches = grouped_decode(k, program, a, lambda block: _signature(k, program, block), _ptrs(k))
+        return launches + [_split_combine(k, program, a)]
     p: AttentionKernel = k.spec
-    ityp, d, dv, dpl, vpl, vd, od, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.od, a.pd
+    ityp, d, dv, dpl, vpl, vd, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.pd
     rows = a.b * a.h * a.t
     splits = p.splits
     nw = SPLIT_WARPS
@@ -545,7 +550,17 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
   }}
 }}
 """
-    combine = f"""{PRELUDE}
+    ptrs = _ptrs(k)
+    return [(stats, Launch((rows, splits, 1), block, ptrs)), (accumulate, Launch((rows, splits, 1), block, ptrs)),
+            _split_combine(k, program, a)]
+
+
+def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn) -> tuple[str, Launch]:
+    """The last launch of split attention: each row's output is the sum of its splits' partial outputs."""
+    p: AttentionKernel = k.spec
+    rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, p.splits, 2 + a.dv, a.ityp, a.dv, a.od
+    block = 32 * SPLIT_WARPS
+    src = f"""{PRELUDE}
 {_signature(k, program, block)} {{
   for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
     const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
@@ -559,9 +574,7 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
   }}
 }}
 """
-    ptrs = _ptrs(k)
-    return [(stats, Launch((rows, splits, 1), block, ptrs)), (accumulate, Launch((rows, splits, 1), block, ptrs)),
-            (combine, Launch((_grid(rows, 1), 1, 1), block, ptrs))]
+    return src, Launch((_grid(rows, 1), 1, 1), block, _ptrs(k))
 
 
 # ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
