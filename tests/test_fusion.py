@@ -331,3 +331,25 @@ def test_conv_as_im2col_gemm_lowering(small_resnet, dtype, monkeypatch):
     plain = npu_compiler.compile(res.ir_path, "cpu", dtype=dtype)
     assert_close(out, next(iter(run(plain, {"x": x}, res.weights_path).values())), dtype, "accumulate",
                  what="im2col+gemm vs direct conv")
+
+
+@pytest.mark.parametrize("kind,pos", [("prefill", 0), ("prefill", 5)])
+def test_attention_as_gemms_lowering(tiny_qwen, kind, pos, monkeypatch):
+    """On cuda, attention over many query rows runs as QK^T and PV GEMMs around a row softmax. The same lowering,
+    enabled for the cpu target here, equals the attention kernel's program (roundings, mask, grouped-query heads,
+    a row whose keys are all masked)."""
+    from npu_compiler.targets.cpu import CpuTarget
+
+    dtype, exp, hf = tiny_qwen
+    path = getattr(exp, f"{kind}_path")
+    theta = exp.cache_map["rope"]["theta"]
+    plain = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta)
+    monkeypatch.setattr(CpuTarget, "attention_gemm_min_rows", 1)
+    gemms = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta)
+    assert not [k for k in gemms.kernels if k.kind == "attention"]
+    assert [k for k in plain.kernels if k.kind == "attention"]
+    inputs = _qwen_inputs(exp, kind, dtype, pos)
+    a = run(gemms, {k: v.copy() for k, v in inputs.items()}, hf)
+    b = run(plain, {k: v.copy() for k, v in inputs.items()}, hf)
+    for k in a:
+        assert_close(a[k], b[k], dtype, "accumulate", what="attention as GEMMs vs the attention kernel " + k)

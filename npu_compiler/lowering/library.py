@@ -284,12 +284,20 @@ def sdpa(L: Lowering, node: Node) -> None:
                            mask_kind, b, h, hk, t, lk, d, v.shape[-1]), args, [out])
 
 
-@lowers("npu.attention", kernels=("attention",))
+@lowers("npu.attention", kernels=("attention", "gemm"))
 def attention(L: Lowering, node: Node) -> None:
     a = node.attrs
     q, k, v = (L.contiguous(L.ref(x)) for x in node.inputs[:3])
     b, h, t, d = q.shape
     hk, lk = k.shape[1], k.shape[2]
+    rows = L.target.attention_gemm_min_rows
+    if rows and t >= rows:
+        # (a valid-length bound is an optimisation only: the mask hides the keys past it, they add exactly zero)
+        mask = V.expand(L.ref(node.inputs[3]), (b, h, t, lk)) if a["has_mask"] else None
+        _attention_as_gemms(L, node, q, k, v, mask, a["has_mask"] and node.inputs[3].dtype == "bool",
+                            float(a["scale"]), bool(a["is_causal"]), a.get("scores_dtype", "float32"),
+                            a.get("probs_dtype", "float32"))
+        return
     args = [q, k, v]
     mask_kind = "none"
     if a["has_mask"]:
@@ -307,6 +315,29 @@ def attention(L: Lowering, node: Node) -> None:
     L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
                            a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"), bool(a.get("valid_len")),
                            splits), args, outs)
+
+
+def _attention_as_gemms(L: Lowering, node: Node, q: TensorRef, k: TensorRef, v: TensorRef, mask: TensorRef | None,
+                        mask_is_bool: bool, scale: float, is_causal: bool, sd: str, pd: str) -> None:
+    """Attention over many query rows as the graph computes it, on a GEMM library: scores = q @ k^T (rounded to
+    the scores dtype), the row softmax with its scale and mask (rounded to the probabilities dtype), then probs @
+    v. Grouped-query heads need no expanded K/V: the query heads of one KV head are stacked as the rows of one
+    GEMM ([b, kv_heads, group * t, d])."""
+    from .rows import attention_probs
+
+    out_v = node.outputs[0]
+    b, h, t, d = q.shape
+    hk, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    g = h // hk
+    scores = L.scratch(f"{node.name}.scores", sd, (b, hk, g * t, lk))
+    L.emit(GemmKernel(g * t, lk, d, (b, hk)), [L.gemm_operand(V.reshape(q, (b, hk, g * t, d))),
+                                               L.gemm_operand(V.transpose(k, 2, 3))], [scores])
+    probs = L.scratch(f"{node.name}.probs", pd, (b, hk, g * t, lk))
+    attention_probs(L, V.reshape(scores, (b, h, t, lk)), V.reshape(probs, (b, h, t, lk)), mask, mask_is_bool, scale,
+                    is_causal, sd, pd)
+    out = L.scratch(out_v.name, out_v.dtype, (b, hk, g * t, dv))
+    L.emit(GemmKernel(g * t, dv, lk, (b, hk)), [probs, L.gemm_operand(v)], [out])
+    L.bind(out_v, V.reshape(out, out_v.shape))
 
 
 DECODE_MIN_KEYS_PER_SPLIT = 16

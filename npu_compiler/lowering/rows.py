@@ -128,3 +128,35 @@ def rmsnorm(L: Lowering, node: Node) -> None:
         return cast(_bin("mul", y, cast(at_elem(w), F32)), node.outputs[0].dtype)
 
     row_kernel(L, out, build)
+
+
+def attention_probs(L: Lowering, scores: TensorRef, probs: TensorRef, mask: TensorRef | None, mask_is_bool: bool,
+                    scale: float, is_causal: bool, scores_dtype: str, probs_dtype: str) -> None:
+    """The softmax of attention as a row kernel over [b, h, t, kv] scores (already q.k rounded to `scores_dtype`):
+    scaled and masked as the graph rounds them, probabilities rounded to `probs_dtype`, causal keys j <= i, and a
+    row whose keys are all masked attends to nothing (zeros, as ATen's attention gives)."""
+    sc = const(float(scale), F32)
+
+    def value(at: Callable[[TensorRef], X.Expr]) -> X.Expr:
+        v = _round(_bin("mul", cast(at(scores), F32), sc), scores_dtype)
+        if mask is not None:
+            v = X.Where(F32, at(mask), v, const(NEG_INF, F32)) if mask_is_bool else \
+                _round(_bin("add", v, cast(at(mask), F32)), scores_dtype)
+        return v
+
+    def build(at_elem, at_row) -> X.Expr:
+        def v_row(at):
+            v = value(at)
+            if not is_causal:
+                return v
+            # the key index is the row's reduction index in a reduction, the element's last index outside one
+            j = X.RIndex("int64", 0) if at is at_row else X.Index("int64", 3)
+            return X.Where(F32, X.Binary("bool", "le", j, X.Index("int64", 2)), v, const(NEG_INF, F32))
+
+        m = X.Reduce(F32, "max", v_row(at_row))
+        s = X.Reduce(F32, "sum", X.Unary(F32, "exp", _bin("sub", v_row(at_row), m)))
+        p = _bin("div", X.Unary(F32, "exp", _bin("sub", v_row(at_elem), m)), s)
+        dead = X.Binary("bool", "eq", m, const(NEG_INF, F32))
+        return cast(X.Where(F32, dead, const(0.0, F32), p), probs_dtype)
+
+    row_kernel(L, probs, build)

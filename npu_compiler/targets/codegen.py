@@ -24,6 +24,9 @@ class CodegenTarget:
     gemm_im2col: ClassVar[bool] = False
     # split decode attention's keys across blocks until about this many blocks run (0: one block per query row)
     decode_attention_blocks: ClassVar[int] = 0
+    # attention with at least this many query rows per head runs as two GEMMs around a row softmax (its GEMM library
+    # is far faster than an attention kernel of its own there); 0: never
+    attention_gemm_min_rows: ClassVar[int] = 0
 
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""

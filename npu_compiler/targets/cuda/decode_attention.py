@@ -161,19 +161,29 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   }}
 }}
 """
-    accumulate = head + f"""  float mx[{g}], tot[{g}], o[{g}][{_VEC}];
-  #pragma unroll
-  for (int gi = 0; gi < {g}; ++gi) {{
+    accumulate = head + f"""  // each head's max and sum over all splits: one warp per head, its lanes over the splits
+  __shared__ float smx[{g}], stot[{g}];
+  for (int gi = warp; gi < {g}; gi += {WARPS}) {{
     const float* base = out1 + (bi * {h} + kvh * {g} + gi) * {splits} * {stride};
     float mm = {NEG_INF_F};
-    for (int s2 = 0; s2 < {splits}; ++s2) mm = npu_max(mm, base[s2 * {stride}]);
+    for (int s2 = lane; s2 < {splits}; s2 += 32) mm = npu_max(mm, base[s2 * {stride}]);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mm = npu_max(mm, __shfl_xor_sync(0xffffffffu, mm, o));
     float tt = 0.0f;
-    for (int s2 = 0; s2 < {splits}; ++s2) {{
+    for (int s2 = lane; s2 < {splits}; s2 += 32) {{
       const float ms = base[s2 * {stride}];
       tt += (ms == {NEG_INF_F}) ? 0.0f : base[s2 * {stride} + 1] * expf(ms - mm);
     }}
-    mx[gi] = mm;
-    tot[gi] = tt;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) tt += __shfl_xor_sync(0xffffffffu, tt, o);
+    if (lane == 0) {{ smx[gi] = mm; stot[gi] = tt; }}
+  }}
+  __syncthreads();
+  float mx[{g}], tot[{g}], o[{g}][{_VEC}];
+  #pragma unroll
+  for (int gi = 0; gi < {g}; ++gi) {{
+    mx[gi] = smx[gi];
+    tot[gi] = stot[gi];
     #pragma unroll
     for (int e = 0; e < {_VEC}; ++e) o[gi][e] = 0.0f;
   }}

@@ -72,6 +72,7 @@ class CudaTarget(CodegenTarget):
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
     gemm_im2col = True
     decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)
+    attention_gemm_min_rows = 64  # prefill: QK^T and PV on tensor cores (cuBLAS)
 
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""

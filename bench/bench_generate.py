@@ -1,0 +1,120 @@
+"""Qwen2 prefill and generation end to end: the `npusim export-llm` folder of a real configuration (random weights),
+timed as a user sees it, beside PyTorch eager and torch.compile on the same GPU in the same process.
+
+Rows: compile of both programs and load (kernel cache warm), one prefill call of `--prefill-len` tokens keeping the
+last token's logits, `npusim generate` of a `--prompt`-token prompt (time to first token, decode rate at that
+context). Peers: the Hugging Face model's whole forward over the same tokens (logits of the last token only), eager
+and torch.compile (default mode).
+
+    python bench/bench_generate.py [--config qwen2.5-1.5b] [--prefill-len 2048] [--prompt 2000] [--new 256]
+        [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def _median_ms(fn, sync, iters: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="qwen2.5-1.5b")
+    ap.add_argument("--prefill-len", type=int, default=2048)
+    ap.add_argument("--max-cache-len", type=int, default=2560)
+    ap.add_argument("--prompt", type=int, default=2000, help="prompt length for generate")
+    ap.add_argument("--new", type=int, default=256, help="new tokens for generate")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import npu_runtime
+    from npu_export.llm_export import export_llm
+    from npu_runtime.llm import LLM
+
+    backend = npu_runtime.get_backend()
+    device = "cuda" if backend.name == "cuda" else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    row: dict = {"config": args.config, "backend": backend.name, "prefill_len": args.prefill_len}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "llm"
+        t = time.perf_counter()
+        export_llm(out, config=args.config, random_weights=True, max_cache_len=args.max_cache_len,
+                   prefill_len=args.prefill_len, target=backend.compile_target())
+        row["export_and_compile_s"] = time.perf_counter() - t
+        LLM.load(out, backend)  # warms the kernel cache
+        import npu_compiler
+
+        t = time.perf_counter()
+        exp_dir = out
+        for kind in ("prefill", "decode"):
+            npu_compiler.compile(exp_dir / f"{kind}.json", backend.compile_target(), rope_theta=json.loads(
+                (exp_dir / "cache_map.json").read_text())["rope"]["theta"])
+        row["compile_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        llm = LLM.load(out, backend)
+        backend.synchronize()
+        row["load_s"] = time.perf_counter() - t
+        row["compile_and_load_s"] = row["compile_s"] + row["load_s"]
+
+        rng = np.random.default_rng(0)
+        vocab = llm.vocab_size
+        ids = rng.integers(0, vocab, size=args.prefill_len).astype(np.int64)
+        row["prefill_ms"] = _median_ms(lambda: llm._run(llm.prefill_graph, ids, 0), backend.synchronize, args.iters)
+
+        prompt = [int(x) for x in rng.integers(0, vocab, size=args.prompt)]
+        ttft, rate = [], []
+        for _ in range(3):
+            res = llm.generate(prompt, args.new, stop_tokens=[])
+            ttft.append(res.prefill_seconds * 1e3)
+            rate.append(res.decode_tokens_per_s)
+        row["ttft_ms"] = statistics.median(ttft)
+        row["decode_tokens_per_s"] = statistics.median(rate)
+        row["prefill_calls"] = res.prefill_calls
+
+        # peers: the same model (the folder's random weights) in PyTorch, last-token logits only
+        from transformers import Qwen2ForCausalLM
+
+        model = Qwen2ForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(device).eval()
+        x = torch.from_numpy(ids)[None].to(device)
+        with torch.no_grad():
+            row["eager_prefill_ms"] = _median_ms(lambda: model(x, logits_to_keep=1), sync, args.iters)
+            row["compile_prefill_ms"] = float("nan")
+            if not args.no_compile and device == "cuda":
+                compiled = torch.compile(model)
+                row["compile_prefill_ms"] = _median_ms(lambda: compiled(x, logits_to_keep=1), sync, args.iters)
+    print(f"{args.config} bf16 on {backend.name} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}):")
+    print(f"  compile both programs {row['compile_s']:.2f} s + load {row['load_s']:.2f} s "
+          f"= {row['compile_and_load_s']:.2f} s (kernel cache warm)")
+    print(f"  prefill {args.prefill_len} tokens, one call, last-token logits: ours {row['prefill_ms']:.2f} ms, "
+          f"eager {row['eager_prefill_ms']:.2f} ms, torch.compile {row['compile_prefill_ms']:.2f} ms")
+    print(f"  generate: {args.prompt}-token prompt, {args.new} new tokens: time to first token {row['ttft_ms']:.1f} ms "
+          f"({row['prefill_calls']} calls), decode {row['decode_tokens_per_s']:.0f} tokens/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(row, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
