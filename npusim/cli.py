@@ -8,7 +8,7 @@ import importlib
 import sys
 
 COMMANDS = ("compile", "describe", "run", "verify", "export", "demo", "partition", "export_llm", "generate",
-            "profile")
+            "profile", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:
