@@ -152,7 +152,10 @@ def kernel_work(program: CompiledProgram, k: KernelCall, *, arena_on_chip: bool 
             kv_len = max(1, min(kv_len, context_len))
         b, h, t, d = int(p["batch"]), int(p["heads"]), int(p["q_len"]), int(p["head_dim"])
         hk, dv = int(p["kv_heads"]), int(p["v_dim"])
-        mask = op(k.args[3], b * h * t * kv_len) if p.get("mask", "none") != "none" else None
+        full = int(p["kv_len"])
+        mask = None
+        if p.get("mask", "none") != "none":  # read only for the keys attended to
+            mask = op(k.args[3], max(1, footprint(k.args[3]) * kv_len // full))
         return AttentionWork(b, h, hk, t, kv_len, d, dv, op(q), op(kk, b * hk * kv_len * d),
                              op(v, b * hk * kv_len * dv), op(k.outs[0]), mask, elem(q), k.name)
     out = k.outs[0] if k.outs else None

@@ -80,16 +80,17 @@ def run(args: argparse.Namespace) -> int:
         notes.append(why or f"chart written: {args.chart}")
 
     if args.json:
-        out: dict[str, Any] = {kind: e.to_dict() for kind, e in ests.items()}
+        # One program: its estimate at the top level; an LLM folder: one per program and the LLM figures.
+        out: dict[str, Any] = ({kind: e.to_dict() for kind, e in ests.items()} if llm
+                               else ests["program"].to_dict())
         if measured is not None:
-            rep = measured
-            out["measured"] = {"backend": rep.backend, "kernel_total_s": rep.kernel_total_s,
-                               "kernels": {k.index: k.median_s for k in rep.kernels}}
+            out["measured"] = {"backend": measured.backend, "kernel_total_s": measured.kernel_total_s,
+                               "iterations": measured.iterations,
+                               "kernels": {k.index: k.median_s for k in measured.kernels}}
         if llm:
             out["llm"] = llm
         out["notes"] = notes
-        print(json.dumps(out if len(ests) > 1 or llm or measured else {**out["program"], "notes": notes},
-                         indent=1))
+        print(json.dumps(out, indent=1))
         return 0
     for kind, est in ests.items():
         _print_estimate(kind, est, progs[kind], args.top or None, measured)
