@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{npu.dataflow.replace('_', '-')}, compute cycles (no memory stalls), stationary preload not "
              f"overlapped. Regenerate: `python bench/npu_validate.py --write-docs` "
              f"({time.perf_counter() - t0:.0f} s of SCALE-Sim here).", "",
-             "| model | layer | x | M | N | K | SCALE-Sim cycles | model cycles | error |",
+             "| model | layer | kernels | M | N | K | SCALE-Sim cycles | model cycles | error |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     worst = 0.0
     for (model, what, layer, count), ref in zip(rows, sims):
