@@ -256,7 +256,8 @@ def _write_chart(path: str, ests: dict) -> str | None:
     ax.set_yscale("log")
     ax.set_xlabel("FLOPs per DRAM byte (on-chip operands at the right edge)")
     ax.set_ylabel("predicted FLOP/s")
-    ax.set_title(f"{first.model} on {npu.name}: roofline of {sum(len(e.kernels) for e in ests.values())} kernels")
+    names = " + ".join(dict.fromkeys(e.model for e in ests.values()))
+    ax.set_title(f"{names} on {npu.name}: roofline of {sum(len(e.kernels) for e in ests.values())} kernels")
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     with atomic_path(path) as tmp:
