@@ -108,29 +108,38 @@ def summarize(program: CompiledProgram, runs: list[list[KernelTiming]], backend:
     return ProfileReport(program.model_name, backend, len(runs), kernels, totals, runs)
 
 
+def trace_process(pid: int, process: str, thread: str = "kernels") -> list[dict[str, Any]]:
+    """The metadata events that name one process row (and its one thread) of a Chrome trace."""
+    return [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": process}},
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": thread}}]
+
+
+def kernel_event(k: KernelCall, index: int, pid: int, start_s: float, dur_s: float,
+                 args: dict[str, Any]) -> dict[str, Any]:
+    """One complete ('X') event for a kernel, ts/dur in microseconds; `args` joins the kernel's index, fusion group
+    and IR nodes. Measured runs (`chrome_trace`) and the NPU estimate (`npusim estimate --trace`) both use it."""
+    return {"name": k.name, "cat": k.kind, "ph": "X", "pid": pid, "tid": 0, "ts": start_s * 1e6, "dur": dur_s * 1e6,
+            "args": {"index": index, "group": k.group, "nodes": list(k.nodes), **args}}
+
+
+def trace_document(events: list[dict[str, Any]], other: dict[str, Any]) -> dict[str, Any]:
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
 def chrome_trace(program: CompiledProgram, report: ProfileReport) -> dict[str, Any]:
     """Chrome trace event format: one complete ('X') event per kernel launch, ts/dur in microseconds. Every run
     is a track of its own process row laid out in time order, so Perfetto shows iterations side by side."""
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": f"{program.model_name} "
-                                                                          f"({report.backend})"}},
-        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "kernels"}},
-    ]
+    events = trace_process(0, f"{program.model_name} ({report.backend})")
     starts = [t.start_s for run in report.runs for t in run]
     t0 = min(starts) if starts else 0.0
     costs = {k.index: k for k in report.kernels}
     for it, run in enumerate(report.runs):
         for t in run:
-            k = program.kernels[t.index]
             kp = costs[t.index]
-            events.append({
-                "name": k.name, "cat": k.kind, "ph": "X", "pid": 0, "tid": 0,
-                "ts": (t.start_s - t0) * 1e6, "dur": t.dur_s * 1e6,
-                "args": {"index": t.index, "iteration": it, "group": k.group, "nodes": list(k.nodes),
-                         "bytes": kp.bytes, "flops": kp.flops},
-            })
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"model": program.model_name, "backend": report.backend, "iterations": report.iterations}}
+            events.append(kernel_event(program.kernels[t.index], t.index, 0, t.start_s - t0, t.dur_s,
+                                       {"iteration": it, "bytes": kp.bytes, "flops": kp.flops}))
+    return trace_document(events, {"model": program.model_name, "backend": report.backend,
+                                   "iterations": report.iterations})
 
 
 def write_trace(path: str | os.PathLike, program: CompiledProgram, report: ProfileReport) -> None:

@@ -11,8 +11,8 @@ import sys
 from . import __version__
 from .common import CLIError
 
-COMMANDS = ("export", "compile", "describe", "run", "verify", "partition", "profile", "export_llm", "generate",
-            "demo")
+COMMANDS = ("export", "compile", "describe", "run", "verify", "partition", "profile", "estimate", "export_llm",
+            "generate", "demo")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -3,6 +3,7 @@ executes the code (`CodegenTarget`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 
 
@@ -48,3 +49,64 @@ PRESETS: dict[str, TargetConfig] = {c.name: c for c in (CPU_DEFAULT, CUDA_DEFAUL
 
 def default_config(target: str) -> TargetConfig:
     return PRESETS.get(target, CPU_DEFAULT)
+
+
+# ---- the NPU's compute and memory figures (what `npusim estimate` predicts with) -----------------------------------
+
+DATAFLOWS = {"weight_stationary": "ws", "output_stationary": "os", "input_stationary": "is"}
+
+
+def _npu_field(key: str, check: str, doc: str, default=dataclasses.MISSING):
+    """A field of NPUConfig: `key` is its dotted name in an NPU file (section.key), `check` its constraint
+    ('positive', 'non_negative', 'dataflow', 'any'). The file loader reads this metadata, so the fields, the file
+    keys and their checks are written down once, here."""
+    return field(default=default, metadata={"key": key, "check": check, "doc": doc})
+
+
+@dataclass(frozen=True)
+class NPUConfig:
+    """A systolic-array NPU: an R x C array of multiply-accumulate cells with one dataflow, a vector unit for
+    everything that is not a contraction, three on-chip buffers and DRAM. Loaded from a TOML file
+    (`npu_compiler.npu.load_npu`); the model in `npu_compiler.npu.model` predicts cycles, traffic and energy from
+    it."""
+
+    name: str = _npu_field("name", "any", "short name shown in reports")
+    array_rows: int = _npu_field("array.rows", "positive", "rows of the MAC array (R)")
+    array_cols: int = _npu_field("array.cols", "positive", "columns of the MAC array (C)")
+    dataflow: str = _npu_field("array.dataflow", "dataflow",
+                               "weight_stationary, output_stationary or input_stationary")
+    clock_mhz: float = _npu_field("array.clock_mhz", "positive", "clock of the array, vector unit and buffers")
+    vector_lanes: int = _npu_field("vector.lanes", "positive", "elementwise operations per cycle")
+    weight_buffer_kib: float = _npu_field("buffers.weights_kib", "positive",
+                                          "on-chip buffer of the stationary-side operand (weights)")
+    activation_buffer_kib: float = _npu_field("buffers.activations_kib", "positive",
+                                              "on-chip buffer of activations (inputs and outputs of layers)")
+    accumulator_kib: float = _npu_field("buffers.accumulators_kib", "positive", "partial-sum storage")
+    sram_bytes_per_cycle: float = _npu_field("buffers.bandwidth_bytes_per_cycle", "positive",
+                                             "bytes per cycle between the buffers and the array/vector unit")
+    dram_gb_s: float = _npu_field("dram.bandwidth_gb_s", "positive", "DRAM bandwidth, GB/s (1e9 bytes/s)")
+    dram_latency_ns: float = _npu_field("dram.latency_ns", "non_negative", "DRAM access latency")
+    mac_pj: float = _npu_field("energy.mac_pj", "non_negative", "one multiply-accumulate")
+    register_pj_per_byte: float = _npu_field("energy.register_pj_per_byte", "non_negative",
+                                             "a byte moved between neighbouring cells of the array")
+    sram_pj_per_byte: float = _npu_field("energy.sram_pj_per_byte", "non_negative",
+                                         "a byte read or written in an on-chip buffer")
+    dram_pj_per_byte: float = _npu_field("energy.dram_pj_per_byte", "non_negative",
+                                         "a byte read or written in DRAM")
+    vector_op_pj: float = _npu_field("energy.vector_op_pj", "non_negative", "one vector-unit operation")
+    description: str = _npu_field("description", "any", "one line about the design and its sources", "")
+    preload_overlap: bool = _npu_field("array.preload_overlap", "any",
+                                       "the next fold's stationary operand shifts in while the current fold "
+                                       "computes (double-buffered cells)", False)
+    accumulator_bytes: int = _npu_field("array.accumulator_bytes", "positive", "bytes of one partial sum", 4)
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_mhz * 1e6
+
+    @property
+    def peak_macs_per_s(self) -> float:
+        return self.array_rows * self.array_cols * self.clock_hz
+
+    def to_dict(self) -> dict:
+        return asdict(self)

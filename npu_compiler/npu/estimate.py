@@ -1,0 +1,171 @@
+"""`estimate_program`: the NPU model over every kernel of a compiled program, with totals for the program and per
+fusion group, a JSON-able report and a text table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..program import CompiledProgram
+from ..targets.config import NPUConfig
+from .model import Estimate, estimate
+from .work import AttentionWork, ConvWork, GemmWork, VectorWork, Work, kernel_work
+
+
+@dataclass
+class KernelEstimate:
+    index: int
+    name: str
+    kind: str
+    group: str
+    nodes: list[str]
+    work: str  # what the model saw, in words
+    est: Estimate
+    time_s: float
+    utilization: float
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.est.macs + self.est.vector_ops
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.est
+        return {
+            "index": self.index, "name": self.name, "kind": self.kind, "group": self.group, "nodes": self.nodes,
+            "work": self.work, "cycles": e.cycles, "time_s": self.time_s, "bound": e.bound,
+            "compute_cycles": e.compute_cycles, "onchip_cycles": e.onchip_cycles, "dram_cycles": e.dram_cycles,
+            "latency_cycles": e.latency_cycles, "array_utilization": self.utilization, "macs": e.macs,
+            "vector_ops": e.vector_ops, "flops": self.flops, "folds": e.folds, "dram_bytes": e.dram_bytes,
+            "sram_bytes": e.sram_bytes, "register_bytes": e.register_bytes, "energy_pj": e.energy_total_pj,
+            "energy_breakdown_pj": e.energy_pj, "detail": e.detail,
+        }
+
+
+@dataclass
+class ProgramEstimate:
+    model: str
+    npu: NPUConfig
+    kernels: list[KernelEstimate]
+    arena_on_chip: bool  # the program's intermediates stay in the activation buffer
+    context_len: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cycles(self) -> float:
+        return sum(k.est.cycles for k in self.kernels)
+
+    @property
+    def time_s(self) -> float:
+        return sum(k.time_s for k in self.kernels)
+
+    @property
+    def dram_bytes(self) -> int:
+        return sum(k.est.dram_bytes for k in self.kernels)
+
+    @property
+    def energy_pj(self) -> float:
+        return sum(k.est.energy_total_pj for k in self.kernels)
+
+    @property
+    def macs(self) -> int:
+        return sum(k.est.macs for k in self.kernels)
+
+    @property
+    def utilization(self) -> float:
+        cap = self.npu.array_rows * self.npu.array_cols * self.cycles
+        return self.macs / cap if cap else 0.0
+
+    def by_group(self) -> dict[str, dict[str, float]]:
+        """Totals per fusion group (the pattern or op each kernel came from), slowest first."""
+        out: dict[str, dict[str, float]] = {}
+        for k in self.kernels:
+            g = out.setdefault(k.group, {"kernels": 0, "time_s": 0.0, "cycles": 0.0, "dram_bytes": 0,
+                                         "energy_pj": 0.0, "macs": 0})
+            g["kernels"] += 1
+            g["time_s"] += k.time_s
+            g["cycles"] += k.est.cycles
+            g["dram_bytes"] += k.est.dram_bytes
+            g["energy_pj"] += k.est.energy_total_pj
+            g["macs"] += k.est.macs
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["time_s"]))
+
+    def by_bound(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for k in self.kernels:
+            out[k.est.bound] = out.get(k.est.bound, 0.0) + k.time_s
+        return out
+
+    def totals(self) -> dict[str, Any]:
+        return {"cycles": self.cycles, "time_s": self.time_s, "dram_bytes": self.dram_bytes,
+                "energy_pj": self.energy_pj, "macs": self.macs, "array_utilization": self.utilization,
+                "time_by_bound_s": self.by_bound()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "npu": self.npu.to_dict(), "arena_on_chip": self.arena_on_chip,
+                "context_len": self.context_len, "totals": self.totals(), "by_group": self.by_group(),
+                "kernels": [k.to_dict() for k in self.kernels], "notes": self.notes}
+
+
+def arena_fits(program: CompiledProgram, npu: NPUConfig) -> bool:
+    """Intermediates stay on chip when the compiler's static arena (the peak of live intermediates, at their
+    planned offsets) fits in the activation buffer; otherwise every kernel reads and writes them in DRAM."""
+    return program.arena_bytes <= npu.activation_buffer_kib * 1024
+
+
+def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: int | None = None,
+                     arena_on_chip: bool | None = None) -> ProgramEstimate:
+    """Predict every kernel of `program` on `npu`. `context_len`: tokens that decode attention reads from its cache
+    (default: the whole static cache). `arena_on_chip`: override the residency rule of `arena_fits`."""
+    resident = arena_fits(program, npu) if arena_on_chip is None else arena_on_chip
+    kernels = []
+    for i, k in enumerate(program.kernels):
+        work = kernel_work(program, k, arena_on_chip=resident, context_len=context_len)
+        est = estimate(work, npu)
+        kernels.append(KernelEstimate(i, k.name, k.kind, k.group, list(k.nodes), describe_work(work), est,
+                                      est.cycles / npu.clock_hz, est.utilization(npu)))
+    notes = [f"intermediates ({program.arena_bytes / 2**20:.2f} MiB arena) "
+             + ("stay in the activation buffer" if resident else
+                f"do not fit the {npu.activation_buffer_kib / 1024:.2f} MiB activation buffer: they go to DRAM")]
+    return ProgramEstimate(program.model_name, npu, kernels, resident, context_len, notes)
+
+
+def describe_work(w: Work) -> str:
+    if isinstance(w, GemmWork):
+        return f"gemm {w.m}x{w.n}x{w.k}" + (f" x{w.batch}" if w.batch > 1 else "")
+    if isinstance(w, ConvWork):
+        g = f" g{w.groups}" if w.groups > 1 else ""
+        return f"conv {w.kh}x{w.kw}/{w.stride[0]} {w.c}->{w.o} {w.ho}x{w.wo}{g}"
+    if isinstance(w, AttentionWork):
+        return f"attention {w.heads}/{w.kv_heads}h q{w.q_len} kv{w.kv_len} d{w.head_dim}"
+    assert isinstance(w, VectorWork)
+    moved = sum(o.bytes for o in (*w.reads, *w.writes))
+    return f"vector {w.ops / 1e6:.3g} Mop {moved / 1e6:.3g} MB"
+
+
+def format_table(est: ProgramEstimate, top: int | None = None, measured: dict[int, float] | None = None) -> str:
+    """Kernels slowest first: predicted cycles and time, bound, array utilisation, DRAM traffic, energy; with
+    `measured` (kernel index -> seconds) the measured time beside the prediction."""
+    head = (f"{'#':>4} {'kernel':<22} {'group':<20} {'work':<30} {'cycles':>11} {'time(us)':>10} {'bound':>8} "
+            f"{'util%':>6} {'DRAM MB':>9} {'energy uJ':>10}")
+    if measured is not None:
+        head += f" {'measured(us)':>13} {'meas/pred':>9}"
+    lines = [head]
+    rows = sorted(est.kernels, key=lambda k: -k.time_s)[:top]
+    for k in rows:
+        line = (f"{k.index:>4} {k.name[:22]:<22} {k.group[:20]:<20} {k.work[:30]:<30} {k.est.cycles:>11.0f} "
+                f"{k.time_s * 1e6:>10.2f} {k.est.bound:>8} {100 * k.utilization:>6.1f} "
+                f"{k.est.dram_bytes / 1e6:>9.3f} {k.est.energy_total_pj / 1e6:>10.3f}")
+        if measured is not None:
+            t = measured.get(k.index, 0.0)
+            line += f" {t * 1e6:>13.1f} {t / k.time_s if k.time_s else 0.0:>9.2f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def format_groups(est: ProgramEstimate, top: int = 12) -> str:
+    lines = [f"{'fusion group':<28} {'kernels':>7} {'time(us)':>10} {'%':>6} {'DRAM MB':>9} {'energy uJ':>10}"]
+    total = est.time_s or 1.0
+    for name, g in list(est.by_group().items())[:top]:
+        lines.append(f"{name[:28]:<28} {g['kernels']:>7} {g['time_s'] * 1e6:>10.2f} {100 * g['time_s'] / total:>6.1f} "
+                     f"{g['dram_bytes'] / 1e6:>9.3f} {g['energy_pj'] / 1e6:>10.3f}")
+    return "\n".join(lines)
