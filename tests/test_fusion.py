@@ -43,7 +43,8 @@ def qwen15_decode(tmp_path_factory):
 
 def _kernels_per_layer(prog, layers: int) -> list[int]:
     """Split the kernel list at each layer's input RMSNorm (found by its weight) and at the final norm. The rotary
-    cos/sin values are computed inside each RoPE kernel (no table is written)."""
+    cos/sin values are computed inside the kernels that apply RoPE (no table is written): q's RoPE kernel, and the
+    cache write of k, which computes k's RoPE as it stores it."""
     names = {b.id: b.name for b in prog.buffers}
     marks = []
     for i, k in enumerate(prog.kernels):
@@ -55,14 +56,14 @@ def _kernels_per_layer(prog, layers: int) -> list[int]:
                 marks.append((layers, i))
     starts = dict(marks)
     rotary = [k for k in prog.kernels if {"cos", "sin"} & set(k.nodes)]
-    assert rotary and all(k.group == "npu.rope" for k in rotary)
+    assert rotary and all(k.group in ("npu.rope", "index_copy.default") for k in rotary)
     return [starts[i + 1] - starts[i] for i in range(layers)]
 
 
 def test_qwen15_decode_kernel_targets(qwen15_decode):
     prog = qwen15_decode
     per_layer = _kernels_per_layer(prog, 28)
-    assert max(per_layer) <= 12, per_layer
+    assert max(per_layer) <= 11, per_layer
     assert len(prog.kernels) <= 350
     groups = {k.group for k in prog.kernels}
     assert {"npu.attention", "npu.rmsnorm", "npu.rope"} <= groups

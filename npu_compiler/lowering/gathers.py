@@ -11,6 +11,7 @@ from ..expr.aten_table import cast, const
 from ..ir.graph import Node
 from ..kernels import Scatter
 from . import views as V
+from .greedy import Pending
 from .registry import lowers
 
 if TYPE_CHECKING:
@@ -85,7 +86,13 @@ def rope(L: Lowering, node: Node) -> None:
         b = rnd(_b("mul", rot, cast(load(sin), F32), F32))
         return cast(_b("add", a, b, F32), out_v.dtype)
 
-    L.generated(out, build)
+    origins: list[str] = []
+    expr = build(L.loader(out.shape, (), origins))
+    if L.greedy_fusion and id(out_v) not in L._graph_outputs:
+        # pending: a consumer that reads it element for element (the cache write of k) computes it in place
+        L.pending[out.buffer] = Pending(expr, tuple(out.shape), [*origins, *node.origin], node)
+        return
+    L._emit_generated(out, expr, (), origins)
 
 
 # ---- the cache write ------------------------------------------------------------------------------------------------

@@ -48,9 +48,14 @@ def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int,
     """`p`'s expression as seen through a consumer's access (`strides` over the consumer's index space of `sizes`,
     the first `n_out` of them output dims, the rest reduction dims), or None when the access is not affine in
     p's index space."""
+    shape = p.shape
+    if (n_out == len(sizes) and tuple(sizes) == tuple(shape) and offset == 0 and p.size <= 4 * MAX_INLINE_NODES
+            and all(n == 1 or s == c for s, c, n in zip(strides, contiguous_strides(shape), sizes))):
+        # the consumer reads p element for element in p's own index space: p's expression as it is, even one
+        # that reads its own index (a gather, an iota)
+        return p.expr
     if p.has_index or p.size > MAX_INLINE_NODES:
         return None
-    shape = p.shape
     cs = contiguous_strides(shape)
     base = _unravel(offset, shape)
     if base is None:

@@ -26,6 +26,7 @@ from ..executor import Executor, allocation_guard
 from ..profiling import KernelTiming
 from ..weights import WeightSet
 from .backend import CudaBackend, CudaBuffer, storage_dtype
+from .launch import pdl_launcher
 from .modules import load_kernels
 
 
@@ -72,6 +73,7 @@ class CudaExecutor(Executor):
         self._weights: WeightSet | None = None
         self._bound: dict[str, CudaBuffer] = {}
         self._steps: list[Callable[[], None]] | None = None
+        self._pdl = pdl_launcher(self.stream.ptr, self.state.arch) if use_graph else None
         self._graph = None
         self._graph_failed = False
         if bindings:
@@ -145,8 +147,13 @@ class CudaExecutor(Executor):
             args = tuple(np.uint64(self._pointer(k, w, int(i))) for w, i in launch.ptrs)
             smem = int(launch.smem)
 
-            def run_kernel(fn=fn, grid=grid, block=block, args=args, smem=smem) -> None:
-                fn(grid, block, args, shared_mem=smem)
+            pdl = self._pdl
+            if pdl is not None:
+                def run_kernel(fn=fn, grid=grid, block=block, args=args, smem=smem, pdl=pdl) -> None:
+                    pdl(fn, grid, block, args, smem)
+            else:
+                def run_kernel(fn=fn, grid=grid, block=block, args=args, smem=smem) -> None:
+                    fn(grid, block, args, shared_mem=smem)
 
             steps.append(run_kernel)
         return steps
@@ -200,7 +207,24 @@ class CudaExecutor(Executor):
                 self._capture()
 
     def _capture(self) -> None:
-        """One CUDA graph of every launch: one host call per run instead of one per kernel."""
+        """One CUDA graph of every launch: one host call per run instead of one per kernel. With programmatic
+        dependent launch where the GPU has it; if capturing that fails, without it."""
+        if self._pdl is not None:
+            try:
+                with self.state.device, self.stream:
+                    self.stream.begin_capture()
+                    try:
+                        for step in self._steps:
+                            step()
+                    finally:
+                        graph = self.stream.end_capture()
+                self._graph = graph
+                return
+            except Exception as e:  # noqa: BLE001  (PDL is an optimisation: capture without it)
+                warnings.warn(f"cuda: capturing with programmatic dependent launch failed ({e}); capturing "
+                              "without it", RuntimeWarning, stacklevel=3)
+                self._pdl = None
+                self._build()
         with self.state.device, self.stream:
             try:
                 self.stream.begin_capture()

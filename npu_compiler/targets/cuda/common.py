@@ -15,6 +15,7 @@ from ...errors import NPUCompileError
 from ..clike import KernelText, Language, affine, decompose, grid_for, is_flat_map, max_extent  # noqa: F401
 
 KERNEL_NAME = "npu_kernel"  # every source defines exactly one `extern "C" __global__` function of this name
+WAIT = "  npu_wait_prior();"  # every kernel's first statement (see the prelude)
 
 STORAGE: dict[str, str] = {
     "float32": "float",
@@ -159,6 +160,13 @@ __device__ __forceinline__ double npu_max(double a, double b) { return (a > b ||
 __device__ __forceinline__ double npu_min(double a, double b) { return (a < b || a != a) ? a : b; }
 __device__ __forceinline__ long long npu_max(long long a, long long b) { return a > b ? a : b; }
 __device__ __forceinline__ long long npu_min(long long a, long long b) { return a < b ? a : b; }
+// Programmatic dependent launch: a kernel may start before the one it follows has finished (its launch overlaps the
+// other's tail); it waits here, first thing, until that kernel's writes are visible. A no-op when launched normally.
+__device__ __forceinline__ void npu_wait_prior() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
   long long r = 1;
   if (e < 0) return (a == 1) ? 1 : ((a == -1) ? ((e & 1) ? -1 : 1) : 0);
@@ -325,6 +333,7 @@ class CudaLanguage(Language):
                      "{")
         for name, (ty, count) in sorted(text.shared.items()):
             lines.append(f"  __shared__ {ty} {name}[{count}];")
+        lines.append(WAIT)
         lines += text.body
         lines.append("}")
         return "\n".join(lines) + "\n"

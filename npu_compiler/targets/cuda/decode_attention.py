@@ -15,7 +15,7 @@ from __future__ import annotations
 from ...kernels import AttentionKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
-from .common import NEG_INF_F, PRELUDE, REDUCE_HELPERS, literal, load_expr, round_expr, unpack16
+from .common import NEG_INF_F, PRELUDE, REDUCE_HELPERS, WAIT, literal, load_expr, round_expr, unpack16
 
 WARPS = 4
 MAX_GROUP = 8
@@ -77,6 +77,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
             mask_lines = (f"        s = {round_expr('s + ' + load_expr(program.dtype_of(mask), f'a3[{at}]'), sd)};")
     head = f"""{PRELUDE}{REDUCE_HELPERS}
 {signature(32 * WARPS)} {{
+{WAIT}
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int li = lane % {lpk}, sub = lane / {lpk};{a.valid}
   const {ityp} bi = blockIdx.x / {hk}, kvh = blockIdx.x % {hk}, split = blockIdx.y;

@@ -16,7 +16,7 @@ import math
 from ...kernels import GemmKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
-from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr, unpack16
+from .common import CUDA, PRELUDE, WAIT, literal, load_expr, max_extent, round_expr, store_expr, unpack16
 
 GEMV_MAX_M = 8
 WARPS = 4  # warps (output columns) per block
@@ -126,7 +126,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
     src = "\n".join([PRELUDE, f'extern "C" __global__ void __launch_bounds__({32 * WARPS}) npu_kernel('
-                     f'{", ".join(params)}) {{', *lines, "}"]) + "\n"
+                     f'{", ".join(params)}) {{', WAIT, *lines, "}"]) + "\n"
     grid = math.ceil(n_cols / WARPS)
     return src, Launch((grid, 1, 1), 32 * WARPS, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
 

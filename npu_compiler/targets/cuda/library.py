@@ -20,6 +20,7 @@ from .common import (
     NEG_INF_F,
     PRELUDE,
     REDUCE_HELPERS,
+    WAIT,
     affine,
     grid_for,
     index_type,
@@ -125,6 +126,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     BM, BN, BK, T = CONV_BM, CONV_BN, CONV_BK, CONV_THREADS
     src = f"""{PRELUDE}
 {_signature(k, program, T, names)} {{
+{WAIT}
   // As[k][m]: im2col tile of the input; Bs[k][n]: weight tile (one padding column against bank conflicts)
   __shared__ float As[{BK}][{BM}];
   __shared__ float Bs[{BK}][{BN} + 1];
@@ -423,6 +425,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     __syncthreads();"""
     src = f"""{PRELUDE}{REDUCE_HELPERS if a.valid else ''}
 {_signature(k, program, block)} {{
+{WAIT}
   __shared__ float sm[{nw}], sl[{nw}];
   __shared__ float so[{nw}][{vpl * 32}];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;{valid}
@@ -475,6 +478,7 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     stride = 2 + dv
     head = f"""{PRELUDE}{REDUCE_HELPERS}
 {_signature(k, program, block)} {{
+{WAIT}
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;{a.valid}
   const {ityp} row = blockIdx.x, split = blockIdx.y;
   const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
@@ -562,6 +566,7 @@ def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn) -> tuple[s
     block = 32 * SPLIT_WARPS
     src = f"""{PRELUDE}
 {_signature(k, program, block)} {{
+{WAIT}
   for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
     const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
     const {ityp} hi = t1 % {a.h}; const {ityp} bi = t1 / {a.h};
@@ -682,7 +687,7 @@ def _round_to(dtype: str, value: str, value_dtype: str) -> str:
 def _elementwise_shell(k: KernelCall, program: CompiledProgram, ityp: str, n_out: int, body: list[str],
                        block: int = 256) -> tuple[str, Launch]:
     out = k.outs[0]
-    lines = [PRELUDE, _signature(k, program, block) + " {",
+    lines = [PRELUDE, _signature(k, program, block) + " {", WAIT,
              f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}; "
              f"i += ({ityp})gridDim.x * blockDim.x) {{"]
     lines += [f"    {ln}" for ln in _decompose("i", tuple(out.shape), ityp)]
