@@ -1,0 +1,126 @@
+"""Every benchmark of the CUDA performance targets in one command: runs bench_llm (decode at KV positions 128,
+1024, 2000 and 8192), bench_generate (prefill, time to first token, decode rate, compile + load) and bench_cnn
+(ResNet-50 batch 1 and 64), each comparing ours with PyTorch eager and torch.compile in its own process on the same
+GPU; then prints one table against the targets, writes all results to one JSON file and draws them as a PNG.
+
+    python bench/bench_all.py --out bench-results [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# (workload, key in the results, target, "le" (at most) or "ge" (at least), unit)
+TARGETS = [
+    ("decode step, KV position 1024 (cache 2048)", "decode_1024_ms", 1.5, "le", "ms"),
+    ("decode step, KV position 8192 (cache 8448)", "decode_8192_ms", 1.8, "le", "ms"),
+    ("prefill, 2048 tokens, one call, last-token logits", "prefill_ms", 12.0, "le", "ms"),
+    ("generate, 2000-token prompt: time to first token", "ttft_ms", 25.0, "le", "ms"),
+    ("generate, decode rate at 2000 tokens of context", "decode_tokens_per_s", 600.0, "ge", "tokens/s"),
+    ("ResNet-50 fp16 batch 1", "resnet50_b1_ms", 0.45, "le", "ms"),
+    ("ResNet-50 fp16 batch 64", "resnet50_b64_img_s", 25000.0, "ge", "images/s"),
+    ("compile + load of both Qwen programs, kernel cache warm", "compile_and_load_s", 3.0, "le", "s"),
+]
+
+
+def _run(script: str, args: list[str], json_path: Path) -> dict:
+    cmd = [sys.executable, str(HERE / script), *args, "--json", str(json_path)]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    return json.loads(json_path.read_text())
+
+
+def collect(out: Path, no_compile: bool) -> dict:
+    peer = ["--no-compile"] if no_compile else []
+    r = {"llm": _run("bench_llm.py", ["--positions", "128,1024,2000", "--max-cache-len", "2048", *peer],
+                     out / "llm.json"),
+         "llm_8192": _run("bench_llm.py", ["--positions", "8192", "--max-cache-len", "8448", *peer],
+                          out / "llm_8192.json"),
+         "generate": _run("bench_generate.py", peer, out / "generate.json"),
+         "cnn": _run("bench_cnn.py", ["--batches", "1,64", *peer], out / "cnn.json")}
+    rows = {row["kv_position"]: row for row in r["llm"]["rows"] + r["llm_8192"]["rows"]}
+    cnn = {row["batch"]: row for row in r["cnn"]["rows"]}
+    g = r["generate"]
+    r["summary"] = {
+        "decode_1024_ms": rows[1024]["ours_ms"], "decode_8192_ms": rows[8192]["ours_ms"],
+        "prefill_ms": g["prefill_ms"], "ttft_ms": g["ttft_ms"], "decode_tokens_per_s": g["decode_tokens_per_s"],
+        "resnet50_b1_ms": cnn[1]["ours_ms"], "resnet50_b64_img_s": cnn[64]["ours_img_s"],
+        "compile_and_load_s": g["compile_and_load_s"],
+    }
+    return r
+
+
+def table(r: dict) -> str:
+    s = r["summary"]
+    lines = ["| workload | ours | target | met |", "| --- | --- | --- | --- |"]
+    for name, key, target, how, unit in TARGETS:
+        v = s[key]
+        met = v <= target if how == "le" else v >= target
+        lines.append(f"| {name} | {v:,.3g} {unit} | {'<=' if how == 'le' else '>='} {target:,g} {unit} | "
+                     f"{'yes' if met else 'no'} |")
+    return "\n".join(lines)
+
+
+def chart(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    llm = sorted(r["llm"]["rows"] + r["llm_8192"]["rows"], key=lambda x: x["kv_position"])
+    xs = [str(x["kv_position"]) for x in llm]
+    for label, key in (("ours", "ours_ms"), ("torch eager", "eager_ms"), ("torch.compile", "compile_ms"),
+                       ("memory floor", "floor_ms")):
+        ys = [x[key] for x in llm]
+        if not all(math.isnan(y) for y in ys):
+            axes[0].plot(xs, ys, marker="o", label=label)
+    axes[0].set(title="Qwen2.5-1.5B decode step", xlabel="KV position", ylabel="ms", yscale="log")
+    axes[0].legend()
+    g = r["generate"]
+    names = ["prefill 2048", "time to first token"]
+    axes[1].bar([n + "\nours" for n in names], [g["prefill_ms"], g["ttft_ms"]], color="C0")
+    axes[1].bar(["prefill 2048\ntorch eager", "prefill 2048\ntorch.compile"],
+                [g["eager_prefill_ms"], g.get("compile_prefill_ms", float("nan"))], color="C1")
+    axes[1].set(title=f"prefill and generate (decode {g['decode_tokens_per_s']:.0f} tokens/s)", ylabel="ms")
+    cnn = r["cnn"]["rows"]
+    width = 0.25
+    for i, (label, key) in enumerate((("ours", "ours_ms"), ("torch eager", "eager_ms"),
+                                      ("torch.compile", "compile_ms"))):
+        axes[2].bar([j + i * width for j in range(len(cnn))], [row[key] for row in cnn], width, label=label)
+    axes[2].set_xticks([j + width for j in range(len(cnn))], [f"batch {row['batch']}" for row in cnn])
+    axes[2].set(title="ResNet-50 fp16", ylabel="ms", yscale="log")
+    axes[2].legend()
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench-results", help="folder for the JSON files and the chart")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peers")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    r = collect(out, args.no_compile)
+    (out / "results.json").write_text(json.dumps(r, indent=1))
+    chart(r, out / "results.png")
+    print(table(r))
+    print(f"results: {out / 'results.json'}, chart: {out / 'results.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
