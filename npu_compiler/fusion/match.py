@@ -26,6 +26,29 @@ class GraphIndex:
     def single_use(self, v: Value) -> bool:
         return len(self.users.get(id(v), [])) == 1 and id(v) not in self.outputs
 
+    def replace(self, group: list[Node], new: Node, result_of: Node) -> None:
+        """`replace_node_group`, keeping the index current by updating only what the rewrite touches (a refresh
+        after every rewrite made the pattern passes quadratic in the graph's size)."""
+        g = self.graph
+        old, newv = result_of.outputs[0], new.outputs[0]
+        replace_node_group(g, group, new, result_of, users=self.users.get(id(old), []))
+        for u in self.users.pop(id(old), []):
+            self.users.setdefault(id(newv), []).append(u)
+        if id(old) in self.outputs:
+            self.outputs.discard(id(old))
+            self.outputs.add(id(newv))
+        for n in group:
+            for o in n.outputs:
+                self.producer.pop(id(o), None)
+            for v in n.inputs:
+                lst = self.users.get(id(v))
+                if lst:
+                    lst[:] = [u for u in lst if u is not n]
+        for o in new.outputs:
+            self.producer[id(o)] = new
+        for v in new.inputs:
+            self.users.setdefault(id(v), []).append(new)
+
     def only_used_by(self, v: Value, nodes: list[Node]) -> bool:
         ids = {id(n) for n in nodes}
         return id(v) not in self.outputs and all(id(u) in ids for u in self.users.get(id(v), []))
@@ -48,12 +71,20 @@ def other_input(n: Node, v: Value) -> Value | None:
     return None
 
 
-def replace_node_group(graph: Graph, group: list[Node], new: Node, result_of: Node) -> None:
+def replace_node_group(graph: Graph, group: list[Node], new: Node, result_of: Node,
+                       users: list[Node] | None = None) -> None:
     """Put `new` where `result_of` (the sink of `group`) was; `new`'s output replaces `result_of`'s output, and
-    `new` stands for the IR nodes of the whole group, in graph order."""
+    `new` stands for the IR nodes of the whole group, in graph order. `users`: the nodes that read `result_of`'s
+    output, when the caller knows them (else every node is looked at)."""
     pos = {id(n): i for i, n in enumerate(graph.nodes)}
     new.origin = [o for n in sorted(group, key=lambda n: pos[id(n)]) for o in n.origin]
     graph.nodes.insert(pos[id(result_of)] + 1, new)
-    graph.replace_uses(result_of.outputs[0], new.outputs[0])
+    old, newv = result_of.outputs[0], new.outputs[0]
+    if users is None:
+        graph.replace_uses(old, newv)
+    else:
+        for n in users:
+            n.inputs = [newv if v is old else v for v in n.inputs]
+        graph.outputs = [newv if v is old else v for v in graph.outputs]
     ids = {id(n) for n in group}
     graph.nodes = [n for n in graph.nodes if id(n) not in ids]

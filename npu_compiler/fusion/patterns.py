@@ -11,7 +11,7 @@ import math
 
 from ..ir.graph import Graph, Node, TensorType, Value
 from ..program import Recipe
-from .match import GraphIndex, other_input, replace_node_group, scalar_operand
+from .match import GraphIndex, other_input, scalar_operand
 
 _CASTS = ("to.dtype", "_to_copy.default", "to.dtype_layout")
 
@@ -81,8 +81,7 @@ def fuse_rmsnorm(graph: Graph) -> int:
             group.insert(0, up)
         new = _new_node(wmul.name, "npu.rmsnorm", [src, w], wmul.outputs[0],
                         {"eps": eps, "compute_dtype": x.dtype, "cast_dtype": cast_dtype})
-        replace_node_group(graph, group, new, wmul)
-        gi.refresh()
+        gi.replace(group, new, wmul)
         count += 1
     return count
 
@@ -193,8 +192,7 @@ def fuse_attention(graph: Graph, bound_by_valid_len: bool = True) -> int:
                  "probs_dtype": probs_dtype, "valid_len": False}
         _bound(gi, attrs, inputs, k, v, bound_by_valid_len)
         new = _new_node(mm2.name, "npu.attention", inputs, mm2.outputs[0], attrs)
-        replace_node_group(graph, group, new, mm2)
-        gi.refresh()
+        gi.replace(group, new, mm2)
         count += 1
     return count
 
@@ -225,8 +223,7 @@ def _rewrite_sdpa(graph: Graph, gi: GraphIndex, node: Node, bound_by_valid_len: 
     _bound(gi, attrs, inputs, k, v, bound_by_valid_len)
     group = [node] + [n for n in k_nodes + v_nodes if gi.only_used_by(n.outputs[0], [node] + k_nodes + v_nodes)]
     new = _new_node(node.name, "npu.attention", inputs, node.outputs[0], attrs)
-    replace_node_group(graph, group, new, node)
-    gi.refresh()
+    gi.replace(group, new, node)
     return 1
 
 
@@ -263,8 +260,7 @@ def fuse_masked_softmax(graph: Graph) -> int:
         if attrs["divide"]:
             attrs["scale"] = scalar_operand(sc)
         new = _new_node(sm.name, "npu.softmax", inputs, sm.outputs[0], attrs)
-        replace_node_group(graph, group, new, sm)
-        gi.refresh()
+        gi.replace(group, new, sm)
         count += 1
     return count
 
@@ -316,8 +312,7 @@ def fuse_rope(graph: Graph) -> int:
                 group.append(sl)
         new = _new_node(add.name, "npu.rope", [x, cos, sin], add.outputs[0],
                         {"product_dtype": msin.outputs[0].dtype})
-        replace_node_group(graph, group, new, add)
-        gi.refresh()
+        gi.replace(group, new, add)
         count += 1
     return count
 
@@ -403,8 +398,7 @@ def fuse_gemm_epilogue(graph: Graph) -> int:
                 continue
             new = _new_node(add.name, "npu.linear", [*lin.inputs, res], add.outputs[0],
                             {"has_bias": len(lin.inputs) > 2, "has_residual": True})
-            replace_node_group(graph, [lin, add], new, add)
-            gi.refresh()
+            gi.replace([lin, add], new, add)
             count += 1
             break
     return count
@@ -437,7 +431,6 @@ def fuse_conv_epilogue(graph: Graph) -> int:
         if tail is conv:
             continue
         new = _new_node(tail.name, "npu.conv2d", inputs, tail.outputs[0], attrs)
-        replace_node_group(graph, group, new, tail)
-        gi.refresh()
+        gi.replace(group, new, tail)
         count += 1
     return count
