@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import INT_DTYPES
-from .errors import NPUCompileError
+from .errors import ConstraintError, NPUCompileError, entry_point
 from .ir.graph import Graph
 from .ir.reader import read_ir
+from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
 from .passes.bn_fold import fold_batchnorm
@@ -40,13 +42,18 @@ class CompileOptions:
     value_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
+@entry_point("compiling the IR")
 def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
-            fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True) -> CompiledProgram:
+            fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True,
+            limits: Limits | None = None) -> CompiledProgram:
     """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...).
 
     `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
-    fusion pass (FUSION_PASSES) at once."""
+    fusion pass (FUSION_PASSES) at once. `limits` bounds tensor and program sizes (default: `Limits()`, from the
+    environment). Bad input raises an NPUCompileError (or ConstraintError for a size above a limit) naming the node;
+    a bug raises InternalError."""
+    lim = limits or Limits()
     if not fusion:
         disable_passes = (*disable_passes, *FUSION_PASSES)
     unknown = set(disable_passes) - set(OPTIONAL_PASSES)
@@ -55,7 +62,10 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
                               f"{', '.join(OPTIONAL_PASSES)}")
     codegen = get_codegen_target(target)
     cfg = config or default_config(target)
-    graph = ir if isinstance(ir, Graph) else read_ir(ir)
+    if rope_theta is not None and not (isinstance(rope_theta, int | float) and math.isfinite(rope_theta)
+                                       and rope_theta > 0):
+        raise NPUCompileError(f"rope_theta must be a positive number, got {rope_theta!r}")
+    graph = ir if isinstance(ir, Graph) else read_ir(ir, lim)
     passes: list[str] = []
     recipes: dict[str, Recipe] = {}
 
@@ -80,6 +90,11 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
                         conv_im2col="conv_im2col" not in disable_passes)
     lowering.run()
     arena = plan_memory(lowering.buffers, lowering.kernels)
+    need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
+    if need > lim.max_bytes:
+        raise ConstraintError(f"the program '{graph.name}' needs {format_bytes(need)} of buffers (intermediates, "
+                              f"inputs, outputs, constants), above the limit of {format_bytes(lim.max_bytes)} "
+                              f"(${MAX_BYTES_ENV})")
     if verify_plan:
         check_plan(lowering.buffers, lowering.kernels)
 

@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from .dtypes import ITEMSIZE, itemsize
-from .errors import ArtifactError
+from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelSpec, spec_from_data
 from .tensor import TensorRef, contiguous_strides
 
@@ -167,6 +167,7 @@ class CompiledProgram:
         return d
 
     @classmethod
+    @entry_point("reading the artifact")
     def from_dict(cls, d: Any, where: str = "<artifact>") -> CompiledProgram:
         """A program from its data form; every field checked (ArtifactError naming the field otherwise)."""
         return _Reader(where).program(d)
@@ -176,6 +177,7 @@ class CompiledProgram:
         return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
 
     @classmethod
+    @entry_point("reading the artifact")
     def from_bytes(cls, blob: bytes, where: str = "<bytes>") -> CompiledProgram:
         if len(blob) < _HEADER.size:
             raise ArtifactError(f"{where}: not a .npubin artifact (only {len(blob)} bytes, truncated?)")
@@ -220,6 +222,7 @@ class CompiledProgram:
             raise
 
     @classmethod
+    @entry_point("reading the artifact")
     def load(cls, path: str | os.PathLike) -> CompiledProgram:
         path = os.fspath(path)
         try:
@@ -481,6 +484,8 @@ class _Reader:
         recipe = Recipe(self.str_(self.get(r, "kind", rp), f"{rp}.kind", RECIPE_KINDS), dict(sources),
                         self.mapping(self.get(r, "params", rp), f"{rp}.params"),
                         self.strs(self.get(r, "fallback_keys", rp), f"{rp}.fallback_keys"))
+        shape = self.ints(self.get(v, "shape", path), f"{path}.shape")
+        self.recipe(recipe, shape, rp)
         w = WeightSpec(
             name=self.str_(self.get(v, "name", path), f"{path}.name"),
             key=self.str_(self.get(v, "key", path), f"{path}.key"),
@@ -497,6 +502,42 @@ class _Reader:
         if n != b.numel or b.dtype != w.dtype:
             raise self.fail(path, f"{w.dtype}{list(w.shape)} on buffer {b.id} ({b.dtype}, {b.numel} elements)")
         return w
+
+    def recipe(self, r: Recipe, shape: tuple[int, ...], path: str) -> None:
+        """A recipe's sources and parameters, against the weight it makes (what `npu_runtime.weights` reads)."""
+        need = {"load": {"weight"}, "rope_inv_freq": set(),
+                "bn_fold_weight": {"weight", "gamma", "beta", "mean", "var"},
+                "bn_fold_bias": {"gamma", "beta", "mean", "var"}}.get(r.kind)
+        if need is not None and not need <= set(r.sources):
+            raise self.fail(f"{path}.sources", f"a {r.kind} recipe needs {', '.join(sorted(need))}")
+        p = r.params
+        if r.kind in ("bn_fold_weight", "bn_fold_bias"):
+            eps = p.get("eps")
+            if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 <= eps < float("inf"):
+                raise self.fail(f"{path}.params.eps", f"expected a finite number >= 0, got {_short(eps)}")
+            if not shape or (r.kind == "bn_fold_bias" and len(shape) != 1):
+                raise self.fail(path, f"a {r.kind} weight of shape {list(shape)}")
+        elif r.kind == "rope_inv_freq":
+            base, dim = p.get("base"), p.get("dim")
+            if not isinstance(base, int | float) or isinstance(base, bool) or not 0 < base < float("inf"):
+                raise self.fail(f"{path}.params.base", f"expected a finite number > 0, got {_short(base)}")
+            if len(shape) != 1 or dim != 2 * shape[0] or isinstance(dim, bool):
+                raise self.fail(f"{path}.params.dim", f"{_short(dim)} for an inv_freq weight of shape {list(shape)} "
+                                "(dim is twice its length)")
+        elif r.kind == "concat":
+            axis, shapes = p.get("axis"), p.get("shapes")
+            parts = [self.ints(sh, f"{path}.params.shapes[{i}]") for i, sh in
+                     enumerate(self.list_(shapes, f"{path}.params.shapes", 4096))]
+            if not isinstance(axis, int) or isinstance(axis, bool) or not 0 <= axis < max(len(shape), 1):
+                raise self.fail(f"{path}.params.axis", f"{_short(axis)} for a weight of shape {list(shape)}")
+            ok = parts and all(len(q) == len(shape) and all(a == b for i, (a, b) in enumerate(zip(q, shape))
+                                                               if i != axis) for q in parts)
+            if not ok or sum(q[axis] for q in parts) != shape[axis]:
+                raise self.fail(f"{path}.params.shapes", f"{[list(q) for q in parts]} do not concatenate to "
+                                f"{list(shape)} along axis {axis}")
+            if set(r.sources) != {str(i) for i in range(len(parts))}:
+                raise self.fail(f"{path}.sources", f"a concat of {len(parts)} parts needs sources '0' to "
+                                f"'{len(parts) - 1}'")
 
     def ref(self, v: Any, path: str) -> TensorRef:
         r = TensorRef(self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer"),

@@ -217,6 +217,11 @@ zeros.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device
 ones.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 """
 
+# Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under
+# the argument's name. Every other Tensor argument must be an input (ATen refuses a number there).
+SCALAR_OPERANDS: dict[str, tuple[str, ...]] = {op: ("other",) for op in ("add.Tensor", "sub.Tensor", "mul.Tensor",
+                                                                          "div.Tensor", "div.Tensor_mode")}
+
 SCHEMAS: dict[str, OpSchema] = {}
 for _line in _DECLS.strip().splitlines():
     _s = parse_schema(_line.strip())
@@ -243,6 +248,12 @@ def short_op(op_type: str) -> str:
     if "." not in s:
         s += ".default"
     return s
+
+
+def scalar_operands(op: str) -> tuple[str, ...]:
+    """The Tensor arguments of `op` that may be a number in attrs (an in-place overload has its base op's)."""
+    base, dot, overload = op.partition(".")
+    return SCALAR_OPERANDS.get(op) or SCALAR_OPERANDS.get(f"{base.rstrip('_')}{dot}{overload}", ())
 
 
 def lookup(op_type: str) -> OpSchema | None:
