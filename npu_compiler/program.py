@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 import msgpack
 
+from .atomic import write_bytes
 from .dtypes import ITEMSIZE, itemsize
 from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelSpec, spec_from_data
@@ -202,24 +202,8 @@ class CompiledProgram:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write atomically (a failed write leaves no half-written artifact behind), readable as the user's umask
-        allows (a temporary file is private until it is renamed)."""
-        path = os.fspath(path)
-        blob = self.to_bytes()
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise ArtifactError(f"cannot write {path}: folder {folder} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=".npubin-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        allows; an OutputError when the folder does not exist."""
+        write_bytes(path, self.to_bytes())
 
     @classmethod
     @entry_point("reading the artifact")

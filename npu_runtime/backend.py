@@ -129,8 +129,9 @@ def default_backend_name() -> str:
 
 def get_backend(name: str | None = None) -> Backend:
     """A backend by name; None picks the best available one (or $NPUSIM_BACKEND)."""
-    name = name or default_backend_name()
-    if name not in BACKEND_MODULES:
+    if name is None:
+        name = default_backend_name()
+    if not isinstance(name, str) or name not in BACKEND_MODULES:
         raise BackendUnavailable(f"unknown backend '{name}' (registered: {', '.join(BACKEND_MODULES)})")
     why = unavailable_reason(name)
     if why is not None:

@@ -9,6 +9,8 @@ mask to the device and one row of logits back. No torch here: this runs where on
 from __future__ import annotations
 
 import json
+import math
+import operator
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +71,18 @@ def check_model_dir(model_dir: str | os.PathLike[str], *, need_weights: bool = T
         raise LLMError(f"{d}: no *.safetensors weights in the model directory (only safetensors are read; "
                        "convert a pytorch_model.bin with save_pretrained(..., safe_serialization=True))")
     return cfg
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None, seed: int | None) -> None:
+    """The sampling options: a finite temperature >= 0, top_k >= 1, top_p in (0, 1], a seed >= 0."""
+    if not isinstance(temperature, int | float) or not math.isfinite(temperature) or temperature < 0:
+        raise LLMError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise LLMError(f"top_k must be an integer >= 1 (or None for all tokens), got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, int | float) and 0 < top_p <= 1):
+        raise LLMError(f"top_p must be in (0, 1], got {top_p!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise LLMError(f"seed must be an integer >= 0 (or None), got {seed!r}")
 
 
 def sample_token(logits: np.ndarray, rng: np.random.Generator, *, temperature: float = 0.0, top_k: int | None = None,
@@ -276,7 +290,12 @@ class LLM:
     ) -> GenerationResult:
         """Generate up to max_new_tokens after the prompt. temperature 0 is greedy; `stop_tokens` None means the
         model's eos tokens ([] for none). `stream` is called with each new token id as soon as it exists."""
-        prompt = [int(t) for t in prompt_ids]
+        try:
+            prompt = [operator.index(t) for t in prompt_ids]
+        except TypeError:
+            raise LLMError(f"prompt token ids must be integers, got {list(prompt_ids)[:8]!r}") from None
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise LLMError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         n = len(prompt)
         if n == 0:
             raise LLMError("empty prompt: give at least one token")
@@ -288,10 +307,7 @@ class LLM:
             raise LLMError(f"prompt of {n} tokens + {max_new_tokens} new tokens needs {need} cache slots, but the "
                            f"export has max_cache_len {self.max_cache_len}; shorten the prompt, lower "
                            f"max_new_tokens or re-export with a larger --max-cache-len")
-        if temperature < 0:
-            raise LLMError(f"temperature must be >= 0, got {temperature}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise LLMError(f"top_p must be in (0, 1], got {top_p}")
+        _check_sampling(temperature, top_k, top_p, seed)
         self._check_ids(np.asarray(prompt))
         stops = set(self.eos_token_ids if stop_tokens is None else (int(t) for t in stop_tokens))
         rng = np.random.default_rng(seed)

@@ -88,12 +88,14 @@ def _safe_streams() -> Iterator[None]:
             saved[2](message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
+    warnings.simplefilter("always", NPUSimWarning)  # each conversion and infinity once, however alike the lines
     try:
         yield
     finally:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         sys.stdout, sys.stderr, warnings.showwarning = saved
+        warnings.filterwarnings("default", category=NPUSimWarning)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -579,3 +579,33 @@ def test_rule_agrees_with_aten(op: str) -> None:
             if _accepts(one_node_ir(op, ins, attrs, wrong)) is None:
                 problems.append(f"case {i}: declared {wrong} instead of {ref} for {ins} {attrs}; the reader accepts")
     assert not problems, f"{op}:\n" + "\n".join(problems[:8])
+
+
+def test_schema_table_matches_aten() -> None:
+    """The reader's schema table (npu_compiler/ir/schema.py) says what ATen says: argument names in order, which
+    are tensors, and which have defaults (with the same values)."""
+    from npu_compiler.ir.schema import MISSING, SCHEMAS
+
+    problems = []
+    for op, s in sorted(SCHEMAS.items()):
+        if op == "getitem":
+            continue
+        base, _, overload = op.partition(".")
+        theirs = getattr(getattr(torch.ops.aten, base), overload)._schema.arguments
+        if [a.name for a in s.args] != [a.name for a in theirs]:
+            problems.append(f"{op}: arguments {[a.name for a in s.args]}, ATen {[a.name for a in theirs]}")
+            continue
+        for mine, a in zip(s.args, theirs):
+            if mine.is_tensor != ("Tensor" in str(a.type)):
+                problems.append(f"{op}.{a.name}: tensor-ness differs ({mine.type} vs {a.type})")
+            if (mine.default is MISSING) != (not a.has_default_value()):
+                theirs_default = repr(a.default_value) if a.has_default_value() else "none"
+                problems.append(f"{op}.{a.name}: default {mine.default!r}, ATen {theirs_default}")
+            elif a.has_default_value() and a.default_value is not None and not isinstance(a.default_value, str):
+                want = a.default_value
+                got = mine.default
+                if isinstance(got, list) and not isinstance(want, list | tuple):
+                    want = [want] * len(got)
+                if list(want) != list(got) if isinstance(got, list) else float(want) != float(got):
+                    problems.append(f"{op}.{a.name}: default {got!r}, ATen {a.default_value!r}")
+    assert not problems, "\n".join(problems)

@@ -128,6 +128,10 @@ def _opaque_name(v: Any, where: str, name: str) -> str | int:
     raise _bad(where, name, f"must be a string, got {_short(v)}")
 
 
+# `int[N]` arguments ATen does not expand from a single value (its kernel checks the length itself).
+NO_REPEAT = {"output_size"}
+
+
 def check_value(arg: Arg, value: Any, where: str) -> Any:
     """One attribute against its argument's type and range; returns it normalised (an `int[2]` given as one int
     becomes two, a dtype name becomes its canonical name)."""
@@ -145,6 +149,8 @@ def check_value(arg: Arg, value: Any, where: str) -> Any:
         inner = base[4:-1]
         # `int[1]` (a reduction's dims) takes any number of ints, one of them given bare
         n = int(inner) if inner and inner != "1" else None
+        if n is not None and name in NO_REPEAT and (not isinstance(value, list | tuple) or len(value) != n):
+            raise _bad(where, name, f"must have {n} entries, got {_short(value)}")
         out = _int_list(value, where, name, n, arg.default == [])
     elif base in ("float", "Scalar"):
         out = _number(value, where, name)

@@ -105,8 +105,8 @@ def parse_schema(decl: str) -> OpSchema:
 # One line per supported ATen overload, as ATen declares it (`Tensor(a)` alias annotations left out).
 _DECLS = """
 conv2d.default(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], int[2] padding=[0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor
-batch_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training=False, float momentum=0.1, float eps=1e-05, bool cudnn_enabled=True) -> Tensor
-_native_batch_norm_legit_no_training.default(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum=0.1, float eps=1e-05) -> (Tensor, Tensor, Tensor)
+batch_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor
+_native_batch_norm_legit_no_training.default(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)
 relu.default(Tensor self) -> Tensor
 relu_.default(Tensor self) -> Tensor
 add.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor

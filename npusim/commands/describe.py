@@ -14,8 +14,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--source", default=None, metavar="KERNEL",
                    help="print one kernel (by index or name): its record, with expressions as formulas, and the "
-                        "source its target renders from it (CUDA C for cuda; the cpu backend interprets the record); default: "
-                        "the whole description")
+                        "source its target renders from it (CUDA C for cuda; the cpu backend interprets the record); "
+                        "default: the whole description")
     p.add_argument("--graph", choices=("dot", "mermaid"), default=None,
                    help="print only the fused graph (kernels; edges where a kernel reads what another wrote) as "
                         "Graphviz DOT or Mermaid text")

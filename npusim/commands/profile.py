@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 
+from .. import argtypes
 from ..common import add_quiet_option, add_run_options, add_timing_options, collect_inputs, parse_inputs
 
 # A profiled run this much slower than a plain one is worth a sentence (launch gaps, graph vs. kernel by kernel).
@@ -33,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly)")
     add_run_options(p)
     add_timing_options(p, "timed runs (each: one plain run and one profiled run)")
-    p.add_argument("--top", type=int, default=30, help="rows of the table (0: all)")
+    p.add_argument("--top", type=argtypes.integer(0, name="count"), default=30, help="rows of the table (0: all)")
     p.add_argument("--trace", metavar="FILE.json", default=None, help="write a Chrome trace of the timed runs")
     p.add_argument("--chart", metavar="FILE.png", default=None, help="bar chart of the slowest kernels (matplotlib)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
