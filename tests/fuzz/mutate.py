@@ -476,7 +476,8 @@ def _artifact_op(r: random.Random, data: dict) -> list:
             return [["del", path + [r.choice(sorted(map(str, v)))]]]
         return [["set", path + ["extra"], r.choice(INTERESTING[:20])]]
     if strategy == "expr":
-        exprs = [(p, v) for p, v in paths if isinstance(v, list) and v and isinstance(v[0], str) and v[0] in EXPR_TAGS and p]
+        exprs = [(p, v) for p, v in paths if p and isinstance(v, list) and v and isinstance(v[0], str)
+                 and v[0] in EXPR_TAGS]
         if not exprs:
             return [["set", r.choice(paths[1:])[0], r.choice(INTERESTING)]]
         path, v = r.choice(exprs)

@@ -260,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results):,} cases in {time.time() - t0:.0f} s with {args.workers} workers (seed {args.seed}); "
           f"refused though ATen runs it: {sum(r.refused_valid for r in results)} (informational)")
     for r in bad[:40]:
-        print(f"  {r.kind}: {r.case['kind']} {r.case.get('seed', '')} {json.dumps(r.case.get('ops') or r.case.get('argv'))[:150]}"
-              f"\n      {r.detail[:300]}")
+        what = json.dumps(r.case.get("ops") or r.case.get("argv"))[:150]
+        print(f"  {r.kind}: {r.case['kind']} {r.case.get('seed', '')} {what}\n      {r.detail[:300]}")
     if args.save_failures and bad:
         for path in save(results, args.save_failures):
             print(f"  saved {path}")
