@@ -33,6 +33,8 @@ def umask() -> int:
 
 def check_writable(path: str | os.PathLike, what: str = "cannot write", make_parents: bool = False) -> Path:
     """`path` as a Path, after checking its folder exists (or making it) and that it is not itself a folder."""
+    if not os.fspath(path):
+        raise OutputError(f"{what} '': an empty file name")
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
     if make_parents:

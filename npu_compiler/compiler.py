@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import INT_DTYPES
-from .errors import ConstraintError, NPUCompileError, entry_point
+from .errors import ConstraintError, InternalError, NPUCompileError, UnsupportedOpError, entry_point
 from .ir.graph import Graph
 from .ir.reader import read_ir
+from .ir.schema import lookup
 from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
+from .memory_check import check_memory
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
 from .passes.dtype import apply_compute_dtype, choose_compute_dtype
@@ -69,6 +71,11 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     passes: list[str] = []
     recipes: dict[str, Recipe] = {}
 
+    unknown_ops = [n for n in graph.nodes if n.op != "getitem" and lookup(n.op) is None]
+    if unknown_ops:
+        # refused even where the node is dead: an op nothing here knows may not be dropped silently
+        n = unknown_ops[0]
+        raise UnsupportedOpError(n.name, f"aten.{n.op}", target, "an op the compiler does not know")
     n = remove_noops(graph)
     passes.append(f"remove_noops({n})")
     n = inplace_to_outofplace(graph)
@@ -97,6 +104,10 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
                               f"(${MAX_BYTES_ENV})")
     if verify_plan:
         check_plan(lowering.buffers, lowering.kernels)
+        try:
+            check_memory(lowering.buffers, lowering.kernels, lowering.outputs)
+        except ValueError as e:
+            raise InternalError("planning memory", f"the compiled plan is not memory-safe: {e}") from e
 
     # The user-facing dtypes stay those of the IR; the device holds the compute dtype.
     for spec, v in zip(lowering.inputs, graph.inputs):

@@ -23,6 +23,7 @@ from .atomic import write_bytes
 from .dtypes import ITEMSIZE, itemsize
 from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelSpec, spec_from_data
+from .memory_check import check_memory
 from .tensor import TensorRef, contiguous_strides
 
 MAGIC = b"NPUBIN\x00\x1a"
@@ -367,6 +368,10 @@ class _Reader:
                 raise self.fail(f"outputs[{i}].alias_of", f"{t.alias_of!r} is not an input")
         weights = self.each(self.get(d, "weights", ""), "weights", self.weight_spec)
         kernels = self.each(self.get(d, "kernels", ""), "kernels", self.kernel)
+        try:
+            check_memory(buffers, kernels, outputs)
+        except ValueError as e:
+            raise self.fail("memory plan", str(e)) from None
         opaque = {k: self.get(d, k, "") for k in ("config", "stats")}
         for k, v in opaque.items():
             if not isinstance(v, dict):
@@ -444,7 +449,10 @@ class _Reader:
         alias = self.get(v, "alias_of", path)
         t.alias_of = self.str_(alias, f"{path}.alias_of") if alias is not None else None
         if vr is not None:
-            lo, hi = self.ints(vr, f"{path}.value_range", -(2**63), 2**63, 2)
+            bounds = self.ints(vr, f"{path}.value_range", -(2**63), 2**63, 2)
+            if len(bounds) != 2:
+                raise self.fail(f"{path}.value_range", f"expected [lo, hi), got {list(bounds)}")
+            lo, hi = bounds
             if lo >= hi:
                 raise self.fail(f"{path}.value_range", f"[{lo}, {hi}) is empty")
             t.value_range = (lo, hi)

@@ -79,7 +79,8 @@ class SafetensorsFile:
             raise self._bad(f"the header is not JSON ({str(e)[:80]})") from None
         if not isinstance(d, dict):
             raise self._bad("the header is not a JSON object")
-        meta = d.pop("__metadata__", None) or {}
+        meta = d.pop("__metadata__", None)
+        meta = {} if meta is None else meta
         if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise self._bad("__metadata__ must map strings to strings")
         out: dict[str, TensorInfo] = {}

@@ -92,6 +92,8 @@ def compile_kwargs(args: argparse.Namespace) -> dict:
 
 def check_output_folder(path: str, option: str = "-o") -> None:
     """Fail before any work when an output file's folder does not exist (not after a minute of compiling)."""
+    if not path:
+        raise CLIError(f"{option}: an empty file name")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"{option} {path}: folder {folder} does not exist")

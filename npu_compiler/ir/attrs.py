@@ -198,9 +198,9 @@ def check_attrs(schema: OpSchema, attrs: dict[str, Any], n_inputs: int, where: s
             continue
         if arg.default is not MISSING:
             out[arg.name] = list(arg.default) if isinstance(arg.default, list) else arg.default
-        elif arg.optional:
-            out[arg.name] = None
         else:
+            # no default: ATen needs it passed (`int[1]? dim` of mean.dim may be None, but must be there), and
+            # torch_ir writes every argument that is not at its default
             raise IRFormatError(f"{where}: required attribute '{arg.name}' ({arg.type}) is missing")
     return out
 

@@ -64,6 +64,8 @@ def check_node(node: Node, where: str) -> None:
         return
     try:
         expected = rule(node)
+        if _in_place(node.op) and node.inputs and expected:
+            expected = [_in_place_result(node.inputs[0], expected[0])] + expected[1:]
     except InferError as e:
         raise IRFormatError(f"{where}: {e}") from None
     got = [v.type for v in node.outputs]
@@ -74,6 +76,29 @@ def check_node(node: Node, where: str) -> None:
             what = "shape" if e.dtype == g.dtype else "dtype" if e.shape == g.shape else "shape and dtype"
             raise IRFormatError(f"{where}: output #{i} '{node.outputs[i].name}' is declared {g}, but the op "
                                 f"produces {e} (wrong {what})")
+
+
+def _in_place(op: str) -> bool:
+    base = op.partition(".")[0]
+    return base.endswith("_") and not base.startswith("_")
+
+
+def can_cast(src: str, dst: str) -> bool:
+    """ATen's canCast: what an in-place op may write into its input (no float into an integer, nothing but bool
+    into a bool)."""
+    if _KIND[src] == 2 and _KIND[dst] < 2:
+        return False
+    return not (dst == "bool" and src != "bool")
+
+
+def _in_place_result(x: Value, result: TensorType) -> TensorType:
+    """An in-place op writes its result into its first input: of the input's shape and dtype."""
+    if result.shape != x.shape:
+        raise InferError(f"the result's shape {list(result.shape)} is not the shape {list(x.shape)} of the input it "
+                         "is written into (an in-place op cannot broadcast its input)")
+    if not can_cast(result.dtype, x.dtype):
+        raise InferError(f"the result ({result.dtype}) cannot be written into the {x.dtype} input in place")
+    return x.type
 
 
 # ---- operands ---------------------------------------------------------------------------------------------------

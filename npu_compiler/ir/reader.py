@@ -337,6 +337,9 @@ class _GraphReader:
             v = Value(cname, ttype, "constant", data=data)
         elif pname in self.mapping or pname in self.weight_meta:
             declared = self.weight_meta.get(key)
+            if declared is None and self.weight_meta:
+                raise IRFormatError(f"{where} '{pname}': weight_name_mapping names state-dict key '{key}', which the "
+                                    "IR's 'weights' do not declare")
             if declared is not None and declared != ttype:
                 raise IRFormatError(f"{where}: weight '{key}' is declared {declared} but used as {ttype}")
             v = Value(pname, ttype, "weight")

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from ..timing import LatencyStats
 
     for path, flag in ((args.trace, "--trace"), (args.chart, "--chart")):
-        if path:
+        if path is not None:
             check_output_folder(path, flag)
     backend = npu_runtime.get_backend(args.backend)
     if args.artifact.endswith(".json"):
@@ -93,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
     # per run, then the median: each run's kernels lie inside that run's own wall time
     share = statistics.median(k / w for k, w in zip(report.iteration_totals_s, profiled) if w > 0)
     notes = []
-    if args.trace:
+    if args.trace is not None:
         profiling.write_trace(args.trace, prog, report)
         notes.append(f"trace written: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if args.chart:
+    if args.chart is not None:
         why = profiling.write_chart(args.chart, report)
         notes.append(why or f"chart written: {args.chart}")
     slower = prof_wall / plain_stats.median_s if plain_stats.median_s > 0 else 1.0

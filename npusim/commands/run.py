@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..timing import time_runs
 
-    if args.output:
+    if args.output is not None:
         check_output_folder(args.output)
     backend = npu_runtime.get_backend(args.backend)
     is_ir = args.artifact.endswith(".json")
@@ -98,7 +98,7 @@ def _notice(args: argparse.Namespace, inp) -> None:
 
 def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp) -> int:
     summaries = {name: summarize(arr, args.top_k) for name, arr in outs.items()}
-    if args.output:
+    if args.output is not None:
         save_npz(args.output, outs)
     if args.json:
         print(json.dumps({"title": title, "timing": stats.to_dict(), "generated_inputs": inp.generated,

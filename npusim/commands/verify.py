@@ -44,7 +44,7 @@ def register(sub) -> None:
                      help="elementwise relative bound, with --atol (default: no elementwise bound)")
     tol.add_argument("--max-rel", type=argtypes.non_negative, default=None,
                      help="bound on max|err| / max|ref| (default: the compute dtype's)")
-    tol.add_argument("--min-pearson", type=argtypes.number(-1.0, 1.0, name="correlation"), default=None,
+    tol.add_argument("--min-pearson", type=argtypes.number(name="correlation"), default=None,
                      help="lowest Pearson r between output and reference (default: the compute dtype's)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--per-node", action="store_true",

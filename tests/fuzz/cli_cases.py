@@ -157,7 +157,7 @@ def _verify(r: random.Random) -> dict:
         v, e = _pick(r, ["1", "0.5"], ["nan", "-1", "inf", "x"])
         return _v(VERIFY + [flag, v], e, f"{flag} {v}")
     if c == "pearson":
-        v, e = _pick(r, ["0.5", "-1"], ["2", "nan", "x", "-1.5"])
+        v, e = _pick(r, ["0.5", "-1", "2"], ["nan", "x", "inf"])
         return _v(VERIFY + ["--min-pearson", v], e, f"--min-pearson {v}")
     v, e = _pick(r, ["{NPZ:golden}"], ["{NPZ:wrong_name}", "{NPZ:wrong_shape}", "{NPY:ok}", "{MISSING}/g.npz",
                                        "{FILE:garbage}", "{NPZ:object}"])

@@ -250,12 +250,30 @@ def _attr_value(r: random.Random, v: Any) -> Any:
     return r.choice(INTERESTING)
 
 
+def _then(tree: Any, ops: list) -> Any:
+    """`tree` after `ops` (the next operation is drawn on what the earlier ones left), or None when a special
+    value makes it unusable for drawing."""
+    try:
+        return apply_tree_ops(tree, [o for o in ops if o[0] != "bytes"], {}, "")
+    except Stale:
+        return None
+
+
 def gen_ir_ops(r: random.Random, ir: dict) -> list:
-    """One to three operations on a seed IR."""
+    """One to three operations on a seed IR, each drawn on the IR the earlier ones made."""
     ops: list = []
+    cur = ir
     for _ in range(r.choice([1, 1, 1, 2, 3])):
-        ops.extend(_ir_op(r, ir))
-    return ops
+        if not isinstance(cur, dict) or not isinstance(cur.get("nodes"), list) or not cur["nodes"] \
+                or not isinstance(cur.get("graph_inputs"), list) or not cur["graph_inputs"]:
+            break
+        try:
+            new = _ir_op(r, cur)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
+            break  # the IR is too broken to draw another structured operation on
+        ops.extend(new)
+        cur = _then(cur, new)
+    return ops or [["set", ["model_name"], "x"]]
 
 
 def _ir_op(r: random.Random, ir: dict) -> list:
@@ -434,8 +452,15 @@ def gen_artifact_ops(r: random.Random, seed_blob: bytes) -> list:
     data = artifact_data(seed_blob)
     ops: list = []
     for _ in range(r.choice([1, 1, 1, 2, 3])):
-        ops.extend(_artifact_op(r, data))
-    return ops
+        if not isinstance(data, dict):
+            break
+        try:
+            new = _artifact_op(r, data)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
+            break
+        ops.extend(new)
+        data = _then(data, [o for o in new if o[0] != "header"])
+    return ops or [["set", ["model_name"], "x"]]
 
 
 def _artifact_op(r: random.Random, data: dict) -> list:
