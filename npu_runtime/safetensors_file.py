@@ -108,7 +108,11 @@ class SafetensorsFile:
         for key, t in sorted(out.items(), key=lambda kv: (kv[1].begin, kv[1].end)):
             if t.begin < end:
                 raise self._bad(f"data_offsets {[t.begin, t.end]} overlap another tensor's", key)
-            end = max(end, t.end)
+            if t.begin > end:  # the format indexes every data byte: a hole is a damaged or edited file
+                raise self._bad(f"data bytes [{end}, {t.begin}) belong to no tensor", key)
+            end = t.end
+        if end != data_len:
+            raise self._bad(f"data bytes [{end}, {data_len}) belong to no tensor (truncated header or extra data)")
         return out, meta
 
     def keys(self) -> list[str]:

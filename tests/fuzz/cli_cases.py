@@ -200,6 +200,42 @@ def _generate(r: random.Random) -> dict:
     return _v(GENERATE + ["--chat"], "invalid", "--chat with --prompt-ids")
 
 
+FOLDER_DAMAGE = {
+    # (file, JSON path or None for the whole text, new value or text): what a hand-edited or damaged folder holds
+    "manifest_missing": ("manifest.json", None, None),
+    "manifest_text": ("manifest.json", None, "{not json"),
+    "manifest_list": ("manifest.json", None, "[1, 2]"),
+    "manifest_deep": ("manifest.json", None, "[" * 100_000 + "]" * 100_000),
+    "format": ("manifest.json", ["format"], "npusim.llm/9"),
+    "files_missing": ("manifest.json", ["files", "cache_map"], "__delete__"),
+    "files_escape": ("manifest.json", ["files", "prefill"], "../../../etc/passwd"),
+    "files_type": ("manifest.json", ["files", "decode"], 7),
+    "model_dir": ("manifest.json", ["model_dir"], "/nonexistent/model"),
+    "model_dir_type": ("manifest.json", ["model_dir"], ["x"]),
+    "cache_len": ("cache_map.json", ["model", "max_cache_len"], -1),
+    "cache_len_type": ("cache_map.json", ["model", "max_cache_len"], "32"),
+    "vocab": ("cache_map.json", ["model", "vocab_size"], 0),
+    "masked": ("cache_map.json", ["attention_mask", "masked"], None),
+    "layers": ("cache_map.json", ["graphs", "decode", "layers"], []),
+    "layer_name": ("cache_map.json", ["graphs", "prefill", "layers", 0, "k_input"], "nope"),
+    "input_name": ("cache_map.json", ["graphs", "decode", "inputs", "input_ids"], "nope"),
+    "logits_name": ("cache_map.json", ["graphs", "prefill", "outputs", "logits"], 5),
+    "seq_len": ("cache_map.json", ["graphs", "prefill", "seq_len"], 0),
+    "cache_map_text": ("cache_map.json", None, "\x00\x01"),
+    "config_type": ("config.json", ["model_type"], "llama"),
+    "config_text": ("config.json", None, "{"),
+    "eos": ("generation_config.json", ["eos_token_id"], "two"),
+    "program": ("decode.npubin", None, "NPUBIN"),
+    "weights_gone": ("model.safetensors", None, None),
+}
+
+
+def _generate_folder(r: random.Random) -> dict:
+    kind = r.choice(sorted(FOLDER_DAMAGE))
+    return _v(["generate", f"{{LLMBAD:{kind}}}", "--prompt-ids", "1,2", "--max-new-tokens", "2", "--backend", "cpu"],
+              "invalid", f"LLM folder: {kind}")
+
+
 def _export(r: random.Random) -> dict:
     base = ["export", "resnet18", "--width", "4", "--image-size", "16", "--num-classes", "3", "-o", "{OUT}/exp"]
     v, e = _pick(r, ["", "--dtype float16"], ["--width 0", "--image-size -1", "--dtype int8", "--num-classes 0",
@@ -215,7 +251,7 @@ def _export(r: random.Random) -> dict:
 
 
 COMMANDS = [(_run, 30), (_describe, 14), (_compile, 16), (_profile, 8), (_partition, 8), (_verify, 6),
-            (_generate, 14), (_export, 2)]
+            (_generate, 12), (_generate_folder, 6), (_export, 2)]
 
 
 def make(r: random.Random, i: int) -> dict:
@@ -333,6 +369,9 @@ def materialise(case: dict, ctx) -> list[str]:
     for a in case["argv"]:
         if "{KERNEL_NAME}" in a:
             a = a.replace("{KERNEL_NAME}", CompiledProgram.load(names["{ART}"]).kernels[1].name)
+        m = re.fullmatch(r"\{LLMBAD:(\w+)\}", a)
+        if m:
+            a = str(_damaged_folder(ctx, m.group(1)))
         for m in re.finditer(r"\{(NPY|NPZ|FILE):(\w+)\}", a):
             what, kind = m.group(1), m.group(2)
             path = out / f"{what.lower()}_{kind}.{'npz' if what == 'NPZ' else 'npy' if what == 'NPY' else 'dat'}"
@@ -347,6 +386,30 @@ def materialise(case: dict, ctx) -> list[str]:
             a = a.replace(k, str(v))
         argv.append(a)
     return argv
+
+
+def _damaged_folder(ctx, kind: str) -> Path:
+    """A copy of the seeds' export-llm folder with one file damaged as FOLDER_DAMAGE[kind] says."""
+    folder = ctx.work / "out" / "llm"
+    shutil.copytree(ctx.seed_dir / "llm", folder)
+    name, path, value = FOLDER_DAMAGE[kind]
+    target = folder / name
+    if path is None:
+        if value is None:
+            target.unlink()
+        else:
+            target.write_text(value)
+        return folder
+    data = json.loads(target.read_text())
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value == "__delete__":
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    target.write_text(json.dumps(data))
+    return folder
 
 
 def check_outputs(case: dict, ctx, stdout: str) -> str | None:

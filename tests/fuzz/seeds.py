@@ -10,7 +10,7 @@ from pathlib import Path
 
 SEED_IRS = ("resnet", "qwen_prefill", "qwen_decode")
 SEED_ARTIFACTS = ("resnet_f32", "resnet_f16", "qwen_decode_f32", "qwen_prefill_bf16")
-STAMP = "seeds-v1"
+STAMP = "seeds-v2"
 
 
 def _weights_of(model) -> dict:
