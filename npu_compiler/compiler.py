@@ -16,7 +16,7 @@ from .ir.schema import lookup
 from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
-from .memory_check import check_memory
+from .memory_check import check_memory, check_sizes
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
 from .passes.dtype import apply_compute_dtype, choose_compute_dtype
@@ -108,6 +108,11 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
             check_memory(lowering.buffers, lowering.kernels, lowering.outputs)
         except ValueError as e:
             raise InternalError("planning memory", f"the compiled plan is not memory-safe: {e}") from e
+    try:
+        # a kernel's temporaries (a broadcast view, an iteration space with its reduction) are bounded like tensors
+        check_sizes(lowering.buffers, lowering.kernels, lim.max_bytes)
+    except ValueError as e:
+        raise ConstraintError(f"the program '{graph.name}': {e}") from None
 
     # The user-facing dtypes stay those of the IR; the device holds the compute dtype.
     for spec, v in zip(lowering.inputs, graph.inputs):

@@ -1,6 +1,7 @@
 """Memory safety of a program beyond "every view inside its buffer": checked on every compile (it proves the memory
 plan) and on every artifact load (a crafted plan is refused, never run).
 
+0. Sizes (with a limit): no view and no kernel's iteration space beyond it; no output view writing an element twice.
 1. Arena buffers that are live at the same time (from the first to the last kernel touching them) do not share
    bytes.
 2. Nothing is read before it is written: an intermediate or output buffer starts unwritten; a kernel's writes mark
@@ -20,6 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .dtypes import itemsize
 from .expr import nodes as X
 from .expr.check import extent
 
@@ -160,6 +162,43 @@ def check_initialized(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCal
             raise ValueError(f"output '{t.name}' (buffer {t.buffer}) is not written whole by the kernels")
 
 
-def check_memory(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], outputs: Sequence[TensorSpec]) -> None:
+def _injective(ref: TensorRef) -> bool:
+    """Does every index of the view name its own element (no dim of stride 0, no dims folding onto each other)?
+    Sorted by stride, each dim must step past everything the inner dims reach."""
+    reach = 0
+    for s, n in sorted((s, n) for n, s in zip(ref.shape, ref.strides) if n > 1):
+        if s <= reach:
+            return False
+        reach += (n - 1) * s
+    return True
+
+
+def check_sizes(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], max_bytes: int) -> None:
+    """ValueError when a kernel would need more than `max_bytes` for one view or for its iteration space (a view of
+    a one-element buffer broadcast to 2**40 elements is in bounds, and would still exhaust memory), or writes one
+    element from two iteration points (a write view folding onto itself)."""
+    for i, k in enumerate(kernels):
+        for tag, refs in (("argument", k.args), ("output", k.outs)):
+            for j, r in enumerate(refs):
+                nbytes = r.numel * itemsize(buffers[r.buffer].dtype)
+                if nbytes > max_bytes:
+                    raise ValueError(f"kernel {i} '{k.name}': {tag} {j} is a view of {r.numel} elements "
+                                     f"({nbytes} bytes), above the limit of {max_bytes} bytes ($NPUSIM_MAX_BYTES)")
+        for j, r in enumerate(k.outs):
+            if not _injective(r):
+                raise ValueError(f"kernel {i} '{k.name}': output {j} (shape {list(r.shape)}, strides "
+                                 f"{list(r.strides)}) writes some elements more than once")
+        expr = getattr(k.spec, "expr", None)
+        if expr is not None:  # the interpreter evaluates over the iteration and reduction space at once
+            points = math.prod(k.spec.iteration_shape(k)) * math.prod(k.spec.reduce_shape)
+            if points * 8 > max_bytes:
+                raise ValueError(f"kernel {i} '{k.name}': {points} iteration points (with its reduction), above "
+                                 f"the limit of {max_bytes} bytes at 8 bytes each ($NPUSIM_MAX_BYTES)")
+
+
+def check_memory(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], outputs: Sequence[TensorSpec],
+                 max_bytes: int | None = None) -> None:
+    if max_bytes is not None:
+        check_sizes(buffers, kernels, max_bytes)
     check_overlap(buffers, kernels)
     check_initialized(buffers, kernels, outputs)

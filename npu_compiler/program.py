@@ -23,6 +23,7 @@ from .atomic import write_bytes
 from .dtypes import ITEMSIZE, itemsize
 from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelSpec, spec_from_data
+from .limits import Limits
 from .memory_check import check_memory
 from .tensor import TensorRef, contiguous_strides
 
@@ -367,9 +368,18 @@ class _Reader:
             if t.alias_of is not None and t.alias_of not in names:
                 raise self.fail(f"outputs[{i}].alias_of", f"{t.alias_of!r} is not an input")
         weights = self.each(self.get(d, "weights", ""), "weights", self.weight_spec)
+        # each input and weight buffer is filled by exactly one spec (by name): a buffer two specs claim, or none,
+        # would be run unfilled
+        for what, specs, kind in (("inputs", inputs, "input"), ("weights", weights, "weight")):
+            claimed = [t.buffer for t in specs]
+            if len(set(claimed)) != len(claimed) or len({t.name for t in specs}) != len(specs):
+                raise self.fail(what, "two entries share a name or a buffer")
+            unfilled = [b.id for b in buffers if b.kind == kind and b.id not in set(claimed)]
+            if unfilled:
+                raise self.fail(what, f"{kind} buffer {unfilled[0]} belongs to none of them")
         kernels = self.each(self.get(d, "kernels", ""), "kernels", self.kernel)
         try:
-            check_memory(buffers, kernels, outputs)
+            check_memory(buffers, kernels, outputs, Limits().max_bytes)
         except ValueError as e:
             raise self.fail("memory plan", str(e)) from None
         opaque = {k: self.get(d, k, "") for k in ("config", "stats")}

@@ -479,3 +479,35 @@ def test_every_error_class_is_of_the_hierarchy() -> None:
         assert issubclass(cls, NPUSimError), cls
     assert not issubclass(CLIError, InternalError)
     assert math.isfinite(1.0)
+
+
+def test_a_repro_folder_runs_no_code_from_the_model(tmp_path) -> None:
+    """verify --dump-repro writes repro.py; names from the IR (a model name written as Python) reach only
+    kernel.json, and running the script as told runs none of it."""
+    import subprocess
+    import sys
+
+    from npu_runtime import inspect as npi
+
+    canary = tmp_path / "CANARY"
+    payload = f"x\"\"\"\nimport os; os.system('touch {canary}')\n\"\"\"'; open('{canary}', 'w')#"
+    ir = small_ir()
+    ir["model_name"] = payload
+    ir["nodes"][0]["name"] = payload
+    ir["nodes"][1]["inputs"][0]["producer_node"] = payload
+    prog = npu_compiler.compile(ir, dtype="float32")
+    ex = CPU.create_executor(prog)
+    ws = npu_runtime.load_weights(prog, small_weights(), CPU)
+    x = {"x": np.zeros((2, 6), np.float32)}
+    k = prog.kernels[0]
+    check = npi.KernelCheck(0, k.name, k.kind, k.group, list(k.nodes), "linear", None)
+    script = npi.dump_repro(tmp_path / "repro", ex, x, ws, check, np.zeros((2, 4), np.float32))
+    text = Path(script).read_text()
+    assert "os.system" not in text and str(canary) not in text
+    assert json.loads((tmp_path / "repro" / "kernel.json").read_text())["model"] == payload
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode in (0, 1) and "max_abs" in proc.stdout, proc.stdout + proc.stderr  # it ran, and
+    assert not canary.exists()  # ran nothing of the model's
+    with pytest.raises(OutputError, match="does not exist"):
+        npi.dump_repro(tmp_path / "nope" / "repro", ex, x, ws, check, np.zeros((2, 4), np.float32))

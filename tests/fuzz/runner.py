@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
-ROWS = [("ir", "IR JSON through `npu_compiler.compile`"), ("ir_cli", "IR JSON through `npusim compile`"),
+ROWS = [("ir", "IR JSON through `npu_compiler.compile`"),
+        ("ir_cli", "IR JSON through `npusim compile` / `npusim run IR.json`"),
         ("artifact", "`.npubin` with the CRC recomputed, `npusim run` (+ `describe`)"),
         ("weights", "safetensors weights, `npusim run`"), ("cli", "CLI inputs and options")]
 BAD = ("raw", "crash", "hang", "invalid", "harness", "stale")
@@ -53,7 +54,10 @@ def make_cases(kind: str, n: int, seed: int, seed_dir: Path) -> list[dict]:
         for i in range(n):
             r = random.Random(f"{seed}:{kind}:{i}")
             s = seedlib.SEED_IRS[i % len(seedlib.SEED_IRS)]
-            cases.append({"kind": kind, "seed": s, "ops": mutate.gen_ir_ops(r, irs[s])})
+            case = {"kind": kind, "seed": s, "ops": mutate.gen_ir_ops(r, irs[s])}
+            if kind == "ir_cli":  # half through `npusim compile`, half through `npusim run IR.json`
+                case["command"] = ("compile", "run")[i % 2]
+            cases.append(case)
     elif kind == "artifact":
         blobs = {s: (seed_dir / f"{s}.npubin").read_bytes() for s in seedlib.SEED_ARTIFACTS}
         for i in range(n):
