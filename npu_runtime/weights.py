@@ -181,7 +181,8 @@ def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nan:
                               " integer and bool tensors are not converted to floats (quantised weights need their "
                               "scales)")
         _check_finite(a, what, report, allow_nan)
-        out = convert(a, dtype)
+        with np.errstate(over="ignore"):  # an overflow to infinity is reported below, as one line
+            out = convert(a, dtype)
         if out.dtype != a.dtype and a.size:
             with np.errstate(all="ignore"):
                 new_inf = int(np.count_nonzero(np.isinf(out.astype(np.float32)))) - _count_inf(a)

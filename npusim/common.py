@@ -18,7 +18,7 @@ from . import argtypes
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-class CLIError(Exception):
+class CLIError(InputError):
     """Options that do not go together, or a value the command cannot use: one line, exit status 2."""
 
 
