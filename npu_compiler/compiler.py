@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import INT_DTYPES
-from .errors import NPUCompileError
+from .errors import ConstraintError, InternalError, NPUCompileError, UnsupportedOpError, entry_point
 from .ir.graph import Graph
 from .ir.reader import read_ir
+from .ir.schema import lookup
+from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
+from .memory_check import check_memory, check_sizes
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
 from .passes.dtype import apply_compute_dtype, choose_compute_dtype
@@ -40,13 +44,18 @@ class CompileOptions:
     value_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
+@entry_point("compiling the IR")
 def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
-            fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True) -> CompiledProgram:
+            fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True,
+            limits: Limits | None = None) -> CompiledProgram:
     """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...).
 
     `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
-    fusion pass (FUSION_PASSES) at once."""
+    fusion pass (FUSION_PASSES) at once. `limits` bounds tensor and program sizes (default: `Limits()`, from the
+    environment). Bad input raises an NPUCompileError (or ConstraintError for a size above a limit) naming the node;
+    a bug raises InternalError."""
+    lim = limits or Limits()
     if not fusion:
         disable_passes = (*disable_passes, *FUSION_PASSES)
     unknown = set(disable_passes) - set(OPTIONAL_PASSES)
@@ -55,10 +64,18 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
                               f"{', '.join(OPTIONAL_PASSES)}")
     codegen = get_codegen_target(target)
     cfg = config or default_config(target)
-    graph = ir if isinstance(ir, Graph) else read_ir(ir)
+    if rope_theta is not None and not (isinstance(rope_theta, int | float) and math.isfinite(rope_theta)
+                                       and rope_theta > 0):
+        raise NPUCompileError(f"rope_theta must be a positive number, got {rope_theta!r}")
+    graph = ir if isinstance(ir, Graph) else read_ir(ir, lim)
     passes: list[str] = []
     recipes: dict[str, Recipe] = {}
 
+    unknown_ops = [n for n in graph.nodes if n.op != "getitem" and lookup(n.op) is None]
+    if unknown_ops:
+        # refused even where the node is dead: an op nothing here knows may not be dropped silently
+        n = unknown_ops[0]
+        raise UnsupportedOpError(n.name, f"aten.{n.op}", target, "an op the compiler does not know")
     n = remove_noops(graph)
     passes.append(f"remove_noops({n})")
     n = inplace_to_outofplace(graph)
@@ -80,8 +97,22 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
                         conv_im2col="conv_im2col" not in disable_passes)
     lowering.run()
     arena = plan_memory(lowering.buffers, lowering.kernels)
+    need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
+    if need > lim.max_bytes:
+        raise ConstraintError(f"the program '{graph.name}' needs {format_bytes(need)} of buffers (intermediates, "
+                              f"inputs, outputs, constants), above the limit of {format_bytes(lim.max_bytes)} "
+                              f"(${MAX_BYTES_ENV})")
     if verify_plan:
         check_plan(lowering.buffers, lowering.kernels)
+        try:
+            check_memory(lowering.buffers, lowering.kernels, lowering.outputs)
+        except ValueError as e:
+            raise InternalError("planning memory", f"the compiled plan is not memory-safe: {e}") from e
+    try:
+        # a kernel's temporaries (a broadcast view, an iteration space with its reduction) are bounded like tensors
+        check_sizes(lowering.buffers, lowering.kernels, lim.max_bytes)
+    except ValueError as e:
+        raise ConstraintError(f"the program '{graph.name}': {e}") from None
 
     # The user-facing dtypes stay those of the IR; the device holds the compute dtype.
     for spec, v in zip(lowering.inputs, graph.inputs):

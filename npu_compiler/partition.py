@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import IRFormatError
-from .ir.reader import load_ir_dict
+from .ir.reader import checked_ir_dict
 from .ir.schema import short_op
 from .kernels import attention_flops, conv_flops, gemm_flops
 from .op_support import is_structural, support_predicate
@@ -233,7 +233,7 @@ def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupport
     (like `SupportPredicate`), the report says why each node falls back."""
     pred: IsSupported = support_predicate(is_supported) if isinstance(is_supported, str) else is_supported
     reason_of: Callable[[Mapping[str, Any]], str | None] | None = getattr(pred, "reason", None)
-    data = copy.deepcopy(load_ir_dict(ir))
+    data = copy.deepcopy(checked_ir_dict(ir))  # every field checked (read_ir) before the JSON form is read here
     for key in ("graph_inputs", "graph_outputs", "nodes"):
         if not isinstance(data.get(key), list):
             raise IRFormatError(f"IR is missing the list '{key}'; is this a pytorch-ir JSON file?")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,9 +19,12 @@ from typing import Any
 
 import msgpack
 
+from .atomic import write_bytes
 from .dtypes import ITEMSIZE, itemsize
-from .errors import ArtifactError
+from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelSpec, spec_from_data
+from .limits import Limits
+from .memory_check import check_memory
 from .tensor import TensorRef, contiguous_strides
 
 MAGIC = b"NPUBIN\x00\x1a"
@@ -167,6 +169,7 @@ class CompiledProgram:
         return d
 
     @classmethod
+    @entry_point("reading the artifact")
     def from_dict(cls, d: Any, where: str = "<artifact>") -> CompiledProgram:
         """A program from its data form; every field checked (ArtifactError naming the field otherwise)."""
         return _Reader(where).program(d)
@@ -176,6 +179,7 @@ class CompiledProgram:
         return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
 
     @classmethod
+    @entry_point("reading the artifact")
     def from_bytes(cls, blob: bytes, where: str = "<bytes>") -> CompiledProgram:
         if len(blob) < _HEADER.size:
             raise ArtifactError(f"{where}: not a .npubin artifact (only {len(blob)} bytes, truncated?)")
@@ -200,26 +204,11 @@ class CompiledProgram:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write atomically (a failed write leaves no half-written artifact behind), readable as the user's umask
-        allows (a temporary file is private until it is renamed)."""
-        path = os.fspath(path)
-        blob = self.to_bytes()
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise ArtifactError(f"cannot write {path}: folder {folder} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=".npubin-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        allows; an OutputError when the folder does not exist."""
+        write_bytes(path, self.to_bytes())
 
     @classmethod
+    @entry_point("reading the artifact")
     def load(cls, path: str | os.PathLike) -> CompiledProgram:
         path = os.fspath(path)
         try:
@@ -379,7 +368,20 @@ class _Reader:
             if t.alias_of is not None and t.alias_of not in names:
                 raise self.fail(f"outputs[{i}].alias_of", f"{t.alias_of!r} is not an input")
         weights = self.each(self.get(d, "weights", ""), "weights", self.weight_spec)
+        # each input and weight buffer is filled by exactly one spec (by name): a buffer two specs claim, or none,
+        # would be run unfilled
+        for what, specs, kind in (("inputs", inputs, "input"), ("weights", weights, "weight")):
+            claimed = [t.buffer for t in specs]
+            if len(set(claimed)) != len(claimed) or len({t.name for t in specs}) != len(specs):
+                raise self.fail(what, "two entries share a name or a buffer")
+            unfilled = [b.id for b in buffers if b.kind == kind and b.id not in set(claimed)]
+            if unfilled:
+                raise self.fail(what, f"{kind} buffer {unfilled[0]} belongs to none of them")
         kernels = self.each(self.get(d, "kernels", ""), "kernels", self.kernel)
+        try:
+            check_memory(buffers, kernels, outputs, Limits().max_bytes)
+        except ValueError as e:
+            raise self.fail("memory plan", str(e)) from None
         opaque = {k: self.get(d, k, "") for k in ("config", "stats")}
         for k, v in opaque.items():
             if not isinstance(v, dict):
@@ -457,7 +459,10 @@ class _Reader:
         alias = self.get(v, "alias_of", path)
         t.alias_of = self.str_(alias, f"{path}.alias_of") if alias is not None else None
         if vr is not None:
-            lo, hi = self.ints(vr, f"{path}.value_range", -(2**63), 2**63, 2)
+            bounds = self.ints(vr, f"{path}.value_range", -(2**63), 2**63, 2)
+            if len(bounds) != 2:
+                raise self.fail(f"{path}.value_range", f"expected [lo, hi), got {list(bounds)}")
+            lo, hi = bounds
             if lo >= hi:
                 raise self.fail(f"{path}.value_range", f"[{lo}, {hi}) is empty")
             t.value_range = (lo, hi)
@@ -481,6 +486,8 @@ class _Reader:
         recipe = Recipe(self.str_(self.get(r, "kind", rp), f"{rp}.kind", RECIPE_KINDS), dict(sources),
                         self.mapping(self.get(r, "params", rp), f"{rp}.params"),
                         self.strs(self.get(r, "fallback_keys", rp), f"{rp}.fallback_keys"))
+        shape = self.ints(self.get(v, "shape", path), f"{path}.shape")
+        self.recipe(recipe, shape, rp)
         w = WeightSpec(
             name=self.str_(self.get(v, "name", path), f"{path}.name"),
             key=self.str_(self.get(v, "key", path), f"{path}.key"),
@@ -497,6 +504,42 @@ class _Reader:
         if n != b.numel or b.dtype != w.dtype:
             raise self.fail(path, f"{w.dtype}{list(w.shape)} on buffer {b.id} ({b.dtype}, {b.numel} elements)")
         return w
+
+    def recipe(self, r: Recipe, shape: tuple[int, ...], path: str) -> None:
+        """A recipe's sources and parameters, against the weight it makes (what `npu_runtime.weights` reads)."""
+        need = {"load": {"weight"}, "rope_inv_freq": set(),
+                "bn_fold_weight": {"weight", "gamma", "beta", "mean", "var"},
+                "bn_fold_bias": {"gamma", "beta", "mean", "var"}}.get(r.kind)
+        if need is not None and not need <= set(r.sources):
+            raise self.fail(f"{path}.sources", f"a {r.kind} recipe needs {', '.join(sorted(need))}")
+        p = r.params
+        if r.kind in ("bn_fold_weight", "bn_fold_bias"):
+            eps = p.get("eps")
+            if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 <= eps < float("inf"):
+                raise self.fail(f"{path}.params.eps", f"expected a finite number >= 0, got {_short(eps)}")
+            if not shape or (r.kind == "bn_fold_bias" and len(shape) != 1):
+                raise self.fail(path, f"a {r.kind} weight of shape {list(shape)}")
+        elif r.kind == "rope_inv_freq":
+            base, dim = p.get("base"), p.get("dim")
+            if not isinstance(base, int | float) or isinstance(base, bool) or not 0 < base < float("inf"):
+                raise self.fail(f"{path}.params.base", f"expected a finite number > 0, got {_short(base)}")
+            if len(shape) != 1 or dim != 2 * shape[0] or isinstance(dim, bool):
+                raise self.fail(f"{path}.params.dim", f"{_short(dim)} for an inv_freq weight of shape {list(shape)} "
+                                "(dim is twice its length)")
+        elif r.kind == "concat":
+            axis, shapes = p.get("axis"), p.get("shapes")
+            parts = [self.ints(sh, f"{path}.params.shapes[{i}]") for i, sh in
+                     enumerate(self.list_(shapes, f"{path}.params.shapes", 4096))]
+            if not isinstance(axis, int) or isinstance(axis, bool) or not 0 <= axis < max(len(shape), 1):
+                raise self.fail(f"{path}.params.axis", f"{_short(axis)} for a weight of shape {list(shape)}")
+            ok = parts and all(len(q) == len(shape) and all(a == b for i, (a, b) in enumerate(zip(q, shape))
+                                                               if i != axis) for q in parts)
+            if not ok or sum(q[axis] for q in parts) != shape[axis]:
+                raise self.fail(f"{path}.params.shapes", f"{[list(q) for q in parts]} do not concatenate to "
+                                f"{list(shape)} along axis {axis}")
+            if set(r.sources) != {str(i) for i in range(len(parts))}:
+                raise self.fail(f"{path}.sources", f"a concat of {len(parts)} parts needs sources '0' to "
+                                f"'{len(parts) - 1}'")
 
     def ref(self, v: Any, path: str) -> TensorRef:
         r = TensorRef(self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer"),

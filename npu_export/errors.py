@@ -3,8 +3,10 @@ traceback in the CLI)."""
 
 from __future__ import annotations
 
+from npu_compiler.errors import NPUSimError, describe_exception
 
-class ExportError(Exception):
+
+class ExportError(NPUSimError):
     """A model cannot be exported as asked: what is wrong and, where there is one, the fix."""
 
 
@@ -15,7 +17,4 @@ class UnknownConfigError(ExportError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def first_line(e: BaseException) -> str:
-    """`TypeName: first line of the message`: what a one-line error can say of an exception from a library."""
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+first_line = describe_exception  # `TypeName: first line of the message`, one place for it

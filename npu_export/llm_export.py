@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ import torch
 from transformers import Qwen2Config
 
 import npu_compiler
+from npu_compiler.atomic import umask
 from npu_runtime.llm import MANIFEST_FORMAT, check_model_dir
 
 from ._atomic import atomic_write_text
@@ -126,6 +129,16 @@ def write_random_model(out_dir: str | os.PathLike[str], config: Qwen2Config, dty
     config = Qwen2Config.from_dict({**config.to_dict(), "bos_token_id": None, "eos_token_id": eos,
                                     "pad_token_id": None})
     model = random_qwen2(config, dtype=getattr(torch, dtype), seed=seed)
-    with no_hf_progress():
-        model.save_pretrained(out)  # config.json, generation_config.json, model.safetensors
+    # Hugging Face writes in place and with its own permissions: write into a private folder beside, then move
+    # each file into place whole, readable as the user's umask allows (what every file npusim writes is)
+    staging = Path(tempfile.mkdtemp(prefix=".save_pretrained-", dir=out))
+    try:
+        with no_hf_progress():
+            model.save_pretrained(staging)  # config.json, generation_config.json, model.safetensors
+        mode = 0o666 & ~umask()
+        for f in sorted(staging.iterdir()):
+            os.chmod(f, mode)
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.errors import entry_point
 from npu_compiler.program import CompiledProgram, TensorSpec
 
 from .errors import BackendUnavailable
@@ -42,6 +43,14 @@ class DeviceBuffer(ABC):
 class Backend(ABC):
     name: str = ""
     capabilities: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # what a caller reaches with its own program and arrays: anything not of the error hierarchy is a bug
+        for name, during in (("create_executor", "preparing the program to run"), ("upload", "uploading an array")):
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "__wrapped_entry_point__", False):
+                setattr(cls, name, entry_point(during)(fn))
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -120,8 +129,9 @@ def default_backend_name() -> str:
 
 def get_backend(name: str | None = None) -> Backend:
     """A backend by name; None picks the best available one (or $NPUSIM_BACKEND)."""
-    name = name or default_backend_name()
-    if name not in BACKEND_MODULES:
+    if name is None:
+        name = default_backend_name()
+    if not isinstance(name, str) or name not in BACKEND_MODULES:
         raise BackendUnavailable(f"unknown backend '{name}' (registered: {', '.join(BACKEND_MODULES)})")
     why = unavailable_reason(name)
     if why is not None:

@@ -1,23 +1,18 @@
-"""Errors of the runtime; each names the tensor, the expected and the given."""
+"""Errors of the runtime: the runtime's part of the one hierarchy (`npu_compiler.errors`), under their old import
+path. Each message names the tensor, the expected and the given."""
 
 from __future__ import annotations
 
+from npu_compiler.errors import (
+    BackendUnavailable,
+    InputError,
+    InternalError,
+    NPURuntimeError,
+    NPUSimError,
+    OutputError,
+    ResourceError,
+    WeightError,
+)
 
-class NPURuntimeError(Exception):
-    """Base class of runtime errors on bad input."""
-
-
-class InputError(NPURuntimeError):
-    """A run input is missing, unexpected, or of the wrong shape or dtype."""
-
-
-class WeightError(NPURuntimeError):
-    """Weights are missing, mis-shaped, or cannot be read."""
-
-    def __init__(self, message: str, report: object = None) -> None:
-        super().__init__(message)
-        self.report = report
-
-
-class BackendUnavailable(NPURuntimeError):
-    """The requested backend cannot run on this machine."""
+__all__ = ["NPUSimError", "NPURuntimeError", "InputError", "WeightError", "BackendUnavailable", "OutputError",
+           "ResourceError", "InternalError"]

@@ -3,31 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from npu_compiler.errors import entry_point
+from npu_compiler.limits import MAX_BYTES_ENV, Limits, format_bytes
 from npu_compiler.program import CompiledProgram, TensorSpec
 
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, dtype_name
-from .errors import InputError, NPURuntimeError
+from .errors import InputError, NPURuntimeError, ResourceError
 from .profiling import KernelTiming
 from .weights import WeightSet
-
-MAX_BYTES_ENV = "NPUSIM_MAX_BYTES"
-DEFAULT_MAX_BYTES = 64 << 30
 
 
 def max_bytes() -> int:
     """The most device memory one program may ask for (weights aside): $NPUSIM_MAX_BYTES, else 64 GiB."""
-    try:
-        return int(os.environ.get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
-    except ValueError:
-        return DEFAULT_MAX_BYTES
+    return Limits().max_bytes
 
 
 @contextlib.contextmanager
@@ -36,17 +31,31 @@ def allocation_guard(program: CompiledProgram) -> Iterator[None]:
     clear error (never a MemoryError from deep inside NumPy or CuPy)."""
     need, limit = program.buffer_bytes, max_bytes()
     if need > limit:
-        raise NPURuntimeError(f"program '{program.model_name}' needs {need / 2**30:.2f} GiB of buffers, above the "
-                              f"limit of {limit / 2**30:.2f} GiB (set ${MAX_BYTES_ENV} to raise it)")
+        raise NPURuntimeError(f"program '{program.model_name}' needs {format_bytes(need)} of buffers, above the "
+                              f"limit of {format_bytes(limit)} (set ${MAX_BYTES_ENV} to raise it)")
     try:
         yield
     except MemoryError as e:
-        raise NPURuntimeError(f"program '{program.model_name}': cannot allocate {need / 2**30:.2f} GiB of buffers "
-                              "on this machine") from e
+        raise ResourceError(f"program '{program.model_name}': cannot allocate {format_bytes(need)} of buffers on "
+                            "this machine") from e
+
+
+# The methods of every executor that a caller reaches with its own data: an exception that is not one of the
+# hierarchy leaves them as an InternalError (a bug), never as a raw KeyError or IndexError.
+_ENTRY_POINTS = {"__init__": "preparing the program to run", "run": "running the program",
+                 "run_numpy": "running the program", "profile": "profiling the program",
+                 "run_observed": "running the program kernel by kernel"}
 
 
 class Executor(ABC):
     """All expensive work happens in `__init__`; `run` binds inputs and launches."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, during in _ENTRY_POINTS.items():
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "__wrapped_entry_point__", False):
+                setattr(cls, name, entry_point(during)(fn))
 
     def __init__(self, program: CompiledProgram, backend: Backend) -> None:
         self.program = program
@@ -54,6 +63,8 @@ class Executor(ABC):
         self._input_specs = {s.name: s for s in program.inputs}
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must be a mapping from input name to array, got {type(inputs).__name__}")
         given, wanted = set(inputs), set(self._input_specs)
         if given - wanted:
             raise InputError(f"unexpected input(s) {sorted(given - wanted)}; the program takes "
@@ -67,7 +78,15 @@ class Executor(ABC):
             if shape != tuple(spec.shape):
                 raise InputError(f"input '{name}': expected shape {list(spec.shape)}, got {list(shape)}")
             # a DeviceBuffer, or a stand-in for a bound input, already names its dtype as a string
-            dt = value.dtype if isinstance(getattr(value, "dtype", None), str) else dtype_name(np.asarray(value).dtype)
+            if isinstance(getattr(value, "dtype", None), str):
+                dt = value.dtype
+            else:
+                arr_dt = np.asarray(value).dtype
+                try:
+                    dt = dtype_name(arr_dt)
+                except KeyError:
+                    raise InputError(f"input '{name}': expected dtype {spec.dtype}, got {arr_dt} (an array type the "
+                                     "program cannot take)") from None
             ok = {spec.dtype, spec.device_dtype}
             if dt not in ok:
                 raise InputError(f"input '{name}': expected dtype {spec.dtype}, got {dt}")

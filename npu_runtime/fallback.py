@@ -137,7 +137,8 @@ def _to_torch_attr(value: Any, kind: str, device: Any, where: str) -> Any:
     obj = getattr(torch, value.removeprefix("torch."), None)
     expected = {_SCALAR_TYPE: torch.dtype, _LAYOUT: torch.layout, _MEMORY_FORMAT: torch.memory_format}[kind]
     if not isinstance(obj, expected):
-        raise ValueError(f"{where}: {value!r} is not a {expected.__name__}")
+        raise NPURuntimeError(f"{where}: {value!r} is not a torch {expected.__name__} (the CPU fallback cannot run "
+                              "it)")
     return obj
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.atomic import atomic_path, check_writable, write_text
+from npu_compiler.errors import OutputError
 from npu_compiler.program import BufferSpec, CompiledProgram, KernelCall, TensorRef
 
 from .metrics import Comparison, compare
@@ -211,9 +213,14 @@ def _npy_safe(a: np.ndarray) -> np.ndarray:
 def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], weights, check: KernelCheck,
                expected: np.ndarray) -> str:
     """Write kernel `check.index`'s inputs (arg{j}.npy, as views), expected output, kernel.json, a one-kernel
-    program (kernel.npubin) and repro.py. Returns the script's path."""
+    program (kernel.npubin) and repro.py, each file atomically. The folder is made if its parent exists. Nothing of
+    the model goes into the script's text: it reads every name from kernel.json (JSON, escaped by the encoder).
+    Returns the script's path."""
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    if os.path.isdir(folder):
+        check_writable(os.path.join(folder, "repro.py"), "--dump-repro: cannot write")
+    else:
+        _make_folder(folder)
     program: CompiledProgram = executor.program
     k = program.kernels[check.index]
     bufs = capture_kernel_buffers(executor, inputs, weights, check.index)
@@ -223,21 +230,33 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
         flat = bufs[a.buffer]
         view = np.lib.stride_tricks.as_strided(flat[a.offset:], shape=a.shape,
                                                strides=tuple(s * flat.itemsize for s in a.strides))
-        np.save(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.ascontiguousarray(view)))
-    np.save(os.path.join(folder, "expected.npy"), _npy_safe(np.asarray(expected)))
+        _save_npy(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.ascontiguousarray(view)))
+    _save_npy(os.path.join(folder, "expected.npy"), _npy_safe(np.asarray(expected)))
     call = k.to_dict()
     meta = {"model": program.model_name, "index": check.index, "value": check.value,
             "compute_dtype": program.compute_dtype,
             "kernel": call, "buffers": {str(b): {"name": program.buffers[b].name, "dtype": program.buffers[b].dtype,
                                                  "numel": program.buffers[b].numel} for b in sorted(bufs)},
             "comparison": check.comparison.to_dict() if check.comparison else None}
-    with open(os.path.join(folder, "kernel.json"), "w") as f:
-        json.dump(meta, f, indent=1, default=list)
+    write_text(os.path.join(folder, "kernel.json"), json.dumps(meta, indent=1, default=list))
     script = os.path.join(folder, "repro.py")
-    with open(script, "w") as f:
-        # Nothing of the model goes into the script's text: it reads every name from kernel.json.
-        f.write(REPRO_SCRIPT.format())
+    write_text(script, REPRO_SCRIPT.format())
     return script
+
+
+def _make_folder(folder: str) -> None:
+    parent = os.path.dirname(os.path.abspath(folder))
+    if not os.path.isdir(parent):
+        raise OutputError(f"--dump-repro {folder}: folder {parent} does not exist")
+    try:
+        os.mkdir(folder)
+    except OSError as e:
+        raise OutputError(f"--dump-repro {folder}: cannot create it: {e.strerror or e}") from None
+
+
+def _save_npy(path: str, a: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, a)
 
 
 __all__ = ["KernelCheck", "kernel_values", "capture_outputs", "check_kernels", "first_failure", "format_table",

@@ -9,6 +9,8 @@ mask to the device and one row of logits back. No torch here: this runs where on
 from __future__ import annotations
 
 import json
+import math
+import operator
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.errors import entry_point
 from npu_compiler.program import CompiledProgram
 
 from . import llm_io
@@ -59,7 +62,9 @@ def check_model_dir(model_dir: str | os.PathLike[str], *, need_weights: bool = T
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise LLMError(f"{d}: not a model directory (no config.json)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_json(cfg_path)
+    if not isinstance(cfg, dict):
+        raise LLMError(f"{cfg_path}: expected a JSON object")
     mt = cfg.get("model_type")
     if mt not in SUPPORTED_MODEL_TYPES:
         archs = ", ".join(cfg.get("architectures") or []) or "?"
@@ -69,6 +74,76 @@ def check_model_dir(model_dir: str | os.PathLike[str], *, need_weights: bool = T
         raise LLMError(f"{d}: no *.safetensors weights in the model directory (only safetensors are read; "
                        "convert a pytorch_model.bin with save_pretrained(..., safe_serialization=True))")
     return cfg
+
+
+def read_json(path: Path, limit: int = 64 << 20) -> Any:
+    """A JSON file of an LLM folder (manifest, cache map, config): LLMError naming the file when it is not one."""
+    try:
+        if path.stat().st_size > limit:
+            raise LLMError(f"{path}: {path.stat().st_size} bytes is too large for this file")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LLMError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise LLMError(f"{path}: not a readable JSON file ({str(e).splitlines()[0][:100] if str(e) else e})") \
+            from None
+
+
+def _field(d: Any, path: str, kind: type | tuple[type, ...], where: Path) -> Any:
+    """d[a][b]... for path "a.b", of type `kind` (LLMError naming the file and field otherwise)."""
+    v = d
+    for key in path.split("."):
+        if not isinstance(v, dict) or key not in v:
+            raise LLMError(f"{where}: missing '{path}' (is this an `npusim export-llm` folder?)")
+        v = v[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind in (int, (int, float)):
+        raise LLMError(f"{where}: '{path}' has the wrong type ({type(v).__name__})")
+    if isinstance(v, int) and not isinstance(v, bool) and (v < 1 or v > 1 << 40) and path.endswith(
+            ("max_cache_len", "vocab_size", "seq_len")):
+        raise LLMError(f"{where}: '{path}' is {v}, outside [1, 2**40]")
+    return v
+
+
+def _folder_file(out: Path, name: str, where: Path) -> Path:
+    """A file the manifest names: a plain name inside the folder."""
+    if not name or Path(name).name != name:
+        raise LLMError(f"{where}: file name {name!r} is not a plain file name inside the folder")
+    return out / name
+
+
+def _check_cache_map(cache_map: Any, where: Path) -> None:
+    """The fields of cache_map.json that loading and generation read."""
+    _field(cache_map, "model.max_cache_len", int, where)
+    _field(cache_map, "model.vocab_size", int, where)
+    masked = _field(cache_map, "attention_mask.masked", (int, float), where)
+    if not math.isfinite(masked):
+        raise LLMError(f"{where}: 'attention_mask.masked' must be finite, got {masked!r}")
+    counts = []
+    for kind in ("prefill", "decode"):
+        _field(cache_map, f"graphs.{kind}.seq_len", int, where)
+        for name in ("input_ids", "position_ids", "cache_position", "attention_mask"):
+            _field(cache_map, f"graphs.{kind}.inputs.{name}", str, where)
+        _field(cache_map, f"graphs.{kind}.outputs.logits", str, where)
+        layers = _field(cache_map, f"graphs.{kind}.layers", list, where)
+        for i, lay in enumerate(layers):
+            for key in ("k_input", "v_input"):
+                if not isinstance(lay, dict) or not isinstance(lay.get(key), str):
+                    raise LLMError(f"{where}: graphs.{kind}.layers[{i}] needs '{key}' (a string)")
+        counts.append(len(layers))
+    if counts[0] != counts[1]:
+        raise LLMError(f"{where}: the prefill graph has {counts[0]} cache layers, the decode graph {counts[1]}")
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None, seed: int | None) -> None:
+    """The sampling options: a finite temperature >= 0, top_k >= 1, top_p in (0, 1], a seed >= 0."""
+    if not isinstance(temperature, int | float) or not math.isfinite(temperature) or temperature < 0:
+        raise LLMError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise LLMError(f"top_k must be an integer >= 1 (or None for all tokens), got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, int | float) and 0 < top_p <= 1):
+        raise LLMError(f"top_p must be in (0, 1], got {top_p!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise LLMError(f"seed must be an integer >= 0 (or None), got {seed!r}")
 
 
 def sample_token(logits: np.ndarray, rng: np.random.Generator, *, temperature: float = 0.0, top_k: int | None = None,
@@ -126,6 +201,7 @@ class LLM:
 
     # ---- loading -----------------------------------------------------------------------------------------------
     @classmethod
+    @entry_point("loading the LLM folder")
     def load(cls, out_dir: str | os.PathLike[str], backend: Backend | str | None = None, *,
              model_dir: str | os.PathLike[str] | None = None) -> LLM:
         """Load an export-llm folder; `model_dir` overrides the weights folder named in the manifest."""
@@ -133,10 +209,16 @@ class LLM:
         man_path = out / "manifest.json"
         if not man_path.is_file():
             raise LLMError(f"{out}: no manifest.json (write one with `npusim export-llm`)")
-        manifest = json.loads(man_path.read_text())
-        if manifest.get("format") != MANIFEST_FORMAT:
-            raise LLMError(f"{man_path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
-        cache_map = json.loads((out / manifest["files"]["cache_map"]).read_text())
+        manifest = read_json(man_path)
+        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+            found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+            raise LLMError(f"{man_path}: format {found!r}, expected {MANIFEST_FORMAT!r}")
+        files = {k: _folder_file(out, _field(manifest, f"files.{k}", str, man_path), man_path)
+                 for k in ("cache_map", "prefill", "decode")}
+        cache_map = read_json(files["cache_map"])
+        _check_cache_map(cache_map, files["cache_map"])
+        if manifest.get("model_dir") is not None and not isinstance(manifest["model_dir"], str):
+            raise LLMError(f"{man_path}: 'model_dir' must be a string")
         mdir = model_dir or manifest.get("model_dir")
         if not mdir:
             raise LLMError(f"{out}: graphs only (exported from a built-in config); give a model directory with "
@@ -148,7 +230,7 @@ class LLM:
         be = backend if isinstance(backend, Backend) else get_backend(backend)
         progs = {}
         for kind in ("prefill", "decode"):
-            prog = CompiledProgram.load(out / manifest["files"][kind])
+            prog = CompiledProgram.load(files[kind])
             if prog.target != be.compile_target():
                 raise LLMError(f"{out}: programs were compiled for target '{prog.target}', backend '{be.name}' runs "
                                f"'{be.compile_target()}' programs; re-export with --target {be.compile_target()}")
@@ -160,6 +242,14 @@ class LLM:
         if missing:
             raise LLMError(f"decode program needs weights the prefill program has not: {missing[:8]}")
 
+        for kind, prog in progs.items():  # every name the cache map gives is one of the program's
+            g = cache_map["graphs"][kind]
+            have = {s.name for s in prog.inputs}
+            named = [*g["inputs"].values(), *(lay[f"{kv}_input"] for lay in g["layers"] for kv in "kv")]
+            absent = [n for n in named if n not in have]
+            if absent or g["outputs"]["logits"] not in {s.name for s in prog.outputs}:
+                raise LLMError(f"{files['cache_map']}: names {absent or [g['outputs']['logits']]} that the {kind} "
+                               "program does not have")
         spec = {s.name: s for s in progs["prefill"].inputs}
         cache: dict[str, DeviceBuffer] = {}
         for lay in cache_map["graphs"]["prefill"]["layers"]:
@@ -198,11 +288,16 @@ class LLM:
 
         from .tokenizer import Tokenizer
 
-        cfg = json.loads((mdir / "config.json").read_text())
+        cfg = read_json(mdir / "config.json")
         gen_cfg_path = mdir / "generation_config.json"
-        gen_cfg = json.loads(gen_cfg_path.read_text()) if gen_cfg_path.is_file() else {}
+        gen_cfg = read_json(gen_cfg_path) if gen_cfg_path.is_file() else {}
+        if not isinstance(gen_cfg, dict):
+            raise LLMError(f"{gen_cfg_path}: expected a JSON object")
         eos = gen_cfg.get("eos_token_id", cfg.get("eos_token_id"))
-        eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
+        eos_list = eos if isinstance(eos, list) else [eos]
+        if not all(e is None or (isinstance(e, int) and not isinstance(e, bool)) for e in eos_list):
+            raise LLMError(f"{mdir}: eos_token_id must be an integer or a list of them, got {eos!r}")
+        eos_ids = tuple(int(e) for e in eos_list if e is not None)
         return cls(out, manifest, cache_map, be, weights, cache, graphs["prefill"], graphs["decode"],
                    Tokenizer.from_dir(mdir), eos_ids)
 
@@ -292,6 +387,7 @@ class LLM:
             raise LLMError(f"token ids must be in [0, {self.vocab_size}); got min {ids.min()}, max {ids.max()}")
 
     # ---- generation --------------------------------------------------------------------------------------------
+    @entry_point("generating")
     def generate(
         self,
         prompt_ids: Sequence[int],
@@ -306,7 +402,12 @@ class LLM:
     ) -> GenerationResult:
         """Generate up to max_new_tokens after the prompt. temperature 0 is greedy; `stop_tokens` None means the
         model's eos tokens ([] for none). `stream` is called with each new token id as soon as it exists."""
-        prompt = [int(t) for t in prompt_ids]
+        try:
+            prompt = [operator.index(t) for t in prompt_ids]
+        except TypeError:
+            raise LLMError(f"prompt token ids must be integers, got {list(prompt_ids)[:8]!r}") from None
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise LLMError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         n = len(prompt)
         if n == 0:
             raise LLMError("empty prompt: give at least one token")
@@ -318,10 +419,7 @@ class LLM:
             raise LLMError(f"prompt of {n} tokens + {max_new_tokens} new tokens needs {need} cache slots, but the "
                            f"export has max_cache_len {self.max_cache_len}; shorten the prompt, lower "
                            f"max_new_tokens or re-export with a larger --max-cache-len")
-        if temperature < 0:
-            raise LLMError(f"temperature must be >= 0, got {temperature}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise LLMError(f"top_p must be in (0, 1], got {top_p}")
+        _check_sampling(temperature, top_k, top_p, seed)
         self._check_ids(np.asarray(prompt))
         stops = set(self.eos_token_ids if stop_tokens is None else (int(t) for t in stop_tokens))
         rng = np.random.default_rng(seed)
@@ -358,6 +456,7 @@ class LLM:
         t_decode = time.perf_counter() - t1
         return GenerationResult(prompt, out, reason, t_prefill, t_decode, calls, self.backend.name)
 
+    @entry_point("generating")
     def generate_text(self, prompt: str, max_new_tokens: int, *, chat: bool = False,
                       stream_text: Callable[[str], None] | None = None, **kwargs: Any) -> GenerationResult:
         """Text in, text out through the model directory's tokenizer.json (chat template when `chat`)."""

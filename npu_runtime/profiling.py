@@ -13,6 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from npu_compiler.atomic import atomic_path, write_text
 from npu_compiler.kernels import KernelCost
 from npu_compiler.program import CompiledProgram, KernelCall
 
@@ -143,8 +144,9 @@ def chrome_trace(program: CompiledProgram, report: ProfileReport) -> dict[str, A
 
 
 def write_trace(path: str | os.PathLike, program: CompiledProgram, report: ProfileReport) -> None:
-    with open(path, "w") as f:
-        json.dump(chrome_trace(program, report), f)
+    """The Chrome trace as JSON (names from the program are JSON strings, escaped by the encoder), written
+    atomically with the user's umask."""
+    write_text(path, json.dumps(chrome_trace(program, report)))
 
 
 def write_chart(path: str | os.PathLike, report: ProfileReport, top: int = 20) -> str | None:
@@ -163,7 +165,8 @@ def write_chart(path: str | os.PathLike, report: ProfileReport, top: int = 20) -
     ax.set_xlabel("median time per launch (ms)")
     ax.set_title(f"{report.model} on {report.backend}: top {len(ks)} kernels")
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=os.path.splitext(os.fspath(path))[1].lstrip(".") or "png")
     plt.close(fig)
     return None
 

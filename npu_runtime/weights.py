@@ -1,20 +1,39 @@
-"""Weights: safetensors (fp32/fp16/bf16) -> device buffers through the program's recipes, with a report of
-missing, unexpected and mis-shaped weights."""
+"""Weights: safetensors -> device buffers through the program's recipes, with a report of missing, unexpected and
+mis-shaped weights.
+
+What a checkpoint may hold, and what happens to it (the dtype rules):
+- a float weight (fp32/fp16/bf16/fp64 on the device) is read from F32, F16, BF16 or F64 and rounded to the
+  device dtype, as compiling for that dtype means; from F8_E4M3 or F8_E5M2 it is widened exactly (with a notice);
+  from an integer or bool tensor it is refused (a checkpoint of quantised integers needs its scales, which the
+  program does not have);
+- an integer weight is read from an integer or bool tensor whose values all fit the device dtype (another integer
+  dtype with a notice), and refused from a float tensor or when a value does not fit;
+- a bool weight is read from BOOL, or from an integer tensor of 0s and 1s (with a notice).
+NaN in a float weight is an error (no trained weight is NaN; every output it reaches would be); an infinity is
+reported as a warning (attention masks stored as weights hold -inf on purpose), and so is a value that overflows
+to infinity when rounded to the device dtype. `load_weights(..., allow_nan=True)` turns the NaN error into a warning.
+Notices and warnings are `NPUSimWarning`s (the CLI prints each as one line) and are listed in `WeightReport`.
+"""
 
 from __future__ import annotations
 
 import glob
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from npu_compiler.dtypes import FLOAT_DTYPES
+from npu_compiler.errors import NPUSimWarning, entry_point
+from npu_compiler.limits import Limits, format_bytes
 from npu_compiler.program import CompiledProgram, Recipe, WeightSpec
 
 from .backend import Backend, DeviceBuffer
-from .dtypes import convert
+from .dtypes import convert, np_dtype
 from .errors import WeightError
+from .safetensors_file import SafetensorsFile
 
 
 @dataclass
@@ -24,6 +43,16 @@ class WeightReport:
     mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     computed: list[str] = field(default_factory=list)
     fallbacks: dict[str, str] = field(default_factory=dict)  # key -> the key it was read from
+    notices: list[str] = field(default_factory=list)  # conversions a dtype rule made
+    warnings: list[str] = field(default_factory=list)  # infinities (and NaN when allowed)
+
+    def notice(self, text: str) -> None:
+        if text not in self.notices:
+            self.notices.append(text)
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
 
     @property
     def ok(self) -> bool:
@@ -44,6 +73,10 @@ class WeightReport:
             parts.append("read from another key: " + ", ".join(f"{k} <- {v}" for k, v in self.fallbacks.items()))
         if self.computed:
             parts.append(f"computed: {', '.join(self.computed)}")
+        if self.notices:
+            parts.append("converted: " + "; ".join(self.notices[:5]) + (" ..." if len(self.notices) > 5 else ""))
+        if self.warnings:
+            parts.append("warnings: " + "; ".join(self.warnings[:5]) + (" ..." if len(self.warnings) > 5 else ""))
         return "; ".join(parts) or "all weights present"
 
 
@@ -52,15 +85,21 @@ class TensorSource:
 
     def __init__(self, source: str | os.PathLike | Mapping[str, np.ndarray] | list) -> None:
         self._arrays: dict[str, np.ndarray] = {}
-        self._files: dict[str, str] = {}
+        self._files: dict[str, SafetensorsFile] = {}
         if isinstance(source, Mapping):
-            self._arrays = {k: _to_numpy(v) for k, v in source.items()}
+            for k, v in source.items():
+                if not isinstance(k, str):
+                    raise WeightError(f"weight keys must be strings, got {k!r}")
+                self._arrays[k] = _to_numpy(v, k)
             return
+        if not isinstance(source, str | os.PathLike | list):
+            raise WeightError(f"weights must be a safetensors file, a folder of them or a dict of arrays, got "
+                              f"{type(source).__name__}")
         paths: list[str] = []
         for s in source if isinstance(source, list) else [source]:
             s = os.fspath(s)
             if os.path.isdir(s):
-                found = sorted(glob.glob(os.path.join(s, "*.safetensors")))
+                found = sorted(glob.glob(os.path.join(glob.escape(s), "*.safetensors")))
                 if not found:
                     raise WeightError(f"no *.safetensors files in folder {s}")
                 paths.extend(found)
@@ -68,15 +107,13 @@ class TensorSource:
                 paths.append(s)
             else:
                 raise WeightError(f"weights file not found: {s}")
-        from safetensors import safe_open
-
+        limit = Limits().max_bytes
         for p in paths:
-            try:
-                with safe_open(p, framework="numpy") as f:
-                    for k in f.keys():
-                        self._files[k] = p
-            except Exception as e:  # safetensors raises its own error types for a bad header
-                raise WeightError(f"cannot read safetensors file {p}: {e}") from e
+            f = SafetensorsFile(p, limit)
+            for k in f.keys():
+                if k in self._files:
+                    raise WeightError(f"tensor '{k}' is in both {self._files[k].path} and {p}")
+                self._files[k] = f
 
     def keys(self) -> set[str]:
         return set(self._arrays) | set(self._files)
@@ -87,23 +124,31 @@ class TensorSource:
     def get(self, key: str) -> np.ndarray:
         if key in self._arrays:
             return self._arrays[key]
-        from safetensors import safe_open
+        return self._files[key].get(key)
 
-        with safe_open(self._files[key], framework="numpy") as f:
-            return f.get_tensor(key)
+    def where(self, key: str) -> str:
+        f = self._files.get(key)
+        return f"'{key}' in {f.path}" if f is not None else f"'{key}'"
 
 
-def _to_numpy(v) -> np.ndarray:
+def _to_numpy(v, key: str) -> np.ndarray:
     if isinstance(v, np.ndarray):
-        return v
-    if hasattr(v, "detach"):  # a torch tensor handed in by a test or the partition path
+        a = v
+    elif hasattr(v, "detach"):  # a torch tensor handed in by a test or the partition path
         import ml_dtypes
 
         t = v.detach().cpu()
         if str(t.dtype) == "torch.bfloat16":
             return t.view(dtype=__import__("torch").int16).numpy().view(ml_dtypes.bfloat16)
-        return t.numpy()
-    return np.asarray(v)
+        a = t.numpy()
+    else:
+        try:
+            a = np.asarray(v)
+        except (ValueError, TypeError) as e:
+            raise WeightError(f"weight '{key}': not an array ({e})") from None
+    if a.dtype.kind not in "biuf" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        raise WeightError(f"weight '{key}': arrays of {a.dtype} cannot be weights")
+    return a
 
 
 @dataclass
@@ -119,10 +164,80 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return convert(a, "float32") if a.dtype != np.float32 else a
 
 
-def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport) -> np.ndarray | None:
+_F8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nan: bool = False) -> np.ndarray:
+    """A checkpoint tensor as the device dtype `dtype`, by the module's dtype rules (WeightError where there is
+    none), with NaN refused and infinities reported."""
+    src = a.dtype.name
+    if src in _F8:
+        report.notice(f"{what} is {src} in the checkpoint: widened exactly to {dtype}")
+        a = a.astype(np.float32)
+        src = "float32"
+    if dtype in FLOAT_DTYPES:
+        if a.dtype.kind not in "f" and src != "bfloat16":
+            raise WeightError(f"{what} is {src} in the checkpoint, the program needs floating-point values ({dtype});"
+                              " integer and bool tensors are not converted to floats (quantised weights need their "
+                              "scales)")
+        _check_finite(a, what, report, allow_nan)
+        with np.errstate(over="ignore"):  # an overflow to infinity is reported below, as one line
+            out = convert(a, dtype)
+        if out.dtype != a.dtype and a.size:
+            with np.errstate(all="ignore"):
+                new_inf = int(np.count_nonzero(np.isinf(out.astype(np.float32)))) - _count_inf(a)
+            if new_inf > 0:
+                report.warn(f"{what}: {new_inf} value(s) are too large for {dtype} and become infinite")
+        return out
+    if dtype == "bool":
+        if a.dtype == np.bool_:
+            return a
+        if a.dtype.kind in "iu" and np.isin(a, (0, 1)).all():
+            report.notice(f"{what} is {src} in the checkpoint: read as bool (it holds only 0 and 1)")
+            return a.astype(np.bool_)
+        raise WeightError(f"{what} is {src} in the checkpoint, the program needs bool values")
+    # an integer device dtype
+    if a.dtype.kind not in "biu":
+        raise WeightError(f"{what} is {src} in the checkpoint, the program needs integers ({dtype})")
+    target = np_dtype(dtype)
+    if a.dtype == target:
+        return a
+    info = np.iinfo(target)
+    if a.size and (int(a.min()) < info.min or int(a.max()) > info.max):
+        raise WeightError(f"{what} is {src} in the checkpoint and holds values outside {dtype}'s range "
+                          f"[{info.min}, {info.max}]")
+    report.notice(f"{what} is {src} in the checkpoint: converted to {dtype} (every value fits)")
+    return a.astype(target)
+
+
+def _count_inf(a: np.ndarray) -> int:
+    return int(np.count_nonzero(np.isinf(a.astype(np.float32)))) if a.size else 0
+
+
+def _check_finite(a: np.ndarray, what: str, report: WeightReport, allow_nan: bool) -> None:
+    if not a.size:
+        return
+    f = a if a.dtype.kind == "f" and a.dtype.itemsize >= 4 else a.astype(np.float32)
+    nan = int(np.count_nonzero(np.isnan(f)))
+    if nan:
+        first = int(np.flatnonzero(np.isnan(f.reshape(-1)))[0])
+        text = f"{what} holds {nan} NaN value(s) of {a.size} (the first at flat index {first})"
+        if not allow_nan:
+            raise WeightError(f"{text}; every output it reaches would be NaN (load_weights(..., allow_nan=True) "
+                              "to load it anyway)")
+        report.warn(text)
+    inf = int(np.count_nonzero(np.isinf(f)))
+    if inf:
+        report.warn(f"{what} holds {inf} infinite value(s) of {a.size}")
+
+
+def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow_nan: bool = False
+                ) -> np.ndarray | None:
     r: Recipe = spec.recipe
 
-    def fetch(key: str, expect: tuple[int, ...] | None = None, fallbacks: list[str] = ()) -> np.ndarray | None:
+    def fetch(key: str, expect: tuple[int, ...] | None = None, fallbacks: list[str] = (),
+              dtype: str | None = None) -> np.ndarray | None:
+        """The tensor `key` (or the first fallback present) in `dtype` (default: fp32, what recipes compute in)."""
         used = key
         if key not in src:
             used = next((k for k in fallbacks if k in src), None)
@@ -136,21 +251,20 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport) -> np
             if all(k != key for k, _, _ in report.mismatched):
                 report.mismatched.append((key, tuple(expect), tuple(a.shape)))
             return None
-        return a
+        return adapt(a, dtype or "float32", f"weight {src.where(used)}", report, allow_nan)
 
     if r.kind == "load":
-        a = fetch(r.sources["weight"], spec.source_shape, r.fallback_keys)
-        return None if a is None else convert(a, spec.dtype)
+        return fetch(r.sources["weight"], spec.source_shape, r.fallback_keys, spec.dtype)
     if r.kind == "concat":
         # Horizontally fused GEMMs (q/k/v, gate/up): the parts, concatenated along `axis`, in order.
-        parts = [fetch(r.sources[str(i)], tuple(shape)) for i, shape in enumerate(r.params["shapes"])]
+        parts = [fetch(r.sources[str(i)], tuple(shape), dtype=spec.dtype) for i, shape in enumerate(r.params["shapes"])]
         if any(a is None for a in parts):
             return None
-        return np.concatenate([convert(a, spec.dtype) for a in parts], axis=int(r.params["axis"]))
+        return np.concatenate(parts, axis=int(r.params["axis"]))
     if r.kind == "rope_inv_freq":
         for k in r.fallback_keys:
             if k in src:
-                return convert(fetch(k, spec.source_shape), spec.dtype)
+                return fetch(k, spec.source_shape, dtype=spec.dtype)
         dim, base = int(r.params["dim"]), float(r.params["base"])
         report.computed.append(f"{spec.key} (rope_theta={base:g})")
         inv = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim))
@@ -164,29 +278,43 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport) -> np
         var = fetch(s["var"], (out_ch,))
         if any(x is None for x in (gamma, beta, mean, var)):
             return None
-        scale = _f32(gamma) / np.sqrt(_f32(var) + np.float32(r.params["eps"]))
+        with np.errstate(all="ignore"):
+            scale = gamma / np.sqrt(var + np.float32(r.params["eps"]))
+        if np.isnan(scale).any():
+            raise WeightError(f"batch norm folded into {spec.name}: running_var {src.where(s['var'])} + eps is "
+                              "negative or NaN for some channels (gamma / sqrt(var + eps) is NaN)")
         if r.kind == "bn_fold_weight":
             w = fetch(s["weight"], spec.shape)
             if w is None:
                 return None
-            return convert((_f32(w) * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32), spec.dtype)
-        b = _f32(fetch(s["bias"], (out_ch,))) if "bias" in s else np.zeros(out_ch, np.float32)
-        return convert(((b - _f32(mean)) * scale + _f32(beta)).astype(np.float32), spec.dtype)
+            return convert((w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32), spec.dtype)
+        b = fetch(s["bias"], (out_ch,)) if "bias" in s else np.zeros(out_ch, np.float32)
+        if b is None:
+            return None
+        return convert(((b - mean) * scale + beta).astype(np.float32), spec.dtype)
     raise WeightError(f"weight {spec.name}: unknown recipe '{r.kind}' (artifact from a newer compiler?)")
 
 
+@entry_point("loading the weights")
 def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: bool = True,
-                 progress: Callable[[int, int, str], None] | None = None) -> WeightSet:
-    """Read, transform (recipes) and upload every weight the program needs."""
+                 progress: Callable[[int, int, str], None] | None = None, allow_nan: bool = False) -> WeightSet:
+    """Read, transform (recipes) and upload every weight the program needs (the dtype rules and NaN policy are in
+    the module's docstring)."""
     src = source if isinstance(source, TensorSource) else TensorSource(source)
     report = WeightReport()
+    limit = Limits().max_bytes
+    for spec in program.weights:
+        nbytes = program.buffers[spec.buffer].nbytes
+        if nbytes > limit:
+            raise WeightError(f"weight '{spec.name}' needs {format_bytes(nbytes)}, above the limit of "
+                              f"{format_bytes(limit)} ($NPUSIM_MAX_BYTES)")
     buffers: dict[str, DeviceBuffer] = {}
     used_keys: set[str] = set()
     total = len(program.weights)
     for i, spec in enumerate(program.weights):
         used_keys.update(spec.recipe.sources.values())
         used_keys.update(spec.recipe.fallback_keys)
-        arr = make_weight(spec, src, report)
+        arr = make_weight(spec, src, report, allow_nan)
         if arr is not None:
             buffers[spec.name] = backend.upload(np.ascontiguousarray(arr.reshape(spec.shape)), spec.dtype)
         if progress:
@@ -194,4 +322,6 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
     report.unexpected = sorted(k for k in src.keys() - used_keys if not k.endswith("num_batches_tracked"))
     if strict and not report.ok:
         raise WeightError(f"weights do not match the program '{program.model_name}': {report.summary()}", report)
+    for text in report.notices + report.warnings:
+        warnings.warn(text, NPUSimWarning, stacklevel=2)
     return WeightSet(buffers, report, backend.name)

@@ -1,18 +1,29 @@
 """`npusim`: compile, inspect, run and verify models. Each subcommand lives in `npusim/commands/<name>.py` and
-exposes `register(subparsers)`; this module only assembles them and turns known errors into clear messages."""
+exposes `register(subparsers)`; this module only assembles them and turns errors into one line each.
+
+Exit status: 0 done; 1 an error in the input or the environment (IR, artifact, weights, inputs, an output path,
+memory), the line says what and where; 2 options that do not go together (argparse's own usage errors too);
+70 an internal error (a bug in npusim: the line asks you to report it); 130 interrupted; 141 the reader of the
+output went away. `--traceback` (or NPUSIM_TRACEBACK=1) prints the full Python trace instead of the line."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 
 from . import __version__
 from .common import CLIError
+from .safe_text import SafeStream, one_line
 
 COMMANDS = ("export", "compile", "describe", "run", "verify", "partition", "profile", "estimate", "export_llm",
             "generate", "demo")
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERNAL = 1, 2, 70
+TRACEBACK_ENV = "NPUSIM_TRACEBACK"
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -40,12 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="NPU Simulation: an ahead-of-time compiler and runtime for PyTorch ATen graphs "
                     "(pytorch-ir JSON -> .npubin -> cpu/cuda backends).\n\n"
                     "first steps: npusim demo; npusim export MODULE:FACTORY --input-shape 1,3,224,224 -o out; "
-                    "npusim COMMAND --help",
+                    "npusim COMMAND --help\n\n"
+                    "exit status: 0 done, 1 an error in the input (the line says what and where), 2 options that do "
+                    "not go together, 70 an internal error (a bug: please report it)",
     )
     parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("--traceback", action="store_true",
-                        help="on an error, print the full Python traceback instead of one line (also: "
-                             "NPUSIM_TRACEBACK=1)")
+                        help=f"on an error, print the full Python traceback instead of one line (also: "
+                             f"{TRACEBACK_ENV}=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"npusim.commands.{name}").register(sub)
@@ -59,39 +72,72 @@ def version_text() -> str:
             f"{sys.version_info.major}.{sys.version_info.minor})")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from npu_compiler.errors import NPUCompileError
-    from npu_export.errors import ExportError
-    from npu_runtime.errors import NPURuntimeError
+@contextlib.contextmanager
+def _safe_streams() -> Iterator[None]:
+    """stdout and stderr escape control characters for as long as a command runs; warnings of npusim print as
+    one line each."""
+    from npu_compiler.errors import NPUSimWarning
 
+    saved = sys.stdout, sys.stderr, warnings.showwarning
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, NPUSimWarning):
+            print(f"npusim: warning: {one_line(str(message))}", file=sys.stderr)
+        else:
+            saved[2](message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", NPUSimWarning)  # each conversion and infinity once, however alike the lines
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        sys.stdout, sys.stderr, warnings.showwarning = saved
+        warnings.filterwarnings("default", category=NPUSimWarning)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
-    show_traceback = args.traceback or os.environ.get("NPUSIM_TRACEBACK", "") not in ("", "0")
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # the reader went away (`npusim ... | head`): stop quietly, and let Python's exit flush nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except (CLIError, NPUCompileError, NPURuntimeError, ExportError, OSError) as e:
-        if show_traceback:
-            raise
-        print(f"npusim {args.command}: error: {_one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, CLIError) else 1
+        return EXIT_USAGE
+    show_traceback = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    with _safe_streams():
+        try:
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:
+            # the reader went away (`npusim ... | head`): stop quietly, and let Python's exit flush nothing more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        except Exception as e:
+            if show_traceback:
+                raise
+            status, text = describe_error(e, args.command)
+            print(f"npusim {args.command}: error: {one_line(text)}", file=sys.stderr)
+            return status
 
 
-def _one_line(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.filename is not None:
+def describe_error(e: BaseException, command: str) -> tuple[int, str]:
+    """The exit status and the one line for an exception that ended a command."""
+    from npu_compiler.errors import InternalError, NPUSimError, as_npusim_error
+
+    if isinstance(e, CLIError):
+        return EXIT_USAGE, str(e)
+    if isinstance(e, OSError) and not isinstance(e, NPUSimError):
         # "[Errno 2] No such file or directory: '/x/.npubin-abc'" names a temporary file; say what the user gave
         what = e.strerror or type(e).__name__
-        return f"{what}: {e.filename}"
-    return str(e)
+        return EXIT_ERROR, f"{what}: {e.filename}" if e.filename is not None else str(e)
+    err = as_npusim_error(e, f"running `npusim {command}`")
+    if isinstance(err, InternalError):
+        return EXIT_INTERNAL, str(err)
+    assert isinstance(err, NPUSimError)
+    return EXIT_ERROR, str(err)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ from npu_compiler.program import CompiledProgram, TensorSpec
 from npu_runtime.dtypes import np_dtype
 from npu_runtime.errors import InputError
 
+from . import argtypes
+
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-class CLIError(Exception):
+class CLIError(InputError):
     """Options that do not go together, or a value the command cannot use: one line, exit status 2."""
 
 
@@ -33,7 +35,7 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
                    help="switch off an optional pass by name (repeatable), to bisect a numerical problem: "
                         + ", ".join(OPTIONAL_PASSES))
     p.add_argument("--no-fusion", action="store_true", help="switch off every fusion pass (BN folding stays)")
-    p.add_argument("--rope-theta", type=float, default=None,
+    p.add_argument("--rope-theta", type=argtypes.positive, default=None,
                    help="rotary base, to compute inv_freq buffers that no checkpoint holds (default: the IR's)")
 
 
@@ -44,7 +46,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="an input array (repeatable); inputs not given are generated (and the command says so): "
                         "floats from N(0, 1), integers uniform inside their valid range")
     add_backend_option(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for generated inputs (0 to 2**63-1)")
 
 
 def add_backend_option(p: argparse.ArgumentParser) -> None:
@@ -54,22 +56,10 @@ def add_backend_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_timing_options(p: argparse.ArgumentParser, what: str = "timed runs") -> None:
-    p.add_argument("--warmup", type=_count(0), default=2, help="untimed runs first (caches, lazy kernel builds)")
-    p.add_argument("--iters", type=_count(1), default=10, help=what)
-
-
-def _count(least: int):
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
-        if n < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}, got {n}")
-        return n
-
-    parse.__name__ = "count"
-    return parse
+    p.add_argument("--warmup", type=argtypes.integer(0, argtypes.MAX_RUNS, "count"), default=2,
+                   help=f"untimed runs first (caches, lazy kernel builds; at most {argtypes.MAX_RUNS})")
+    p.add_argument("--iters", type=argtypes.integer(1, argtypes.MAX_RUNS, "count"), default=10,
+                   help=f"{what} (at most {argtypes.MAX_RUNS})")
 
 
 def add_force_cpu_option(p: argparse.ArgumentParser) -> None:
@@ -102,6 +92,8 @@ def compile_kwargs(args: argparse.Namespace) -> dict:
 
 def check_output_folder(path: str, option: str = "-o") -> None:
     """Fail before any work when an output file's folder does not exist (not after a minute of compiling)."""
+    if not path:
+        raise CLIError(f"{option}: an empty file name")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"{option} {path}: folder {folder} does not exist")
@@ -113,18 +105,10 @@ def check_output_folder(path: str, option: str = "-o") -> None:
 
 
 def parse_inputs(items: list[str]) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for item in items or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InputError(f"--input expects NAME=FILE.npy, got {item!r}")
-        if not os.path.exists(path):
-            raise InputError(f"--input {name}: file not found: {path}")
-        try:
-            out[name] = np.load(path, allow_pickle=False)
-        except ValueError as e:
-            raise InputError(f"--input {name}: {path} is not a .npy array file: {e}") from e
-    return out
+    """--input NAME=FILE.npy arrays, each checked before it is read (npusim/input_files.py)."""
+    from .input_files import load_inputs
+
+    return load_inputs(items)
 
 
 def generate_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:

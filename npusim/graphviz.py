@@ -9,6 +9,8 @@ import msgpack
 
 from npu_compiler.program import CompiledProgram
 
+from .safe_text import printable
+
 
 @dataclass
 class Edge:
@@ -46,8 +48,14 @@ def _kernel_label(i: int, program: CompiledProgram) -> list[str]:
     return [f"#{i} {k.kind}", k.group, nodes, shape]
 
 
+def _dot_escape(s: str) -> str:
+    """Text from the program (names come from the IR) inside a DOT string: control characters shown as escapes,
+    backslashes and quotes escaped, newlines as DOT's own line break."""
+    return printable(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _dot_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + _dot_escape(s) + '"'
 
 
 def to_dot(program: CompiledProgram) -> str:
@@ -56,7 +64,7 @@ def to_dot(program: CompiledProgram) -> str:
     for j, s in enumerate(program.inputs):
         lines.append(f"  in{j} [shape=ellipse, label={_dot_str(f'{s.name} {s.dtype}{list(s.shape)}')}];")
     for i in range(len(program.kernels)):
-        label = "\\n".join(x.replace("\\", "\\\\").replace('"', '\\"') for x in _kernel_label(i, program))
+        label = "\\n".join(_dot_escape(x) for x in _kernel_label(i, program))
         lines.append(f'  k{i} [label="{label}"];')
     for j, s in enumerate(program.outputs):
         lines.append(f"  out{j} [shape=ellipse, label={_dot_str(f'{s.name} {s.dtype}{list(s.shape)}')}];")
@@ -66,8 +74,13 @@ def to_dot(program: CompiledProgram) -> str:
     return "\n".join(lines) + "\n"
 
 
+_MERMAID_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.,:/+=()[]-")
+
+
 def _mermaid_str(s: str) -> str:
-    return s.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    """Text from the program inside a Mermaid label: every character outside a plain set as an entity code (#34;),
+    so no name can end the label, start a line (a `click` directive) or inject markup."""
+    return "".join(c if c in _MERMAID_SAFE else f"#{ord(c)};" for c in s)
 
 
 def to_mermaid(program: CompiledProgram) -> str:

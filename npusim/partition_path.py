@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from npu_compiler.ir.reader import load_ir_dict
+from npu_compiler.ir.reader import checked_ir_dict
 from npu_compiler.op_support import support_predicate
 from npu_compiler.partition import FallbackNode, PartitionPlan, partition
 
@@ -32,7 +32,7 @@ def check_force_cpu(ir: IRSource, force_cpu: Iterable[str]) -> None:
     force_cpu = list(force_cpu)
     if not force_cpu:
         return
-    nodes = load_ir_dict(ir).get("nodes", [])
+    nodes = checked_ir_dict(ir)["nodes"]
     # the predicate's own matching (op in any spelling, or node name), one entry at a time
     unmatched = [e for e in force_cpu
                  if not any(support_predicate("cpu", [e])._forced(nd) for nd in nodes)]
@@ -48,7 +48,7 @@ def make_plan(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) -> Parti
 
 def needs_partition(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) -> list[FallbackNode]:
     """The nodes that must run on the CPU for `target` (name, op, reason); empty when one program runs it all."""
-    data = load_ir_dict(ir)
+    data = checked_ir_dict(ir)  # the partition path reads the JSON form: read_ir checks all of it first
     pred = support_predicate(target, force_cpu)
     return [FallbackNode(nd["name"], str(nd["op_type"]), pred.reason(nd) or "", 0, -1)
             for nd in data.get("nodes", []) if not pred(nd)]

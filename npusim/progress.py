@@ -65,7 +65,9 @@ class Progress:
         return text
 
     def _draw(self) -> None:
-        self.stream.write("\r\x1b[2K" + self.render())
+        # the bar's own control sequence goes out as is; the text (a weight's name) through the escaping stream
+        getattr(self.stream, "write_control", self.stream.write)("\r\x1b[2K")
+        self.stream.write(self.render())
         self.stream.flush()
         self._drawn = True
 

@@ -95,9 +95,14 @@ def check_expr(e: X.Expr, ctx: ExprContext) -> None:
             stack.append((c, inner, level + 1))
 
 
+MAX_STRIDE = 2**40  # elements; far above any buffer the artifact reader admits, far below int64's bytes
+
+
 def _nonneg(values: tuple[int, ...], what: str) -> None:
     if any(v < 0 for v in values):
         raise ValueError(f"{what} {list(values)} has a negative entry")
+    if any(v > MAX_STRIDE for v in values):
+        raise ValueError(f"{what} {list(values)} has an entry above {MAX_STRIDE}")
 
 
 def _check_arg(arg: int, dtype: str, ctx: ExprContext, what: str) -> int:
@@ -114,8 +119,8 @@ def _check_load(ld: X.Load, ctx: ExprContext, in_reduce: bool, outer_rank: int) 
         raise ValueError(f"load with {len(ld.strides)} strides for an output of rank {len(ctx.out_shape)}")
     _nonneg(ld.strides, "load strides")
     _nonneg(ld.rstrides, "load reduction strides")
-    if ld.offset < 0:
-        raise ValueError(f"load at negative offset {ld.offset}")
+    if not 0 <= ld.offset <= MAX_STRIDE:
+        raise ValueError(f"load at offset {ld.offset}, outside [0, {MAX_STRIDE}]")
     shape, strides = tuple(ctx.out_shape), tuple(ld.strides)
     if ld.rstrides:
         if not in_reduce or len(ld.rstrides) != len(ctx.reduce_shape):
@@ -136,8 +141,8 @@ def _check_gather(g: X.Gather, ctx: ExprContext) -> None:
                          "indices")
     _nonneg(g.shape, "gather shape")
     _nonneg(g.strides, "gather strides")
-    if g.offset < 0:
-        raise ValueError(f"gather at negative offset {g.offset}")
+    if not 0 <= g.offset <= MAX_STRIDE:
+        raise ValueError(f"gather at offset {g.offset}, outside [0, {MAX_STRIDE}]")
     end = extent(tuple(g.shape), tuple(g.strides), g.offset)
     if end > numel:
         raise ValueError(f"gather view reaches element {end - 1} of argument {g.arg}, whose buffer has {numel}")

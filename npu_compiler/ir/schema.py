@@ -105,8 +105,8 @@ def parse_schema(decl: str) -> OpSchema:
 # One line per supported ATen overload, as ATen declares it (`Tensor(a)` alias annotations left out).
 _DECLS = """
 conv2d.default(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], int[2] padding=[0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor
-batch_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training=False, float momentum=0.1, float eps=1e-05, bool cudnn_enabled=True) -> Tensor
-_native_batch_norm_legit_no_training.default(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum=0.1, float eps=1e-05) -> (Tensor, Tensor, Tensor)
+batch_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor
+_native_batch_norm_legit_no_training.default(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)
 relu.default(Tensor self) -> Tensor
 relu_.default(Tensor self) -> Tensor
 add.Tensor(Tensor self, Tensor other, *, float alpha=1) -> Tensor
@@ -217,6 +217,11 @@ zeros.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device
 ones.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 """
 
+# Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under
+# the argument's name. Every other Tensor argument must be an input (ATen refuses a number there).
+SCALAR_OPERANDS: dict[str, tuple[str, ...]] = {op: ("other",) for op in ("add.Tensor", "sub.Tensor", "mul.Tensor",
+                                                                          "div.Tensor", "div.Tensor_mode")}
+
 SCHEMAS: dict[str, OpSchema] = {}
 for _line in _DECLS.strip().splitlines():
     _s = parse_schema(_line.strip())
@@ -243,6 +248,12 @@ def short_op(op_type: str) -> str:
     if "." not in s:
         s += ".default"
     return s
+
+
+def scalar_operands(op: str) -> tuple[str, ...]:
+    """The Tensor arguments of `op` that may be a number in attrs (an in-place overload has its base op's)."""
+    base, dot, overload = op.partition(".")
+    return SCALAR_OPERANDS.get(op) or SCALAR_OPERANDS.get(f"{base.rstrip('_')}{dot}{overload}", ())
 
 
 def lookup(op_type: str) -> OpSchema | None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 
 from ..dtypes import is_float
-from ..errors import NPUCompileError, UnsupportedOpError
+from ..errors import InternalError, UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
 from ..ir.graph import Graph, Node, Value
@@ -72,7 +72,8 @@ class Lowering:
 
     def bind(self, v: Value, ref: TensorRef) -> None:
         if tuple(ref.shape) != tuple(v.shape):
-            raise NPUCompileError(f"lowering bug: {v.name} bound to shape {ref.shape}, expected {v.shape}")
+            raise InternalError(f"lowering node '{self._node.name if self._node else '?'}'",
+                                f"{v.name} bound to shape {ref.shape}, expected {v.shape}")
         self.refs[id(v)] = ref
 
     def fresh(self, v: Value) -> TensorRef:
@@ -119,8 +120,7 @@ class Lowering:
             spec.check(k, self.buffers)
         except ValueError as e:
             where = f"node '{node.name}' ({node.op})" if node else "an output copy"
-            raise NPUCompileError(f"{where}: internal error, the lowering built an invalid {spec.kind} kernel: "
-                                  f"{e}") from e
+            raise InternalError(f"lowering {where}", f"the lowering built an invalid {spec.kind} kernel: {e}") from e
         self.kernels.append(k)
         return k
 

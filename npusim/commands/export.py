@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from .. import argtypes
 from ..common import DTYPES, CLIError
 
 BUILTIN = ("resnet18", "resnet50", "qwen2")
@@ -54,7 +55,8 @@ def register(sub) -> None:
                    help="cast the model's floating weights to this dtype before export (default: the model's own "
                         "dtype; qwen2: bfloat16)")
     p.add_argument("--llm-dtype", dest="dtype", choices=DTYPES, action=_DeprecatedDtype, help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help="torch seed set before the model is built (random weights)")
+    p.add_argument("--seed", type=argtypes.seed, default=0,
+                   help="torch seed set before the model is built (random weights)")
     own = p.add_argument_group("your model (MODULE:FACTORY)")
     own.add_argument("--input-shape", dest="input_shape", action="append", type=_input_spec, default=[],
                      metavar="SHAPE[:DTYPE]",
@@ -71,15 +73,20 @@ def register(sub) -> None:
     own.add_argument("--factory-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="keyword argument for the factory, a Python literal or a string (repeatable)")
     cnn = p.add_argument_group("resnet18, resnet50")
-    cnn.add_argument("--batch", type=int, default=1, help="batch size")
-    cnn.add_argument("--image-size", type=int, default=224, help="input height and width")
-    cnn.add_argument("--num-classes", type=int, default=1000, help="classifier outputs")
-    cnn.add_argument("--width", type=int, default=64, help="base width (64 = the real model)")
+    cnn.add_argument("--batch", type=argtypes.integer(1, 1 << 16, "size"), default=1, help="batch size")
+    cnn.add_argument("--image-size", type=argtypes.integer(1, 1 << 16, "size"), default=224,
+                     help="input height and width")
+    cnn.add_argument("--num-classes", type=argtypes.integer(1, 1 << 24, "count"), default=1000,
+                     help="classifier outputs")
+    cnn.add_argument("--width", type=argtypes.integer(1, 1 << 16, "count"), default=64,
+                     help="base width (64 = the real model)")
     llm = p.add_argument_group("qwen2")
     llm.add_argument("--model-dir", default=None, help="a Hugging Face model folder (config.json + safetensors)")
     llm.add_argument("--config", default=None, help="a built-in config instead: tiny, qwen2.5-0.5b, qwen2.5-1.5b")
-    llm.add_argument("--max-cache-len", type=int, default=256, help="static KV cache length")
-    llm.add_argument("--prefill-len", type=int, default=32, help="prefill chunk length")
+    llm.add_argument("--max-cache-len", type=argtypes.integer(1, 1 << 20, "length"), default=256,
+                     help="static KV cache length")
+    llm.add_argument("--prefill-len", type=argtypes.integer(1, 1 << 20, "length"), default=32,
+                     help="prefill chunk length")
     llm.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation")
     p.set_defaults(func=run, _defaults={a.dest: a.default for a in p._actions})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from .. import argtypes
 from ..common import DTYPES, CLIError, add_quiet_option
 
 
@@ -24,9 +25,11 @@ def register(sub) -> None:
     p.add_argument("--random-weights", action="store_true",
                    help="write a model with random weights (of --config, or of MODEL_DIR's config.json) and a "
                         "small character-level tokenizer into the output folder, so that it runs by itself")
-    p.add_argument("--seed", type=int, default=0, help="with --random-weights: the torch seed of the weights")
-    p.add_argument("--max-cache-len", type=int, default=256, help="static KV cache length (prompt + new tokens)")
-    p.add_argument("--prefill-len", type=int, default=32, help="tokens per prefill call (longer prompts: chunks)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="with --random-weights: the torch seed of the weights")
+    p.add_argument("--max-cache-len", type=argtypes.integer(1, 1 << 20, "length"), default=256,
+                   help="static KV cache length (prompt + new tokens)")
+    p.add_argument("--prefill-len", type=argtypes.integer(1, 1 << 20, "length"), default=32,
+                   help="tokens per prefill call (longer prompts: chunks)")
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="dtype of the graphs and the compute (default: the checkpoint's; bfloat16 for a built-in "
                         "config)")

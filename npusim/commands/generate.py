@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+from .. import argtypes
 from ..common import CLIError, add_backend_option
 
 
@@ -23,14 +24,19 @@ def register(sub) -> None:
     src.add_argument("--prompt", help="prompt text (needs tokenizer.json in the model directory)")
     src.add_argument("--prompt-ids", help="comma-separated prompt token ids, e.g. 1,2,3")
     p.add_argument("--chat", action="store_true", help="wrap --prompt in the model's chat template")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate at most")
+    p.add_argument("--max-new-tokens", type=argtypes.integer(1, name="count"), default=32,
+                   help="tokens to generate at most (the prompt and these must fit the export's cache)")
     add_backend_option(p)
     p.add_argument("--model-dir", default=None,
                    help="weights folder: config.json + *.safetensors (default: the one the folder's manifest names)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens (default: all)")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (default: off)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: a fresh one each run)")
+    p.add_argument("--temperature", type=argtypes.non_negative, default=0.0,
+                   help="sampling temperature, a finite number >= 0; 0 = greedy")
+    p.add_argument("--top-k", type=argtypes.integer(1, name="count"), default=None,
+                   help="sample from the k most likely tokens, k >= 1 (default: all)")
+    p.add_argument("--top-p", type=argtypes.number(0.0, 1.0, lo_open=True, name="probability"), default=None,
+                   help="nucleus sampling mass, in (0, 1] (default: off)")
+    p.add_argument("--seed", type=argtypes.seed, default=None,
+                   help="seed of the sampler, 0 to 2**63-1 (default: a fresh one each run)")
     p.add_argument("--stop-ids", default=None, help="comma-separated stop token ids, '' for none (default: the "
                                                     "model's eos)")
     p.set_defaults(func=run)
@@ -38,9 +44,13 @@ def register(sub) -> None:
 
 def _ids(text: str, what: str) -> list[int]:
     try:
-        return [int(t) for t in text.split(",") if t.strip()]
+        ids = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise CLIError(f"{what} expects comma-separated integers, got {text!r}") from None
+    bad = [i for i in ids if not 0 <= i <= argtypes.MAX_SEED]
+    if bad:
+        raise CLIError(f"{what}: token ids are >= 0, got {bad[0]}")
+    return ids
 
 
 def _check_folder(args: argparse.Namespace) -> None:
@@ -49,9 +59,10 @@ def _check_folder(args: argparse.Namespace) -> None:
     if args.model_dir is not None or not os.path.isfile(path):
         return  # LLM.load names what is missing
     try:
-        manifest = json.loads(open(path).read())
-    except ValueError:
-        return
+        with open(path, encoding="utf-8") as f:
+            manifest = json.loads(f.read())
+    except (ValueError, OSError, RecursionError):
+        return  # LLM.load reports a bad manifest
     if isinstance(manifest, dict) and not manifest.get("model_dir"):
         raise CLIError(f"{args.out_dir} holds graphs and programs only (exported from --config "
                        f"{manifest.get('config')}): give --model-dir DIR (config.json + safetensors of that "

@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 
+from .. import argtypes
 from ..common import add_quiet_option, add_run_options, add_timing_options, collect_inputs, parse_inputs
 
 # A profiled run this much slower than a plain one is worth a sentence (launch gaps, graph vs. kernel by kernel).
@@ -33,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly)")
     add_run_options(p)
     add_timing_options(p, "timed runs (each: one plain run and one profiled run)")
-    p.add_argument("--top", type=int, default=30, help="rows of the table (0: all)")
+    p.add_argument("--top", type=argtypes.integer(0, name="count"), default=30, help="rows of the table (0: all)")
     p.add_argument("--trace", metavar="FILE.json", default=None, help="write a Chrome trace of the timed runs")
     p.add_argument("--chart", metavar="FILE.png", default=None, help="bar chart of the slowest kernels (matplotlib)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from ..timing import LatencyStats
 
     for path, flag in ((args.trace, "--trace"), (args.chart, "--chart")):
-        if path:
+        if path is not None:
             check_output_folder(path, flag)
     backend = npu_runtime.get_backend(args.backend)
     if args.artifact.endswith(".json"):
@@ -92,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
     # per run, then the median: each run's kernels lie inside that run's own wall time
     share = statistics.median(k / w for k, w in zip(report.iteration_totals_s, profiled) if w > 0)
     notes = []
-    if args.trace:
+    if args.trace is not None:
         profiling.write_trace(args.trace, prog, report)
         notes.append(f"trace written: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if args.chart:
+    if args.chart is not None:
         why = profiling.write_chart(args.chart, report)
         notes.append(why or f"chart written: {args.chart}")
     slower = prof_wall / plain_stats.median_s if plain_stats.median_s > 0 else 1.0

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 
 import numpy as np
 
+from .. import argtypes
 from ..common import (
     add_force_cpu_option,
     add_quiet_option,
@@ -35,9 +34,9 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", default=None, help="write the outputs of the last run to this .npz "
                                                         "(default: not written)")
     add_timing_options(p)
-    p.add_argument("--top-k", type=int, default=0, metavar="K",
-                   help="for each row of each float output, the K largest values and their indices (classes); "
-                        "0 = off")
+    p.add_argument("--top-k", type=argtypes.integer(0, name="count"), default=0, metavar="K",
+                   help="for each row of each float output, the K largest values and their indices (classes; K "
+                        "above the row's length shows the whole row); 0 = off")
     p.add_argument("--json", action="store_true", help="machine-readable report (timings and output summaries)")
     add_force_cpu_option(p)
     add_quiet_option(p)
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..timing import time_runs
 
-    if args.output:
+    if args.output is not None:
         check_output_folder(args.output)
     backend = npu_runtime.get_backend(args.backend)
     is_ir = args.artifact.endswith(".json")
@@ -99,7 +98,7 @@ def _notice(args: argparse.Namespace, inp) -> None:
 
 def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp) -> int:
     summaries = {name: summarize(arr, args.top_k) for name, arr in outs.items()}
-    if args.output:
+    if args.output is not None:
         save_npz(args.output, outs)
     if args.json:
         print(json.dumps({"title": title, "timing": stats.to_dict(), "generated_inputs": inp.generated,
@@ -155,15 +154,11 @@ def summarize(arr: np.ndarray, top_k: int = 0, max_rows: int = 4) -> dict:
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Atomic: a failed run leaves no half-written file. bf16 is stored as float32 (npz has no bf16)."""
+    """Atomic, with the user's umask: a failed run leaves no half-written file. bf16 is stored as float32 (npz has no
+    bf16)."""
+    from npu_compiler.atomic import atomic_path
+
     plain = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in arrays.items()}
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".npusim-", suffix=".npz", dir=folder)
-    os.close(fd)
-    try:
-        np.savez(tmp, **plain)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        # a file object, not a name: np.savez would add ".npz" to a temporary name that lacks it
+        np.savez(f, **plain)

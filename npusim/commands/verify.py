@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from .. import argtypes
 from ..common import (
     CLIError,
     add_compile_options,
@@ -36,14 +37,14 @@ def register(sub) -> None:
                    help="compare with these golden outputs (arrays named like the model's outputs) instead of "
                         "running the PyTorch reference; needs every input given with --input")
     tol = p.add_argument_group("tolerance (default: the compute dtype's, see above)")
-    tol.add_argument("--atol", type=float, default=None,
+    tol.add_argument("--atol", type=argtypes.non_negative, default=None,
                      help="elementwise: every |out - ref| <= atol + rtol * |ref| (replaces the max|err|/max|ref| "
                           "bound unless --max-rel is given too; default: no elementwise bound)")
-    tol.add_argument("--rtol", type=float, default=None,
+    tol.add_argument("--rtol", type=argtypes.non_negative, default=None,
                      help="elementwise relative bound, with --atol (default: no elementwise bound)")
-    tol.add_argument("--max-rel", type=float, default=None,
+    tol.add_argument("--max-rel", type=argtypes.non_negative, default=None,
                      help="bound on max|err| / max|ref| (default: the compute dtype's)")
-    tol.add_argument("--min-pearson", type=float, default=None,
+    tol.add_argument("--min-pearson", type=argtypes.number(name="correlation"), default=None,
                      help="lowest Pearson r between output and reference (default: the compute dtype's)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--per-node", action="store_true",
@@ -219,9 +220,12 @@ def _load_expected(path: str, outputs: list[tuple[str, tuple[int, ...]]], model:
     if not os.path.isfile(path):
         raise InputError(f"--expected: file not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not an archive of named arrays")
+        with loaded as z:
             arrays = {k: z[k] for k in z.files}
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, EOFError) as e:
         raise InputError(f"--expected {path}: not a .npz file of arrays ({e})") from e
     names = [n for n, _ in outputs]
     if len(arrays) == 1 and len(names) == 1 and names[0] not in arrays:

@@ -1,0 +1,611 @@
+"""Shape and dtype inference (`npu_compiler.ir.infer`) against PyTorch itself: for random operands and attributes of
+every supported op, a one-node IR is built; where ATen (called the way torch_ir's reference executor calls it, on
+small CPU tensors) computes a result, the reader must accept the IR that declares exactly that result and refuse one
+that declares another shape or dtype; where ATen refuses the operands, the reader must refuse them too."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+import torch
+from aten_reference import ReferenceError, run_node
+
+from npu_compiler.errors import ConstraintError, IRFormatError
+from npu_compiler.ir.infer import RULES, has_rule
+from npu_compiler.ir.reader import read_ir
+from npu_compiler.lowering.lower import SUPPORTED_OPS
+from npu_compiler.passes.normalize import STRUCTURAL_OPS
+
+DTYPES = ["float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
+FLOATS = ["float32", "float16", "bfloat16"]
+INT64_MAX = 2**63 - 1
+
+
+def test_every_supported_op_has_a_rule() -> None:
+    """An op the compiler lowers (or drops as structural) must have its outputs checked: add a rule with
+    `@infers(op)` in npu_compiler/ir/infer.py."""
+    missing = sorted(op for op in SUPPORTED_OPS | (STRUCTURAL_OPS - {"getitem"}) if not has_rule(op))
+    assert not missing, f"ops without a shape/dtype inference rule: {missing}"
+
+
+def test_every_rule_has_cases() -> None:
+    assert not sorted(set(RULES) - set(CASES)), "add cases for these rules to tests/test_infer.py"
+
+
+# ---- random operands per op ----------------------------------------------------------------------------------------
+
+Case = tuple[list[tuple[tuple[int, ...], str]], dict]  # inputs (shape, dtype), attrs
+Gen = Callable[[random.Random], Case]
+
+
+def _shape(r: random.Random, rank: int | None = None, lo: int = 0) -> tuple[int, ...]:
+    rank = r.randint(0, 3) if rank is None else rank
+    return tuple(r.choice([lo, 1, 2, 3, 4]) if r.random() < 0.9 else lo for _ in range(rank))
+
+
+def _bshape(r: random.Random, s: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts with `s` most of the time."""
+    out = [d if r.random() < 0.6 else r.choice([1, d, d + 1]) for d in s]
+    if r.random() < 0.3:
+        out = out[r.randint(0, len(out)):]
+    if r.random() < 0.2:
+        out = [r.choice([1, 2])] + out
+    return tuple(out)
+
+
+def _dt(r: random.Random, pool=DTYPES) -> str:
+    return r.choice(pool)
+
+
+def _scalar(r: random.Random):
+    return r.choice([True, False, 0, 1, 2, -3, 0.5, -1.25, 2.0, float("inf")])
+
+
+def unary(**attrs: Callable[[random.Random], object]) -> Gen:
+    def gen(r):
+        return [(_shape(r), _dt(r))], {k: f(r) for k, f in attrs.items() if r.random() < 0.7}
+    return gen
+
+
+def binary(names=("self", "other")) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        if r.random() < 0.25:
+            return [(s, _dt(r))], {names[1]: _scalar(r)}
+        return [(s, _dt(r)), (_bshape(r, s), _dt(r))], {}
+    return gen
+
+
+def scalar_op(name: str) -> Gen:
+    return lambda r: ([(_shape(r), _dt(r))], {name: _scalar(r)})
+
+
+def _where(r):
+    s = _shape(r)
+    ins = [(_bshape(r, s), r.choice(["bool", "bool", "float32"])), (s, _dt(r))]
+    if r.random() < 0.3:
+        return ins, {"other": _scalar(r)}
+    return ins + [(_bshape(r, s), _dt(r))], {}
+
+
+def _masked_fill(r):
+    s = _shape(r)
+    return [(s, _dt(r)), (_bshape(r, s), r.choice(["bool", "bool", "int64"]))], {"value": _scalar(r)}
+
+
+def _dtype_attr(r):
+    return "torch." + _dt(r)
+
+
+def _view(key):
+    def gen(r):
+        s = _shape(r, lo=1)
+        n = math.prod(s)
+        size = []
+        rest = n
+        for _ in range(r.randint(0, 3)):
+            d = r.choice([x for x in (1, 2, 3, 4) if rest % x == 0])
+            size.append(d)
+            rest //= d
+        size.append(rest)
+        if r.random() < 0.3:
+            size[r.randrange(len(size))] = -1
+        if r.random() < 0.15:
+            size[0] += 1
+        r.shuffle(size)
+        return [(s, _dt(r))], {key: size}
+    return gen
+
+
+def _dim(r, rank):
+    return r.randint(-rank - 1, rank)
+
+
+def _flatten(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"start_dim": _dim(r, len(s)), "end_dim": _dim(r, len(s))}
+
+
+def _unsqueeze(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": r.randint(-len(s) - 2, len(s) + 1)}
+
+
+def _squeeze_dim(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": _dim(r, len(s))}
+
+
+def _squeeze_dims(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": [_dim(r, len(s)) for _ in range(r.randint(0, 2))]}
+
+
+def _transpose(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim0": _dim(r, len(s)), "dim1": _dim(r, len(s))}
+
+
+def _permute(r):
+    s = _shape(r)
+    dims = list(range(len(s)))
+    r.shuffle(dims)
+    if r.random() < 0.2 and dims:
+        dims[0] = dims[-1]
+    if r.random() < 0.3:
+        dims = [d - len(s) for d in dims]
+    return [(s, _dt(r))], {"dims": dims}
+
+
+def _expand(r):
+    s = _shape(r)
+    size = [r.choice([-1, d, 1 if d == 1 else d, d + 1]) if d != 1 else r.choice([1, 3, -1]) for d in s]
+    size = [r.choice([1, 2]) for _ in range(r.randint(0, 2))] + size
+    return [(s, _dt(r))], {"size": size}
+
+
+def _slice(r):
+    s = _shape(r, r.randint(1, 3))
+    return [(s, _dt(r))], {"dim": _dim(r, len(s)), "start": r.choice([None, 0, 1, -1, -7, 5]),
+                           "end": r.choice([None, 0, 2, -1, 9, INT64_MAX]), "step": r.choice([1, 1, 2, 3])}
+
+
+def _select(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": _dim(r, len(s)), "index": r.randint(-4, 4)}
+
+
+def _split(r):
+    s = _shape(r, r.randint(1, 3))
+    return [(s, _dt(r))], {"split_size": r.choice([0, 1, 2, 3]), "dim": _dim(r, len(s))}
+
+
+def _split_sizes(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    d = r.randrange(len(s))
+    n = s[d]
+    cut = sorted(r.randint(0, n) for _ in range(r.randint(0, 2)))
+    sizes = [b - a for a, b in zip([0, *cut], [*cut, n])]
+    if r.random() < 0.2:
+        sizes[-1] += 1
+    return [(s, _dt(r))], {"split_sizes": sizes, "dim": d}
+
+
+def _chunk(r):
+    s = _shape(r, r.randint(1, 3))
+    return [(s, _dt(r))], {"chunks": r.randint(1, 5), "dim": _dim(r, len(s))}
+
+
+def _cat(r):
+    s = list(_shape(r, r.randint(1, 3)))
+    d = r.randrange(len(s))
+    ins = []
+    for _ in range(r.randint(1, 3)):
+        t = list(s)
+        t[d] = r.randint(0, 3)
+        if r.random() < 0.1:
+            t = [0]
+        ins.append((tuple(t), _dt(r)))
+    return ins, {"dim": r.choice([d, d - len(s)]), "_tensor_list_sizes": [len(ins)]}
+
+
+def _mat(r):
+    a = _shape(r, r.randint(1, 4), lo=1)
+    k = a[-1]
+    b = list(_shape(r, r.randint(1, 4), lo=1))
+    if len(b) == 1:
+        b[0] = k
+    else:
+        b[-2] = k if r.random() < 0.9 else k + 1
+    dt = _dt(r, FLOATS + ["float64"])
+    return [(a, dt), (tuple(b), dt if r.random() < 0.9 else _dt(r))], {}
+
+
+def _mm(r):
+    m, k, n = r.randint(1, 4), r.randint(1, 4), r.randint(1, 4)
+    dt = _dt(r, FLOATS)
+    return [((m, k), dt), ((k if r.random() < 0.9 else k + 1, n), dt)], {}
+
+
+def _bmm(r):
+    b, m, k, n = r.randint(1, 3), r.randint(1, 4), r.randint(1, 4), r.randint(1, 4)
+    dt = _dt(r, FLOATS)
+    return [((b, m, k), dt), ((b if r.random() < 0.9 else b + 1, k, n), dt)], {}
+
+
+def _addmm(r):
+    m, k, n = r.randint(1, 4), r.randint(1, 4), r.randint(1, 4)
+    dt = _dt(r, FLOATS)
+    bias = r.choice([(n,), (m, n), (1, n), (m, 1), (n + 1,)])
+    return [(bias, dt), ((m, k), dt), ((k, n), dt)], {"alpha": r.choice([1, 0.5]), "beta": r.choice([1, 2.0])}
+
+
+def _linear(r):
+    x = _shape(r, r.randint(1, 3), lo=1)
+    n = r.randint(1, 4)
+    dt = _dt(r, FLOATS)
+    w = (n, x[-1] if r.random() < 0.9 else x[-1] + 1)
+    ins = [(x, dt), (w, dt if r.random() < 0.9 else "float64")]
+    if r.random() < 0.6:
+        ins.append(((n if r.random() < 0.9 else n + 1,), dt))
+    return ins, {}
+
+
+def _conv(r):
+    n, g = r.randint(1, 2), r.choice([1, 1, 2])
+    c, o = g * r.randint(1, 2), g * r.randint(1, 2)
+    k = r.randint(1, 3)
+    h, w = r.randint(1, 7), r.randint(1, 7)
+    dt = _dt(r, FLOATS + ["float64"])
+    x = (n, c, h, w) if r.random() < 0.85 else (c, h, w)
+    ins = [(x, dt), ((o, c // g if r.random() < 0.95 else c // g + 1, k, k), dt)]
+    if r.random() < 0.5:
+        ins.append(((o,), dt))
+    return ins, {"stride": [r.randint(1, 3)] * 2, "padding": [r.randint(0, 2), r.randint(0, 2)],
+                 "dilation": [r.randint(1, 2)] * 2, "groups": g}
+
+
+def _pool(avg: bool) -> Gen:
+    def gen(r):
+        x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 8), r.randint(1, 8))
+        if r.random() < 0.2:
+            x = x[1:]
+        k = [r.randint(1, 3), r.randint(1, 3)]
+        a = {"kernel_size": k, "stride": r.choice([[], [1, 1], [2, 2], [2]]),
+             "padding": [r.randint(0, 1), r.randint(0, 1)], "ceil_mode": r.random() < 0.4}
+        if avg:
+            a["count_include_pad"] = r.random() < 0.5
+            if r.random() < 0.2:
+                a["divisor_override"] = r.randint(1, 3)
+        else:
+            a["dilation"] = [r.randint(1, 2)] * 2
+        return [(x, _dt(r, FLOATS + ["float64", "int64"]))], a
+    return gen
+
+
+def _adaptive(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 8), r.randint(1, 8))
+    return [(x, _dt(r, FLOATS + ["int64"]))], {"output_size": [r.randint(1, 4), r.randint(1, 4)]}
+
+
+def _reduce(dim: bool, keep: bool = True, dtype: bool = True) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        a: dict = {}
+        if dim:
+            a["dim"] = r.choice([[], [_dim(r, len(s))], [_dim(r, len(s)), _dim(r, len(s))]])
+        if keep:
+            a["keepdim"] = r.random() < 0.5
+        if dtype and r.random() < 0.3:
+            a["dtype"] = "torch." + _dt(r, FLOATS + ["int64"])
+        return [(s, _dt(r))], a
+    return gen
+
+
+def _softmax(r):
+    s = _shape(r)
+    a = {"dim": _dim(r, len(s))}
+    if r.random() < 0.3:
+        a["dtype"] = "torch." + _dt(r, FLOATS)
+    return [(s, _dt(r, FLOATS + ["int64"]))], a
+
+
+def _softmax_internal(r):
+    s = _shape(r)
+    return [(s, _dt(r, FLOATS))], {"dim": _dim(r, len(s)), "half_to_float": r.random() < 0.3}
+
+
+def _layer_norm(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    k = r.randint(1, len(s))
+    ns = list(s[len(s) - k:]) if r.random() < 0.9 else [s[-1] + 1]
+    dt = _dt(r, FLOATS)
+    ins = [(s, dt)] + [(tuple(ns), dt)] * r.choice([0, 1, 2])
+    return ins, {"normalized_shape": ns, "eps": 1e-5}
+
+
+def _bn(r):
+    c = r.randint(1, 3)
+    x = (r.randint(1, 2), c, r.randint(1, 3), r.randint(1, 3))
+    dt = _dt(r, FLOATS[:1] + ["float64"])
+    p = ((c if r.random() < 0.95 else c + 1,), dt)
+    return [(x, dt)] + [p] * r.choice([2, 4, 4]), {"eps": 1e-5, "momentum": 0.1}
+
+
+def _embedding(r):
+    w = (r.randint(1, 5), r.randint(1, 4))
+    return [(w, _dt(r, FLOATS)), (_shape(r), r.choice(["int64", "int32", "float32"]))], {}
+
+
+def _index_copy(r):
+    s = _shape(r, r.randint(1, 4), lo=1)
+    d = r.randrange(len(s))
+    n = r.randint(0, s[d])
+    src = list(s)
+    src[d] = n if r.random() < 0.9 else n + 1
+    dt = _dt(r, FLOATS)
+    index = ((n,), r.choice(["int64", "int64", "int32"]))
+    return [(s, dt), index, (tuple(src), dt)], {"dim": r.choice([d, d - len(s)])}
+
+
+def _sdpa(r):
+    b, h, lq, lk, e = r.randint(1, 2), r.choice([1, 2, 4]), r.randint(1, 4), r.randint(1, 4), r.choice([2, 4])
+    hk = r.choice([h, 1]) if r.random() < 0.3 else h
+    dt = _dt(r, FLOATS[:1] + ["float64"])
+    ins = [((b, h, lq, e), dt), ((b, hk, lk, e), dt), ((b, hk, lk, r.choice([e, 3])), dt)]
+    a: dict = {}
+    if r.random() < 0.4:
+        ins.append(((1, 1, lq, lk), r.choice([dt, "bool"])))
+    elif r.random() < 0.3:
+        a["is_causal"] = True
+    if hk != h:
+        a["enable_gqa"] = r.random() < 0.7
+    if r.random() < 0.3:
+        a["scale"] = 0.5
+    return ins, a
+
+
+def _factory(name: str) -> Gen:
+    def gen(r):
+        a: dict = {"size": [r.choice([0, 1, 2, 3]) for _ in range(r.randint(0, 3))]}
+        if name == "full":
+            a["fill_value"] = _scalar(r)
+        if r.random() < 0.3:
+            a["dtype"] = "torch." + _dt(r)
+        return [], a
+    return gen
+
+
+def _arange(kind: str) -> Gen:
+    def gen(r):
+        num = lambda: r.choice([0, 1, 3, 5, -2, 2.5, 0.5])  # noqa: E731
+        a: dict = {"end": num()}
+        if kind != "default":
+            a["start"] = num()
+        if kind == "start_step":
+            a["step"] = r.choice([1, 2, -1, 0.5, 3])
+        if r.random() < 0.3:
+            a["dtype"] = "torch." + _dt(r, FLOATS + ["int64"])
+        return [], a
+    return gen
+
+
+def _assert(r):
+    s = _shape(r)
+    dt = _dt(r)
+    return [(s, dt)], {"dtype": "torch." + r.choice([dt, dt, "float32"]), "size": list(s) if r.random() < 0.8 else
+                       [*s, 1]}
+
+
+CASES: dict[str, Gen] = {
+    **{op: unary() for op in ("abs.default", "relu.default", "neg.default", "rsqrt.default", "sqrt.default",
+                              "exp.default", "log.default", "sin.default", "cos.default", "tanh.default",
+                              "sigmoid.default", "erf.default", "reciprocal.default", "silu.default",
+                              "logical_not.default", "clone.default", "alias.default", "detach.default",
+                              "contiguous.default", "lift_fresh_copy.default")},
+    "gelu.default": unary(approximate=lambda r: r.choice(["none", "tanh"])),
+    "hardtanh.default": unary(min_val=lambda r: r.choice([-1, -0.5]), max_val=lambda r: r.choice([1, 2.5])),
+    "leaky_relu.default": unary(negative_slope=lambda r: r.choice([0.01, 0.2, 1])),
+    "clamp.default": unary(min=lambda r: r.choice([None, 0, -0.5]), max=lambda r: r.choice([None, 1, 2.5])),
+    "dropout.default": lambda r: ([(_shape(r), _dt(r, FLOATS))], {"p": 0.0, "train": False}),
+    "to.dtype": unary(dtype=_dtype_attr),
+    "to.device": lambda r: ([(_shape(r), _dt(r))], {"device": "cpu", "dtype": _dtype_attr(r)}),
+    "to.dtype_layout": unary(dtype=_dtype_attr),
+    "_to_copy.default": unary(dtype=_dtype_attr),
+    "type_as.default": lambda r: ([(_shape(r), _dt(r)), (_shape(r), _dt(r))], {}),
+    **{op: binary() for op in ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum.default",
+                               "minimum.default", "rsub.Tensor", "eq.Tensor", "ne.Tensor", "lt.Tensor", "le.Tensor",
+                               "gt.Tensor", "ge.Tensor")},
+    "div.Tensor_mode": lambda r: (lambda c: (c[0], {**c[1], "rounding_mode": r.choice([None, "trunc", "floor"])}))(
+        binary()(r)),
+    "pow.Tensor_Tensor": binary(("self", "exponent")),
+    **{op: scalar_op("other") for op in ("eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar",
+                                          "ge.Scalar", "rsub.Scalar")},
+    "pow.Tensor_Scalar": scalar_op("exponent"),
+    "where.self": _where,
+    "masked_fill.Scalar": _masked_fill,
+    "view.default": _view("size"),
+    "_unsafe_view.default": _view("size"),
+    "reshape.default": _view("shape"),
+    "flatten.using_ints": _flatten,
+    "unsqueeze.default": _unsqueeze,
+    "squeeze.default": unary(),
+    "squeeze.dim": _squeeze_dim,
+    "squeeze.dims": _squeeze_dims,
+    "transpose.int": _transpose,
+    "t.default": unary(),
+    "permute.default": _permute,
+    "expand.default": _expand,
+    "slice.Tensor": _slice,
+    "select.int": _select,
+    "split.Tensor": _split,
+    "split_with_sizes.default": _split_sizes,
+    "chunk.default": _chunk,
+    "cat.default": _cat,
+    "matmul.default": _mat,
+    "mm.default": _mm,
+    "bmm.default": _bmm,
+    "addmm.default": _addmm,
+    "linear.default": _linear,
+    "conv2d.default": _conv,
+    "max_pool2d.default": _pool(False),
+    "avg_pool2d.default": _pool(True),
+    "adaptive_avg_pool2d.default": _adaptive,
+    "mean.default": _reduce(False, False),
+    "sum.default": _reduce(False, False),
+    "mean.dim": _reduce(True),
+    "sum.dim_IntList": _reduce(True),
+    "amax.default": _reduce(True, dtype=False),
+    "softmax.int": _softmax,
+    "log_softmax.int": _softmax,
+    "_softmax.default": _softmax_internal,
+    "layer_norm.default": _layer_norm,
+    "batch_norm.default": lambda r: (lambda c: (c[0], {**c[1], "training": False, "cudnn_enabled": True}))(_bn(r)),
+    "_native_batch_norm_legit_no_training.default": _bn,
+    "embedding.default": _embedding,
+    "index_copy.default": _index_copy,
+    "scaled_dot_product_attention.default": _sdpa,
+    "full.default": _factory("full"),
+    "zeros.default": _factory("zeros"),
+    "ones.default": _factory("ones"),
+    "arange.default": _arange("default"),
+    "arange.start": _arange("start"),
+    "arange.start_step": _arange("start_step"),
+    "_assert_tensor_metadata.default": _assert,
+}
+
+
+# ---- the reference: ATen, arguments bound by name from PyTorch's own schema ------------------------------------
+
+_TORCH = {n: getattr(torch, n) for n in DTYPES}
+
+# Where the reader is stricter than ATen on purpose (it refuses what ATen computes): op -> the refusal's words.
+STRICTER = {
+    # ATen's CPU kernel reads the first C entries of longer per-channel parameters; no export writes that
+    "_native_batch_norm_legit_no_training.default": "per-channel parameters",
+    "batch_norm.default": "per-channel parameters",
+    # averaging integers: ATen divides in integer arithmetic, the compiler's pooling averages in fp32
+    "avg_pool2d.default": "floating-point",
+}
+
+
+def _make(shape: tuple[int, ...], dtype: str, role: int, op: str) -> torch.Tensor:
+    dt = _TORCH[dtype]
+    if op == "index_copy.default" and role == 1:
+        return torch.arange(shape[0]).to(dt) if shape else torch.zeros((), dtype=dt)
+    if dt.is_floating_point:
+        return torch.randn(shape).to(dt)
+    if op == "embedding.default":
+        return torch.zeros(shape, dtype=dt)
+    return torch.ones(shape, dtype=dt)  # nonzero: an integer division by zero is a data error, not a type error
+
+
+def reference(op: str, ins: list[tuple[tuple[int, ...], str]], attrs: dict) -> list[tuple[tuple[int, ...], str]] | None:
+    tensors = [_make(s, d, j, op) for j, (s, d) in enumerate(ins)]
+    try:
+        outs = run_node(f"aten.{op}", tensors, attrs)
+    except ReferenceError:
+        return None
+    return [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in outs]
+
+
+def one_node_ir(op: str, ins, attrs: dict, outs) -> dict:
+    return {
+        "model_name": "m", "graph_inputs": [{"name": f"i{j}", "shape": list(s), "dtype": d} for j, (s, d) in
+                                            enumerate(ins)],
+        "graph_outputs": [{"name": f"o{j}", "shape": list(s), "dtype": d} for j, (s, d) in enumerate(outs)],
+        "weights": [], "weight_name_mapping": {},
+        "nodes": [{"name": "n", "op_type": f"aten.{op}", "attrs": attrs,
+                   "inputs": [{"name": f"i{j}", "shape": list(s), "dtype": d, "producer_node": f"i{j}",
+                               "producer_output_idx": 0} for j, (s, d) in enumerate(ins)],
+                   "outputs": [{"name": f"o{j}", "shape": list(s), "dtype": d} for j, (s, d) in enumerate(outs)]}],
+    }
+
+
+def _accepts(ir: dict) -> Exception | None:
+    try:
+        read_ir(ir)
+    except (IRFormatError, ConstraintError) as e:
+        return e
+    return None
+
+
+def _wrong(outs, r: random.Random, op: str):
+    """The same outputs with one shape or dtype changed (batch norm's saved statistics may be [0] or [C])."""
+    outs = [list(o) for o in outs]
+    j = 0 if op.startswith("_native_batch_norm") else r.randrange(len(outs))
+    s, d = outs[j]
+    if s and r.random() < 0.5:
+        s = list(s)
+        s[r.randrange(len(s))] += 1
+        outs[j][0] = tuple(s)
+    else:
+        outs[j][1] = r.choice([x for x in DTYPES if x != d])
+    return [tuple(o) for o in outs]
+
+
+N_CASES = 60
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_rule_agrees_with_aten(op: str) -> None:
+    r = random.Random(f"infer:{op}")
+    problems = []
+    for i in range(N_CASES):
+        ins, attrs = CASES[op](r)
+        ref = reference(op, ins, attrs)
+        if ref is None:
+            # ATen refuses: so must the reader (declaring any output at all)
+            # (the declared output is invented: a refusal for not matching it means the rule took the operands)
+            err = _accepts(one_node_ir(op, ins, attrs, [((1,), "float32")]))
+            if err is None or "the op produces" in str(err):
+                problems.append(f"case {i}: ATen refuses {ins} {attrs}, the reader accepts the operands")
+            continue
+        if not ref and op != "_assert_tensor_metadata.default":
+            continue
+        err = _accepts(one_node_ir(op, ins, attrs, ref))
+        if err is not None and op in STRICTER and STRICTER[op] in str(err):
+            continue
+        if err is not None and any(0 in shape for shape, _ in ins) and "tensor" in str(err):
+            continue  # ATen runs no kernel on an empty tensor, and skips the kernel's dtype checks with it
+        if err is not None:
+            problems.append(f"case {i}: ATen gives {ref} for {ins} {attrs}; the reader refuses: {err}")
+            continue
+        if ref:
+            wrong = _wrong(ref, r, op)
+            if _accepts(one_node_ir(op, ins, attrs, wrong)) is None:
+                problems.append(f"case {i}: declared {wrong} instead of {ref} for {ins} {attrs}; the reader accepts")
+    assert not problems, f"{op}:\n" + "\n".join(problems[:8])
+
+
+def test_schema_table_matches_aten() -> None:
+    """The reader's schema table (npu_compiler/ir/schema.py) says what ATen says: argument names in order, which
+    are tensors, and which have defaults (with the same values)."""
+    from npu_compiler.ir.schema import MISSING, SCHEMAS
+
+    problems = []
+    for op, s in sorted(SCHEMAS.items()):
+        if op == "getitem":
+            continue
+        base, _, overload = op.partition(".")
+        theirs = getattr(getattr(torch.ops.aten, base), overload)._schema.arguments
+        if [a.name for a in s.args] != [a.name for a in theirs]:
+            problems.append(f"{op}: arguments {[a.name for a in s.args]}, ATen {[a.name for a in theirs]}")
+            continue
+        for mine, a in zip(s.args, theirs):
+            if mine.is_tensor != ("Tensor" in str(a.type)):
+                problems.append(f"{op}.{a.name}: tensor-ness differs ({mine.type} vs {a.type})")
+            if (mine.default is MISSING) != (not a.has_default_value()):
+                theirs_default = repr(a.default_value) if a.has_default_value() else "none"
+                problems.append(f"{op}.{a.name}: default {mine.default!r}, ATen {theirs_default}")
+            elif a.has_default_value() and a.default_value is not None and not isinstance(a.default_value, str):
+                want = a.default_value
+                got = mine.default
+                if isinstance(got, list) and not isinstance(want, list | tuple):
+                    want = [want] * len(got)
+                if list(want) != list(got) if isinstance(got, list) else float(want) != float(got):
+                    problems.append(f"{op}.{a.name}: default {got!r}, ATen {a.default_value!r}")
+    assert not problems, "\n".join(problems)
