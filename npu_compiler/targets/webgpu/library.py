@@ -93,7 +93,89 @@ def gemm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     _check_extent(*k.args, out)
     if reg(_dt(program, out)) == "i32":
         return _gemm_int(k, program)
+    if k.spec.m <= SKINNY_M:
+        return _gemm_skinny(k, program)
     return _gemm_tiled(k, program)
+
+
+# A product with this few output rows (a decode step's GEMVs, a conv over a few pixels) leaves most of a 64 x 64 tile
+# empty and makes few workgroups: instead each workgroup takes SKINNY_N columns of every row and its invocations
+# split K, then one pass through workgroup memory adds the partial sums.
+SKINNY_M, SKINNY_N, SKINNY_THREADS = 8, 4, 128
+
+
+def _skinny_reduce(rows: int, store: str) -> str:
+    """Lines that add the invocations' partial sums `p{m}_{j}` through workgroup memory and run `store` (WGSL with
+    the placeholders {m}, {j}, {v}: row, column in the tile, value) in invocation m * SKINNY_N + j."""
+    T, nv = SKINNY_THREADS, rows * SKINNY_N
+    lines = ["        workgroupBarrier();"]
+    lines += [f"        npu_part[{(m * SKINNY_N + j) * T} + npu_tid] = p{m}_{j};" for m in range(rows)
+              for j in range(SKINNY_N)]
+    lines += ["        workgroupBarrier();",
+              f"        if (npu_tid < {nv}) {{",
+              "          var v = 0.0f;",
+              f"          for (var t: i32 = 0; t < {T}; t++) {{ v = v + npu_part[npu_tid * {T} + t]; }}",
+              f"          let m = npu_tid / {SKINNY_N};",
+              f"          let j = npu_tid % {SKINNY_N};",
+              "          " + store.replace("{m}", "m").replace("{j}", "j").replace("{v}", "v"),
+              "        }"]
+    return "\n".join(lines)
+
+
+def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """M <= 8: each workgroup computes 4 columns of every row, its invocations striding over K (neighbours read
+    neighbouring elements of K, contiguous in a linear layer's weight), then adds the partial sums."""
+    spec: GemmKernel = k.spec
+    a, b = k.args[0], k.args[1]
+    m, n, kk = spec.m, spec.n, spec.k
+    nb = len(spec.batch)
+    epi = epilogue_fn(k, program, spec, "float32", _gemm_pre(k, program))
+    blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
+    sam, sak = a.strides[-2], a.strides[-1]
+    sbk, sbn = b.strides[-2], b.strides[-1]
+    loads = []
+    for j in range(SKINNY_N):
+        at = affine([("bbase", 1), ("kk", sbk), (f"(n0 + {j})", sbn)])
+        loads.append(f"          var b{j} = 0.0f;")
+        loads.append(f"          if (n0 + {j} < {n}) {{ b{j} = {_load_f32(program, b, 'a1', at)}; }}")
+    for i in range(m):
+        at = affine([("abase", 1), (str(i), sam), ("kk", sak)]) if sam else affine([("abase", 1), ("kk", sak)])
+        loads.append(f"          let x{i} = {_load_f32(program, a, 'a0', at)};")
+    fma = [f"          p{i}_{j} = p{i}_{j} + x{i} * b{j};" for i in range(m) for j in range(SKINNY_N)]
+    idx = [f"o{d}" for d in range(nb)]
+    store = "if (n0 + {j} < " + str(n) + ") { npu_epi(" + ", ".join(idx + ["{m}", "n0 + {j}"]) + ", {v}); }"
+    body = f"""  for (var tz: i32 = i32(npu_wid.y); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.y)) {{
+{chr(10).join(blines)}
+    let abase = {bases['a']};
+    let bbase = {bases['b']};
+    for (var tx: i32 = i32(npu_wid.x); tx < {-(-n // SKINNY_N)}; tx += i32(npu_nwgs.x)) {{
+      let n0 = tx * {SKINNY_N};
+{chr(10).join(f'      var p{i}_{j} = 0.0f;' for i in range(m) for j in range(SKINNY_N))}
+      for (var kk: i32 = npu_tid; kk < {kk}; kk += {SKINNY_THREADS}) {{
+{chr(10).join(loads)}
+{chr(10).join(fma)}
+      }}
+{_skinny_reduce(m, store)}
+    }}
+  }}"""
+    shared = {"npu_part": ("f32", max(m, 1) * SKINNY_N * SKINNY_THREADS)}
+    src = epi + "\n" + entry_point(SKINNY_THREADS, [body], shared)
+    grid = _grid3(-(-n // SKINNY_N), max(spec.batch_count, 1), 1) if m else (0, 1, 1)
+    return src, Launch(grid, SKINNY_THREADS, ptrs_of(k))
+
+
+def _gemm_pre(k: KernelCall, program: CompiledProgram) -> list[str]:
+    """alpha and the bias, applied to the product `v` before the epilogue."""
+    spec: GemmKernel = k.spec
+    pre = []
+    if spec.alpha != 1.0:
+        pre.append(f"v = v * {f32_literal(spec.alpha)};")
+    if spec.bias:
+        bias = k.args[2]
+        bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset)
+        bv = _load_f32(program, bias, "a2", bat)
+        pre.append(f"v = v + {bv}" + (f" * {f32_literal(spec.beta)};" if spec.beta != 1.0 else ";"))
+    return pre
 
 
 def _batch_lines(spec: GemmKernel, refs: dict[str, TensorRef], var: str, indent: str) -> tuple[list[str], dict]:
@@ -114,15 +196,7 @@ def _gemm_tiled(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     a, b = k.args[0], k.args[1]
     m, n, kk = spec.m, spec.n, spec.k
     nb = len(spec.batch)
-    pre = []
-    if spec.alpha != 1.0:
-        pre.append(f"v = v * {f32_literal(spec.alpha)};")
-    if spec.bias:
-        bias = k.args[2]
-        bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset)
-        bv = _load_f32(program, bias, "a2", bat)
-        pre.append(f"v = v + {bv}" + (f" * {f32_literal(spec.beta)};" if spec.beta != 1.0 else ";"))
-    epi = epilogue_fn(k, program, spec, "float32", pre)
+    epi = epilogue_fn(k, program, spec, "float32", _gemm_pre(k, program))
     blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
     sam, sak = a.strides[-2], a.strides[-1]
     sbk, sbn = b.strides[-2], b.strides[-1]
@@ -134,10 +208,13 @@ def _gemm_tiled(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     a_at = affine([("abase", 1), ("mi", sam), ("ki", sak)])
     b_at = affine([("bbase", 1), ("ki", sbk), ("ni", sbn)])
     fma = "\n".join(f"          c{i}{j} = c{i}{j} + av{i} * bv{j};" for i in range(4) for j in range(4))
-    stores = "\n".join(
-        f"        if (m0 + tm + {16 * i} < {m} && n0 + tn + {16 * j} < {n}) {{ "
-        f"npu_epi({', '.join([f'o{d}' for d in range(nb)] + [f'm0 + tm + {16 * i}', f'n0 + tn + {16 * j}'])}, "
-        f"c{i}{j}); }}" for i in range(4) for j in range(4))
+    # one call site of the epilogue (a loop over the 16 results), so it is compiled once
+    stores = f"""        let cs = array<f32, 16>({', '.join(f'c{i}{j}' for i in range(4) for j in range(4))});
+        for (var q: i32 = 0; q < 16; q++) {{
+          let mi = m0 + tm + 16 * (q / 4);
+          let ni = n0 + tn + 16 * (q % 4);
+          if (mi < {m} && ni < {n}) {{ npu_epi({', '.join([f'o{d}' for d in range(nb)] + ['mi', 'ni'])}, cs[q]); }}
+        }}"""
     body = f"""  let tn = npu_tid % 16;
   let tm = npu_tid / 16;
   for (var tz: i32 = i32(npu_wid.z); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.z)) {{
@@ -254,17 +331,18 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     epi = epilogue_fn(k, program, spec, "float32", pre)
     x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
     w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+    if m_total <= SKINNY_M:
+        return _conv_skinny(k, program, epi, x_at, w_at)
     fma = "\n".join(f"          c{i}{j} = c{i}{j} + av{i} * bv{j};" for i in range(4) for j in range(4))
-    stores = []
-    for i in range(4):
-        stores.append(f"""        {{
-          let m = m0 + tm + {16 * i};
-          if (m < {m_total}) {{
-            let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};""")
-        for j in range(4):
-            stores.append(f"            if (n0 + tn + {16 * j} < {og}) {{ npu_epi(nb, grp * {og} + n0 + tn + {16 * j}, "
-                          f"oh, ow, c{i}{j}); }}")
-        stores.append("          }\n        }")
+    stores = [f"""        let cs = array<f32, 16>({', '.join(f'c{i}{j}' for i in range(4) for j in range(4))});
+        for (var q: i32 = 0; q < 16; q++) {{
+          let m = m0 + tm + 16 * (q / 4);
+          let co = n0 + tn + 16 * (q % 4);
+          if (m < {m_total} && co < {og}) {{
+            let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
+            npu_epi(nb, grp * {og} + co, oh, ow, cs[q]);
+          }}
+        }}"""]
     body = f"""  let tm = npu_tid % 16;
   let tn = npu_tid / 16;
   for (var grp: i32 = i32(npu_wid.z); grp < {g}; grp += i32(npu_nwgs.z)) {{
@@ -319,6 +397,55 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     shared = {"npu_as": ("f32", TK * TILE), "npu_bs": ("f32", TK * (TILE + 1))}
     src = epi + "\n" + entry_point(THREADS, [body], shared)
     return src, Launch(_grid3(-(-m_total // TILE), -(-og // TILE), g), THREADS, ptrs_of(k))
+
+
+def _conv_skinny(k: KernelCall, program: CompiledProgram, epi: str, x_at: str, w_at: str) -> tuple[str, Launch]:
+    """A convolution over at most 8 output pixels (deep layers at a small resolution): as `_gemm_skinny`, each
+    workgroup takes 4 output channels of every pixel and its invocations split K = Cg*KH*KW."""
+    spec: Conv2dKernel = k.spec
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    _, _, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    _, _, ho, wo = out.shape
+    g = spec.groups
+    og = o // g
+    (sh, sw), (ph, pw), (dh, dw) = spec.stride, spec.padding, spec.dilation
+    m_total, k_total = out.shape[0] * ho * wo, cg * kh * kw
+    loads = []
+    for j in range(SKINNY_N):
+        loads += [f"          var b{j} = 0.0f;",
+                  f"          if (c0 + {j} < {og}) {{ let co = grp * {og} + c0 + {j}; "
+                  f"b{j} = {_load_f32(program, w, 'a1', w_at)}; }}"]
+    for i in range(m_total):
+        nb_, rest = divmod(i, ho * wo)
+        oh_, ow_ = divmod(rest, wo)
+        loads += [f"          var x{i} = 0.0f;",
+                  "          {",
+                  f"            let nb = {nb_}; let ih = {oh_ * sh - ph} + kr * {dh}; "
+                  f"let iw = {ow_ * sw - pw} + ks * {dw};",
+                  f"            if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{ x{i} = "
+                  f"{_load_f32(program, x, 'a0', x_at)}; }}",
+                  "          }"]
+    fma = [f"          p{i}_{j} = p{i}_{j} + x{i} * b{j};" for i in range(m_total) for j in range(SKINNY_N)]
+    store = ("if (c0 + {j} < " + str(og) + ") { let ow = {m} % " + str(wo) + "; let t1 = {m} / " + str(wo)
+             + "; npu_epi(t1 / " + str(ho) + ", grp * " + str(og) + " + c0 + {j}, t1 % " + str(ho) + ", ow, {v}); }")
+    body = f"""  for (var grp: i32 = i32(npu_wid.y); grp < {g}; grp += i32(npu_nwgs.y)) {{
+    for (var tx: i32 = i32(npu_wid.x); tx < {-(-og // SKINNY_N)}; tx += i32(npu_nwgs.x)) {{
+      let c0 = tx * {SKINNY_N};
+{chr(10).join(f'      var p{i}_{j} = 0.0f;' for i in range(m_total) for j in range(SKINNY_N))}
+      for (var kidx: i32 = npu_tid; kidx < {k_total}; kidx += {SKINNY_THREADS}) {{
+          let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
+          let ci = grp * {cg} + cc;
+{chr(10).join(loads)}
+{chr(10).join(fma)}
+      }}
+{_skinny_reduce(m_total, store)}
+    }}
+  }}"""
+    shared = {"npu_part": ("f32", max(m_total, 1) * SKINNY_N * SKINNY_THREADS)}
+    src = epi + "\n" + entry_point(SKINNY_THREADS, [body], shared)
+    grid = _grid3(-(-og // SKINNY_N), g, 1) if m_total else (0, 1, 1)
+    return src, Launch(grid, SKINNY_THREADS, ptrs_of(k))
 
 
 # ---- attention ---------------------------------------------------------------------------------------------------
