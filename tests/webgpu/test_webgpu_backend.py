@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 
 import ml_dtypes
 import numpy as np

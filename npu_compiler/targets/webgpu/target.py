@@ -17,6 +17,7 @@ from ...program import CompiledProgram, KernelCall
 from ..clike import Store, render_expression
 from ..codegen import CodegenTarget
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
+from .intervals import narrow_int64
 from .language import WGSL
 from .library import attention, conv2d, gemm, names_of
 
@@ -45,16 +46,17 @@ def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, obje
     spec: GeneratedKernel = k.spec
     out = k.outs[0]
     od = program.dtype_of(out)
+    shape, reduce_shape = spec.iteration_shape(k), tuple(spec.reduce_shape)
     store = Store(tuple(out.shape), tuple(out.strides), out.offset, od)
     if spec.scatter is not None:
         store.scatter_dim = spec.scatter.dim
-        store.scatter_index = spec.scatter.index
+        store.scatter_index = narrow_int64(spec.scatter.index, shape)
         store.scatter_size = out.shape[spec.scatter.dim]
     dts = [program.dtype_of(a) for a in k.args]
     extents = [program.buffers[a.buffer].numel for a in k.args]
     ptrs = [("out", 0)] + [("arg", i) for i in range(len(k.args))]
-    src, launch = render_expression(WGSL, spec.expr, dts, extents, store, spec.iteration_shape(k),
-                                    tuple(spec.reduce_shape), spec.row_dims, ptrs)
+    src, launch = render_expression(WGSL, narrow_int64(spec.expr, shape, reduce_shape), dts, extents, store, shape,
+                                    reduce_shape, spec.row_dims, ptrs)
     return src, launch, generated_params(ptrs)
 
 
