@@ -127,7 +127,9 @@ def default_backend_name() -> str:
     forced = os.environ.get(ENV_VAR)
     if forced:
         return forced
-    return next(n for n in available_backends() if _backend_class(n).default_skip_reason() is None)
+    # in order, so that the first usable backend ends the search (probing an adapter costs time)
+    return next(n for n in BACKEND_MODULES if unavailable_reason(n) is None
+                and _backend_class(n).default_skip_reason() is None)
 
 
 def get_backend(name: str | None = None) -> Backend:

@@ -118,6 +118,11 @@ class DeviceState:
         """One line: the adapter, its backend, the features and limits that matter here."""
         i = self.info
         feats = ", ".join(f for f in ("shader-f16", "timestamp-query") if f in self.features) or "none"
+        if not self.f16_native:
+            why = "the adapter has no shader-f16" if "shader-f16" not in self.features else f"${F16_ENV}=0"
+            feats += f" (float16 stored as 16-bit words: {why}; the same bits, slower stores)"
+        if "timestamp-query" not in self.features:
+            feats += " (no timestamp queries: profile times each kernel on the host)"
         lim = self.limits
         return (f"{i.get('device', '?')} via {i.get('backend_type', '?')} ({i.get('adapter_type', '?')}, "
                 f"{i.get('description', '') or i.get('vendor', '')}); features: {feats}; max storage binding "
