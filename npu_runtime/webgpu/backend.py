@@ -7,8 +7,13 @@ unavailable) on a machine without it.
 Limits: the device is requested with the adapter's largest storage binding and buffer sizes (WebGPU's defaults are
 128 MiB and 256 MiB) and its number of storage buffers per stage; a tensor larger than one binding is bound in
 chunks (npu_compiler/targets/webgpu/bindings.py), one larger than the largest buffer is refused with its name.
+Division: WGSL allows `/` an error of 2.5 ulp. The device's division is probed once (64K quotients against IEEE's):
+where it is not correctly rounded, kernels correct their quotients (npu_compiler/targets/webgpu/language.py), and the
+device line says so.
+
 Overrides for testing and for unusual adapters: NPUSIM_WEBGPU_MAX_BINDING (bytes: bind in smaller chunks),
-NPUSIM_WEBGPU_F16=0 (store float16 as 16-bit words even where the adapter has `shader-f16`).
+NPUSIM_WEBGPU_F16=0 (store float16 as 16-bit words even where the adapter has `shader-f16`),
+NPUSIM_WEBGPU_DIVISION=exact|corrected (how kernels divide, whatever the probe found).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ DRIVER_HINT = ("on Linux install a Vulkan driver: Mesa's (software, any machine:
 BACKENDS = ("Vulkan", "Metal", "D3D12")
 MAX_BINDING_ENV = "NPUSIM_WEBGPU_MAX_BINDING"
 F16_ENV = "NPUSIM_WEBGPU_F16"
+DIVISION_ENV = "NPUSIM_WEBGPU_DIVISION"
 INT32 = (-(2**31), 2**31)
 
 
@@ -123,6 +129,8 @@ class DeviceState:
             feats += f" (float16 stored as 16-bit words: {why}; the same bits, slower stores)"
         if "timestamp-query" not in self.features:
             feats += " (no timestamp queries: profile times each kernel on the host)"
+        if self.division == "corrected":
+            feats += " (the device's f32 division is not correctly rounded: kernels correct their quotients)"
         lim = self.limits
         return (f"{i.get('device', '?')} via {i.get('backend_type', '?')} ({i.get('adapter_type', '?')}, "
                 f"{i.get('description', '') or i.get('vendor', '')}); features: {feats}; max storage binding "
@@ -137,6 +145,21 @@ class DeviceState:
         return {"adapter": {k: self.info.get(k) for k in ("device", "vendor", "description", "backend_type",
                                                           "adapter_type")},
                 "features": sorted(self.features), "limits": {k: self.limits.get(k) for k in keys}}
+
+    @functools.cached_property
+    def exact_division(self) -> bool:
+        """Is the device's f32 `/` correctly rounded (measured)?"""
+        return _probe_division(self)
+
+    @property
+    def division(self) -> str:
+        """How kernels divide: "exact" (the device's `/`, correctly rounded here) or "corrected" (language.py)."""
+        forced = os.environ.get(DIVISION_ENV)
+        if forced:
+            if forced not in ("exact", "corrected"):
+                raise NPURuntimeError(f"${DIVISION_ENV} must be 'exact' or 'corrected', got {forced!r}")
+            return forced
+        return "exact" if self.exact_division else "corrected"
 
     @property
     def f16_native(self) -> bool:
@@ -167,6 +190,42 @@ class DeviceState:
         if hit is None:
             hit = self.modules[source] = self.device.create_shader_module(code=source)
         return hit
+
+
+PROBE = """
+@group(0) @binding(0) var<storage, read_write> io: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let n = arrayLength(&io) / 3u;
+  let i = gid.x;
+  if (i < n) { io[2u * n + i] = io[i] / io[n + i]; }
+}
+"""
+
+
+def _probe_division(state: DeviceState) -> bool:
+    """Divide 65,536 random pairs (exponents over +-20 binades) on the device and compare with IEEE's quotients (an
+    approximate division, a reciprocal and a product, misses many of them)."""
+    w, device = state.wgpu, state.device
+    n = 1 << 16
+    rng = np.random.default_rng(0)
+    a = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 21, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 21, n)).astype(np.float32)
+    data = np.concatenate([a, b, np.zeros(n, np.float32)])
+    buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
+    pipe = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(code=PROBE),
+                                                                  "entry_point": "main"})
+    group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
+                                     entries=[{"binding": 0, "resource": {"buffer": buf}}])
+    enc = device.create_command_encoder()
+    p = enc.begin_compute_pass()
+    p.set_pipeline(pipe)
+    p.set_bind_group(0, group)
+    p.dispatch_workgroups(n // 64, 1, 1)
+    p.end()
+    device.queue.submit([enc.finish()])
+    out = np.frombuffer(device.queue.read_buffer(buf), np.float32)
+    return bool(np.array_equal(out[2 * n:], a / b))
 
 
 def _size(n: int) -> str:

@@ -45,7 +45,8 @@ class WebGPUExecutor(Executor):
         self.caps = DeviceCaps(max_binding_bytes=self.state.max_binding,
                                max_bindings=int(self.state.limits["max-storage-buffers-per-shader-stage"]),
                                f16_native=self.state.f16_native,
-                               max_workgroup_storage=int(self.state.limits["max-compute-workgroup-storage-size"]))
+                               max_workgroup_storage=int(self.state.limits["max-compute-workgroup-storage-size"]),
+                               division=self.state.division)
         try:
             self.rendered = WebGPUTarget(self.caps).render_program(program)
         except NPUCompileError as e:

@@ -277,3 +277,66 @@ def test_unavailable_reason_names_the_fix(monkeypatch) -> None:
         monkeypatch.undo()
         wb._adapter.cache_clear()
     assert wb.unavailable_reason() is None
+
+
+def test_quotient_correction(webgpu) -> None:
+    """Where a device's division is not correctly rounded (WGSL allows 2.5 ulp), kernels correct their quotients:
+    given quotients up to 3 ulps off, the correction returns IEEE's, in every sign, for quotients and divisors
+    inside [2^-36, 2^36] (outside, the plain quotient stays: the exact products could underflow)."""
+    from npu_compiler.targets.webgpu.language import helpers_for
+
+    rng = np.random.default_rng(1)
+    n = 1 << 14
+    a = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 21, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 21, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    q = a / b
+    off = rng.integers(-3, 4, n)
+    bits = q.view(np.int32) + off * np.where(q > 0, 1, -1)  # `off` ulps away, toward or away from zero
+    qbad = bits.astype(np.int32).view(np.float32)
+    body = """
+@group(0) @binding(0) var<storage, read_write> io: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let n = arrayLength(&io) / 4u;
+  let i = gid.x;
+  if (i < n) { io[3u * n + i] = npu_fix_quotient(io[i], io[n + i], io[2u * n + i]); }
+}"""
+    src = "\n".join(helpers_for(body, "corrected")) + body
+    state = webgpu.state
+    w, device = state.wgpu, state.device
+    data = np.concatenate([a, b, qbad, np.zeros(n, np.float32)])
+    buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
+    pipe = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(code=src),
+                                                                  "entry_point": "main"})
+    group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
+                                     entries=[{"binding": 0, "resource": {"buffer": buf}}])
+    enc = device.create_command_encoder()
+    p = enc.begin_compute_pass()
+    p.set_pipeline(pipe)
+    p.set_bind_group(0, group)
+    p.dispatch_workgroups(n // 64, 1, 1)
+    p.end()
+    device.queue.submit([enc.finish()])
+    got = np.frombuffer(device.queue.read_buffer(buf), np.float32)[3 * n:]
+    inside = (np.abs(q) > 2.0**-36) & (np.abs(q) < 2.0**36)
+    assert inside.mean() > 0.9 and (qbad[inside] != q[inside]).mean() > 0.5
+    np.testing.assert_array_equal(got[inside], q[inside])
+    np.testing.assert_array_equal(got[~inside], qbad[~inside])
+
+
+def test_corrected_division_end_to_end(webgpu, monkeypatch) -> None:
+    """NPUSIM_WEBGPU_DIVISION=corrected renders every division through the correction: its quotients are IEEE's,
+    and on a device whose own division is correctly rounded it changes no bit."""
+    torch.manual_seed(0)
+    x, y = torch.randn(33, 13) * 100, torch.rand(13) + 0.01
+    f = lambda a, b: (a / b, a / 3.0, torch.sigmoid(a), torch.softmax(a, -1))  # noqa: E731
+    outs = {}
+    for mode in ("exact", "corrected"):
+        monkeypatch.setenv("NPUSIM_WEBGPU_DIVISION", mode)
+        _, got, ref = run_module(webgpu, lambda: Fn(f), [x, y])
+        outs[mode] = got
+    for got, r in zip(outs["corrected"][:2], ref[:2]):
+        np.testing.assert_array_equal(got, r.numpy())
+    if webgpu.state.exact_division:
+        for a, b in zip(outs["exact"], outs["corrected"]):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()

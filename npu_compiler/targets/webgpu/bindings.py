@@ -43,6 +43,7 @@ class DeviceCaps:
     max_bindings: int = 8
     f16_native: bool = True
     max_workgroup_storage: int = 16384
+    division: str = "exact"  # how f32 division renders: "exact" (the device's `/`) or "corrected" (language.py)
 
 
 @dataclass(frozen=True)
@@ -204,12 +205,13 @@ def _accessors(p: Param, arrays: list[str], lay: _Layout, atomic: bool, per_chun
     return out
 
 
-def finish_source(entry: str, declarations: str, bindings: list[Binding], kernel_index: int) -> str:
+def finish_source(entry: str, declarations: str, bindings: list[Binding], kernel_index: int,
+                  division: str = "exact") -> str:
     """The whole WGSL module: the f16 directive where needed, the bindings and their accessors, the status word
     (only when a checked int64 helper is used: `npu_flag` records the first kernel whose integers left int32), the
     helpers the text calls, the entry point."""
     body = declarations + "\n" + entry
-    helpers = helpers_for(body)
+    helpers = helpers_for(body, division)
     text = "\n".join([declarations, *helpers, entry])
     if "npu_flag" in text:
         slot = len(bindings)

@@ -327,17 +327,59 @@ HELPERS: dict[str, str] = {
 _NAME = re.compile(r"\bnpu_[A-Za-z0-9_]+\b")
 
 
-def helpers_for(text: str) -> list[str]:
-    """The helper functions `text` calls, with those they call in turn, in a stable order."""
+# f32 division. WGSL allows `/` an error of 2.5 ulp; where the device's `/` is not correctly rounded (the runtime
+# probes it), quotients are corrected: the exact residual a - q*b of q and of its neighbours (Dekker's product: no
+# fma, which WGSL does not promise to fuse and lavapipe does not), stepping to the neighbour whose residual is smaller.
+# The correctly rounded quotient is the candidate nearest a/b (a quotient of two floats is never a midpoint), and the
+# residual of a candidate within one ulp is exactly representable. Quotients and divisors outside [2^-36, 2^36] keep
+# the plain quotient (the exact products could underflow, or overflow).
+DIVISION = {
+    "exact": "fn npu_div(a: f32, b: f32) -> f32 { return a / b; }",
+    "corrected": "fn npu_div(a: f32, b: f32) -> f32 { return npu_fix_quotient(a, b, a / b); }",
+}
+FIX_QUOTIENT = """fn npu_residual(a: f32, q: f32, b: f32) -> f32 {
+  let p = q * b;
+  let cq = 4097.0f * q;
+  let qh = cq - (cq - q);
+  let ql = q - qh;
+  let cb = 4097.0f * b;
+  let bh = cb - (cb - b);
+  let bl = b - bh;
+  let e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl;
+  return (a - p) - e;
+}
+fn npu_fix_quotient(a: f32, b: f32, q0: f32) -> f32 {
+  var q = q0;
+  let aq = abs(q);
+  let ab = abs(b);
+  if (!(aq > 0x1.0p-36f && aq < 0x1.0p+36f && ab > 0x1.0p-36f && ab < 0x1.0p+36f)) { return q; }
+  var r = npu_residual(a, q, b);
+  for (var it: i32 = 0; it < 4; it++) {
+    let up = (r > 0.0f) == (b > 0.0f);
+    let qb = bitcast<u32>(q);
+    let qn = bitcast<f32>(select(qb - 1u, qb + 1u, up == (q > 0.0f)));
+    let rn = npu_residual(a, qn, b);
+    if (!(abs(rn) < abs(r))) { break; }
+    q = qn;
+    r = rn;
+  }
+  return q;
+}"""
+
+
+def helpers_for(text: str, division: str = "exact") -> list[str]:
+    """The helper functions `text` calls, with those they call in turn, in a stable order; `division` picks how
+    `npu_div` divides ("exact": the device's `/`, "corrected": see DIVISION)."""
+    table = {**HELPERS, "npu_div": DIVISION[division], "npu_fix_quotient": FIX_QUOTIENT}
     need: set[str] = set()
-    todo = [m for m in _NAME.findall(text) if m in HELPERS]
+    todo = [m for m in _NAME.findall(text) if m in table]
     while todo:
         name = todo.pop()
         if name in need:
             continue
         need.add(name)
-        todo += [m for m in _NAME.findall(HELPERS[name]) if m in HELPERS and m not in need]
-    return [HELPERS[n] for n in sorted(need)]
+        todo += [m for m in _NAME.findall(table[name]) if m in table and m not in need]
+    return [table[n] for n in sorted(need)]
 
 
 _UNARY_F = {
@@ -445,8 +487,10 @@ class WgslLanguage(Language):
                 return f"({a} && {b})"
             raise NPUCompileError(f"webgpu target: primitive '{op}' is not defined for bool")
         if r == "f32":
-            if op in ("add", "sub", "mul", "div"):
-                return f"({a} {'+-*/'[('add', 'sub', 'mul', 'div').index(op)]} {b})"
+            if op in ("add", "sub", "mul"):
+                return f"({a} {'+-*'[('add', 'sub', 'mul').index(op)]} {b})"
+            if op == "div":
+                return f"npu_div({a}, {b})"
             if op in ("max", "min"):
                 return f"npu_{op}_f({a}, {b})"
             if op == "pow":

@@ -80,7 +80,7 @@ class WebGPUTarget(CodegenTarget):
         else:
             raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
         decls, bindings = bind(params, k, program, self.caps)
-        text = finish_source(src, decls, bindings, index)
+        text = finish_source(src, decls, bindings, index, self.caps.division)
         if len(bindings) > self.caps.max_bindings:
             raise NPUCompileError(f"{where}: needs {len(bindings)} storage bindings, the device allows "
                                   f"{self.caps.max_bindings} per shader stage")
