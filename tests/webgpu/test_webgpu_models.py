@@ -124,6 +124,32 @@ def test_tiny_qwen2_prefill_decode(webgpu, dtype, attn, tmp_path) -> None:
     assert any(buf.to_numpy().astype(np.float32).any() for buf in runner.cache.values())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_split_decode_attention(webgpu, dtype, tmp_path) -> None:
+    """Decode over a 256-slot cache: each query row's keys are split across workgroups (flash-decoding: three
+    dispatches over a scratch output); logits follow transformers at positions on both sides of the splits'
+    boundaries, and the keys past the last written position are never read."""
+    from npu_export.qwen2 import export_qwen2
+
+    model = _qwen(getattr(torch, dtype), "sdpa")
+    export = export_qwen2(model, tmp_path, max_cache_len=256, prefill_len=P, dtype=dtype, attn_implementation="sdpa")
+    runner = StaticRunner(webgpu, model, export, dtype)
+    att = [k for k in runner.progs["decode"].kernels if k.kind == "attention"]
+    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 for k in att)
+    steps = runner.ex["decode"].rendered.steps[runner.progs["decode"].kernels.index(att[0])]
+    assert [d.grid[1] for d in steps] == [att[0].spec.splits] * 2 + [1]
+    n = 40
+    ids = np.random.default_rng(2).integers(0, model.config.vocab_size, n).astype(np.int64)
+    rows = [runner.call("prefill", ids[:P], 0)] + [runner.call("decode", ids[p:p + 1], p) for p in range(P, n)]
+    got = np.concatenate(rows)
+    with torch.no_grad():
+        ref = model(input_ids=torch.from_numpy(ids)[None]).logits[0].float().numpy()
+    for i in range(n):
+        assert pearson(got[i], ref[i]) >= 0.999, f"position {i}: pearson {pearson(got[i], ref[i])}"
+    if dtype == "float32":
+        np.testing.assert_allclose(got, ref, atol=2e-4, rtol=1e-3)
+
+
 def test_llm_greedy_generation_matches_transformers(webgpu, tmp_path) -> None:
     """The project's LLM runtime, unchanged, on webgpu: greedy tokens equal transformers' generate (fp32), and
     equal the cpu backend's."""

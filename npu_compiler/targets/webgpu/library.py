@@ -9,6 +9,7 @@ grid-stride loops, so any size runs.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ...errors import NPUCompileError
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
@@ -451,22 +452,37 @@ def _conv_skinny(k: KernelCall, program: CompiledProgram, epi: str, x_at: str, w
 # ---- attention ---------------------------------------------------------------------------------------------------
 
 ATTN_THREADS = 64
+# A decode step has a handful of query rows (one per head): give each row's workgroup more invocations, so it walks
+# the cache in fewer, wider blocks of keys.
+ATTN_THREADS_FEW_ROWS, FEW_ROWS = 256, 264
 
 
-def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """softmax(q k^T * scale + mask) v, one workgroup per query row (grid-stride over rows), the row's keys in blocks
-    of 64 (one key per invocation: its score), each invocation accumulating its share of the output dims; f32
-    accumulation; GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
+@dataclass
+class _Attn:
+    """What the attention generators share: sizes, the helpers (the score of one key: q.k scaled and masked,
+    rounded as the graph rounds; block max and sum), the valid-length prologue, the row decomposition, the load of
+    v, the output index and the workgroup memory."""
 
-    Roundings follow the graph: scores rounded to `scores_dtype` after q.k, after the scale and after the mask;
-    probabilities rounded to `probs_dtype` before the product with v. With f32 probabilities one online-softmax
-    pass suffices; rounded probabilities need the row's max and sum first, so a first pass finds them and a second
-    accumulates. `valid_len`: the last argument holds the cache positions written this step; keys past the largest
-    are masked anyway and are not read. A row with every key masked gives zeros."""
+    T: int
+    per: int
+    rows: int
+    h: int
+    t: int
+    d: int
+    dv: int
+    pd: str
+    od: str
+    jend: str
+    valid: str
+    helpers: str
+    row_head: str
+    vload: str
+    o_at: str
+    shared: dict
+
+
+def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
     p: AttentionKernel = k.spec
-    if p.splits:
-        raise NPUCompileError(f"kernel {k.name}: the webgpu target has no split (flash-decoding) attention; compile "
-                              "the program for target 'webgpu'")
     q, kk, v = k.args[:3]
     mask = k.args[3] if p.mask != "none" else None
     pos = k.args[-1] if p.valid_len else None
@@ -480,8 +496,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     if h % hk:
         raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {hk} kv heads")
     group = h // hk
-    T = ATTN_THREADS
-    per = -(-dv // T)
+    T = ATTN_THREADS_FEW_ROWS if b * h * t <= FEW_ROWS else ATTN_THREADS
     sd, pd = p.scores_dtype, p.probs_dtype
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
     q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
@@ -501,34 +516,28 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     qload = WGSL.convert(WGSL.load("a0", q_at, qd), qd, "float32")
     kload = WGSL.convert(WGSL.load("a1", k_at, kd), kd, "float32")
     vload = WGSL.convert(WGSL.load("a2", v_at, vd), vd, "float32")
-    score_fn = f"""fn npu_score(bi: i32, hi: i32, ti: i32, kvh: i32, j: i32) -> f32 {{
+    reduce = "\n".join(f"""fn npu_b{name}(x: f32) -> f32 {{
+  workgroupBarrier();
+  npu_r[npu_lid_p] = x;
+  for (var s: i32 = {T // 2}; s > 0; s = s / 2) {{
+    workgroupBarrier();
+    if (npu_lid_p < s) {{ npu_r[npu_lid_p] = {op.format(a='npu_r[npu_lid_p]', b='npu_r[npu_lid_p + s]')}; }}
+  }}
+  return workgroupUniformLoad(&npu_r[0]);
+}}""" for name, op in (("max", "npu_max_f({a}, {b})"), ("sum", "{a} + {b}")))
+    helpers = f"""var<private> npu_lid_p: i32;
+fn npu_score(bi: i32, hi: i32, ti: i32, kvh: i32, j: i32) -> f32 {{
   var s = 0.0f;
   for (var dd: i32 = 0; dd < {d}; dd++) {{ s = s + npu_q[dd] * {kload}; }}
   s = {_round('s', sd)};
   s = {_round(f'(s * {scale})', sd)};
 {mask_line}
   return s;
-}}"""
-    reduce_fns = f"""fn npu_bmax(x: f32) -> f32 {{
-  workgroupBarrier();
-  npu_r[npu_lid_i()] = x;
-  for (var s: i32 = {T // 2}; s > 0; s = s / 2) {{
-    workgroupBarrier();
-    if (npu_lid_i() < s) {{ npu_r[npu_lid_i()] = npu_max_f(npu_r[npu_lid_i()], npu_r[npu_lid_i() + s]); }}
-  }}
-  return workgroupUniformLoad(&npu_r[0]);
 }}
-fn npu_bsum(x: f32) -> f32 {{
-  workgroupBarrier();
-  npu_r[npu_lid_i()] = x;
-  for (var s: i32 = {T // 2}; s > 0; s = s / 2) {{
-    workgroupBarrier();
-    if (npu_lid_i() < s) {{ npu_r[npu_lid_i()] = npu_r[npu_lid_i()] + npu_r[npu_lid_i() + s]; }}
-  }}
-  return workgroupUniformLoad(&npu_r[0]);
-}}"""
+{reduce}"""
     valid = ""
     jend = f"min(ti + 1, {lk})" if p.is_causal else f"{lk}"
+    shared = {"npu_q": ("f32", d), "npu_p": ("f32", T), "npu_r": ("f32", T)}
     if pos is not None:
         pa = len(k.args) - 1
         n_pos = math.prod(pos.shape)
@@ -544,76 +553,168 @@ fn npu_bsum(x: f32) -> f32 {{
   }}
   let nvalid = clamp(workgroupUniformLoad(&npu_ri[0]) + 1, 0, {lk});"""
         jend = f"min({jend}, nvalid)"
-    decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(per))
-
-    def accumulate(expr_p: str, rescale: bool) -> str:
-        lines = []
-        for c in range(per):
-            upd = f"o{c} * corr + acc" if rescale else f"o{c} + acc"
-            lines.append(f"""      {{
-        let dd = npu_tid + {T * c};
-        if (dd < {dv}) {{
-          var acc = 0.0f;
-          for (var tq: i32 = 0; tq < cnt; tq++) {{ let jj = j0 + tq; acc = acc + npu_p[tq] * {vload}; }}
-          o{c} = {upd};
-        }}
-      }}""")
-        return "\n".join([f"      npu_p[npu_tid] = {expr_p};", "      workgroupBarrier();",
-                          f"      let cnt = min({T}, jend - j0);", *lines, "      workgroupBarrier();"])
-
-    stats_loop = f"""    for (var j0: i32 = 0; j0 < jend; j0 += {T}) {{
-      let j = j0 + npu_tid;
-      var s = {NEG_INF_F};
-      if (j < jend) {{ s = npu_score(bi, hi, ti, kvh, j); }}
-      let mn = npu_max_f(m, npu_bmax(s));
-      if (mn == {NEG_INF_F}) {{ continue; }}
-      let corr = select(exp(m - mn), 0.0f, m == {NEG_INF_F});
-      let pj = select(exp(s - mn), 0.0f, s == {NEG_INF_F});
-      l = l * corr + npu_bsum(pj);
-{{accumulate}}
-      m = mn;
-    }}"""
-    if pd not in ("float16", "bfloat16"):
-        passes = stats_loop.replace("{accumulate}", accumulate("pj", True))
-        finish = "select(o{c} / l, 0.0f, m == " + NEG_INF_F + ")"
-    else:
-        first = stats_loop.replace("{accumulate}", "")
-        second = f"""    if (m != {NEG_INF_F}) {{
-      for (var j0: i32 = 0; j0 < jend; j0 += {T}) {{
-        let j = j0 + npu_tid;
-        var s = {NEG_INF_F};
-        if (j < jend) {{ s = npu_score(bi, hi, ti, kvh, j); }}
-        let pj = select({_round('(exp(s - m) / l)', pd)}, 0.0f, s == {NEG_INF_F});
-{accumulate('pj', False)}
-      }}
-    }}"""
-        passes = first + "\n" + second
-        finish = "o{c}"
-    stores = "\n".join(f"""    {{
-      let dd = npu_tid + {T * c};
-      if (dd < {dv}) {{ {WGSL.store('out0', o_at, od, finish.format(c=c), 'float32')} }}
-    }}""" for c in range(per))
-    rows = b * h * t
-    body = f"""{valid}
-  for (var row: i32 = npu_bid; row < {rows}; row += npu_nwg) {{
-    let ti = row % {t}; let t1 = row / {t};
+        shared["npu_ri"] = ("i32", T)
+    row_head = f"""    let ti = row % {t}; let t1 = row / {t};
     let hi = t1 % {h}; let bi = t1 / {h};
     let kvh = hi / {group};
     workgroupBarrier();
     for (var dd: i32 = npu_tid; dd < {d}; dd += {T}) {{ npu_q[dd] = {qload}; }}
     workgroupBarrier();
-    let jend = {jend};
+    let jend = {jend};"""
+    return _Attn(T, -(-dv // T), b * h * t, h, t, d, dv, pd, od, jend, valid, helpers, row_head, vload, o_at,
+                 shared)
+
+
+def _accumulate(a: _Attn, expr_p: str, rescale: bool, end: str = "jend") -> str:
+    """Lines that put each invocation's probability `expr_p` of key j0 + tid in workgroup memory and add the block's
+    probabilities times v to the invocation's output dims (`o<c>`, rescaled by `corr` first when `rescale`)."""
+    lines = [f"      npu_p[npu_tid] = {expr_p};", "      workgroupBarrier();",
+             f"      let cnt = min({a.T}, {end} - j0);"]
+    for c in range(a.per):
+        upd = f"o{c} * corr + acc" if rescale else f"o{c} + acc"
+        lines.append(f"""      {{
+        let dd = npu_tid + {a.T * c};
+        if (dd < {a.dv}) {{
+          var acc = 0.0f;
+          for (var tq: i32 = 0; tq < cnt; tq++) {{ let jj = j0 + tq; acc = acc + npu_p[tq] * {a.vload}; }}
+          o{c} = {upd};
+        }}
+      }}""")
+    lines.append("      workgroupBarrier();")
+    return "\n".join(lines)
+
+
+def _stats_loop(a: _Attn, begin: str, end: str, accumulate: str) -> str:
+    """The online max and sum of exponentials over keys [begin, end), blocks of T keys (and, with `accumulate`, the
+    rescaled products with v)."""
+    return f"""    for (var j0: i32 = {begin}; j0 < {end}; j0 += {a.T}) {{
+      let j = j0 + npu_tid;
+      var s = {NEG_INF_F};
+      if (j < {end}) {{ s = npu_score(bi, hi, ti, kvh, j); }}
+      let mn = npu_max_f(m, npu_bmax(s));
+      if (mn == {NEG_INF_F}) {{ continue; }}
+      let corr = select(exp(m - mn), 0.0f, m == {NEG_INF_F});
+      let pj = select(exp(s - mn), 0.0f, s == {NEG_INF_F});
+      l = l * corr + npu_bsum(pj);
+{accumulate}
+      m = mn;
+    }}"""
+
+
+def _attention_source(a: _Attn, body: str) -> str:
+    return a.helpers + "\n" + entry_point(a.T, ["  npu_lid_p = npu_tid;", a.valid, body], a.shared)
+
+
+def attention(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+    """softmax(q k^T * scale + mask) v, one workgroup per query row (grid-stride over rows), the row's keys in blocks
+    of 64 (256 for a few rows: decode), one key per invocation (its score), each invocation accumulating its share
+    of the output dims; f32 accumulation; GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
+
+    Roundings follow the graph: scores rounded to `scores_dtype` after q.k, after the scale and after the mask;
+    probabilities rounded to `probs_dtype` before the product with v. With f32 probabilities one online-softmax
+    pass suffices; rounded probabilities need the row's max and sum first, so a first pass finds them and a second
+    accumulates. `valid_len`: the last argument holds the cache positions written this step; keys past the largest
+    are masked anyway and are not read. A row with every key masked gives zeros. With `splits` the keys of each
+    row are split across workgroups (`attention_split`)."""
+    if k.spec.splits and len(k.outs) > 1:
+        return attention_split(k, program)
+    a = _attention_setup(k, program)
+    decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
+    if a.pd not in ("float16", "bfloat16"):
+        passes = _stats_loop(a, "0", "jend", _accumulate(a, "pj", True))
+        finish = "select(o{c} / l, 0.0f, m == " + NEG_INF_F + ")"
+    else:
+        second = f"""    if (m != {NEG_INF_F}) {{
+      for (var j0: i32 = 0; j0 < jend; j0 += {a.T}) {{
+        let j = j0 + npu_tid;
+        var s = {NEG_INF_F};
+        if (j < jend) {{ s = npu_score(bi, hi, ti, kvh, j); }}
+        let pj = select({_round('(exp(s - m) / l)', a.pd)}, 0.0f, s == {NEG_INF_F});
+{_accumulate(a, 'pj', False)}
+      }}
+    }}"""
+        passes = _stats_loop(a, "0", "jend", "") + "\n" + second
+        finish = "o{c}"
+    stores = "\n".join(f"""    {{
+      let dd = npu_tid + {a.T * c};
+      if (dd < {a.dv}) {{ {WGSL.store('out0', a.o_at, a.od, finish.format(c=c), 'float32')} }}
+    }}""" for c in range(a.per))
+    body = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
+{a.row_head}
     var m = {NEG_INF_F};
     var l = 0.0f;
 {decl_o}
 {passes}
 {stores}
   }}"""
-    shared = {"npu_q": ("f32", d), "npu_p": ("f32", T), "npu_r": ("f32", T)}
-    if pos is not None:
-        shared["npu_ri"] = ("i32", T)
-    helpers = (score_fn + "\n" + reduce_fns + "\nvar<private> npu_lid_p: i32;\n"
-               "fn npu_lid_i() -> i32 { return npu_lid_p; }")
-    body = "  npu_lid_p = npu_tid;\n" + body
-    src = helpers + "\n" + entry_point(T, [body], shared)
-    return src, Launch((grid_for(rows, 1, MAX_GRID) if rows else 0, 1, 1), T, ptrs_of(k))
+    grid = (grid_for(a.rows, 1, MAX_GRID) if a.rows else 0, 1, 1)
+    return [(_attention_source(a, body), Launch(grid, a.T, ptrs_of(k)))]
+
+
+def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+    """Decode attention with the keys of each query row split across workgroups (flash-decoding): a decode step has
+    one query row per head, too few to fill a GPU with one workgroup each. Three dispatches over the float32 scratch
+    `outs[1]` ([rows, splits, 2 + v_dim]): (1) each (row, split) workgroup finds its keys' max and sum of
+    exponentials; (2) each combines all splits' (max, sum) into the row's and accumulates its keys' probabilities
+    (rounded to `probs_dtype` as the graph rounds them) times v; (3) one workgroup per row adds the splits' partial
+    outputs. Scores are rounded exactly as in `attention`."""
+    a = _attention_setup(k, program)
+    S = k.spec.splits
+    stride = 2 + a.dv
+    head = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
+{a.row_head}
+    let split = i32(npu_wid.y);
+    let per = (jend + {S - 1}) / {S};
+    let jb = split * per;
+    let je = min(jend, jb + per);
+    let base = (row * {S} + split) * {stride};"""
+    stats = head + f"""
+    var m = {NEG_INF_F};
+    var l = 0.0f;
+{_stats_loop(a, "jb", "je", "")}
+    if (npu_tid == 0) {{ st_out1(base, m); st_out1(base + 1, l); }}
+  }}"""
+    decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
+    accumulate = head + f"""
+    // the row's max and sum over every split (made uniform through workgroup memory: the loop below has barriers)
+    if (npu_tid == 0) {{
+      var mx = {NEG_INF_F};
+      for (var s2: i32 = 0; s2 < {S}; s2++) {{ mx = npu_max_f(mx, ld_out1((row * {S} + s2) * {stride})); }}
+      var tot = 0.0f;
+      for (var s2: i32 = 0; s2 < {S}; s2++) {{
+        let ms = ld_out1((row * {S} + s2) * {stride});
+        tot = tot + select(ld_out1((row * {S} + s2) * {stride} + 1) * exp(ms - mx), 0.0f, ms == {NEG_INF_F});
+      }}
+      npu_r[0] = mx;
+      npu_p[0] = tot;
+    }}
+    let mx = workgroupUniformLoad(&npu_r[0]);
+    let tot = workgroupUniformLoad(&npu_p[0]);
+{decl_o}
+    if (mx != {NEG_INF_F}) {{
+      for (var j0: i32 = jb; j0 < je; j0 += {a.T}) {{
+        let j = j0 + npu_tid;
+        var s = {NEG_INF_F};
+        if (j < je) {{ s = npu_score(bi, hi, ti, kvh, j); }}
+        let pj = select({_round('(exp(s - mx) / tot)', a.pd)}, 0.0f, s == {NEG_INF_F});
+{_accumulate(a, 'pj', False, 'je')}
+      }}
+    }}
+{chr(10).join(f"    if (npu_tid + {a.T * c} < {a.dv}) {{ st_out1(base + 2 + npu_tid + {a.T * c}, o{c}); }}"
+              for c in range(a.per))}
+  }}"""
+    combine = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
+    let ti = row % {a.t}; let t1 = row / {a.t};
+    let hi = t1 % {a.h}; let bi = t1 / {a.h};
+    for (var dd: i32 = npu_tid; dd < {a.dv}; dd += {a.T}) {{
+      var r = 0.0f;
+      for (var s2: i32 = 0; s2 < {S}; s2++) {{ r = r + ld_out1((row * {S} + s2) * {stride} + 2 + dd); }}
+      {WGSL.store('out0', a.o_at, a.od, 'r', 'float32')}
+    }}
+  }}"""
+    ptrs = ptrs_of(k)
+    rows = grid_for(a.rows, 1, MAX_GRID) if a.rows else 0
+    return [(_attention_source(a, stats), Launch((rows, S, 1), a.T, ptrs)),
+            (_attention_source(a, accumulate), Launch((rows, S, 1), a.T, ptrs)),
+            (entry_point(a.T, [combine]), Launch((rows, 1, 1), a.T, ptrs))]
+

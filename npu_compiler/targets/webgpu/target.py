@@ -63,28 +63,35 @@ def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, obje
 class WebGPUTarget(CodegenTarget):
     name = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
+    decode_attention_blocks = 264  # a large GPU's workgroups in flight: split decode rows' keys until about this many
 
     def __init__(self, caps: DeviceCaps | None = None) -> None:
         self.caps = caps or DeviceCaps()
 
-    def render_kernel(self, index: int, k: KernelCall, program: CompiledProgram) -> tuple[str, Dispatch]:
-        """The WGSL module of kernel `index` and its dispatch (its `source` still unnamed)."""
+    def render_kernel(self, index: int, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Dispatch]]:
+        """The WGSL modules of kernel `index` and their dispatches, in order (their `source` still unnamed): one,
+        or three for split decode attention."""
         spec = k.spec
         where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
         if isinstance(spec, GeneratedKernel):
             src, launch, params = render_generated(k, program)
-        elif isinstance(spec, GemmKernel | Conv2dKernel | AttentionKernel):
-            render = {"gemm": gemm, "conv2d": conv2d, "attention": attention}[spec.kind]
-            src, launch = render(k, program)
-            params = params_of(launch.ptrs, names_of(k))
+            parts = [(src, launch, params)]
+        elif isinstance(spec, GemmKernel | Conv2dKernel):
+            src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
+            parts = [(src, launch, params_of(launch.ptrs, names_of(k)))]
+        elif isinstance(spec, AttentionKernel):
+            parts = [(src, launch, params_of(launch.ptrs, names_of(k))) for src, launch in attention(k, program)]
         else:
             raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
-        decls, bindings = bind(params, k, program, self.caps)
-        text = finish_source(src, decls, bindings, index, self.caps.division)
-        if len(bindings) > self.caps.max_bindings:
-            raise NPUCompileError(f"{where}: needs {len(bindings)} storage bindings, the device allows "
-                                  f"{self.caps.max_bindings} per shader stage")
-        return text, Dispatch("", tuple(int(g) for g in launch.grid), bindings)
+        out = []
+        for src, launch, params in parts:
+            decls, bindings = bind(params, k, program, self.caps)
+            text = finish_source(src, decls, bindings, index, self.caps.division)
+            if len(bindings) > self.caps.max_bindings:
+                raise NPUCompileError(f"{where}: needs {len(bindings)} storage bindings, the device allows "
+                                      f"{self.caps.max_bindings} per shader stage")
+            out.append((text, Dispatch("", tuple(int(g) for g in launch.grid), bindings)))
+        return out
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
         if program.target != self.name:
@@ -93,23 +100,26 @@ class WebGPUTarget(CodegenTarget):
         by_text: dict[str, str] = {}
         for i, k in enumerate(program.kernels):
             try:
-                text, dispatch = self.render_kernel(i, k, program)
+                rendered = self.render_kernel(i, k, program)
             except NPUCompileError:
                 raise
             except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
                 raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for webgpu: "
                                       f"{type(e).__name__}: {e}") from e
-            name = by_text.get(text)
-            if name is None:
-                name = by_text[text] = f"src{len(by_text)}"
-                out.sources[name] = text
-            dispatch.source = name
-            out.steps.append([dispatch])
+            steps = []
+            for text, dispatch in rendered:
+                name = by_text.get(text)
+                if name is None:
+                    name = by_text[text] = f"src{len(by_text)}"
+                    out.sources[name] = text
+                dispatch.source = name
+                steps.append(dispatch)
+            out.steps.append(steps)
         return out
 
     def kernel_sources(self, k: KernelCall, program: CompiledProgram) -> list[str]:
         """The WGSL of one kernel (for inspection), for the default device limits."""
-        return [self.render_kernel(program.kernels.index(k), k, program)[0]]
+        return [text for text, _ in self.render_kernel(program.kernels.index(k), k, program)]
 
 
 TARGET = WebGPUTarget
