@@ -11,8 +11,10 @@ rounding to nearest even in integer arithmetic (WGSL leaves the rounding of its 
 implementation; bf16 has no WGSL type at all).
 
 Precision: WGSL allows inexact transcendental builtins (tanh inherits sinh/cosh's error, sin/cos are bounded only
-in absolute terms) and has no erf, so tanh and erf are polynomials fitted for this renderer (max error 1.6e-7
-relative, 1.5e-7 absolute, measured in f32). NaN and infinity are tested on the bits, which no compiler may fold.
+in absolute terms inside [-pi, pi]), division within 2.5 ulp, and has no erf. tanh and erf are polynomials fitted for
+this renderer (max error 1.6e-7 relative, 1.5e-7 absolute, measured in f32); sin and cos reduce their argument
+exactly first; division is the device's where it is correctly rounded and corrected otherwise (`DIVISION`). NaN and
+infinity are tested on the bits, which no compiler may fold. docs/webgpu.md has the whole list.
 """
 
 from __future__ import annotations
