@@ -7,13 +7,14 @@ unavailable) on a machine without it.
 Limits: the device is requested with the adapter's largest storage binding and buffer sizes (WebGPU's defaults are
 128 MiB and 256 MiB) and its number of storage buffers per stage; a tensor larger than one binding is bound in
 chunks (npu_compiler/targets/webgpu/bindings.py), one larger than the largest buffer is refused with its name.
-Division: WGSL allows `/` an error of 2.5 ulp. The device's division is probed once (64K quotients against IEEE's):
-where it is not correctly rounded, kernels correct their quotients (npu_compiler/targets/webgpu/language.py), and the
-device line says so.
+Arithmetic: WGSL allows `/` an error of 2.5 ulp, and Vulkan lets a driver fuse a*b + c. Both are probed once (64K
+quotients against IEEE's; one x*y + z whose fused and rounded results differ): where division is not correctly
+rounded kernels correct their quotients, where products are fused kernels keep them rounded
+(npu_compiler/targets/webgpu/language.py: DIVISION, PRODUCTS), and the device line says so.
 
 Overrides for testing and for unusual adapters: NPUSIM_WEBGPU_MAX_BINDING (bytes: bind in smaller chunks),
 NPUSIM_WEBGPU_F16=0 (store float16 as 16-bit words even where the adapter has `shader-f16`),
-NPUSIM_WEBGPU_DIVISION=exact|corrected (how kernels divide, whatever the probe found).
+NPUSIM_WEBGPU_DIVISION=exact|corrected and NPUSIM_WEBGPU_PRODUCTS=plain|opaque (whatever the probes found).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ BACKENDS = ("Vulkan", "Metal", "D3D12")
 MAX_BINDING_ENV = "NPUSIM_WEBGPU_MAX_BINDING"
 F16_ENV = "NPUSIM_WEBGPU_F16"
 DIVISION_ENV = "NPUSIM_WEBGPU_DIVISION"
+PRODUCTS_ENV = "NPUSIM_WEBGPU_PRODUCTS"
 INT32 = (-(2**31), 2**31)
 
 
@@ -131,6 +133,8 @@ class DeviceState:
             feats += " (no timestamp queries: profile times each kernel on the host)"
         if self.division == "corrected":
             feats += " (the device's f32 division is not correctly rounded: kernels correct their quotients)"
+        if self.products == "opaque":
+            feats += " (the device fuses x*y + z: kernels keep products rounded, as the reference does)"
         lim = self.limits
         return (f"{i.get('device', '?')} via {i.get('backend_type', '?')} ({i.get('adapter_type', '?')}, "
                 f"{i.get('description', '') or i.get('vendor', '')}); features: {feats}; max storage binding "
@@ -150,6 +154,21 @@ class DeviceState:
     def exact_division(self) -> bool:
         """Is the device's f32 `/` correctly rounded (measured)?"""
         return _probe_division(self)
+
+    @functools.cached_property
+    def fuses_products(self) -> bool:
+        """Does the device's compiler fuse x*y + z into one rounding (measured)?"""
+        return _probe_contraction(self)
+
+    @property
+    def products(self) -> str:
+        """How kernels multiply: "plain", or "opaque" where the device fuses products into additions."""
+        forced = os.environ.get(PRODUCTS_ENV)
+        if forced:
+            if forced not in ("plain", "opaque"):
+                raise NPURuntimeError(f"${PRODUCTS_ENV} must be 'plain' or 'opaque', got {forced!r}")
+            return forced
+        return "opaque" if self.fuses_products else "plain"
 
     @property
     def division(self) -> str:
@@ -226,6 +245,36 @@ def _probe_division(state: DeviceState) -> bool:
     device.queue.submit([enc.finish()])
     out = np.frombuffer(device.queue.read_buffer(buf), np.float32)
     return bool(np.array_equal(out[2 * n:], a / b))
+
+
+CONTRACTION_PROBE = """
+@group(0) @binding(0) var<storage, read_write> io: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+  let p = io[0] * io[1];
+  io[3] = p + io[2];
+}
+"""
+
+
+def _probe_contraction(state: DeviceState) -> bool:
+    """x*y + z with x = y = 1 + 2^-12, z = -(1 + 2^-11): the rounded product makes it 0, a fused one 2^-24."""
+    w, device = state.wgpu, state.device
+    x = 1 + 2**-12
+    data = np.array([x, x, -(1 + 2**-11), 0], np.float32)
+    buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
+    module = device.create_shader_module(code=CONTRACTION_PROBE)
+    pipe = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
+                                     entries=[{"binding": 0, "resource": {"buffer": buf}}])
+    enc = device.create_command_encoder()
+    p = enc.begin_compute_pass()
+    p.set_pipeline(pipe)
+    p.set_bind_group(0, group)
+    p.dispatch_workgroups(1, 1, 1)
+    p.end()
+    device.queue.submit([enc.finish()])
+    return bool(np.frombuffer(device.queue.read_buffer(buf), np.float32)[3] != 0)
 
 
 def _size(n: int) -> str:

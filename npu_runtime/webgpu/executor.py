@@ -46,7 +46,7 @@ class WebGPUExecutor(Executor):
                                max_bindings=int(self.state.limits["max-storage-buffers-per-shader-stage"]),
                                f16_native=self.state.f16_native,
                                max_workgroup_storage=int(self.state.limits["max-compute-workgroup-storage-size"]),
-                               division=self.state.division)
+                               division=self.state.division, products=self.state.products)
         try:
             self.rendered = WebGPUTarget(self.caps).render_program(program)
         except NPUCompileError as e:
@@ -75,6 +75,9 @@ class WebGPUExecutor(Executor):
         self._status = None
         if any(d.uses_status for steps in self.rendered.steps for d in steps):
             self._status = backend.create_buffer(4, "the status word")
+        self._zero = None
+        if any(b.ptr[0] == "zero" for steps in self.rendered.steps for d in steps for b in d.bindings):
+            self._zero = backend.create_buffer(4, "the zero word")  # new buffers hold zeros
         self._where: dict[int, tuple[Any, int]] = {}  # buffer id -> (wgpu buffer, byte offset)
         for b in program.buffers:
             if b.kind == "arena":
@@ -154,6 +157,8 @@ class WebGPUExecutor(Executor):
                 for b in d.bindings:
                     if b.ptr[0] == "status":
                         buf, base = self._status, 0
+                    elif b.ptr[0] == "zero":
+                        buf, base = self._zero, 0
                     else:
                         ref = (k.outs if b.ptr[0] == "out" else k.args)[b.ptr[1]]
                         buf, base = self._where[ref.buffer]

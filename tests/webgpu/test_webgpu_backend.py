@@ -340,3 +340,26 @@ def test_corrected_division_end_to_end(webgpu, monkeypatch) -> None:
     if webgpu.state.exact_division:
         for a, b in zip(outs["exact"], outs["corrected"]):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_products_kept_rounded(webgpu, monkeypatch) -> None:
+    """Where the device fuses x*y + z (Vulkan allows it; WGSL cannot forbid it), generated kernels keep products
+    rounded as the op-by-op reference does (NPUSIM_WEBGPU_PRODUCTS=opaque, chosen by a probe). The chains are exact
+    against PyTorch either way, and on a device that does not fuse the two renderings give the same bits."""
+    torch.manual_seed(0)
+    x, y = torch.randn(33, 13) * 3, torch.randn(13)
+    f = lambda a, b: (a * b + b, (a + 0.1) * b - a, a * a - b * b)  # noqa: E731
+    outs = {}
+    for mode in ("plain", "opaque"):
+        monkeypatch.setenv("NPUSIM_WEBGPU_PRODUCTS", mode)
+        ir, got, ref = run_module(webgpu, lambda: Fn(f), [x, y])
+        outs[mode] = got
+        prog = npu_compiler.compile(ir, "webgpu", dtype="float32")
+        zero = [b for steps in webgpu.create_executor(prog).rendered.steps for d in steps for b in d.bindings
+                if b.ptr[0] == "zero"]
+        assert bool(zero) == (mode == "opaque")
+    for got, r in zip(outs["opaque"], ref):
+        np.testing.assert_array_equal(got, r.numpy())
+    if not webgpu.state.fuses_products:
+        for a, b in zip(outs["plain"], outs["opaque"]):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()

@@ -44,6 +44,7 @@ class DeviceCaps:
     f16_native: bool = True
     max_workgroup_storage: int = 16384
     division: str = "exact"  # how f32 division renders: "exact" (the device's `/`) or "corrected" (language.py)
+    products: str = "plain"  # how f32 products render: "plain", or "opaque" where the device fuses a*b + c
 
 
 @dataclass(frozen=True)
@@ -206,13 +207,17 @@ def _accessors(p: Param, arrays: list[str], lay: _Layout, atomic: bool, per_chun
 
 
 def finish_source(entry: str, declarations: str, bindings: list[Binding], kernel_index: int,
-                  division: str = "exact") -> str:
+                  division: str = "exact", products: str = "plain") -> str:
     """The whole WGSL module: the f16 directive where needed, the bindings and their accessors, the status word
     (only when a checked int64 helper is used: `npu_flag` records the first kernel whose integers left int32), the
-    helpers the text calls, the entry point."""
+    zero word of opaque products (language.PRODUCTS), the helpers the text calls, the entry point."""
     body = declarations + "\n" + entry
-    helpers = helpers_for(body, division)
+    helpers = helpers_for(body, division, products)
     text = "\n".join([declarations, *helpers, entry])
+    if "npu_zero" in text:
+        slot = len(bindings)
+        bindings.append(Binding(slot, ("zero", 0), 0, 4, True))
+        text = f"@group(0) @binding({slot}) var<storage, read> npu_zero: array<u32>;\n" + text
     if "npu_flag" in text:
         slot = len(bindings)
         bindings.append(Binding(slot, ("status", 0), 0, 4))

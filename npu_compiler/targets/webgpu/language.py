@@ -369,10 +369,22 @@ fn npu_fix_quotient(a: f32, b: f32, q0: f32) -> f32 {
 }"""
 
 
-def helpers_for(text: str, division: str = "exact") -> list[str]:
+# f32 products of generated kernels. Vulkan (SPIR-V) lets a driver fuse a*b + c into one rounding unless the
+# product is marked NoContraction, which WGSL cannot say; the op-by-op reference rounds the product (the cuda target
+# compiles with --fmad=false for the same reason). Where the device fuses (the runtime probes it), each product is
+# OR-ed with a zero the compiler cannot see (read from a buffer), so it must be rounded before it is added.
+PRODUCTS = {
+    "plain": "fn npu_mul(a: f32, b: f32) -> f32 { return a * b; }",
+    "opaque": "fn npu_mul(a: f32, b: f32) -> f32 { return bitcast<f32>(bitcast<u32>(a * b) | npu_zero[0]); }",
+}
+
+
+def helpers_for(text: str, division: str = "exact", products: str = "plain") -> list[str]:
     """The helper functions `text` calls, with those they call in turn, in a stable order; `division` picks how
-    `npu_div` divides ("exact": the device's `/`, "corrected": see DIVISION)."""
-    table = {**HELPERS, "npu_div": DIVISION[division], "npu_fix_quotient": FIX_QUOTIENT}
+    `npu_div` divides ("exact": the device's `/`, "corrected": see DIVISION), `products` how `npu_mul` multiplies
+    ("plain", "opaque": see PRODUCTS)."""
+    table = {**HELPERS, "npu_div": DIVISION[division], "npu_fix_quotient": FIX_QUOTIENT,
+             "npu_mul": PRODUCTS[products]}
     need: set[str] = set()
     todo = [m for m in _NAME.findall(text) if m in table]
     while todo:
@@ -489,8 +501,10 @@ class WgslLanguage(Language):
                 return f"({a} && {b})"
             raise NPUCompileError(f"webgpu target: primitive '{op}' is not defined for bool")
         if r == "f32":
-            if op in ("add", "sub", "mul"):
-                return f"({a} {'+-*'[('add', 'sub', 'mul').index(op)]} {b})"
+            if op in ("add", "sub"):
+                return f"({a} {'+' if op == 'add' else '-'} {b})"
+            if op == "mul":
+                return f"npu_mul({a}, {b})"
             if op == "div":
                 return f"npu_div({a}, {b})"
             if op in ("max", "min"):

@@ -86,7 +86,7 @@ class WebGPUTarget(CodegenTarget):
         out = []
         for src, launch, params in parts:
             decls, bindings = bind(params, k, program, self.caps)
-            text = finish_source(src, decls, bindings, index, self.caps.division)
+            text = finish_source(src, decls, bindings, index, self.caps.division, self.caps.products)
             if len(bindings) > self.caps.max_bindings:
                 raise NPUCompileError(f"{where}: needs {len(bindings)} storage bindings, the device allows "
                                       f"{self.caps.max_bindings} per shader stage")
