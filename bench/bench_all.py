@@ -4,6 +4,9 @@
 GPU; then prints one table against the targets, writes all results to one JSON file and draws them as a PNG.
 
     python bench/bench_all.py --out bench-results [--no-compile]
+
+`--parts` runs some of them and reads the others' JSON files from an earlier call with the same --out (to fit each
+call inside a time limit): `--parts llm,cnn` then `--parts generate`.
 """
 
 from __future__ import annotations
@@ -39,14 +42,28 @@ def _run(script: str, args: list[str], json_path: Path) -> dict:
     return json.loads(json_path.read_text())
 
 
-def collect(out: Path, no_compile: bool) -> dict:
+PARTS = {  # part: (its results, the script, its arguments)
+    "llm": [("llm", "bench_llm.py", ["--positions", "128,1024,2000", "--max-cache-len", "2048"]),
+            ("llm_8192", "bench_llm.py", ["--positions", "8192", "--max-cache-len", "8448"])],
+    "generate": [("generate", "bench_generate.py", [])],
+    "cnn": [("cnn", "bench_cnn.py", ["--batches", "1,64"])],
+}
+
+
+def collect(out: Path, no_compile: bool, parts: list[str]) -> dict:
     peer = ["--no-compile"] if no_compile else []
-    r = {"llm": _run("bench_llm.py", ["--positions", "128,1024,2000", "--max-cache-len", "2048", *peer],
-                     out / "llm.json"),
-         "llm_8192": _run("bench_llm.py", ["--positions", "8192", "--max-cache-len", "8448", *peer],
-                          out / "llm_8192.json"),
-         "generate": _run("bench_generate.py", peer, out / "generate.json"),
-         "cnn": _run("bench_cnn.py", ["--batches", "1,64", *peer], out / "cnn.json")}
+    r = {}
+    for part, runs in PARTS.items():
+        for key, script, args in runs:
+            path = out / f"{key}.json"
+            if part in parts:
+                r[key] = _run(script, [*args, *peer], path)
+            elif path.exists():
+                r[key] = json.loads(path.read_text())
+    missing = [part for part, runs in PARTS.items() if any(key not in r for key, _, _ in runs)]
+    if missing:
+        r["missing"] = missing
+        return r
     rows = {row["kv_position"]: row for row in r["llm"]["rows"] + r["llm_8192"]["rows"]}
     cnn = {row["batch"]: row for row in r["cnn"]["rows"]}
     g = r["generate"]
@@ -111,10 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-results", help="folder for the JSON files and the chart")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peers")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default: all of {', '.join(PARTS)}); the others are read "
+                         "from --out")
     args = ap.parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    if unknown := [p for p in parts if p not in PARTS]:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    r = collect(out, args.no_compile)
+    r = collect(out, args.no_compile, parts)
+    if r.get("missing"):
+        print(f"results of {', '.join(parts)} in {out}; the table needs --parts {','.join(r['missing'])} as well")
+        return 0
     (out / "results.json").write_text(json.dumps(r, indent=1))
     chart(r, out / "results.png")
     print(table(r))

@@ -3,6 +3,7 @@ process on one GPU. Prints median latency, images/s, ratios, and the fraction of
 FLOPs over the fp16 GEMM rate measured in the same process).
 
     python bench/bench_cnn.py [--model resnet50] [--batches 1,64] [--json out]
+    python bench/bench_cnn.py --backends cuda,webgpu    # ours on each backend, beside the same peers
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import json
 
 import torch
-from bench_llm import _median_ms
+from bench_llm import _median_ms, print_profile
 
 
 def gemm_tflops(device: str) -> float:
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated backends to run ours on (default: the best available one)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
@@ -42,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     from npu_export.cnn import model_tensors
     from npu_export.ir_io import ir_to_dict
 
-    backend = npu_runtime.get_backend()
-    device = "cuda" if backend.name == "cuda" else "cpu"
+    backends = [npu_runtime.get_backend(n) for n in (args.backends.split(",") if args.backends else [None])]
+    # the peers run on the GPU wherever PyTorch has one, whichever backend runs ours
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.manual_seed(0)
     model = getattr(resnet, args.model)().eval()
@@ -59,25 +63,24 @@ def main(argv: list[str] | None = None) -> int:
             x_meta = torch.randn(shape)
         with torch.no_grad():
             ir = ir_to_dict(torch_ir.extract_ir(m, (x_meta,), model_name=args.model))
-        prog = npu_compiler.compile(ir, backend.compile_target())  # fp16
-        flops = sum(_conv_gemm_flops(k) for k in prog.kernels)
-        ws = npu_runtime.load_weights(prog, tensors, backend)
-        ex = backend.create_executor(prog)
         x = torch.randn(shape)
-        # The input lives on the device for every contender (the peers get a CUDA tensor): upload it once in the
-        # program's device dtype; each run then copies it device-to-device.
-        spec = prog.inputs[0]
-        feeds = {spec.name: backend.upload(x.numpy(), spec.device_dtype)}
-        ex.run(feeds, ws)
-        ours = _median_ms(lambda ex=ex, feeds=feeds, ws=ws: ex.run(feeds, ws), backend.synchronize, args.iters)
-        if args.profile:
-            from npu_runtime.profiling import format_table, summarize
-
-            report = summarize(prog, [ex.profile(feeds, ws) for _ in range(5)], backend.name)
-            print(f"-- {args.model} batch {batch}: kernel total {report.kernel_total_s * 1e3:.3f} ms over "
-                  f"{len(prog.kernels)} kernels; by group (ms): " + ", ".join(
-                      f"{g} {t * 1e3:.3f}" for g, t in list(report.by_group().items())[:8]))
-            print(format_table(report, args.profile))
+        ours, kernels = {}, {}
+        for backend in backends:
+            prog = npu_compiler.compile(ir, backend.compile_target())  # fp16
+            flops = sum(_conv_gemm_flops(k) for k in prog.kernels)
+            ws = npu_runtime.load_weights(prog, tensors, backend)
+            ex = backend.create_executor(prog)
+            # The input lives on the device for every contender (the peers get a CUDA tensor): upload it once in
+            # the program's device dtype; each run then copies it device-to-device.
+            spec = prog.inputs[0]
+            feeds = {spec.name: backend.upload(x.numpy(), spec.device_dtype)}
+            ex.run(feeds, ws)
+            ours[backend.name] = _median_ms(lambda ex=ex, feeds=feeds, ws=ws: ex.run(feeds, ws), backend.synchronize,
+                                            args.iters)
+            kernels[backend.name] = len(prog.kernels)
+            if args.profile:
+                print_profile(f"{args.model} batch {batch}", prog, backend.name,
+                              lambda ex=ex, feeds=feeds, ws=ws: ex.profile(feeds, ws), args.profile)
         xt = x.half().to(device).to(memory_format=torch.channels_last)
         with torch.no_grad():
             eager = _median_ms(lambda xt=xt: peer(xt), sync, args.iters)
@@ -86,20 +89,25 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(3):
                     compiled(xt)
                 comp = _median_ms(lambda xt=xt: compiled(xt), sync, args.iters)
-        rows.append({"batch": batch, "kernels": len(prog.kernels), "ours_ms": ours, "eager_ms": eager,
-                     "compile_ms": comp, "ours_img_s": batch / ours * 1e3, "vs_eager": eager / ours,
-                     "vs_compile": comp / ours, "tflops": flops / (ours * 1e-3) / 1e12,
-                     "fraction_of_peak": flops / (ours * 1e-3) / 1e12 / peak})
-    print(f"{args.model} fp16 {args.image_size}px on {backend.name}: fp16 GEMM rate measured {peak:.0f} TFLOP/s")
-    print(f"{'batch':>5} {'kernels':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'img/s':>9} {'x eager':>8} "
-          f"{'x compile':>10} {'TFLOP/s':>8} {'of peak':>8}")
+        for name, ms in ours.items():
+            rows.append({"backend": name, "batch": batch, "kernels": kernels[name], "ours_ms": ms,
+                         "eager_ms": eager, "compile_ms": comp, "ours_img_s": batch / ms * 1e3, "vs_eager": eager / ms,
+                         "vs_compile": comp / ms, "tflops": flops / (ms * 1e-3) / 1e12,
+                         "fraction_of_peak": flops / (ms * 1e-3) / 1e12 / peak})
+    print(f"{args.model} fp16 {args.image_size}px: fp16 GEMM rate measured {peak:.0f} TFLOP/s")
+    for backend in backends:
+        if backend.describe():
+            print(f"  {backend.name}: {backend.describe()}")
+    print(f"{'backend':>8} {'batch':>5} {'kernels':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'img/s':>9} "
+          f"{'x eager':>8} {'x compile':>10} {'TFLOP/s':>8} {'of peak':>8}")
     for r in rows:
-        print(f"{r['batch']:>5} {r['kernels']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['compile_ms']:>11.3f} "
-              f"{r['ours_img_s']:>9.0f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} {r['tflops']:>8.1f} "
-              f"{r['fraction_of_peak']:>8.1%}")
+        print(f"{r['backend']:>8} {r['batch']:>5} {r['kernels']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} "
+              f"{r['compile_ms']:>11.3f} {r['ours_img_s']:>9.0f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} "
+              f"{r['tflops']:>8.1f} {r['fraction_of_peak']:>8.1%}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "backend": backend.name, "gemm_tflops": peak, "rows": rows}, f, indent=1)
+            json.dump({"model": args.model, "backends": [b.name for b in backends], "gemm_tflops": peak,
+                       "rows": rows}, f, indent=1)
     return 0
 
 

@@ -5,6 +5,7 @@ Prints per KV position the median step time, ratios, and the fraction of the mem
 (weight bytes + the valid part of the KV cache, read once per token, at the measured copy bandwidth).
 
     python bench/bench_llm.py [--config qwen2.5-1.5b] [--positions 128,1024] [--max-cache-len 2048] [--json out]
+    python bench/bench_llm.py --backends cuda,webgpu    # ours on each backend, beside the same peers
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def _median_ms(fn, sync, iters: int, warmup: int = 5) -> float:
     return statistics.median(times)
 
 
+def print_profile(title: str, prog, backend_name: str, profile_once, top: int) -> None:
+    """The `top` slowest kernels of five profiled runs, and the kernel total by fusion group."""
+    from npu_runtime.profiling import format_table, summarize
+
+    report = summarize(prog, [profile_once() for _ in range(5)], backend_name)
+    print(f"-- {title} on {backend_name}: kernel total {report.kernel_total_s * 1e3:.3f} ms over "
+          f"{len(prog.kernels)} kernels; by group (ms): " + ", ".join(
+              f"{g} {t * 1e3:.3f}" for g, t in list(report.by_group().items())[:8]))
+    print(format_table(report, top))
+
+
 def copy_bandwidth_gbps(device: str) -> float:
     """Device-to-device copy, bytes read + written per second: the practical rate of streaming the weights once."""
     if device != "cuda":
@@ -49,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-cache-len", type=int, default=2048)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated backends to run ours on (default: the best available one)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
@@ -62,26 +76,29 @@ def main(argv: list[str] | None = None) -> int:
     from npu_export.qwen2 import export_qwen2, make_additive_mask, qwen2_config
     from npu_export.qwen2_static import StaticCacheLM
 
-    backend = npu_runtime.get_backend()
-    device = "cuda" if backend.name == "cuda" else "cpu"
+    backends = [npu_runtime.get_backend(n) for n in (args.backends.split(",") if args.backends else [None])]
+    # the peers run on the GPU wherever PyTorch has one, whichever backend runs ours
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     L = args.max_cache_len
     cfg = qwen2_config(args.config)
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16).eval()
+    ours_ex = {}
     with tempfile.TemporaryDirectory() as tmp:
         exp = export_qwen2(model, tmp, max_cache_len=L, prefill_len=16, dtype="bfloat16", attn_implementation="sdpa")
-        t0 = time.perf_counter()
+        g = exp.cache_map["graphs"]["decode"]
         theta = exp.cache_map["rope"]["theta"]
-        prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta)
-    g = exp.cache_map["graphs"]["decode"]
-    ws = npu_runtime.load_weights(prog, model_tensors(model), backend)
-    specs = {s.name: s for s in prog.inputs}
-    cache = {lay[kv]: backend.zeros(tuple(specs[lay[kv]].shape), specs[lay[kv]].device_dtype)
-             for lay in g["layers"] for kv in ("k_input", "v_input")}
-    ex = backend.create_executor(prog, bindings=cache)
-    ex.bind_weights(ws)
-    t_ready = time.perf_counter() - t0
+        for backend in backends:
+            t0 = time.perf_counter()
+            prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta)
+            ws = npu_runtime.load_weights(prog, model_tensors(model), backend)
+            specs = {s.name: s for s in prog.inputs}
+            cache = {lay[kv]: backend.zeros(tuple(specs[lay[kv]].shape), specs[lay[kv]].device_dtype)
+                     for lay in g["layers"] for kv in ("k_input", "v_input")}
+            ex = backend.create_executor(prog, bindings=cache)
+            ex.bind_weights(ws)
+            ours_ex[backend.name] = (backend, ex, ws, time.perf_counter() - t0)
 
     wrapper = StaticCacheLM(model).eval()
     tcache = [torch.zeros(tuple(specs[lay[kv]].shape), dtype=torch.bfloat16, device=device)
@@ -100,15 +117,12 @@ def main(argv: list[str] | None = None) -> int:
 
         feeds = {g["inputs"]["input_ids"]: ids, g["inputs"]["position_ids"]: p.reshape(1, 1),
                  g["inputs"]["cache_position"]: p, g["inputs"]["attention_mask"]: to_numpy(mask)}
-        ours = _median_ms(lambda feeds=feeds: ex.run(feeds), backend.synchronize, args.iters)
+        ours = {name: _median_ms(lambda feeds=feeds, ex=ex: ex.run(feeds), be.synchronize, args.iters)
+                for name, (be, ex, _, _) in ours_ex.items()}
         if args.profile:
-            from npu_runtime.profiling import format_table, summarize
-
-            report = summarize(prog, [ex.profile(feeds) for _ in range(5)], backend.name)
-            print(f"-- decode at KV position {pos}: kernel total {report.kernel_total_s * 1e3:.3f} ms over "
-                  f"{len(prog.kernels)} kernels; by group (ms): " + ", ".join(
-                      f"{g} {t * 1e3:.3f}" for g, t in list(report.by_group().items())[:8]))
-            print(format_table(report, args.profile))
+            for name, (_, ex, _, _) in ours_ex.items():
+                print_profile(f"decode at KV position {pos}", ex.program, name, lambda ex=ex, feeds=feeds:
+                              ex.profile(feeds), args.profile)
         targs = (torch.from_numpy(ids).to(device), torch.from_numpy(p.reshape(1, 1)).to(device),
                  torch.from_numpy(p).to(device), mask.to(device), *tcache)
         with torch.no_grad():
@@ -119,20 +133,24 @@ def main(argv: list[str] | None = None) -> int:
                     compiled(*targs)
                 comp = _median_ms(lambda targs=targs: compiled(*targs), sync, args.iters)
         floor_ms = (weight_bytes + kv_per_pos * (pos + 1)) / (bw * 1e9) * 1e3 if bw == bw else float("nan")
-        rows.append({"kv_position": pos, "ours_ms": ours, "eager_ms": eager, "compile_ms": comp,
-                     "floor_ms": floor_ms, "vs_eager": eager / ours, "vs_compile": comp / ours,
-                     "fraction_of_floor": floor_ms / ours})
-    print(f"{args.config} bf16 decode on {backend.name} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'})"
-          f": {len(prog.kernels)} kernels, weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bw:.0f} GB/s, "
-          f"compile+load {t_ready:.1f} s, cache length {L}")
-    print(f"{'KV pos':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'floor ms':>9} {'x eager':>8} "
-          f"{'x compile':>10} {'of floor':>9}")
+        for name, ms in ours.items():
+            rows.append({"backend": name, "kv_position": pos, "ours_ms": ms, "eager_ms": eager, "compile_ms": comp,
+                         "floor_ms": floor_ms, "vs_eager": eager / ms, "vs_compile": comp / ms,
+                         "fraction_of_floor": floor_ms / ms})
+    print(f"{args.config} bf16 decode ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}): "
+          f"{len(prog.kernels)} kernels, weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bw:.0f} GB/s, "
+          f"cache length {L}")
+    for name, (be, _, _, t_ready) in ours_ex.items():
+        print(f"  ours on {name}: compile+load {t_ready:.1f} s" + (f"; {be.describe()}" if be.describe() else ""))
+    print(f"{'backend':>8} {'KV pos':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'floor ms':>9} "
+          f"{'x eager':>8} {'x compile':>10} {'of floor':>9}")
     for r in rows:
-        print(f"{r['kv_position']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['compile_ms']:>11.3f} "
-              f"{r['floor_ms']:>9.3f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} {r['fraction_of_floor']:>9.1%}")
+        print(f"{r['backend']:>8} {r['kv_position']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} "
+              f"{r['compile_ms']:>11.3f} {r['floor_ms']:>9.3f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} "
+              f"{r['fraction_of_floor']:>9.1%}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"config": args.config, "backend": backend.name, "kernels": len(prog.kernels),
+            json.dump({"config": args.config, "backends": list(ours_ex), "kernels": len(prog.kernels),
                        "copy_gbps": bw, "rows": rows}, f, indent=1)
     return 0
 

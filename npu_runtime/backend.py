@@ -61,6 +61,15 @@ class Backend(ABC):
     def is_available(cls) -> bool:
         return cls.unavailable_reason() is None
 
+    @classmethod
+    def default_skip_reason(cls) -> str | None:
+        """Why this backend, though available, is not picked when none is named (None: it may be the default)."""
+        return None
+
+    def describe(self) -> str | None:
+        """The device this backend runs on, in one line (None: nothing worth saying)."""
+        return None
+
     @abstractmethod
     def allocate(self, shape: tuple[int, ...], dtype: str) -> DeviceBuffer: ...
 
@@ -92,6 +101,7 @@ def _np(dtype: str):
 # backend adds a folder and a line here; it edits no other backend.
 BACKEND_MODULES: dict[str, str] = {
     "cuda": "npu_runtime.cuda.backend",
+    "webgpu": "npu_runtime.webgpu.backend",
     "cpu": "npu_runtime.cpu.backend",
 }
 ENV_VAR = "NPUSIM_BACKEND"
@@ -121,10 +131,14 @@ def available_backends() -> list[str]:
 
 
 def default_backend_name() -> str:
+    """$NPUSIM_BACKEND, else the best available backend that does not decline being the default (a software
+    WebGPU adapter is slower than the NumPy backend on the same CPU)."""
     forced = os.environ.get(ENV_VAR)
     if forced:
         return forced
-    return available_backends()[0]
+    # in order, so that the first usable backend ends the search (probing an adapter costs time)
+    return next(n for n in BACKEND_MODULES if unavailable_reason(n) is None
+                and _backend_class(n).default_skip_reason() is None)
 
 
 def get_backend(name: str | None = None) -> Backend:

@@ -183,7 +183,7 @@ def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nan:
         _check_finite(a, what, report, allow_nan)
         with np.errstate(over="ignore"):  # an overflow to infinity is reported below, as one line
             out = convert(a, dtype)
-        if out.dtype != a.dtype and a.size:
+        if out.dtype != a.dtype and a.size and not _all_finite(out):
             with np.errstate(all="ignore"):
                 new_inf = int(np.count_nonzero(np.isinf(out.astype(np.float32)))) - _count_inf(a)
             if new_inf > 0:
@@ -210,12 +210,30 @@ def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nan:
     return a.astype(target)
 
 
+# Per float dtype: its bits as an unsigned integer, the mask of the magnitude bits, and the all-ones exponent that
+# infinities and NaNs have. Multi-GB checkpoints are checked on integer views (no widening to fp32 copies).
+_SPECIAL_BITS = {"float16": (np.uint16, 0x7FFF, 0x7C00), "bfloat16": (np.uint16, 0x7FFF, 0x7F80),
+                 "float32": (np.uint32, 0x7FFFFFFF, 0x7F800000),
+                 "float64": (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+_CHUNK = 1 << 22
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """True when no element is an infinity or NaN; False also where the dtype has no fast test."""
+    bits = _SPECIAL_BITS.get(a.dtype.name)
+    if bits is None:
+        return False
+    utype, magnitude, special = bits
+    u = np.ascontiguousarray(a).reshape(-1).view(utype)
+    return all(int((u[i:i + _CHUNK] & utype(magnitude)).max()) < special for i in range(0, u.size, _CHUNK))
+
+
 def _count_inf(a: np.ndarray) -> int:
     return int(np.count_nonzero(np.isinf(a.astype(np.float32)))) if a.size else 0
 
 
 def _check_finite(a: np.ndarray, what: str, report: WeightReport, allow_nan: bool) -> None:
-    if not a.size:
+    if not a.size or _all_finite(a):
         return
     f = a if a.dtype.kind == "f" and a.dtype.itemsize >= 4 else a.astype(np.float32)
     nan = int(np.count_nonzero(np.isnan(f)))

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="npusim",
         description="NPU Simulation: an ahead-of-time compiler and runtime for PyTorch ATen graphs "
-                    "(pytorch-ir JSON -> .npubin -> cpu/cuda backends).\n\n"
+                    "(pytorch-ir JSON -> .npubin -> cpu/cuda/webgpu backends).\n\n"
                     "first steps: npusim demo; npusim export MODULE:FACTORY --input-shape 1,3,224,224 -o out; "
                     "npusim COMMAND --help\n\n"
                     "exit status: 0 done, 1 an error in the input (the line says what and where), 2 options that do "

@@ -51,8 +51,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 def add_backend_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None,
-                   help="cpu or cuda (default: $NPUSIM_BACKEND, else the best available: cuda where a GPU and CuPy "
-                        "are present, else cpu)")
+                   help="cpu, cuda or webgpu (default: $NPUSIM_BACKEND, else the best available: cuda where a GPU and "
+                        "CuPy are present, then webgpu on a GPU adapter, else cpu)")
+
+
+def device_line(backend) -> str | None:
+    """What the backend runs on, for the commands' output (None where it has nothing to say: the cpu)."""
+    text = backend.describe()
+    return f"device: {text}" if text else None
 
 
 def add_timing_options(p: argparse.ArgumentParser, what: str = "timed runs") -> None:

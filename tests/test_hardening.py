@@ -511,3 +511,25 @@ def test_a_repro_folder_runs_no_code_from_the_model(tmp_path) -> None:
     assert not canary.exists()  # ran nothing of the model's
     with pytest.raises(OutputError, match="does not exist"):
         npi.dump_repro(tmp_path / "nope" / "repro", ex, x, ws, check, np.zeros((2, 4), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_fast_finite_check_agrees_with_numpy(dtype):
+    # The weight loader decides "no inf/NaN" on integer views; NumPy's isfinite on fp64 copies is the reference.
+    import ml_dtypes
+
+    from npu_runtime.weights import _all_finite
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(0)
+    info = ml_dtypes.finfo(dt) if dtype == "bfloat16" else np.finfo(dt)
+    base = (rng.standard_normal(3 * (1 << 22) + 5) * 1e3).astype(dt)  # spans several chunks
+    base[:4] = [info.max, -info.max, info.tiny, -0.0]
+    cases = [base, base[::3]]
+    for special in (np.inf, -np.inf, np.nan):
+        for where in (0, len(base) - 1, 1 << 22):
+            b = base.copy()
+            b[where] = special
+            cases.append(b)
+    for a in cases:
+        assert _all_finite(a) == bool(np.isfinite(a.astype(np.float64)).all())

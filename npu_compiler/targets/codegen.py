@@ -12,6 +12,7 @@ from ..errors import NPUCompileError
 TARGET_MODULES: dict[str, str] = {
     "cpu": "npu_compiler.targets.cpu",
     "cuda": "npu_compiler.targets.cuda.target",
+    "webgpu": "npu_compiler.targets.webgpu.target",
 }
 
 

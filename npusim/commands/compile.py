@@ -13,7 +13,7 @@ def register(sub) -> None:
                        description="Compile a pytorch-ir JSON graph into a .npubin artifact for a target.")
     p.add_argument("ir", help="IR JSON file written by pytorch-ir (torch_ir)")
     p.add_argument("-o", "--output", required=True, help="artifact to write (.npubin)")
-    p.add_argument("--target", default="cpu", help="codegen target: cpu, cuda (the backend that will run it)")
+    p.add_argument("--target", default="cpu", help="codegen target: cpu, cuda, webgpu (the backend that will run it)")
     add_compile_options(p)
     p.set_defaults(func=run)
 

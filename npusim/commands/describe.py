@@ -14,7 +14,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--source", default=None, metavar="KERNEL",
                    help="print one kernel (by index or name): its record, with expressions as formulas, and the "
-                        "source its target renders from it (CUDA C for cuda; the cpu backend interprets the record); "
+                        "source its target renders from it (CUDA C for cuda, WGSL for webgpu at WebGPU's default "
+                        "limits; the cpu backend interprets the record); "
                         "default: the whole program is described")
     p.add_argument("--graph", choices=("dot", "mermaid"), default=None,
                    help="print only the fused graph (kernels; edges where a kernel reads what another wrote) as "
@@ -39,10 +40,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     d = prog.describe()
     d["sizes"] = size_breakdown(prog)
+    device = _device(prog.target)
+    if device:
+        d["device"] = device
     if args.json:
         print(json.dumps(d, indent=1))
         return 0
     print(f"{d['model_name']}  target={d['target']}  compute={d['compute_dtype']}  format v{d['format_version']}")
+    if device:
+        print(f"device: {device}")
     print(f"passes: {', '.join(d['passes'])}")
     print("inputs:")
     for t in d["inputs"]:
@@ -78,6 +84,19 @@ def run(args: argparse.Namespace) -> int:
         extra = sum(p["extra_bytes"] for p in d["padding_plan"])
         print(f"channel padding plan: {len(d['padding_plan'])} tensors, {extra / 1e6:.3f} MB extra")
     return 0
+
+
+def _device(target: str) -> str | None:
+    """The device a backend of the artifact's target would run it on here, where that backend describes one (a
+    webgpu artifact is rendered for the adapter's limits and features when it is loaded)."""
+    from npu_runtime import backend as registry
+
+    if target not in registry.registered_backends():
+        return None
+    why = registry.unavailable_reason(target)
+    if why is not None:
+        return f"none here for target '{target}' ({why})" if target == "webgpu" else None
+    return registry.get_backend(target).describe()
 
 
 def _print_kernel(prog, which: str) -> int:

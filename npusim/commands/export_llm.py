@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="dtype of the graphs and the compute (default: the checkpoint's; bfloat16 for a built-in "
                         "config)")
-    p.add_argument("--target", default="cpu", help="compiler target of the programs: cpu, cuda")
+    p.add_argument("--target", default="cpu", help="compiler target of the programs: cpu, cuda, webgpu")
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation to export")
     add_quiet_option(p)
     p.set_defaults(func=run)

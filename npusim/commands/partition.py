@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Partition an IR JSON for a target: coverage by nodes and FLOPs, every CPU fallback node with "
                     "its reason, and the plan (partitions and transfers). Nothing is compiled or run.")
     p.add_argument("ir", help="IR JSON file (pytorch-ir)")
-    p.add_argument("--target", default="cpu", help="compiler target: cpu, cuda")
+    p.add_argument("--target", default="cpu", help="compiler target: cpu, cuda, webgpu")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--include-ir", action="store_true", help="with --json: include each partition's sub-IR")
     add_force_cpu_option(p)

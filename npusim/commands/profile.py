@@ -18,7 +18,7 @@ import statistics
 import time
 
 from .. import argtypes
-from ..common import add_quiet_option, add_run_options, add_timing_options, collect_inputs, parse_inputs
+from ..common import add_quiet_option, add_run_options, add_timing_options, collect_inputs, device_line, parse_inputs
 
 # A profiled run this much slower than a plain one is worth a sentence (launch gaps, graph vs. kernel by kernel).
 SLOWER_NOTE = 1.15
@@ -107,13 +107,18 @@ def run(args: argparse.Namespace) -> int:
                      "plain run.")
     if args.json:
         d = report.to_dict()
-        d.update(plain_run=plain_stats.to_dict(), run_wall_s=plain_stats.median_s, profiled_run_wall_s=prof_wall,
+        d.update(device=backend.describe(), kernel_timing=getattr(ex, "profile_method", None),
+                 plain_run=plain_stats.to_dict(), run_wall_s=plain_stats.median_s, profiled_run_wall_s=prof_wall,
                  kernel_share_of_profiled_run=share, notes=notes)
         print(json.dumps(d, indent=1))
         return 0
     total = report.kernel_total_s
     print(f"profile {prog.model_name} on {backend.name}: {len(prog.kernels)} kernels, {report.iterations} timed "
           f"runs after {args.warmup} warm-up (medians)")
+    if device_line(backend):
+        print(device_line(backend))
+    if getattr(ex, "profile_method", None):
+        print(f"  kernel times: {ex.profile_method}")
     print(f"  plain run     {plain_stats.median_s * 1e3:.3f} ms (p90 {plain_stats.p90_s * 1e3:.3f} ms)")
     print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which kernels {total * 1e3:.3f} ms ({100 * share:.0f}%; "
           "the rest is launch and timer overhead)")

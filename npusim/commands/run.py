@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             stats, outs = time_runs(lambda: dag.run(inp.arrays), args.warmup, args.iters)
             title = (f"run {args.artifact} on {backend.name} + cpu fallback ({len(dag.plan.partitions)} partitions, "
                      f"{dag.num_transfers} transfers)")
-            return _report(args, title, stats, outs, inp)
+            return _report(args, title, stats, outs, inp, backend)
         prog = npu_compiler.compile(args.artifact, backend.compile_target())
     else:
         prog = CompiledProgram.load(args.artifact)
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     ex = backend.create_executor(prog)
     stats, outs = time_runs(lambda: ex.run_numpy(inp.arrays, ws), args.warmup, args.iters)
     title = f"run {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels)"
-    return _report(args, title, stats, outs, inp)
+    return _report(args, title, stats, outs, inp, backend)
 
 
 def _notice(args: argparse.Namespace, inp) -> None:
@@ -96,15 +96,19 @@ def _notice(args: argparse.Namespace, inp) -> None:
         print(text, file=sys.stderr)
 
 
-def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp) -> int:
+def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp, backend) -> int:
+    from ..common import device_line
+
     summaries = {name: summarize(arr, args.top_k) for name, arr in outs.items()}
     if args.output is not None:
         save_npz(args.output, outs)
     if args.json:
-        print(json.dumps({"title": title, "timing": stats.to_dict(), "generated_inputs": inp.generated,
-                          "outputs": summaries, "written": args.output}, indent=1))
+        print(json.dumps({"title": title, "device": backend.describe(), "timing": stats.to_dict(),
+                          "generated_inputs": inp.generated, "outputs": summaries, "written": args.output}, indent=1))
         return 0
     print(title)
+    if device_line(backend):
+        print(device_line(backend))
     print(stats.format())
     print("outputs:")
     for name, s in summaries.items():

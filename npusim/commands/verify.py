@@ -16,6 +16,7 @@ from ..common import (
     add_run_options,
     collect_inputs,
     compile_kwargs,
+    device_line,
     input_specs_from_ir,
     parse_inputs,
 )
@@ -49,7 +50,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--per-node", action="store_true",
                    help="also compare every intermediate that survives fusion with the reference value of its IR "
-                        "node (cpu backend, dtype default tolerance) and name the first kernel outside it")
+                        "node (cpu and webgpu backends, dtype default tolerance) and name the first kernel outside it")
     p.add_argument("--dump-repro", metavar="DIR", default=None,
                    help="implies --per-node: write the first failing kernel's inputs, expected output and a script "
                         "(repro.py) that reruns just that kernel")
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol) for name in ref]
     ok = all(r.passed for r in rows)
-    report = {"model": prog.model_name, "backend": backend.name, "target": prog.target,
+    report = {"model": prog.model_name, "backend": backend.name, "device": backend.describe(), "target": prog.target,
               "compute_dtype": prog.compute_dtype, "kernels": len(prog.kernels), "reference": against,
               "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
               "passed": ok, "outputs": [r.to_dict() for r in rows], "weights": ws.report.summary()}
@@ -172,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     print(f"verify {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels) "
           f"against {against}")
+    if device_line(backend):
+        print(device_line(backend))
     print(f"tolerance: {tol.describe()}")
     if report["weights"] != "all weights present":
         print(f"weights: {report['weights']}")
@@ -309,7 +312,8 @@ def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
     tol = _tolerance(args, compute)
     rows = [compare(name, outs[name], ref[name], compute, tol) for name in ref]
     ok = all(r.passed for r in rows)
-    report = {"backend": backend.name, "target": target, "compute_dtype": compute, "partition_path": True,
+    report = {"backend": backend.name, "device": backend.describe(), "target": target, "compute_dtype": compute,
+              "partition_path": True,
               "partitions": len(dag.plan.partitions), "transfers": dag.num_transfers, "reference": against,
               "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
               "fallback_nodes": [{"name": f.name, "op": f.op, "reason": f.reason} for f in fallback],
@@ -319,6 +323,8 @@ def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
     else:
         print(f"verify {args.ir} on {backend.name} + cpu fallback ({compute}, {report['partitions']} partitions, "
               f"{report['transfers']} transfers) against {against}")
+        if device_line(backend):
+            print(device_line(backend))
         print(f"tolerance: {tol.describe()}")
         _print_rows(rows)
         print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
@@ -332,7 +338,7 @@ def _per_node(args: argparse.Namespace, prog, executor, inputs, ws, sd) -> tuple
     from npu_runtime import inspect as npi
 
     if not hasattr(executor, "run_observed"):
-        raise CLIError(f"--per-node needs a backend that can stop after every kernel (cpu); "
+        raise CLIError(f"--per-node needs a backend that can stop after every kernel (cpu, webgpu); "
                        f"{executor.backend.name} cannot yet: add --backend cpu")
     values, node_outputs = run_reference_all(args.ir, sd, inputs)
     names = [s.name for s in prog.outputs]

@@ -1,0 +1,720 @@
+"""WGSL library kernels (GEMM, convolution, attention), rendered per kernel from its record and specialised by its
+constants (shapes, strides, offsets, dtypes, flags). Every kernel computes in f32 registers and accumulates in f32
+(integer GEMMs in i32, checked where the result is int64); elements are read and written through the `ld_`/`st_`
+functions of `bindings.py` (parameters `out<i>` and `a<i>` in the call's order). Epilogues are expressions, rendered
+inline by the renderer base. Workgroup grids are capped at 65,535 per dimension; every kernel walks its work in
+grid-stride loops, so any size runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...errors import NPUCompileError
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
+from ...program import CompiledProgram, KernelCall, TensorRef
+from ..clike import ExprRenderer, KernelText, Launch, Scope, affine, decompose, grid_for, max_extent
+from .language import NEG_INF_F, WGSL, entry_point, f32_literal, reg
+
+MAX_GRID = WGSL.max_grid
+
+
+def _dt(program: CompiledProgram, ref: TensorRef) -> str:
+    return program.buffers[ref.buffer].dtype
+
+
+def ptrs_of(k: KernelCall) -> list[tuple[str, int]]:
+    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+
+
+def names_of(k: KernelCall) -> list[str]:
+    return [f"out{i}" for i in range(len(k.outs))] + [f"a{i}" for i in range(len(k.args))]
+
+
+def _check_extent(*refs: TensorRef) -> None:
+    WGSL.index_type(max(max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in refs))
+
+
+def _pad4(ref: TensorRef) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    lead = 4 - len(ref.shape)
+    if lead < 0:
+        raise NPUCompileError(f"webgpu target: expected a tensor of rank <= 4, got shape {list(ref.shape)}")
+    return (1,) * lead + tuple(ref.shape), (0,) * lead + tuple(ref.strides)
+
+
+def _load_f32(program: CompiledProgram, ref: TensorRef, name: str, at: str) -> str:
+    """A load of `name` at `at` as f32 (an integer operand converted exactly)."""
+    return WGSL.convert(WGSL.load(name, at, _dt(program, ref)), _dt(program, ref), "float32")
+
+
+def _round(x: str, dtype: str) -> str:
+    """An f32 value rounded to a half dtype (where the graph stores one), else as is."""
+    return WGSL.cast(x, "float32", dtype) if dtype in ("float16", "bfloat16") else x
+
+
+def epilogue_fn(k: KernelCall, program: CompiledProgram, spec, acc_dtype: str, pre: list[str]) -> str:
+    """`fn npu_epi(o0, ..., acc)`: the lines `pre` (alpha, bias: they read `v`), the epilogue expression over `Acc`
+    (the result rounded to the output dtype, as the unfused graph stores it) and the store of one output element."""
+    out = k.outs[0]
+    od = _dt(program, out)
+    rank = len(out.shape)
+    ar = reg(acc_dtype)
+    args = ", ".join([f"o{d}: i32" for d in range(rank)] + [f"v0: {ar}"])
+    lines = [f"fn npu_epi({args}) {{", f"  var v: {ar} = v0;"] + [f"  {ln}" for ln in pre]
+    value, value_dtype = "v", acc_dtype
+    if spec.epilogue is not None:
+        lines.append(f"  let accv: {reg(od)} = {WGSL.cast('v', acc_dtype, od)};")
+        r = ExprRenderer(WGSL, KernelText([], 0), [f"a{i}" for i in range(len(k.args))],
+                         [_dt(program, a) for a in k.args], tuple(out.shape), "i32", acc="accv", prefix="ep_")
+        scope = Scope("  ")
+        value = r.emit(spec.epilogue, scope)
+        lines += scope.lines
+        value_dtype = spec.epilogue.dtype
+    at = affine([(f"o{d}", s) for d, s in enumerate(out.strides)], out.offset)
+    lines.append("  " + WGSL.store("out0", at, od, value, value_dtype))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _grid3(*counts: int) -> tuple[int, int, int]:
+    if any(c == 0 for c in counts):
+        return (0, 1, 1)
+    x, y, z = (min(c, MAX_GRID) for c in counts)
+    return (x, y, z)
+
+
+# ---- GEMM ------------------------------------------------------------------------------------------------------------
+
+TILE, TK, THREADS = 64, 16, 256  # 64 x 64 output tiles, K in steps of 16, each invocation 4 x 4 outputs
+
+
+def gemm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    out = k.outs[0]
+    _check_extent(*k.args, out)
+    if reg(_dt(program, out)) == "i32":
+        return _gemm_int(k, program)
+    if k.spec.m <= SKINNY_M:
+        return _gemm_skinny(k, program)
+    return _gemm_tiled(k, program)
+
+
+# A product with this few output rows (a decode step's GEMVs, a conv over a few pixels) leaves most of a 64 x 64 tile
+# empty and makes few workgroups: instead each workgroup takes SKINNY_N columns of every row and its invocations
+# split K, then one pass through workgroup memory adds the partial sums.
+SKINNY_M, SKINNY_N, SKINNY_THREADS = 8, 4, 128
+
+
+def _skinny_reduce(rows: int, store: str) -> str:
+    """Lines that add the invocations' partial sums `p{m}_{j}` through workgroup memory and run `store` (WGSL with
+    the placeholders {m}, {j}, {v}: row, column in the tile, value) in invocation m * SKINNY_N + j."""
+    T, nv = SKINNY_THREADS, rows * SKINNY_N
+    lines = ["        workgroupBarrier();"]
+    lines += [f"        npu_part[{(m * SKINNY_N + j) * T} + npu_tid] = p{m}_{j};" for m in range(rows)
+              for j in range(SKINNY_N)]
+    lines += ["        workgroupBarrier();",
+              f"        if (npu_tid < {nv}) {{",
+              "          var v = 0.0f;",
+              f"          for (var t: i32 = 0; t < {T}; t++) {{ v = v + npu_part[npu_tid * {T} + t]; }}",
+              f"          let m = npu_tid / {SKINNY_N};",
+              f"          let j = npu_tid % {SKINNY_N};",
+              "          " + store.replace("{m}", "m").replace("{j}", "j").replace("{v}", "v"),
+              "        }"]
+    return "\n".join(lines)
+
+
+def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """M <= 8: each workgroup computes 4 columns of every row, its invocations striding over K (neighbours read
+    neighbouring elements of K, contiguous in a linear layer's weight), then adds the partial sums."""
+    spec: GemmKernel = k.spec
+    a, b = k.args[0], k.args[1]
+    m, n, kk = spec.m, spec.n, spec.k
+    nb = len(spec.batch)
+    epi = epilogue_fn(k, program, spec, "float32", _gemm_pre(k, program))
+    blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
+    sam, sak = a.strides[-2], a.strides[-1]
+    sbk, sbn = b.strides[-2], b.strides[-1]
+    loads = []
+    for j in range(SKINNY_N):
+        at = affine([("bbase", 1), ("kk", sbk), (f"(n0 + {j})", sbn)])
+        loads.append(f"          var b{j} = 0.0f;")
+        loads.append(f"          if (n0 + {j} < {n}) {{ b{j} = {_load_f32(program, b, 'a1', at)}; }}")
+    for i in range(m):
+        at = affine([("abase", 1), (str(i), sam), ("kk", sak)]) if sam else affine([("abase", 1), ("kk", sak)])
+        loads.append(f"          let x{i} = {_load_f32(program, a, 'a0', at)};")
+    fma = [f"          p{i}_{j} = p{i}_{j} + x{i} * b{j};" for i in range(m) for j in range(SKINNY_N)]
+    idx = [f"o{d}" for d in range(nb)]
+    store = "if (n0 + {j} < " + str(n) + ") { npu_epi(" + ", ".join(idx + ["{m}", "n0 + {j}"]) + ", {v}); }"
+    body = f"""  for (var tz: i32 = i32(npu_wid.y); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.y)) {{
+{chr(10).join(blines)}
+    let abase = {bases['a']};
+    let bbase = {bases['b']};
+    for (var tx: i32 = i32(npu_wid.x); tx < {-(-n // SKINNY_N)}; tx += i32(npu_nwgs.x)) {{
+      let n0 = tx * {SKINNY_N};
+{chr(10).join(f'      var p{i}_{j} = 0.0f;' for i in range(m) for j in range(SKINNY_N))}
+      for (var kk: i32 = npu_tid; kk < {kk}; kk += {SKINNY_THREADS}) {{
+{chr(10).join(loads)}
+{chr(10).join(fma)}
+      }}
+{_skinny_reduce(m, store)}
+    }}
+  }}"""
+    shared = {"npu_part": ("f32", max(m, 1) * SKINNY_N * SKINNY_THREADS)}
+    src = epi + "\n" + entry_point(SKINNY_THREADS, [body], shared)
+    grid = _grid3(-(-n // SKINNY_N), max(spec.batch_count, 1), 1) if m else (0, 1, 1)
+    return src, Launch(grid, SKINNY_THREADS, ptrs_of(k))
+
+
+def _gemm_pre(k: KernelCall, program: CompiledProgram) -> list[str]:
+    """alpha and the bias, applied to the product `v` before the epilogue."""
+    spec: GemmKernel = k.spec
+    pre = []
+    if spec.alpha != 1.0:
+        pre.append(f"v = v * {f32_literal(spec.alpha)};")
+    if spec.bias:
+        bias = k.args[2]
+        bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset)
+        bv = _load_f32(program, bias, "a2", bat)
+        pre.append(f"v = v + {bv}" + (f" * {f32_literal(spec.beta)};" if spec.beta != 1.0 else ";"))
+    return pre
+
+
+def _batch_lines(spec: GemmKernel, refs: dict[str, TensorRef], var: str, indent: str) -> tuple[list[str], dict]:
+    """Lines splitting the flat batch index `var` into `o0..o{nb-1}` and each operand's batch offset."""
+    nb = len(spec.batch)
+    lines = decompose(WGSL, var, tuple(spec.batch), "o", "i32", indent) if nb else []
+    bases = {}
+    for name, ref in refs.items():
+        bases[name] = affine([(f"o{d}", ref.strides[d]) for d in range(nb)], ref.offset)
+    return lines, bases
+
+
+def _gemm_tiled(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """A 64 x 64 tile of the output per workgroup, K in steps of 16 through workgroup memory (each operand tile
+    loaded along its contiguous dim, so neighbouring invocations read neighbouring elements), 4 x 4 accumulators
+    per invocation; alpha, bias and the epilogue applied per output element at the store."""
+    spec: GemmKernel = k.spec
+    a, b = k.args[0], k.args[1]
+    m, n, kk = spec.m, spec.n, spec.k
+    nb = len(spec.batch)
+    epi = epilogue_fn(k, program, spec, "float32", _gemm_pre(k, program))
+    blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
+    sam, sak = a.strides[-2], a.strides[-1]
+    sbk, sbn = b.strides[-2], b.strides[-1]
+    # which dim of each tile neighbouring invocations walk: the operand's contiguous one
+    a_k_fast = sak == 1 or (sam != 1 and abs(sak) <= abs(sam))
+    b_n_fast = sbn == 1 or (sbk != 1 and abs(sbn) <= abs(sbk))
+    a_idx = ("let kq = e % 16; let mq = e / 16;" if a_k_fast else "let kq = e / 64; let mq = e % 64;")
+    b_idx = ("let nq = e % 64; let kq = e / 64;" if b_n_fast else "let kq = e % 16; let nq = e / 16;")
+    a_at = affine([("abase", 1), ("mi", sam), ("ki", sak)])
+    b_at = affine([("bbase", 1), ("ki", sbk), ("ni", sbn)])
+    fma = "\n".join(f"          c{i}{j} = c{i}{j} + av{i} * bv{j};" for i in range(4) for j in range(4))
+    # one call site of the epilogue (a loop over the 16 results), so it is compiled once
+    stores = f"""        let cs = array<f32, 16>({', '.join(f'c{i}{j}' for i in range(4) for j in range(4))});
+        for (var q: i32 = 0; q < 16; q++) {{
+          let mi = m0 + tm + 16 * (q / 4);
+          let ni = n0 + tn + 16 * (q % 4);
+          if (mi < {m} && ni < {n}) {{ npu_epi({', '.join([f'o{d}' for d in range(nb)] + ['mi', 'ni'])}, cs[q]); }}
+        }}"""
+    body = f"""  let tn = npu_tid % 16;
+  let tm = npu_tid / 16;
+  for (var tz: i32 = i32(npu_wid.z); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.z)) {{
+{chr(10).join(blines)}
+    let abase = {bases['a']};
+    let bbase = {bases['b']};
+    for (var ty: i32 = i32(npu_wid.y); ty < {-(-m // TILE)}; ty += i32(npu_nwgs.y)) {{
+      for (var tx: i32 = i32(npu_wid.x); tx < {-(-n // TILE)}; tx += i32(npu_nwgs.x)) {{
+        let m0 = ty * 64;
+        let n0 = tx * 64;
+{chr(10).join(f'        var c{i}{j} = 0.0f;' for i in range(4) for j in range(4))}
+        for (var k0: i32 = 0; k0 < {kk}; k0 += 16) {{
+          for (var q: i32 = 0; q < 4; q++) {{
+            let e = npu_tid + q * 256;
+            {a_idx}
+            let mi = m0 + mq;
+            let ki = k0 + kq;
+            var x = 0.0f;
+            if (mi < {m} && ki < {kk}) {{ x = {_load_f32(program, a, 'a0', a_at)}; }}
+            npu_as[kq * 64 + mq] = x;
+          }}
+          for (var q: i32 = 0; q < 4; q++) {{
+            let e = npu_tid + q * 256;
+            {b_idx}
+            let ni = n0 + nq;
+            let ki = k0 + kq;
+            var x = 0.0f;
+            if (ni < {n} && ki < {kk}) {{ x = {_load_f32(program, b, 'a1', b_at)}; }}
+            npu_bs[kq * 65 + nq] = x;
+          }}
+          workgroupBarrier();
+          for (var kq: i32 = 0; kq < 16; kq++) {{
+{chr(10).join(f'            let av{i} = npu_as[kq * 64 + tm + {16 * i}];' for i in range(4))}
+{chr(10).join(f'            let bv{j} = npu_bs[kq * 65 + tn + {16 * j}];' for j in range(4))}
+{fma.replace('          c', '            c')}
+          }}
+          workgroupBarrier();
+        }}
+{stores}
+      }}
+    }}
+  }}"""
+    shared = {"npu_as": ("f32", TK * TILE), "npu_bs": ("f32", TK * (TILE + 1))}
+    src = epi + "\n" + entry_point(THREADS, [body], shared)
+    return src, Launch(_grid3(-(-n // TILE), -(-m // TILE), max(spec.batch_count, 1)), THREADS, ptrs_of(k))
+
+
+def _gemm_int(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """Integer GEMMs: one invocation per output element, exact in i32 (wrapping as ATen's int32 GEMM does; an int64
+    result is checked and a value outside int32 is reported, see language.py)."""
+    spec: GemmKernel = k.spec
+    a, b, out = k.args[0], k.args[1], k.outs[0]
+    od = _dt(program, out)
+    rank = len(out.shape)
+    n_out = math.prod(out.shape)
+    lead = [f"o{d}" for d in range(rank - 2)]
+    i, j = f"o{rank - 2}", f"o{rank - 1}"
+    a_at = affine([(v, a.strides[d]) for d, v in enumerate(lead)] + [(i, a.strides[-2]), ("kk", a.strides[-1])],
+                  a.offset)
+    b_at = affine([(v, b.strides[d]) for d, v in enumerate(lead)] + [("kk", b.strides[-2]), (j, b.strides[-1])],
+                  b.offset)
+    add = lambda x, y: WGSL.binary("add", od, x, y)  # noqa: E731
+    mul = lambda x, y: WGSL.binary("mul", od, x, y)  # noqa: E731
+
+    def ld(ref: TensorRef, name: str, at: str) -> str:
+        return WGSL.convert(WGSL.load(name, at, _dt(program, ref)), _dt(program, ref), od)
+
+    pre = []
+    if spec.alpha != 1.0:
+        pre.append(f"v = {mul('v', WGSL.literal(int(spec.alpha), od))};")
+    if spec.bias:
+        bias = k.args[2]
+        bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset)
+        bv = ld(bias, "a2", bat)
+        pre.append(f"v = {add('v', mul(bv, WGSL.literal(int(spec.beta), od)) if spec.beta != 1 else bv)};")
+    epi = epilogue_fn(k, program, spec, od, pre)
+    body = [f"  for (var i: i32 = npu_bid * NPU_BLOCK + npu_tid; i < {n_out}; i += npu_nwg * NPU_BLOCK) {{"]
+    body += decompose(WGSL, "i", tuple(out.shape), "o", "i32", "    ")
+    body += ["    var acc: i32 = 0i;",
+             f"    for (var kk: i32 = 0; kk < {spec.k}; kk++) {{",
+             f"      acc = {add('acc', mul(ld(a, 'a0', a_at), ld(b, 'a1', b_at)))};",
+             "    }",
+             f"    npu_epi({', '.join(f'o{d}' for d in range(rank))}, acc);",
+             "  }"]
+    src = epi + "\n" + entry_point(256, body)
+    return src, Launch((grid_for(n_out, 256, MAX_GRID) if n_out else 0, 1, 1), 256, ptrs_of(k))
+
+
+# ---- conv2d: implicit GEMM -------------------------------------------------------------------------------------
+
+
+def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64 x 64 x 16 tiles
+    through workgroup memory (im2col on the fly, zero padding by bounds checks); bias and the epilogue per output
+    element, one rounding at the store."""
+    spec: Conv2dKernel = k.spec
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    _check_extent(*k.args, out)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    _, _, ho, wo = out.shape
+    g = spec.groups
+    og = o // g
+    sh, sw = spec.stride
+    ph, pw = spec.padding
+    dh, dw = spec.dilation
+    m_total = n * ho * wo
+    k_total = cg * kh * kw
+    xs, ws = x.strides, w.strides
+    pre = []
+    if spec.bias:
+        bias = k.args[2]
+        pre.append(f"v = v + {_load_f32(program, bias, 'a2', affine([('o1', bias.strides[0])], bias.offset))};")
+    epi = epilogue_fn(k, program, spec, "float32", pre)
+    x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
+    w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+    if m_total <= SKINNY_M:
+        return _conv_skinny(k, program, epi, x_at, w_at)
+    fma = "\n".join(f"          c{i}{j} = c{i}{j} + av{i} * bv{j};" for i in range(4) for j in range(4))
+    stores = [f"""        let cs = array<f32, 16>({', '.join(f'c{i}{j}' for i in range(4) for j in range(4))});
+        for (var q: i32 = 0; q < 16; q++) {{
+          let m = m0 + tm + 16 * (q / 4);
+          let co = n0 + tn + 16 * (q % 4);
+          if (m < {m_total} && co < {og}) {{
+            let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
+            npu_epi(nb, grp * {og} + co, oh, ow, cs[q]);
+          }}
+        }}"""]
+    body = f"""  let tm = npu_tid % 16;
+  let tn = npu_tid / 16;
+  for (var grp: i32 = i32(npu_wid.z); grp < {g}; grp += i32(npu_nwgs.z)) {{
+    for (var ty: i32 = i32(npu_wid.y); ty < {-(-og // TILE)}; ty += i32(npu_nwgs.y)) {{
+      for (var tx: i32 = i32(npu_wid.x); tx < {-(-m_total // TILE)}; tx += i32(npu_nwgs.x)) {{
+        let m0 = tx * 64;
+        let n0 = ty * 64;
+{chr(10).join(f'        var c{i}{j} = 0.0f;' for i in range(4) for j in range(4))}
+        for (var k0: i32 = 0; k0 < {k_total}; k0 += 16) {{
+          for (var q: i32 = 0; q < 4; q++) {{
+            let e = npu_tid + q * 256;
+            let kq = e / 64;
+            let mq = e % 64;
+            let m = m0 + mq;
+            let kidx = k0 + kq;
+            var xv = 0.0f;
+            if (m < {m_total} && kidx < {k_total}) {{
+              let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
+              let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
+              let ih = oh * {sh} - {ph} + kr * {dh};
+              let iw = ow * {sw} - {pw} + ks * {dw};
+              let ci = grp * {cg} + cc;
+              if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{ xv = {_load_f32(program, x, 'a0', x_at)}; }}
+            }}
+            npu_as[kq * 64 + mq] = xv;
+          }}
+          for (var q: i32 = 0; q < 4; q++) {{
+            let e = npu_tid + q * 256;
+            let kq = e % 16;
+            let nq = e / 16;
+            let kidx = k0 + kq;
+            var wv = 0.0f;
+            if (n0 + nq < {og} && kidx < {k_total}) {{
+              let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
+              let co = grp * {og} + n0 + nq;
+              wv = {_load_f32(program, w, 'a1', w_at)};
+            }}
+            npu_bs[kq * 65 + nq] = wv;
+          }}
+          workgroupBarrier();
+          for (var kq: i32 = 0; kq < 16; kq++) {{
+{chr(10).join(f'            let av{i} = npu_as[kq * 64 + tm + {16 * i}];' for i in range(4))}
+{chr(10).join(f'            let bv{j} = npu_bs[kq * 65 + tn + {16 * j}];' for j in range(4))}
+{fma.replace('          c', '            c')}
+          }}
+          workgroupBarrier();
+        }}
+{chr(10).join(stores)}
+      }}
+    }}
+  }}"""
+    shared = {"npu_as": ("f32", TK * TILE), "npu_bs": ("f32", TK * (TILE + 1))}
+    src = epi + "\n" + entry_point(THREADS, [body], shared)
+    return src, Launch(_grid3(-(-m_total // TILE), -(-og // TILE), g), THREADS, ptrs_of(k))
+
+
+def _conv_skinny(k: KernelCall, program: CompiledProgram, epi: str, x_at: str, w_at: str) -> tuple[str, Launch]:
+    """A convolution over at most 8 output pixels (deep layers at a small resolution): as `_gemm_skinny`, each
+    workgroup takes 4 output channels of every pixel and its invocations split K = Cg*KH*KW."""
+    spec: Conv2dKernel = k.spec
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    _, _, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    _, _, ho, wo = out.shape
+    g = spec.groups
+    og = o // g
+    (sh, sw), (ph, pw), (dh, dw) = spec.stride, spec.padding, spec.dilation
+    m_total, k_total = out.shape[0] * ho * wo, cg * kh * kw
+    loads = []
+    for j in range(SKINNY_N):
+        loads += [f"          var b{j} = 0.0f;",
+                  f"          if (c0 + {j} < {og}) {{ let co = grp * {og} + c0 + {j}; "
+                  f"b{j} = {_load_f32(program, w, 'a1', w_at)}; }}"]
+    for i in range(m_total):
+        nb_, rest = divmod(i, ho * wo)
+        oh_, ow_ = divmod(rest, wo)
+        loads += [f"          var x{i} = 0.0f;",
+                  "          {",
+                  f"            let nb = {nb_}; let ih = {oh_ * sh - ph} + kr * {dh}; "
+                  f"let iw = {ow_ * sw - pw} + ks * {dw};",
+                  f"            if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) {{ x{i} = "
+                  f"{_load_f32(program, x, 'a0', x_at)}; }}",
+                  "          }"]
+    fma = [f"          p{i}_{j} = p{i}_{j} + x{i} * b{j};" for i in range(m_total) for j in range(SKINNY_N)]
+    store = ("if (c0 + {j} < " + str(og) + ") { let ow = {m} % " + str(wo) + "; let t1 = {m} / " + str(wo)
+             + "; npu_epi(t1 / " + str(ho) + ", grp * " + str(og) + " + c0 + {j}, t1 % " + str(ho) + ", ow, {v}); }")
+    body = f"""  for (var grp: i32 = i32(npu_wid.y); grp < {g}; grp += i32(npu_nwgs.y)) {{
+    for (var tx: i32 = i32(npu_wid.x); tx < {-(-og // SKINNY_N)}; tx += i32(npu_nwgs.x)) {{
+      let c0 = tx * {SKINNY_N};
+{chr(10).join(f'      var p{i}_{j} = 0.0f;' for i in range(m_total) for j in range(SKINNY_N))}
+      for (var kidx: i32 = npu_tid; kidx < {k_total}; kidx += {SKINNY_THREADS}) {{
+          let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
+          let ci = grp * {cg} + cc;
+{chr(10).join(loads)}
+{chr(10).join(fma)}
+      }}
+{_skinny_reduce(m_total, store)}
+    }}
+  }}"""
+    shared = {"npu_part": ("f32", max(m_total, 1) * SKINNY_N * SKINNY_THREADS)}
+    src = epi + "\n" + entry_point(SKINNY_THREADS, [body], shared)
+    grid = _grid3(-(-og // SKINNY_N), g, 1) if m_total else (0, 1, 1)
+    return src, Launch(grid, SKINNY_THREADS, ptrs_of(k))
+
+
+# ---- attention ---------------------------------------------------------------------------------------------------
+
+ATTN_THREADS = 64
+# A decode step has a handful of query rows (one per head): give each row's workgroup more invocations, so it walks
+# the cache in fewer, wider blocks of keys.
+ATTN_THREADS_FEW_ROWS, FEW_ROWS = 256, 264
+
+
+@dataclass
+class _Attn:
+    """What the attention generators share: sizes, the helpers (the score of one key: q.k scaled and masked,
+    rounded as the graph rounds; block max and sum), the valid-length prologue, the row decomposition, the load of
+    v, the output index and the workgroup memory."""
+
+    T: int
+    per: int
+    rows: int
+    h: int
+    t: int
+    d: int
+    dv: int
+    pd: str
+    od: str
+    jend: str
+    valid: str
+    helpers: str
+    row_head: str
+    vload: str
+    o_at: str
+    shared: dict
+
+
+def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
+    p: AttentionKernel = k.spec
+    q, kk, v = k.args[:3]
+    mask = k.args[3] if p.mask != "none" else None
+    pos = k.args[-1] if p.valid_len else None
+    out = k.outs[0]
+    _check_extent(*k.args, out)
+    (b, h, t, d), qs = _pad4(q)
+    _, ks = _pad4(kk)
+    _, vs = _pad4(v)
+    _, os_ = _pad4(out)
+    hk, lk, dv = p.kv_heads, p.kv_len, p.v_dim
+    if h % hk:
+        raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {hk} kv heads")
+    group = h // hk
+    T = ATTN_THREADS_FEW_ROWS if b * h * t <= FEW_ROWS else ATTN_THREADS
+    sd, pd = p.scores_dtype, p.probs_dtype
+    qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
+    q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
+    k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
+    v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("jj", vs[2]), ("dd", vs[3])], v.offset)
+    o_at = affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset)
+    mask_line = ""
+    if mask is not None:
+        _, ms = _pad4(mask)
+        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
+        if p.mask == "bool":
+            mask_line = f"  if (!{WGSL.load('a3', m_at, 'bool')}) {{ s = {NEG_INF_F}; }}"
+        else:
+            mv = _load_f32(program, mask, "a3", m_at)
+            mask_line = f"  s = {_round('(s + ' + mv + ')', sd)};"
+    scale = f32_literal(float(p.scale))
+    qload = WGSL.convert(WGSL.load("a0", q_at, qd), qd, "float32")
+    kload = WGSL.convert(WGSL.load("a1", k_at, kd), kd, "float32")
+    vload = WGSL.convert(WGSL.load("a2", v_at, vd), vd, "float32")
+    reduce = "\n".join(f"""fn npu_b{name}(x: f32) -> f32 {{
+  workgroupBarrier();
+  npu_r[npu_lid_p] = x;
+  for (var s: i32 = {T // 2}; s > 0; s = s / 2) {{
+    workgroupBarrier();
+    if (npu_lid_p < s) {{ npu_r[npu_lid_p] = {op.format(a='npu_r[npu_lid_p]', b='npu_r[npu_lid_p + s]')}; }}
+  }}
+  return workgroupUniformLoad(&npu_r[0]);
+}}""" for name, op in (("max", "npu_max_f({a}, {b})"), ("sum", "{a} + {b}")))
+    helpers = f"""var<private> npu_lid_p: i32;
+fn npu_score(bi: i32, hi: i32, ti: i32, kvh: i32, j: i32) -> f32 {{
+  var s = 0.0f;
+  for (var dd: i32 = 0; dd < {d}; dd++) {{ s = s + npu_q[dd] * {kload}; }}
+  s = {_round('s', sd)};
+  s = {_round(f'(s * {scale})', sd)};
+{mask_line}
+  return s;
+}}
+{reduce}"""
+    valid = ""
+    jend = f"min(ti + 1, {lk})" if p.is_causal else f"{lk}"
+    shared = {"npu_q": ("f32", d), "npu_p": ("f32", T), "npu_r": ("f32", T)}
+    if pos is not None:
+        pa = len(k.args) - 1
+        n_pos = math.prod(pos.shape)
+        p_at = affine([("j", pos.strides[0] if pos.strides else 0)], pos.offset)
+        pl = WGSL.convert(WGSL.load(f"a{pa}", p_at, _dt(program, pos)), _dt(program, pos), "int32")
+        valid = f"""  // keys past the largest cache position written this step are masked: do not read them
+  var pm: i32 = -1;
+  for (var j: i32 = npu_tid; j < {n_pos}; j += {T}) {{ pm = max(pm, {pl}); }}
+  npu_ri[npu_tid] = pm;
+  for (var s: i32 = {T // 2}; s > 0; s = s / 2) {{
+    workgroupBarrier();
+    if (npu_tid < s) {{ npu_ri[npu_tid] = max(npu_ri[npu_tid], npu_ri[npu_tid + s]); }}
+  }}
+  let nvalid = clamp(workgroupUniformLoad(&npu_ri[0]) + 1, 0, {lk});"""
+        jend = f"min({jend}, nvalid)"
+        shared["npu_ri"] = ("i32", T)
+    row_head = f"""    let ti = row % {t}; let t1 = row / {t};
+    let hi = t1 % {h}; let bi = t1 / {h};
+    let kvh = hi / {group};
+    workgroupBarrier();
+    for (var dd: i32 = npu_tid; dd < {d}; dd += {T}) {{ npu_q[dd] = {qload}; }}
+    workgroupBarrier();
+    let jend = {jend};"""
+    return _Attn(T, -(-dv // T), b * h * t, h, t, d, dv, pd, od, jend, valid, helpers, row_head, vload, o_at,
+                 shared)
+
+
+def _accumulate(a: _Attn, expr_p: str, rescale: bool, end: str = "jend") -> str:
+    """Lines that put each invocation's probability `expr_p` of key j0 + tid in workgroup memory and add the block's
+    probabilities times v to the invocation's output dims (`o<c>`, rescaled by `corr` first when `rescale`)."""
+    lines = [f"      npu_p[npu_tid] = {expr_p};", "      workgroupBarrier();",
+             f"      let cnt = min({a.T}, {end} - j0);"]
+    for c in range(a.per):
+        upd = f"o{c} * corr + acc" if rescale else f"o{c} + acc"
+        lines.append(f"""      {{
+        let dd = npu_tid + {a.T * c};
+        if (dd < {a.dv}) {{
+          var acc = 0.0f;
+          for (var tq: i32 = 0; tq < cnt; tq++) {{ let jj = j0 + tq; acc = acc + npu_p[tq] * {a.vload}; }}
+          o{c} = {upd};
+        }}
+      }}""")
+    lines.append("      workgroupBarrier();")
+    return "\n".join(lines)
+
+
+def _stats_loop(a: _Attn, begin: str, end: str, accumulate: str) -> str:
+    """The online max and sum of exponentials over keys [begin, end), blocks of T keys (and, with `accumulate`, the
+    rescaled products with v)."""
+    return f"""    for (var j0: i32 = {begin}; j0 < {end}; j0 += {a.T}) {{
+      let j = j0 + npu_tid;
+      var s = {NEG_INF_F};
+      if (j < {end}) {{ s = npu_score(bi, hi, ti, kvh, j); }}
+      let mn = npu_max_f(m, npu_bmax(s));
+      if (mn == {NEG_INF_F}) {{ continue; }}
+      let corr = select(exp(m - mn), 0.0f, m == {NEG_INF_F});
+      let pj = select(exp(s - mn), 0.0f, s == {NEG_INF_F});
+      l = l * corr + npu_bsum(pj);
+{accumulate}
+      m = mn;
+    }}"""
+
+
+def _attention_source(a: _Attn, body: str) -> str:
+    return a.helpers + "\n" + entry_point(a.T, ["  npu_lid_p = npu_tid;", a.valid, body], a.shared)
+
+
+def attention(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+    """softmax(q k^T * scale + mask) v, one workgroup per query row (grid-stride over rows), the row's keys in blocks
+    of 64 (256 for a few rows: decode), one key per invocation (its score), each invocation accumulating its share
+    of the output dims; f32 accumulation; GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
+
+    Roundings follow the graph: scores rounded to `scores_dtype` after q.k, after the scale and after the mask;
+    probabilities rounded to `probs_dtype` before the product with v. With f32 probabilities one online-softmax
+    pass suffices; rounded probabilities need the row's max and sum first, so a first pass finds them and a second
+    accumulates. `valid_len`: the last argument holds the cache positions written this step; keys past the largest
+    are masked anyway and are not read. A row with every key masked gives zeros. With `splits` the keys of each
+    row are split across workgroups (`attention_split`)."""
+    if k.spec.splits and len(k.outs) > 1:
+        return attention_split(k, program)
+    a = _attention_setup(k, program)
+    decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
+    if a.pd not in ("float16", "bfloat16"):
+        passes = _stats_loop(a, "0", "jend", _accumulate(a, "pj", True))
+        finish = "select(o{c} / l, 0.0f, m == " + NEG_INF_F + ")"
+    else:
+        second = f"""    if (m != {NEG_INF_F}) {{
+      for (var j0: i32 = 0; j0 < jend; j0 += {a.T}) {{
+        let j = j0 + npu_tid;
+        var s = {NEG_INF_F};
+        if (j < jend) {{ s = npu_score(bi, hi, ti, kvh, j); }}
+        let pj = select({_round('(exp(s - m) / l)', a.pd)}, 0.0f, s == {NEG_INF_F});
+{_accumulate(a, 'pj', False)}
+      }}
+    }}"""
+        passes = _stats_loop(a, "0", "jend", "") + "\n" + second
+        finish = "o{c}"
+    stores = "\n".join(f"""    {{
+      let dd = npu_tid + {a.T * c};
+      if (dd < {a.dv}) {{ {WGSL.store('out0', a.o_at, a.od, finish.format(c=c), 'float32')} }}
+    }}""" for c in range(a.per))
+    body = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
+{a.row_head}
+    var m = {NEG_INF_F};
+    var l = 0.0f;
+{decl_o}
+{passes}
+{stores}
+  }}"""
+    grid = (grid_for(a.rows, 1, MAX_GRID) if a.rows else 0, 1, 1)
+    return [(_attention_source(a, body), Launch(grid, a.T, ptrs_of(k)))]
+
+
+def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+    """Decode attention with the keys of each query row split across workgroups (flash-decoding): a decode step has
+    one query row per head, too few to fill a GPU with one workgroup each. Three dispatches over the float32 scratch
+    `outs[1]` ([rows, splits, 2 + v_dim]): (1) each (row, split) workgroup finds its keys' max and sum of
+    exponentials; (2) each combines all splits' (max, sum) into the row's and accumulates its keys' probabilities
+    (rounded to `probs_dtype` as the graph rounds them) times v; (3) one workgroup per row adds the splits' partial
+    outputs. Scores are rounded exactly as in `attention`."""
+    a = _attention_setup(k, program)
+    S = k.spec.splits
+    stride = 2 + a.dv
+    head = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
+{a.row_head}
+    let split = i32(npu_wid.y);
+    let per = (jend + {S - 1}) / {S};
+    let jb = split * per;
+    let je = min(jend, jb + per);
+    let base = (row * {S} + split) * {stride};"""
+    stats = head + f"""
+    var m = {NEG_INF_F};
+    var l = 0.0f;
+{_stats_loop(a, "jb", "je", "")}
+    if (npu_tid == 0) {{ st_out1(base, m); st_out1(base + 1, l); }}
+  }}"""
+    decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
+    accumulate = head + f"""
+    // the row's max and sum over every split (made uniform through workgroup memory: the loop below has barriers)
+    if (npu_tid == 0) {{
+      var mx = {NEG_INF_F};
+      for (var s2: i32 = 0; s2 < {S}; s2++) {{ mx = npu_max_f(mx, ld_out1((row * {S} + s2) * {stride})); }}
+      var tot = 0.0f;
+      for (var s2: i32 = 0; s2 < {S}; s2++) {{
+        let ms = ld_out1((row * {S} + s2) * {stride});
+        tot = tot + select(ld_out1((row * {S} + s2) * {stride} + 1) * exp(ms - mx), 0.0f, ms == {NEG_INF_F});
+      }}
+      npu_r[0] = mx;
+      npu_p[0] = tot;
+    }}
+    let mx = workgroupUniformLoad(&npu_r[0]);
+    let tot = workgroupUniformLoad(&npu_p[0]);
+{decl_o}
+    if (mx != {NEG_INF_F}) {{
+      for (var j0: i32 = jb; j0 < je; j0 += {a.T}) {{
+        let j = j0 + npu_tid;
+        var s = {NEG_INF_F};
+        if (j < je) {{ s = npu_score(bi, hi, ti, kvh, j); }}
+        let pj = select({_round('(exp(s - mx) / tot)', a.pd)}, 0.0f, s == {NEG_INF_F});
+{_accumulate(a, 'pj', False, 'je')}
+      }}
+    }}
+{chr(10).join(f"    if (npu_tid + {a.T * c} < {a.dv}) {{ st_out1(base + 2 + npu_tid + {a.T * c}, o{c}); }}"
+              for c in range(a.per))}
+  }}"""
+    combine = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
+    let ti = row % {a.t}; let t1 = row / {a.t};
+    let hi = t1 % {a.h}; let bi = t1 / {a.h};
+    for (var dd: i32 = npu_tid; dd < {a.dv}; dd += {a.T}) {{
+      var r = 0.0f;
+      for (var s2: i32 = 0; s2 < {S}; s2++) {{ r = r + ld_out1((row * {S} + s2) * {stride} + 2 + dd); }}
+      {WGSL.store('out0', a.o_at, a.od, 'r', 'float32')}
+    }}
+  }}"""
+    ptrs = ptrs_of(k)
+    rows = grid_for(a.rows, 1, MAX_GRID) if a.rows else 0
+    return [(_attention_source(a, stats), Launch((rows, S, 1), a.T, ptrs)),
+            (_attention_source(a, accumulate), Launch((rows, S, 1), a.T, ptrs)),
+            (entry_point(a.T, [combine]), Launch((rows, 1, 1), a.T, ptrs))]
+

@@ -1,0 +1,127 @@
+"""The webgpu target: WGSL compute shaders rendered from kernel records, for wgpu (Metal, Vulkan, D3D12).
+
+As on cuda, nothing is rendered at compile time: the runtime renders a program's kernels when it loads it, for the
+device it runs on (`DeviceCaps`: the largest storage binding, bindings per stage, whether `shader-f16` is there).
+Every kernel renders to one dispatch: a WGSL module (its entry point `npu_kernel`), the workgroup grid, and the
+storage bindings it takes (`bindings.py`). A program is the list of its kernels' dispatches, recorded by the runtime
+into one compute pass and submitted once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import NPUCompileError
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, GeneratedKernel
+from ...program import CompiledProgram, KernelCall
+from ..clike import Store, render_expression
+from ..codegen import CodegenTarget
+from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
+from .intervals import narrow_int64
+from .language import WGSL
+from .library import attention, conv2d, gemm, names_of
+
+
+@dataclass
+class Dispatch:
+    """One dispatch of a kernel: the source it runs (a name in `RenderedProgram.sources`), its workgroup grid
+    (each dim at most 65,535) and its bindings."""
+
+    source: str
+    grid: tuple[int, int, int]
+    bindings: list[Binding]
+
+    @property
+    def uses_status(self) -> bool:
+        return any(b.ptr[0] == "status" for b in self.bindings)
+
+
+@dataclass
+class RenderedProgram:
+    sources: dict[str, str] = field(default_factory=dict)
+    steps: list[list[Dispatch]] = field(default_factory=list)
+
+
+def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, object, list]:
+    spec: GeneratedKernel = k.spec
+    out = k.outs[0]
+    od = program.dtype_of(out)
+    shape, reduce_shape = spec.iteration_shape(k), tuple(spec.reduce_shape)
+    store = Store(tuple(out.shape), tuple(out.strides), out.offset, od)
+    if spec.scatter is not None:
+        store.scatter_dim = spec.scatter.dim
+        store.scatter_index = narrow_int64(spec.scatter.index, shape)
+        store.scatter_size = out.shape[spec.scatter.dim]
+    dts = [program.dtype_of(a) for a in k.args]
+    extents = [program.buffers[a.buffer].numel for a in k.args]
+    ptrs = [("out", 0)] + [("arg", i) for i in range(len(k.args))]
+    src, launch = render_expression(WGSL, narrow_int64(spec.expr, shape, reduce_shape), dts, extents, store, shape,
+                                    reduce_shape, spec.row_dims, ptrs)
+    return src, launch, generated_params(ptrs)
+
+
+class WebGPUTarget(CodegenTarget):
+    name = "webgpu"
+    library_kernels = frozenset({"gemm", "conv2d", "attention"})
+    decode_attention_blocks = 264  # a large GPU's workgroups in flight: split decode rows' keys until about this many
+
+    def __init__(self, caps: DeviceCaps | None = None) -> None:
+        self.caps = caps or DeviceCaps()
+
+    def render_kernel(self, index: int, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Dispatch]]:
+        """The WGSL modules of kernel `index` and their dispatches, in order (their `source` still unnamed): one,
+        or three for split decode attention."""
+        spec = k.spec
+        where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
+        if isinstance(spec, GeneratedKernel):
+            src, launch, params = render_generated(k, program)
+            parts = [(src, launch, params)]
+        elif isinstance(spec, GemmKernel | Conv2dKernel):
+            src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
+            parts = [(src, launch, params_of(launch.ptrs, names_of(k)))]
+        elif isinstance(spec, AttentionKernel):
+            parts = [(src, launch, params_of(launch.ptrs, names_of(k))) for src, launch in attention(k, program)]
+        else:
+            raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
+        out = []
+        for src, launch, params in parts:
+            decls, bindings = bind(params, k, program, self.caps)
+            text = finish_source(src, decls, bindings, index, self.caps.division, self.caps.products)
+            if len(bindings) > self.caps.max_bindings:
+                raise NPUCompileError(f"{where}: needs {len(bindings)} storage bindings, the device allows "
+                                      f"{self.caps.max_bindings} per shader stage")
+            out.append((text, Dispatch("", tuple(int(g) for g in launch.grid), bindings)))
+        return out
+
+    def render_program(self, program: CompiledProgram) -> RenderedProgram:
+        if program.target != self.name:
+            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        out = RenderedProgram()
+        by_text: dict[str, str] = {}
+        for i, k in enumerate(program.kernels):
+            try:
+                rendered = self.render_kernel(i, k, program)
+            except NPUCompileError:
+                raise
+            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
+                raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for webgpu: "
+                                      f"{type(e).__name__}: {e}") from e
+            steps = []
+            for text, dispatch in rendered:
+                name = by_text.get(text)
+                if name is None:
+                    name = by_text[text] = f"src{len(by_text)}"
+                    out.sources[name] = text
+                dispatch.source = name
+                steps.append(dispatch)
+            out.steps.append(steps)
+        return out
+
+    def kernel_sources(self, k: KernelCall, program: CompiledProgram) -> list[str]:
+        """The WGSL of one kernel (for inspection), for the default device limits."""
+        return [text for text, _ in self.render_kernel(program.kernels.index(k), k, program)]
+
+
+TARGET = WebGPUTarget
+
+__all__ = ["WebGPUTarget", "RenderedProgram", "Dispatch", "DeviceCaps", "TARGET"]

@@ -1,0 +1,1 @@
+"""The webgpu backend (wgpu-py: Metal, Vulkan, D3D12)."""
