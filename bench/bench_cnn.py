@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(shape)
         ours, kernels = {}, {}
         for backend in backends:
-            prog = npu_compiler.compile(ir, backend.compile_target())  # fp16
+            prog = npu_compiler.compile(ir, backend.compile_target(), dtype="float16")
             flops = sum(_conv_gemm_flops(k) for k in prog.kernels)
             ws = npu_runtime.load_weights(prog, tensors, backend)
             ex = backend.create_executor(prog)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import INT_DTYPES
-from .errors import ConstraintError, InternalError, NPUCompileError, UnsupportedOpError, entry_point
+from .errors import ConstraintError, InternalError, NPUCompileError, NPUSimError, UnsupportedOpError, entry_point
 from .ir.graph import Graph
 from .ir.reader import read_ir
 from .ir.schema import lookup
@@ -19,8 +19,8 @@ from .lowering.memory_plan import check_plan, plan_memory
 from .memory_check import check_memory, check_sizes
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
-from .passes.dtype import apply_compute_dtype, choose_compute_dtype
-from .passes.normalize import inplace_to_outofplace, remove_noops
+from .passes.dtype import apply_compute_dtype, explain_compute_dtype
+from .passes.normalize import canonicalize_conv_padding, inplace_to_outofplace, remove_noops
 from .program import CompiledProgram, Recipe, WeightSpec
 from .targets.codegen import get_codegen_target
 from .targets.config import TargetConfig, default_config
@@ -68,42 +68,65 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
                                        and rope_theta > 0):
         raise NPUCompileError(f"rope_theta must be a positive number, got {rope_theta!r}")
     graph = ir if isinstance(ir, Graph) else read_ir(ir, lim)
-    passes: list[str] = []
-    recipes: dict[str, Recipe] = {}
-
     unknown_ops = [n for n in graph.nodes if n.op != "getitem" and lookup(n.op) is None]
     if unknown_ops:
         # refused even where the node is dead: an op nothing here knows may not be dropped silently
         n = unknown_ops[0]
         raise UnsupportedOpError(n.name, f"aten.{n.op}", target, "an op the compiler does not know")
-    n = remove_noops(graph)
+    return _compile(graph, target, codegen, cfg, dtype, set(disable_passes), rope_theta, verify_plan, lim)
+
+
+def _run_pass(name: str, fn, *args):
+    """Run one graph pass; a failure inside it (on a graph the reader accepted: a bug) names the pass, and how to
+    compile without it where it is optional."""
+    try:
+        return fn(*args)
+    except NPUSimError:
+        raise
+    except Exception as e:  # noqa: BLE001  (re-raised as the project's own error, with the original as its cause)
+        hint = f" (compile without it: --disable-pass {name})" if name in OPTIONAL_PASSES else ""
+        raise InternalError(f"running the pass '{name}'{hint}", e) from e
+
+
+def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str | None, disable_passes: set[str],
+             rope_theta: float | None, verify_plan: bool, lim: Limits) -> CompiledProgram:
+    passes: list[str] = []
+    recipes: dict[str, Recipe] = {}
+
+    n = _run_pass("remove_noops", remove_noops, graph)
     passes.append(f"remove_noops({n})")
-    n = inplace_to_outofplace(graph)
+    n = _run_pass("inplace_to_outofplace", inplace_to_outofplace, graph)
     passes.append(f"inplace_to_outofplace({n})")
+    n = _run_pass("conv_padding", canonicalize_conv_padding, graph)
+    if n:
+        passes.append(f"conv_padding({n})")
     if "bn_fold" not in disable_passes:
-        n = fold_batchnorm(graph, recipes)
+        n = _run_pass("bn_fold", fold_batchnorm, graph, recipes)
         passes.append(f"bn_fold({n})")
     graph.remove_dead()
 
-    compute = choose_compute_dtype(graph, cfg, dtype)
-    source_types = {id(v): v.dtype for v in [*graph.inputs, *graph.outputs]}
-    remap = apply_compute_dtype(graph, compute)
+    choice = explain_compute_dtype(graph, cfg, dtype)
+    compute = choice.dtype
+    # By position: the passes below replace output values (a fused node's output stands for the IR's).
+    input_types = [v.dtype for v in graph.inputs]
+    output_types = [v.dtype for v in graph.outputs]
+    remap = _run_pass("compute_dtype", apply_compute_dtype, graph, compute)
     passes.append(f"compute_dtype({compute}{', ' + str(remap) if remap else ''})")
-    check_constraints(graph, cfg)
-    padding = plan_channel_padding(graph, cfg)
-    passes.extend(_fuse(graph, recipes, set(disable_passes)))
+    _run_pass("constraints", check_constraints, graph, cfg)
+    padding = _run_pass("channel_padding", plan_channel_padding, graph, cfg)
+    passes.extend(_fuse(graph, recipes, disable_passes))
 
     lowering = Lowering(graph, codegen, greedy_fusion="elementwise_fusion" not in disable_passes,
                         conv_im2col="conv_im2col" not in disable_passes)
     lowering.run()
-    arena = plan_memory(lowering.buffers, lowering.kernels)
+    arena = _run_pass("memory_plan", plan_memory, lowering.buffers, lowering.kernels)
     need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
     if need > lim.max_bytes:
         raise ConstraintError(f"the program '{graph.name}' needs {format_bytes(need)} of buffers (intermediates, "
                               f"inputs, outputs, constants), above the limit of {format_bytes(lim.max_bytes)} "
                               f"(${MAX_BYTES_ENV})")
     if verify_plan:
-        check_plan(lowering.buffers, lowering.kernels)
+        _run_pass("memory_plan_check", check_plan, lowering.buffers, lowering.kernels)
         try:
             check_memory(lowering.buffers, lowering.kernels, lowering.outputs)
         except ValueError as e:
@@ -115,12 +138,12 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
         raise ConstraintError(f"the program '{graph.name}': {e}") from None
 
     # The user-facing dtypes stay those of the IR; the device holds the compute dtype.
-    for spec, v in zip(lowering.inputs, graph.inputs):
-        spec.dtype = source_types[id(v)]
+    for spec, v, dt in zip(lowering.inputs, graph.inputs, input_types):
+        spec.dtype = dt
         if spec.dtype in INT_DTYPES:
             spec.value_range = _value_range(graph, v)
-    for spec, v in zip(lowering.outputs, graph.outputs):
-        spec.dtype = source_types.get(id(v), spec.dtype)
+    for spec, dt in zip(lowering.outputs, output_types):
+        spec.dtype = dt
 
     weights = _weight_specs(graph, lowering, recipes, rope_theta)
     program = CompiledProgram(
@@ -146,6 +169,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
         "kernels": len(program.kernels),
         "intermediate_bytes_unshared": sum(b.nbytes for b in program.buffers if b.kind == "arena"),
         "peak_intermediate_bytes": arena,
+        "compute_dtype_reason": choice.reason,
     }
     return program
 
@@ -167,7 +191,7 @@ def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str]) -> list[
     for name, run in steps:
         if name in disabled:
             continue
-        done.append(f"{name}({run()})")
+        done.append(f"{name}({_run_pass(name, run)})")
         graph.remove_dead()
     return done
 

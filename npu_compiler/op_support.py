@@ -41,8 +41,16 @@ def is_structural(op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
     return not (op == "dropout.default" and (attrs or {}).get("train"))
 
 
-def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | None = None) -> str | None:
-    """Why `target` cannot run the op (None when it can). Raises NPUCompileError for an unknown target."""
+# Ops whose integer form has no primitive in the expression language (bitwise arithmetic): they lower for bool
+# tensors (masks) only.
+_BOOL_ONLY = frozenset(f"{p}{name}{s}" for name in ("and", "or", "xor")
+                       for p, s in (("bitwise_", ".Tensor"), ("__", "__.Tensor")))
+
+
+def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | None = None,
+                       out_dtypes: Iterable[str] = ()) -> str | None:
+    """Why `target` cannot run the op (None when it can); `out_dtypes`, where known, are the node's output dtypes.
+    Raises NPUCompileError for an unknown target."""
     kernels = get_codegen_target(target).library_kernels
     attrs = attrs or {}
     op = short_op(op_type)
@@ -61,6 +69,12 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
         return "batch_norm with training=True (batch statistics) is not supported; export in eval mode"
     if canon == "scaled_dot_product_attention.default" and float(attrs.get("dropout_p") or 0.0) > 0.0:
         return "scaled_dot_product_attention with dropout_p > 0 is random"
+    dtypes = [str(d).removeprefix("torch.") for d in out_dtypes]
+    if canon in _BOOL_ONLY and any(d != "bool" for d in dtypes):
+        return f"bitwise arithmetic on {dtypes[0]} tensors has no primitive (bool masks only)"
+    if canon == "bitwise_not.default" and any(d not in ("bool", "int64", "int32", "int16", "int8", "uint8")
+                                              for d in dtypes):
+        return f"bitwise_not of {dtypes[0]} tensors"
     return None
 
 
@@ -108,7 +122,8 @@ class SupportPredicate:
     def reason(self, node: Mapping[str, Any]) -> str | None:
         if self._forced(node):
             return "forced to the CPU (--force-cpu)"
-        return unsupported_reason(self.target, str(node.get("op_type", "")), node.get("attrs"))
+        return unsupported_reason(self.target, str(node.get("op_type", "")), node.get("attrs"),
+                                  [str(t.get("dtype", "")) for t in node.get("outputs") or []])
 
 
 def support_predicate(target: str, force_cpu: Iterable[str] = ()) -> SupportPredicate:

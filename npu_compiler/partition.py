@@ -190,8 +190,8 @@ _ZERO_FLOP = {
     "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
     "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
     "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default", "getitem",
-    "_assert_tensor_metadata.default", "alias.default", "detach.default", "dropout.default",
-    "lift_fresh_copy.default", "contiguous.default",
+    "_assert_tensor_metadata.default", "alias.default", "detach.default", "detach_.default", "dropout.default",
+    "lift_fresh_copy.default", "contiguous.default", "diagonal.default",
 }
 
 
@@ -255,9 +255,17 @@ def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupport
         parts_nodes.append([])
         return len(parts_dev) - 1
 
-    for nd in nodes:
+    for ni, nd in enumerate(nodes):
+        if not isinstance(nd, Mapping) or not isinstance(nd.get("name"), str) or "op_type" not in nd:
+            raise IRFormatError(f"node #{ni}: needs a 'name' and an 'op_type', got {str(nd)[:80]}")
         name, op_type = nd["name"], str(nd["op_type"])
         where = f"node '{name}' ({op_type})"
+        for key, kind in (("inputs", list), ("outputs", list), ("attrs", dict)):
+            if not isinstance(nd.get(key, kind()), kind):
+                raise IRFormatError(f"{where}: '{key}' must be a {kind.__name__}")
+        if any(not isinstance(t, Mapping) or not isinstance(t.get("name"), str) for t in
+               [*nd.get("inputs", []), *nd.get("outputs", [])]):
+            raise IRFormatError(f"{where}: every input and output needs a 'name'")
         deps: list[int] = []
         for i, t in enumerate(nd.get("inputs", [])):
             prod = t.get("producer_node")
@@ -280,9 +288,12 @@ def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupport
                 chosen = next((j for j in range(len(parts_dev)) if parts_dev[j] == NPU), -1)
                 chosen = chosen if chosen >= 0 else new_partition(NPU)
         else:
-            dev = NPU if pred(nd) else CPU
+            try:
+                dev = NPU if pred(nd) else CPU
+                why = ((reason_of(nd) if reason_of else None) or "not supported by the target") if dev == CPU else ""
+            except (ValueError, TypeError, KeyError, AttributeError) as e:  # an attr of the wrong kind
+                raise IRFormatError(f"{where}: {type(e).__name__}: {e}") from e
             if dev == CPU:
-                why = (reason_of(nd) if reason_of else None) or "not supported by the target"
                 fallback_nodes.append((nd, why))
             chosen = next((j for j in range(max(k, 0), len(parts_dev)) if parts_dev[j] == dev), -1)
             if chosen < 0:

@@ -31,3 +31,15 @@ def first_float_dtype(model: nn.Module) -> torch.dtype:
         if p.is_floating_point():
             return p.dtype
     return torch.get_default_dtype()
+
+
+def lifted_constants(model: nn.Module, example_inputs: tuple[torch.Tensor, ...], keys: set[str]
+                     ) -> dict[str, torch.Tensor]:
+    """The values of tensors a model's forward creates (`torch.tensor(0.0)` in transformers' mask code), which
+    torch.export lifts into constants: a weight-free (meta) export records their shape but not their data, and no
+    state dict holds them. One export of the real model (non-strict, real inputs) gives them, by the same keys."""
+    if not keys:
+        return {}
+    with torch.no_grad():
+        ep = torch.export.export(model, tuple(example_inputs), strict=False)
+    return {k: v.detach().clone() for k, v in ep.constants.items() if k in keys and isinstance(v, torch.Tensor)}

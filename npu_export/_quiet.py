@@ -17,3 +17,16 @@ def no_hf_progress() -> Iterator[None]:
     finally:
         if was:
             hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings (config checks of a tiny random config, deprecations) off for one block."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)

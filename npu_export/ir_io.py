@@ -22,7 +22,7 @@ from torch_ir import IR
 
 from ._atomic import atomic_write_text
 
-__all__ = ["ir_to_dict", "save_ir_json", "load_ir_dict", "load_ir_for_executor", "TORCH_DTYPES"]
+__all__ = ["ir_to_dict", "save_ir_json", "load_ir_dict", "load_ir_for_executor", "executable_ir", "TORCH_DTYPES"]
 
 # Names torch_ir (and the IR's tensor metas) use for dtypes, without the "torch." prefix.
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -84,4 +84,4 @@ def load_ir_dict(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str
 
 # --- reload: the runtime's CPU fallback owns it (it runs sub-graphs through torch_ir.IRExecutor) -----------------
 
-from npu_runtime.fallback import load_ir_for_executor  # noqa: E402
+from npu_runtime.fallback import executable_ir, load_ir_for_executor  # noqa: E402

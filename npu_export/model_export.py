@@ -9,6 +9,7 @@ array (its shape and dtype; the values are not used: the graph is traced on the 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from torch import nn
 from torch_ir import IR, extract_ir
 
 from ._atomic import atomic_path
-from ._meta import first_float_dtype, meta_clone
+from ._meta import first_float_dtype, lifted_constants, meta_clone
 from .errors import ExportError, first_line
 from .ir_io import TORCH_DTYPES, save_ir_json
 
@@ -167,7 +168,13 @@ def export_model(
 
     out = Path(out_dir)
     weights_path = out / f"{name}.safetensors"
+    tensors = model_tensors(model, cast)
+    missing = {w.name for w in ir.weights} - set(tensors)
+    if missing:  # tensors the forward creates: their values come from one export of the real model
+        real = model if cast is None else copy.deepcopy(model).to(cast)
+        example_real = tuple(torch.zeros(s.shape, dtype=s.dtype or float_dtype) for s in specs)
+        tensors.update(lifted_constants(real, example_real, missing))
     with atomic_path(weights_path) as tmp:
-        save_file(model_tensors(model, cast), str(tmp), metadata={"format": "pt", "model_name": name})
+        save_file(tensors, str(tmp), metadata={"format": "pt", "model_name": name})
     ir_path = save_ir_json(ir, out / f"{name}.json")
     return ExportResult(ir_path=ir_path, weights_path=weights_path, ir=ir)

@@ -10,13 +10,14 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from .ir_io import load_ir_for_executor
+from .errors import ExportError, first_line
+from .ir_io import executable_ir, load_ir_for_executor
 
 
 def to_torch(a: np.ndarray) -> torch.Tensor:
     if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(np.require(a, requirements="C").view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.require(a, requirements="C"))  # 0-d stays 0-d
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -43,7 +44,7 @@ def _executor(ir, weights, inputs, extra_weights):
     """The reloaded IR, an IRExecutor over the state dict (plus `extra_weights` it lacks) and the input tensors."""
     import torch_ir
 
-    ir_obj = load_ir_for_executor(ir)
+    ir_obj = executable_ir(load_ir_for_executor(ir))
     if isinstance(weights, Mapping):
         sd = {k: (v if isinstance(v, torch.Tensor) else to_torch(np.asarray(v))) for k, v in weights.items()}
     else:
@@ -60,7 +61,10 @@ def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[st
     """Outputs of the IR by name, computed by torch_ir.IRExecutor on the CPU."""
     ir_obj, ex, args = _executor(ir, weights, inputs, extra_weights)
     with torch.no_grad():
-        outs = ex.execute(args)
+        try:
+            outs = ex.execute(args)
+        except Exception as e:  # torch_ir's errors name the node and op; the CLI prints them as one line
+            raise ExportError(f"the reference (torch_ir.IRExecutor) failed: {first_line(e)}") from e
     return {t.name: to_numpy(o) for t, o in zip(ir_obj.graph_outputs, outs)}
 
 

@@ -51,13 +51,18 @@ class _Stage:
 class DAGExecutor:
     """Run a partition plan. `weights`: a state dict (NumPy or torch), a safetensors path/folder, or a
     `TensorSource`. `compile_fn(sub_ir) -> CompiledProgram` defaults to `npu_compiler.compile` for the backend's
-    compile target with `dtype`."""
+    compile target with `dtype` and `compile_options` (any other keyword of `npu_compiler.compile`:
+    `disable_passes`, `fusion`, `rope_theta`, ...), the same for every partition."""
 
     def __init__(self, plan: PartitionPlan, backend: Backend, compile_fn: CompileFn | None = None,
-                 weights: Any = None, *, dtype: str | None = None) -> None:
+                 weights: Any = None, *, dtype: str | None = None,
+                 compile_options: Mapping[str, Any] | None = None) -> None:
         self.plan = plan
         self.backend = backend
         self.dtype = dtype
+        self.compile_options = {k: v for k, v in (compile_options or {}).items() if k != "dtype"}
+        if compile_options and compile_options.get("dtype") is not None and dtype is None:
+            self.dtype = compile_options["dtype"]
         self._compile = compile_fn or self._default_compile
         self._source = weights if isinstance(weights, TensorSource) or weights is None else TensorSource(weights)
         self.stages: list[_Stage | None] = []
@@ -75,7 +80,7 @@ class DAGExecutor:
     def _default_compile(self, sub_ir: Mapping[str, Any]) -> CompiledProgram:
         import npu_compiler  # the default only: a caller with a prebuilt artifact passes its own compile_fn
 
-        return npu_compiler.compile(sub_ir, self.backend.compile_target(), dtype=self.dtype)
+        return npu_compiler.compile(sub_ir, self.backend.compile_target(), dtype=self.dtype, **self.compile_options)
 
     def _build(self, p: Partition) -> _Stage:
         if p.device == NPU:

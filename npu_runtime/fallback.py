@@ -22,7 +22,7 @@ from .errors import NPURuntimeError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["to_torch", "to_numpy", "CpuFallback", "load_ir_for_executor"]
+__all__ = ["to_torch", "to_numpy", "CpuFallback", "executable_ir", "load_ir_for_executor"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -36,9 +36,9 @@ def to_torch(array: Any, copy: bool = True) -> torch.Tensor:
         return array.clone() if copy else array
     a = np.asarray(array)
     if a.dtype == _BF16:
-        bits = np.ascontiguousarray(a).view(np.int16)
+        bits = np.require(a, requirements="C").view(np.int16)
         return torch.from_numpy(bits.copy() if copy else bits).view(torch.bfloat16)
-    a = np.ascontiguousarray(a)
+    a = np.require(a, requirements="C")  # ascontiguousarray would make a 0-d array 1-d
     # A copy, so an in-place ATen op of the fallback (relu_, index_copy_) never writes into the caller's array.
     return torch.from_numpy(a.copy() if copy else a)
 
@@ -67,7 +67,7 @@ class CpuFallback:
         self.input_names = [t["name"] for t in sub_ir["graph_inputs"]]
         self.output_names = [t["name"] for t in sub_ir["graph_outputs"]]
         self._out_dtypes = {t["name"]: str(t["dtype"]) for t in sub_ir["graph_outputs"]}
-        ir = load_ir_for_executor(sub_ir)
+        ir = executable_ir(load_ir_for_executor(sub_ir))
         tensors = {k: to_torch(v, copy=False) for k, v in weights.items()}
         self.executor = IRExecutor(ir, weights=tensors)
 
@@ -142,6 +142,29 @@ def _to_torch_attr(value: Any, kind: str, device: Any, where: str) -> Any:
     return obj
 
 
+@functools.cache
+def _scalar_args(op_type: str) -> tuple[tuple[str, bool, Any], ...]:
+    """(name, positional with a default, default) of the op's non-tensor args, in schema order."""
+    op = _resolve_op(op_type)
+    if op is None or not hasattr(op, "_schema"):
+        return ()
+    return tuple((a.name, a.has_default_value() and not a.kwarg_only,
+                  a.default_value if a.has_default_value() else None)
+                 for a in op._schema.arguments if "Tensor" not in str(a.type))
+
+
+def _fill_skipped_defaults(node_op: str, attrs: dict[str, Any]) -> None:
+    """The IR omits args at their default. IRExecutor rebuilds the call in schema order and stops at the first
+    omitted positional arg, so every later arg is lost with it: `scaled_dot_product_attention(q, k, v, scale=1.0)`
+    would run with the default scale (the IR of Whisper, OPT and T5 then disagrees with the model). Omitted
+    positional args before the last given one are written out with their defaults."""
+    args = _scalar_args(node_op)
+    given = [i for i, (name, _, _) in enumerate(args) if name in attrs]
+    for name, positional_default, default in args[:given[-1] if given else 0]:
+        if positional_default and name not in attrs:
+            attrs[name] = default
+
+
 def _restore_attrs(node: dict[str, Any], device: Any) -> None:
     where = f"node {node['name']} ({node['op_type']})"
     kinds = _torch_kinds(node["op_type"])
@@ -151,6 +174,18 @@ def _restore_attrs(node: dict[str, Any], device: Any) -> None:
         if kind is not None:
             attrs[name] = _to_torch_attr(value, kind, device, f"{where} attr '{name}'")
     node["attrs"] = attrs
+
+
+def executable_ir(ir: Any) -> Any:
+    """`ir` (a torch_ir.IR) made safe for IRExecutor: omitted args that would cut its call short are written out
+    (`_fill_skipped_defaults`), and an in-place `detach_` (which transformers applies to tensors its forward makes)
+    runs as `detach`: the same values, but torch refuses `detach_` on the weight views IRExecutor is handed. Every
+    IRExecutor of the project runs an IR through this."""
+    for node in ir.nodes:
+        _fill_skipped_defaults(node.op_type, node.attrs)
+        if node.op_type == "aten.detach_.default":
+            node.op_type = "aten.detach.default"
+    return ir
 
 
 def load_ir_for_executor(source: str | os.PathLike[str] | Mapping[str, Any], *, device: Any = None):

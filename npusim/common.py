@@ -27,8 +27,9 @@ class CLIError(InputError):
 
 def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
-                   help="compute dtype; auto: the weights' half dtype if they have one, else float16 for a model "
-                        "with convolutions and bfloat16 otherwise (float32 only when asked)")
+                   help="compute dtype; auto: the model's own (its weights' dtype: an fp32 model stays fp32, a bf16 "
+                        "checkpoint bf16) where the target computes it, else the nearest it does (from fp32: "
+                        "float16 for a model with convolutions, bfloat16 otherwise); the choice and why are printed")
     from npu_compiler.compiler import OPTIONAL_PASSES
 
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=OPTIONAL_PASSES,
@@ -94,6 +95,12 @@ def compile_kwargs(args: argparse.Namespace) -> dict:
 
         kw["disable_passes"] = sorted(set(kw["disable_passes"]) | set(FUSION_PASSES))
     return kw
+
+
+def dtype_line(program: CompiledProgram) -> str:
+    """`compute dtype D (why)`: the policy's choice for this program (npu_compiler.passes.dtype)."""
+    reason = program.stats.get("compute_dtype_reason") if isinstance(program.stats, dict) else None
+    return f"compute dtype {program.compute_dtype}" + (f" ({reason})" if reason else "")
 
 
 def check_output_folder(path: str, option: str = "-o") -> None:
@@ -165,9 +172,11 @@ class Inputs:
                 + "\n".join(f"  {line}" for line in self.generated))
 
 
-def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[str, np.ndarray], seed: int = 0
-                   ) -> Inputs:
-    """The given inputs, checked by name, and the missing ones generated (`Inputs.generated` says which and how)."""
+def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[str, np.ndarray], seed: int = 0,
+                   contract=None) -> Inputs:
+    """The given inputs, checked by name, and the missing ones generated (`Inputs.generated` says which and how):
+    those of a `contract` (an LLM graph's, `npusim.llm_contract`) consistent with each other, the rest each in its
+    own valid range."""
     specs = list(program.inputs if isinstance(program, CompiledProgram) else program)
     known = {s.name for s in specs}
     unknown = sorted(set(given) - known)
@@ -177,6 +186,9 @@ def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[
     rng = np.random.default_rng(seed)
     out = dict(given)
     lines = []
+    if contract is not None:
+        made, lines = contract.generate(specs, given, rng)
+        out.update(made)
     for spec in specs:
         if spec.name not in out:
             out[spec.name] = generate_input(spec, rng)

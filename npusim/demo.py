@@ -46,7 +46,8 @@ def demo_resnet(workdir: str, backend_name: str | None = None, batch: int = 2) -
     res = export_cnn(model, shape, workdir, "resnet18_small")
     backend = npu_runtime.get_backend(backend_name)
     t0 = time.perf_counter()
-    prog = npu_compiler.compile(res.ir_path, backend.compile_target())  # auto: fp16 for a CNN
+    # fp16, as an NPU runs a CNN (auto would keep this fp32 model in fp32)
+    prog = npu_compiler.compile(res.ir_path, backend.compile_target(), dtype="float16")
     artifact = os.path.join(workdir, "resnet18_small.npubin")
     prog.save(artifact)
     ws = npu_runtime.load_weights(prog, res.weights_path, backend)

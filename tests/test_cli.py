@@ -49,7 +49,11 @@ def test_verify_passes_and_fails(small_resnet, capsys, tmp_path):
     _, res, _ = small_resnet
     assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["passed"] and report["compute_dtype"] == "float16"
+    # an fp32 model on a target that computes fp32 stays fp32 unless asked (npu_compiler/passes/dtype.py)
+    assert report["passed"] and report["compute_dtype"] == "float32"
+    assert report["compute_dtype_reason"].startswith("auto: the weights are float32")
+    assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path), "--dtype", "float16"]) == 0
+    assert "compute dtype float16 (asked for)" in capsys.readouterr().out
 
 
 def test_verify_fails_on_a_wrong_kernel(small_resnet, capsys, monkeypatch):
@@ -92,7 +96,7 @@ def test_help_lists_commands(capsys):
 
 
 def test_verify_and_run_take_the_partition_path(tmp_path, capsys):
-    """An op without a lowering (cumsum) sends verify and run through the partition path, and they say so."""
+    """An op without a lowering (logcumsumexp) sends verify and run through the partition path, and they say so."""
     import torch
     from helpers import export_ir
     from safetensors.torch import save_file
@@ -103,7 +107,7 @@ def test_verify_and_run_take_the_partition_path(tmp_path, capsys):
             self.fc = torch.nn.Linear(8, 8)
 
         def forward(self, x):
-            return torch.cumsum(self.fc(x), -1).relu()
+            return torch.logcumsumexp(self.fc(x), -1).relu()
 
     ir = tmp_path / "m.json"
     ir.write_text(json.dumps(export_ir(M, [((2, 8), torch.float32)])))
@@ -114,6 +118,6 @@ def test_verify_and_run_take_the_partition_path(tmp_path, capsys):
     cap = capsys.readouterr()
     report = json.loads(cap.out)
     assert report["partition_path"] and report["transfers"] == 2 and report["passed"]
-    assert "cumsum" in cap.err and "partition path" in cap.err
+    assert "logcumsumexp" in cap.err and "partition path" in cap.err
     assert main(["run", str(ir), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "o.npz")]) == 0
-    assert "cumsum" in capsys.readouterr().err and (tmp_path / "o.npz").exists()
+    assert "logcumsumexp" in capsys.readouterr().err and (tmp_path / "o.npz").exists()

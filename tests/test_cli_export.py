@@ -208,3 +208,49 @@ def test_char_tokenizer_covers_the_vocabulary():
         assert tok.token_to_id(EOS_TOKEN) == 1
     with pytest.raises(ValueError, match="at least 98"):
         build_char_tokenizer(64)
+
+
+@pytest.mark.parametrize("graph", ["prefill", "decode"])
+def test_verify_passes_on_the_exports_own_graphs(random_llm, capsys, graph):
+    """verify on the export's own graphs passes by default: it reads the rotary base and the input contract from
+    cache_map.json (positions, cache positions and the causal mask consistent, caches written below the step), where
+    independent random inputs made the decode graph fail (Pearson 0.64) on inputs no generation can produce."""
+    assert main(["verify", str(random_llm / f"{graph}.json"), "--weights", str(random_llm / "model.safetensors"),
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    report = json.loads(cap.out)
+    assert report["passed"], report["outputs"]
+    assert all("cache_map.json's rule" in line for line in report["generated_inputs"]), report["generated_inputs"]
+    assert "computed: model.rotary_emb.inv_freq (rope_theta=10000)" in report["weights"]
+
+
+def test_contract_inputs_are_consistent(random_llm):
+    import numpy as np
+
+    from npu_runtime.dtypes import dtype_name
+    from npusim.common import input_specs_from_ir
+    from npusim.llm_contract import find_contract
+
+    for graph in ("prefill", "decode", "prefill.npubin", "decode.npubin"):
+        path = random_llm / (graph if graph.endswith(".npubin") else f"{graph}.json")
+        contract = find_contract(path)
+        assert contract is not None and contract.kind == graph.split(".")[0]
+    assert find_contract(random_llm / "config.json") is None
+    contract = find_contract(random_llm / "decode.json")
+    specs = input_specs_from_ir(random_llm / "decode.json")
+    for seed in range(5):
+        arrays, lines = contract.generate(specs, {}, np.random.default_rng(seed))
+        assert set(arrays) == {s.name for s in specs} and len(lines) == len(specs)
+        for s in specs:
+            assert arrays[s.name].shape == tuple(s.shape) and dtype_name(arrays[s.name].dtype) == s.dtype
+        pos = arrays["cache_position"]
+        assert (arrays["position_ids"].reshape(-1) == pos).all() and 0 <= pos[0] < 48
+        mask = arrays["attention_mask"].astype(np.float32)[0, 0]
+        assert ((mask == 0) == (np.arange(48)[None, :] <= pos[:, None])).all()
+        cache = arrays["k_cache_0"].astype(np.float32)
+        assert (cache[:, :, pos[0]:] == 0).all() and (cache[:, :, :pos[0]] != 0).all()
+        assert (arrays["input_ids"] >= 0).all() and (arrays["input_ids"] < 256).all()
+    # what the user gives is kept
+    ids = np.array([[7]], dtype=np.int64)
+    arrays, _ = contract.generate(specs, {"input_ids": ids}, np.random.default_rng(0))
+    assert "input_ids" not in arrays

@@ -64,7 +64,11 @@ def test_run_rejects_unknown_input_names(net, capsys):
 
 def test_verify_prints_the_tolerance_and_takes_the_users(net, capsys):
     _, res, d, _, _ = net
-    base = ["verify", str(res.ir_path), "--weights", str(res.weights_path)]
+    assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path)]) == 0
+    out = capsys.readouterr().out
+    assert "compute dtype float32 (auto: the weights are float32, which target config 'cpu' computes)" in out
+    assert "tolerance: pearson >= 0.99999, max|err|/max|ref| <= 0.001 (float32 default)" in out
+    base = ["verify", str(res.ir_path), "--weights", str(res.weights_path), "--dtype", "float16"]
     assert main(base) == 0
     out = capsys.readouterr().out
     assert "tolerance: pearson >= 0.999, max|err|/max|ref| <= 0.03 (float16 default)" in out
@@ -75,7 +79,7 @@ def test_verify_prints_the_tolerance_and_takes_the_users(net, capsys):
     assert rep["outputs"][0]["mismatched"] > 0 and not rep["passed"]
     assert main([*base, "--min-pearson", "1.5"]) == 1  # r <= 1 always
     assert "with --min-pearson 1.5" in capsys.readouterr().out
-    assert main([*base, "--dtype", "float32", "--atol", "1e-4", "--rtol", "1e-4"]) == 0
+    assert main([*base[:-2], "--dtype", "float32", "--atol", "1e-4", "--rtol", "1e-4"]) == 0
     assert "every element |err| <= 0.0001 + 0.0001*|ref|" in capsys.readouterr().out
 
 

@@ -278,3 +278,67 @@ def test_masked_softmax_sources_compile() -> None:
         assert [(k.kind, k.group) for k in program.kernels] == [("generated", "npu.softmax")]
         failures = _check_sources(rendered(program).sources)
         assert not failures, "\n\n".join(failures[:3])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("family", ["text", "vision"])
+def test_zoo_sources_compile(family: str) -> None:
+    """Every kernel of the model zoo (tests/test_zoo.py), compiled for cuda in each model's half dtype (the casts
+    and roundings), compiles with NVRTC and assembles: the new lowerings (norms, gathers, scans, resampling) render
+    as CUDA C with no GPU present."""
+    from npu_export.zoo import ZOO, ZooUnavailable, export_zoo_model, half_dtype
+
+    sources: dict[str, str] = {}
+    seen: set = set()
+    for name, z in ZOO.items():
+        if (z.family in ("cnn", "vit")) != (family == "vision"):
+            continue
+        try:
+            ex = export_zoo_model(name, half_dtype(z.family))
+        except ZooUnavailable:
+            continue
+        sources.update(_representatives(npu_compiler.compile(ex.ir, "cuda"), name, seen))
+    assert len(seen) > 20
+    failures = _check_sources(sources)
+    assert not failures, "\n\n".join(failures[:3])
+
+
+def _representatives(program: CompiledProgram, prefix: str, seen: set) -> dict[str, str]:
+    """One source per kind of kernel (kind, group, dtypes, row and reduction shape): the lowering that made it
+    renders every instance through the same code, and NVRTC then has a few hundred sources to compile, not
+    thousands."""
+    r = rendered(program)
+    out = {}
+    for k, steps in zip(program.kernels, r.steps):
+        spec = k.spec
+        key = (k.kind, k.group, program.dtype_of(k.outs[0]), tuple(program.dtype_of(a) for a in k.args),
+               getattr(spec, "row_dims", 0), bool(getattr(spec, "reduce_shape", ())))
+        if key in seen:
+            continue
+        seen.add(key)
+        for step in steps:
+            if isinstance(step, SourceLaunch):
+                out[f"{prefix}_{step.source}"] = r.sources[step.source]
+    return out
+
+
+@needs_nvrtc
+def test_new_op_cases_compile() -> None:
+    """The op conformance cases of the zoo's ops and of the core ATen ops added with them (gathers, scans, layout
+    ops, resampling, norms, reductions), compiled for cuda in float16 (float32 where that is all they take)."""
+    from conftest import export_ir
+    from test_op_conformance import CASES, F16, ZOO_CASES_FROM, ZOO_CASES_TO
+
+    sources: dict[str, str] = {}
+    seen: set = set()
+    for c in CASES[ZOO_CASES_FROM:ZOO_CASES_TO]:
+        dt = F16 if F16 in c.dtypes else c.dtypes[0]
+        torch.manual_seed(0)
+        inputs = c.inputs(dt)
+        make = (lambda c=c, dt=dt: c.make().to(dt)) if dt.is_floating_point else c.make
+        prog = npu_compiler.compile(export_ir(make, inputs), "cuda", dtype=str(dt).removeprefix("torch.")
+                                    if dt.is_floating_point else None)
+        sources.update(_representatives(prog, c.name, seen))
+    assert len(sources) > 100
+    failures = _check_sources(sources)
+    assert not failures, "\n\n".join(failures[:3])

@@ -145,3 +145,65 @@ def test_hostile_node_names_compile_and_run(small):
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(next(iter(out.values())), ref, rtol=1e-5, atol=1e-6)
+
+
+class ManyOps(torch.nn.Module):
+    """A graph with most kinds of lowering: norms, gathers, scans, layout ops, convs, upsampling, attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(8)
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.conv = torch.nn.Conv1d(4, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x, ids):
+        y = self.ln(x)  # [2, 4, 8]
+        y = self.conv(self.gn(y.unsqueeze(-1)).squeeze(-1)) + torch.cumsum(y, -1)
+        v, i = torch.topk(y, 3)
+        z = torch.gather(y, -1, i) + v + y[:, ids].sum(1, keepdim=True)[..., :3]
+        u = torch.nn.functional.interpolate(y.unsqueeze(1), size=(6, 10), mode="bilinear")
+        w = torch.roll(torch.nn.functional.pad(y, (1, 1)), 2, -1)[..., :8].repeat(1, 2, 1)
+        a = torch.nn.functional.scaled_dot_product_attention(self.fc(w), w, w, is_causal=True)
+        return z, u.mean(), torch.softmax(a, -1) * torch.where(x > 0, 1.0, -1.0).repeat(1, 2, 1)
+
+
+_BAD_VALUES = ["x", None, -1, 10**12, [], [10**9], [1, "a"], 2.5, {"a": 1}, True]
+
+
+def test_broken_attrs_never_give_a_traceback():
+    """Every attr of every node set to each of several wrong values: compile and partition either succeed or raise
+    the compiler's own error (which the CLI prints as one line), never anything else."""
+    from npu_compiler.errors import NPUCompileError
+    from npu_compiler.partition import partition
+
+    ir = export_ir(ManyOps, [((2, 4, 8), torch.float32), ((2,), torch.int64)], "many")
+    assert {"layer_norm.default", "group_norm.default", "conv1d.default", "cumsum.default", "topk.default",
+            "gather.default", "index.Tensor", "upsample_bilinear2d.vec", "pad.default", "roll.default",
+            "repeat.default", "where.Scalar"} <= {n["op_type"].removeprefix("aten.") for n in ir["nodes"]}
+    npu_compiler.compile(ir, dtype="float32")  # the unbroken graph compiles
+    tried = 0
+
+    def mutations(node: dict):
+        for key in list(node.get("attrs") or {}):
+            for bad in _BAD_VALUES:
+                yield f"attr {key}={bad!r}", lambda n, key=key, bad=bad: n["attrs"].__setitem__(key, bad)
+        if node["inputs"]:
+            yield "its last input dropped", lambda n: n["inputs"].pop()
+            yield "its first input twice", lambda n: n["inputs"].append(copy.deepcopy(n["inputs"][0]))
+
+    for ni, node in enumerate(ir["nodes"]):
+        for what, mutate in mutations(node):
+            broken = copy.deepcopy(ir)
+            mutate(broken["nodes"][ni])
+            tried += 1
+            runs = (lambda b=broken: npu_compiler.compile(b, dtype="float32"), lambda b=broken: partition(b, "cpu"))
+            for run in runs:
+                try:
+                    run()
+                except NPUCompileError:
+                    pass
+                except Exception as e:  # noqa: BLE001  (the assertion names what escaped, and where)
+                    raise AssertionError(f"node {node['name']} ({node['op_type']}) with {what}: "
+                                         f"{type(e).__name__}: {e}") from e
+    assert tried > 100

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -298,3 +299,32 @@ def test_builtin_configs() -> None:
     assert qwen2_config("tiny").num_hidden_layers == 2
     with pytest.raises(KeyError):
         qwen2_config("llama")
+
+
+class _MakesTensors(torch.nn.Module):
+    """A forward that creates tensors (transformers 5.17's mask code does: `torch.where(mask, torch.tensor(0.0),
+    min)`): torch.export lifts them into constants that a weight-free export records without data."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        zero = torch.tensor(0.5, dtype=x.dtype, device=x.device)
+        return torch.where(x > 0, zero, x) * torch.tensor([1.0, 2.0, 3.0], device=x.device)
+
+
+def test_tensors_made_in_forward_are_exported_and_run(tmp_path: Path) -> None:
+    """Their values go into the safetensors beside the weights (from one export of the real model), the in-place
+    `detach_` the export puts on them is a no-op for the compiler, and the model verifies."""
+    from safetensors.numpy import load_file
+
+    import npu_compiler
+    from npu_export import export_model
+    from npusim.cli import main
+
+    res = export_model(_MakesTensors(), [(2, 3)], tmp_path, "made")
+    data = json.loads(res.ir_path.read_text())
+    assert "aten.detach_.default" in {n["op_type"] for n in data["nodes"]}
+    saved = load_file(str(res.weights_path))
+    assert {w["name"] for w in data["weights"]} <= set(saved)
+    np.testing.assert_array_equal(sorted(float(v) for v in np.concatenate([a.ravel() for a in saved.values()])),
+                                  [0.5, 1.0, 2.0, 3.0])
+    assert npu_compiler.compile(res.ir_path).stats["ir_nodes"] == len(data["nodes"])  # one program, no fallback
+    assert main(["verify", str(res.ir_path), "--weights", str(res.weights_path)]) == 0

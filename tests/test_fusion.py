@@ -94,8 +94,8 @@ def resnet50_ir():
 def test_resnet50_on_cuda_meets_the_targets_without_im2col(resnet50_ir):
     """On cuda, k x k convs become im2col + GEMM by default (faster, more kernels and memory); with that lowering
     switched off the cuda program meets the same kernel and memory targets as the cpu one."""
-    lean = npu_compiler.compile(resnet50_ir, "cuda", disable_passes=["conv_im2col"])
-    fast = npu_compiler.compile(resnet50_ir, "cuda")
+    lean = npu_compiler.compile(resnet50_ir, "cuda", dtype="float16", disable_passes=["conv_im2col"])
+    fast = npu_compiler.compile(resnet50_ir, "cuda", dtype="float16")
     graph = npu_compiler.read_ir(resnet50_ir)
     sizes = sorted((math.prod(o.shape) for n in graph.nodes for o in n.outputs), reverse=True)
     assert len(lean.kernels) <= 60 and lean.arena_bytes <= 2 * (sizes[0] + sizes[1]) * 2
@@ -103,7 +103,7 @@ def test_resnet50_on_cuda_meets_the_targets_without_im2col(resnet50_ir):
 
 
 def test_resnet50_kernels_and_peak_memory(resnet50_ir):
-    prog = npu_compiler.compile(resnet50_ir, "cpu")  # fp16
+    prog = npu_compiler.compile(resnet50_ir, "cpu", dtype="float16")
     assert len(prog.kernels) <= 60, len(prog.kernels)
     graph = npu_compiler.read_ir(resnet50_ir)
     sizes = sorted((math.prod(o.shape) for n in graph.nodes for o in n.outputs), reverse=True)
@@ -311,6 +311,36 @@ def test_masked_softmax_outside_attention(dtype):
         ref = _MaskedSoftmax()(t["x"], t["mask"], t["y"])
     for got, want in zip(a.values(), ref):
         assert_close(got.astype(np.float32), want.float().numpy(), dtype, "accumulate", what="vs torch")
+
+
+class _MaskMadeByMul(torch.nn.Module):
+    """Scores [B, H, T, T] straight from a matmul (the scale applied to q before), a [B, 1, T, T] mask made by a mul
+    (BERT's `(1 - mask) * min`): the operand produced by a scale op is the mask here, not the scores."""
+
+    def forward(self, q, k, m, v):
+        s = torch.matmul(q * 0.25, k.transpose(-1, -2)) + (1.0 - m) * -10000.0
+        return torch.matmul(torch.softmax(s, dim=-1), v), torch.softmax(torch.matmul(q, k.transpose(-1, -2)) + m * -1e4,
+                                                                        dim=-1)
+
+
+@pytest.mark.parametrize("disabled", [[], ["attention"], ["attention", "elementwise_fusion"]])
+def test_softmax_patterns_take_operands_by_shape(disabled):
+    """A pattern that meets the mask where it expects the scores must not take it as the main input (it crashed with
+    `cannot expand (1, 4, 12, 12) to (1, 1, 12, 12)`); it reads roles from the shapes and matches PyTorch."""
+    from helpers import export_ir
+
+    shapes = [(1, 4, 12, 16), (1, 4, 12, 16), (1, 1, 12, 12), (1, 4, 12, 16)]
+    ir = export_ir(_MaskMadeByMul, [(s, torch.float32) for s in shapes], "mask_by_mul")
+    rng = np.random.default_rng(0)
+    names = [t["name"] for t in ir["graph_inputs"]]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    arrays[2] = np.tril(np.ones((12, 12), np.float32))[None, None]
+    prog = npu_compiler.compile(ir, "cpu", dtype="float32", disable_passes=disabled)
+    out = CPU.create_executor(prog).run_numpy(dict(zip(names, arrays)))
+    with torch.no_grad():
+        ref = _MaskMadeByMul()(*[torch.from_numpy(a) for a in arrays])
+    for got, want in zip(out.values(), ref):
+        assert_close(got, want.numpy(), "float32", "accumulate", what=f"disabled {disabled}")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

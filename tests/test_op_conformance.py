@@ -13,6 +13,7 @@ decomposed export would have (`REWRITTEN`): same numbers, other op name.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -731,6 +732,282 @@ class _ConvBlock(torch.nn.Module):
 
 case("conv_bn_relu_residual_block", _ConvBlock, lambda d: (rnd(1, 4, 7, 5, dt=d),),
      ("conv2d.default", "batch_norm.default", "relu_.default", "add_.Tensor"), "accumulate", module=True)
+
+
+# ---- ops of real architectures (the model zoo: tests/test_zoo.py) ---------------------------------------------
+
+ZOO_CASES_FROM = len(CASES)  # the cases below are also compiled as CUDA C (tests/test_cuda_codegen.py)
+
+# Selection with scalars and the masks transformers builds (bool logic).
+case("where_scalar_other", lambda c, x: torch.where(c, x, -3.4e38), lambda d: (mask(4, 1, 7), rnd(5, 7, dt=d)),
+     "where.ScalarOther", "exact")
+case("where_scalar_self", lambda c, x: torch.where(c, 0.1, x), lambda d: (mask(7), rnd(3, 7, dt=d)),
+     "where.ScalarSelf", "exact")
+case("where_scalar_both", lambda c, x: torch.where(c, 0.5, -2.0) * x, lambda d: (mask(3, 7), rnd(3, 7, dt=d)),
+     "where.Scalar", "exact")
+case("masked_fill_tensor_value", lambda x, m, v: x.masked_fill(m, v), lambda d: (rnd(4, 7, dt=d), mask(7), rnd(dt=d)),
+     "masked_fill.Tensor", "exact")
+for _sym, _fn in (("and", lambda a, b: a & b), ("or", lambda a, b: a | b), ("xor", lambda a, b: a ^ b)):
+    case(f"__{_sym}___bool", _fn, lambda d: (mask(4, 1, 7), mask(5, 1)), f"__{_sym}__.Tensor", "exact", (BOOL,))
+    case(f"bitwise_{_sym}_bool", lambda a, b, s=_sym: getattr(torch, f"bitwise_{s}")(a, b),
+         lambda d: (mask(3, 7), mask(7)), f"bitwise_{_sym}.Tensor", "exact", (BOOL,))
+    case(f"logical_{_sym}", lambda a, b, s=_sym: getattr(torch, f"logical_{s}")(a, b),
+         lambda d: (torch.randint(-1, 2, (3, 7)).to(d), torch.randint(-1, 2, (7,)).to(d)), f"logical_{_sym}.default",
+         "exact")
+case("bitwise_not_bool", lambda a: ~a, lambda d: (mask(3, 7),), "bitwise_not.default", "exact", (BOOL,))
+case("bitwise_not_int", torch.bitwise_not, lambda d: (torch.tensor([0, 1, -1, 2**62, -(2**63), 7]),),
+     "bitwise_not.default", "exact", (I64,))
+case("min_other", lambda x, y: torch.min(x, y), lambda d: (rnd(4, 1, 3, dt=d), rnd(5, 1, dt=d)), "min.other", "exact")
+case("max_other", lambda x, y: torch.max(x, y), lambda d: (rnd(4, 1, 3, dt=d), rnd(5, 1, dt=d)), "max.other", "exact")
+case("min_other_int", lambda x, y: torch.min(x, y), lambda d: (rnd(7, dt=d, lo=-9, hi=9), rnd(7, dt=d, lo=-9, hi=9)),
+     "min.other", "exact", (I64,))
+case("max_other_nan", lambda x, y: torch.max(x, y), lambda d: (torch.tensor([1.0, float("nan"), 2.0]).to(d),
+                                                              torch.tensor([float("nan"), 0.0, 3.0]).to(d)),
+     "max.other", "exact")
+
+# Rounding: integer-valued results, ties to even, signs of zero; exact in every dtype.
+_ROUNDING = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999, -2.7, 0.0, -0.0, 1e6 + 0.5, 3e38, float("inf"), float("nan")]
+
+
+def _rounding(d: torch.dtype) -> tuple[torch.Tensor]:
+    return (torch.cat([torch.tensor(_ROUNDING), rnd(29, lo=-40, hi=40)]).to(d),)
+
+
+for _name, _fn, _op in (("floor", torch.floor, "floor.default"), ("ceil", torch.ceil, "ceil.default"),
+                        ("trunc", torch.trunc, "trunc.default"), ("round", torch.round, "round.default"),
+                        ("sign", torch.sign, "sign.default")):
+    case(_name, _fn, _rounding, _op, "exact")
+    case(f"{_name}_int", _fn, lambda d: (rnd(13, dt=d, lo=-9, hi=9),), _op, "exact", (I64,))
+case("round_decimals_2", lambda x: torch.round(x, decimals=2), lambda d: (rnd(7, 13, dt=d),), "round.decimals",
+     "exact")
+case("round_decimals_neg", lambda x: torch.round(x, decimals=-1), lambda d: (rnd(7, 13, dt=d, lo=-99, hi=99),),
+     "round.decimals", "exact")
+case("softplus", F.softplus, lambda d: (torch.cat([rnd(29, dt=d, lo=-30, hi=30),
+                                                   torch.tensor([-100.0, -20.0, 0.0, 19.9, 20.1, 100.0]).to(d)]),),
+     "softplus.default")
+case("softplus_beta_threshold", lambda x: F.softplus(x, beta=2.0, threshold=5.0), lambda d: (rnd(7, 13, dt=d),),
+     "softplus.default")
+
+# Factories: the shape and dtype of the IR's output, one value.
+case("full_like", lambda x: torch.full_like(x, 3.25) + x, lambda d: (rnd(3, 7, dt=d),), "full_like.default", "exact")
+case("full_like_int", lambda x: torch.full_like(x, 3), lambda d: (rnd(3, 7, dt=d, lo=-9, hi=9),), "full_like.default",
+     "exact", (I64,))
+case("zeros_like", lambda x: torch.zeros_like(x) + x, lambda d: (rnd(3, 7, dt=d),), "zeros_like.default", "exact")
+case("ones_like", lambda x: torch.ones_like(x, dtype=torch.bool) & (x > 0), lambda d: (rnd(3, 7, dt=d),),
+     ("ones_like.default", "__and__.Tensor"), "exact")
+case("new_ones_0d_bool", lambda x: x.new_ones((), dtype=torch.bool) & (x > 0), lambda d: (rnd(3, 7, dt=d),),
+     "new_ones.default", "exact")
+case("new_zeros", lambda x: x.new_zeros((2, 3)), lambda d: (rnd(7, dt=d),), "new_zeros.default", "exact")
+case("new_full", lambda x: x.new_full((2, 3), -1.5), lambda d: (rnd(7, dt=d),), "new_full.default", "exact")
+case("scalar_tensor", lambda x: torch.scalar_tensor(2.5, dtype=x.dtype) * x, lambda d: (rnd(7, dt=d),),
+     "scalar_tensor.default", "exact")
+
+# Index ops: gathers (negative indices count from the end in `index.Tensor`; gather and index_select refuse them).
+case("gather_dim1", lambda x, i: torch.gather(x, 1, i), lambda d: (rnd(3, 5, 7, dt=d), torch.randint(0, 5, (3, 4, 7))),
+     "gather.default", "exact")
+case("gather_last_smaller", lambda x, i: torch.gather(x, -1, i), lambda d: (rnd(3, 9, dt=d),
+                                                                            torch.randint(0, 9, (2, 4))),
+     "gather.default", "exact")
+case("index_select", lambda x, i: torch.index_select(x, 1, i), lambda d: (rnd(3, 5, 7, dt=d),
+                                                                          torch.tensor([4, 0, 1, 2, 2])),
+     "index_select.default", "exact")
+case("index_select_noncontig", lambda x, i: torch.index_select(x.t(), 0, i), lambda d: (rnd(5, 7, dt=d),
+                                                                                        torch.tensor([6, 1, 3])),
+     "index_select.default", "exact")
+case("index_one_dim", lambda x, i: x[:, i], lambda d: (rnd(3, 5, 7, dt=d), torch.tensor([[4, 0], [-1, 2]])),
+     "index.Tensor", "exact")
+case("index_adjacent_bcast", lambda x, i, j: x[:, i, j], lambda d: (rnd(2, 5, 7, 3, dt=d),
+                                                                      torch.randint(0, 5, (4, 1)),
+                                                                      torch.randint(-7, 7, (6,))),
+     "index.Tensor", "exact")
+case("index_split_dims", lambda x, i, j: x[i, :, j], lambda d: (rnd(4, 5, 7, dt=d), torch.randint(0, 4, (3,)),
+                                                                  torch.randint(0, 7, (3,))),
+     "index.Tensor", "exact")
+case("index_first", lambda x, i: x[i], lambda d: (rnd(4, 5, dt=d), torch.randint(0, 4, (2, 3))), "index.Tensor",
+     "exact")
+case("index_bool_values", lambda m, i, j: m[i, j], lambda d: (mask(3, 8), torch.zeros(1, 1, dtype=torch.int64),
+                                                                torch.arange(8).view(1, 8)), "index.Tensor", "exact",
+     (BOOL,))
+
+# Layout ops.
+case("repeat", lambda x: x.repeat(2, 1, 3), lambda d: (rnd(5, 1, 3, dt=d),), "repeat.default", "exact")
+case("repeat_new_dims", lambda x: x.repeat(2, 3, 1), lambda d: (rnd(4, 3, dt=d),), "repeat.default", "exact")
+case("repeat_interleave_dim", lambda x: torch.repeat_interleave(x, 3, dim=1), lambda d: (rnd(2, 4, 3, dt=d),),
+     "repeat_interleave.self_int", "exact")
+case("repeat_interleave_flat", lambda x: torch.repeat_interleave(x, 2), lambda d: (rnd(2, 3, dt=d).t(),),
+     "repeat_interleave.self_int", "exact")
+case("stack_dim1", lambda x, y, z: torch.stack([x, y, z], 1), lambda d: (rnd(3, 4, dt=d), rnd(3, 4, dt=d).t().t(),
+                                                                          rnd(4, 3, dt=d).t()),
+     "stack.default", "exact")
+case("stack_last_0d", lambda x, y: torch.stack([x, y], -1), lambda d: (rnd(dt=d), rnd(dt=d)), "stack.default", "exact")
+case("flip", lambda x: torch.flip(x, [0, -1]), lambda d: (rnd(3, 4, 5, dt=d),), "flip.default", "exact")
+case("roll_dims", lambda x: torch.roll(x, (2, -1), (1, 2)), lambda d: (rnd(2, 5, 7, dt=d),), "roll.default", "exact")
+case("roll_flat", lambda x: torch.roll(x, 5), lambda d: (rnd(3, 4, dt=d),), "roll.default", "exact")
+case("roll_more_than_size", lambda x: torch.roll(x, -9, 0), lambda d: (rnd(4, 3, dt=d),), "roll.default", "exact")
+case("pad_constant", lambda x: F.pad(x, (1, 2, 0, 3), value=-1.5), lambda d: (rnd(2, 3, 4, dt=d),), "pad.default",
+     "exact")
+case("pad_crop", lambda x: F.pad(x, (-1, 2)), lambda d: (rnd(3, 5, dt=d),), "pad.default", "exact")
+for _mode in ("reflect", "replicate", "circular"):
+    case(f"pad_{_mode}", lambda x, m=_mode: F.pad(x, (2, 1, 1, 2), mode=m), lambda d: (rnd(1, 2, 4, 5, dt=d),),
+         "pad.default", "exact")
+case("constant_pad_nd", lambda x: torch.constant_pad_nd(x, (1, 1, 2, 0), 0.5), lambda d: (rnd(3, 4, dt=d),),
+     "constant_pad_nd.default", "exact")
+case("constant_pad_nd_int", lambda x: torch.constant_pad_nd(x, (2, 1), 7), lambda d: (rnd(3, 4, dt=d, lo=-9, hi=9),),
+     "constant_pad_nd.default", "exact", (I64,))
+case("diff", lambda x: torch.diff(x), lambda d: (rnd(3, 7, dt=d),), "diff.default", "exact")
+case("diff_n2_dim0", lambda x: torch.diff(x, n=2, dim=0), lambda d: (rnd(5, 3, dt=d),), "diff.default", "exact")
+case("diff_prepend_int", lambda x, p: torch.diff(x, dim=-1, prepend=p), lambda d: (rnd(2, 6, dt=d, lo=-9, hi=9),
+                                                                                   rnd(2, 1, dt=d, lo=-9, hi=9)),
+     "diff.default", "exact", (I64,))
+case("diff_bool", lambda m: torch.diff(m), lambda d: (mask(3, 7),), "diff.default", "exact", (BOOL,))
+
+# Scans and selection.
+case("cumsum", lambda x: torch.cumsum(x, 1), lambda d: (rnd(3, 9, 4, dt=d),), "cumsum.default", "accumulate")
+case("cumsum_long_row", lambda x: torch.cumsum(x, -1), lambda d: (rnd(2, 100, dt=d),), "cumsum.default", "accumulate")
+case("cumsum_int", lambda x: torch.cumsum(x, 0), lambda d: (rnd(9, 3, dt=d, lo=-99, hi=99),), "cumsum.default",
+     "exact", (I64,))
+case("cumsum_bool_to_int", lambda x: torch.cumsum(x > 0, -1), lambda d: (rnd(3, 9, dt=d),), "cumsum.default",
+     "exact", (F32,))
+case("cumsum_int_to_float", lambda i: torch.cumsum(i, -1, dtype=torch.float32),
+     lambda d: (rnd(3, 9, dt=d, lo=-9, hi=9),), "cumsum.default", "exact", (I64,))
+
+
+def _distinct(*shape: int, dt: torch.dtype = F32) -> torch.Tensor:
+    """Values without ties (top-k's order among equal values is left to the implementation)."""
+    n = math.prod(shape)
+    return (torch.randperm(n).to(torch.float32) / 4 - n / 8).reshape(shape).to(dt)
+
+
+case("topk_last", lambda x: torch.topk(x, 3), lambda d: (_distinct(4, 9, dt=d),), "topk.default", "exact")
+case("topk_smallest_dim0", lambda x: torch.topk(x, 2, dim=0, largest=False), lambda d: (_distinct(7, 5, dt=d),),
+     "topk.default", "exact")
+case("topk_nan_is_largest", lambda x: torch.topk(x, 3),
+     lambda d: (torch.tensor([[1.0, float("nan"), -2.0, 5.0, float("-inf")]]).to(d),), "topk.default", "exact")
+case("topk_int", lambda x: torch.topk(x, 2), lambda d: (torch.randperm(30).reshape(3, 10) - 15,), "topk.default",
+     "exact", (I64,))
+
+# Norms: one row kernel (mean and variance in fp32) per row or group.
+case("layer_norm", lambda: torch.nn.LayerNorm(33), lambda d: (rnd(2, 5, 33, dt=d),), "layer_norm.default",
+     "accumulate", module=True)
+case("layer_norm_2d_no_affine", lambda: torch.nn.LayerNorm((5, 7), elementwise_affine=False),
+     lambda d: (rnd(3, 5, 7, dt=d) * 5 + 3,), "layer_norm.default", "accumulate", module=True)
+case("layer_norm_of_transpose", lambda x, w, b: F.layer_norm(x.transpose(1, 2), (5,), w, b, 1e-3),
+     lambda d: (rnd(2, 5, 4, dt=d), rnd(5, dt=d), rnd(5, dt=d)), "layer_norm.default", "accumulate")
+case("group_norm", lambda: torch.nn.GroupNorm(3, 6), lambda d: (rnd(2, 6, 4, 5, dt=d),), "group_norm.default",
+     "accumulate", module=True)
+case("group_norm_3d_no_affine", lambda x: F.group_norm(x, 2), lambda d: (rnd(2, 4, 9, dt=d),), "group_norm.default",
+     "accumulate")
+
+# Convolutions as conv2d over views, string padding, and batched matmul with a bias.
+case("conv1d", lambda: torch.nn.Conv1d(4, 6, 3, stride=2, padding=1), lambda d: (rnd(2, 4, 11, dt=d),),
+     "conv1d.default", "accumulate", module=True)
+case("conv1d_depthwise", lambda: torch.nn.Conv1d(6, 6, 4, padding=3, groups=6), lambda d: (rnd(1, 6, 9, dt=d),),
+     "conv1d.default", "accumulate", module=True)
+case("conv1d_same_even", lambda x, w: F.conv1d(x, w, padding="same", dilation=1), lambda d: (rnd(2, 3, 10, dt=d),
+                                                                                            rnd(4, 3, 4, dt=d)),
+     "conv1d.padding", "accumulate")
+# Symmetric "same" padding becomes numeric padding before lowering (passes/normalize.py: canonicalize_conv_padding).
+case("conv2d_same", lambda: torch.nn.Conv2d(3, 4, 3, padding="same", bias=False), lambda d: (rnd(1, 3, 6, 7, dt=d),),
+     "conv2d.padding", "accumulate", module=True)
+case("conv2d_same_even_kernel", lambda x, w, b: F.conv2d(x, w, b, padding="same"),
+     lambda d: (rnd(1, 3, 6, 7, dt=d), rnd(4, 3, 2, 4, dt=d), rnd(4, dt=d)), "conv2d.padding", "accumulate")
+case("conv2d_valid_stride", lambda x, w: F.conv2d(x, w, stride=2, padding="valid"),
+     lambda d: (rnd(1, 3, 9, 8, dt=d), rnd(4, 3, 3, 3, dt=d)), "conv2d.padding", "accumulate")
+case("baddbmm", lambda a, b, c: torch.baddbmm(a, b, c, beta=0.5, alpha=2.0),
+     lambda d: (rnd(2, 3, 5, dt=d), rnd(2, 3, 4, dt=d), rnd(2, 4, 5, dt=d)), "baddbmm.default", "accumulate")
+case("baddbmm_bcast_beta0", lambda a, b, c: torch.baddbmm(a, b, c, beta=0.0),
+     lambda d: (torch.full((1, 5), float("nan")).to(d), rnd(2, 3, 4, dt=d), rnd(2, 4, 5, dt=d)), "baddbmm.default",
+     "accumulate")
+
+# Resampling and pooling over one dim.
+case("upsample_nearest_x2", lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+     lambda d: (rnd(1, 2, 3, 5, dt=d),), "upsample_nearest2d.vec", "exact")
+case("upsample_nearest_size", lambda x: F.interpolate(x, size=(7, 4), mode="nearest"),
+     lambda d: (rnd(1, 2, 3, 5, dt=d),), "upsample_nearest2d.vec", "exact")
+case("upsample_nearest_default", lambda x: torch.ops.aten.upsample_nearest2d(x, [5, 11]),
+     lambda d: (rnd(2, 2, 3, 4, dt=d),), "upsample_nearest2d.default", "exact")
+case("upsample_bilinear", lambda x: F.interpolate(x, size=(7, 9), mode="bilinear"), lambda d: (rnd(1, 2, 3, 5, dt=d),),
+     "upsample_bilinear2d.vec", "accumulate")
+case("upsample_bilinear_align", lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+     lambda d: (rnd(1, 2, 4, 6, dt=d),), "upsample_bilinear2d.vec", "accumulate")
+case("upsample_bilinear_down", lambda x: F.interpolate(x, size=(2, 3), mode="bilinear"),
+     lambda d: (rnd(1, 2, 5, 7, dt=d),), "upsample_bilinear2d.vec", "accumulate")
+case("upsample_bilinear_default", lambda x: torch.ops.aten.upsample_bilinear2d(x, [6, 4], False),
+     lambda d: (rnd(1, 3, 3, 2, dt=d),), "upsample_bilinear2d.default", "accumulate")
+case("adaptive_avg_pool1d", lambda x: F.adaptive_avg_pool1d(x, 3), lambda d: (rnd(2, 3, 10, dt=d),),
+     "adaptive_avg_pool1d.default", "accumulate")
+case("adaptive_avg_pool1d_global", lambda x: F.adaptive_avg_pool1d(x, 1), lambda d: (rnd(2, 3, 10, dt=d),),
+     "adaptive_avg_pool1d.default", "accumulate")
+
+
+# ---- more of PyTorch's core ATen op set (docs/op_coverage.md) -------------------------------------------------
+
+A = torch.ops.aten
+case("add_scalar_overload", lambda x: A.add.Scalar(x, 0.1, alpha=2), lambda d: (rnd(3, 64, dt=d),), "add.Scalar")
+case("sub_scalar_overload", lambda x: A.sub.Scalar(x, 0.3), lambda d: (rnd(3, 7, dt=d),), "sub.Scalar", "exact")
+case("mul_scalar_overload", lambda x: A.mul.Scalar(x, 1.7), lambda d: (rnd(3, 7, dt=d),), "mul.Scalar", "exact")
+case("div_scalar_overload", lambda x: A.div.Scalar(x, 3), lambda d: (rnd(3, 7, dt=d),), "div.Scalar", "exact")
+case("div_scalar_mode", lambda x: A.div.Scalar_mode(x, 2, rounding_mode="floor"),
+     lambda d: (rnd(3, 7, dt=d, lo=-9, hi=9),), "div.Scalar_mode", "exact", (F32, I64))
+case("pow_scalar_base", lambda x: 2.0 ** x, lambda d: (rnd(3, 7, dt=d),), "pow.Scalar")
+case("isnan", torch.isnan, lambda d: (torch.tensor([1.0, float("nan"), float("inf"), -0.0]).to(d),), "isnan.default",
+     "exact")
+case("isinf", torch.isinf, lambda d: (torch.tensor([1.0, float("nan"), float("inf"), -float("inf")]).to(d),),
+     "isinf.default", "exact")
+case("log1p", torch.log1p, lambda d: (torch.cat([rnd(29, dt=d, lo=-0.9, hi=5),
+                                                torch.tensor([1e-7, -1e-6, 0.0, 3e-4])]).to(d),), "log1p.default")
+case("expm1", torch.expm1, lambda d: (torch.cat([rnd(29, dt=d, lo=-5, hi=5),
+                                                torch.tensor([1e-7, -1e-6, 0.0, 3e-4, 100.0, -100.0])]).to(d),),
+     "expm1.default")
+case("log2", torch.log2, lambda d: (pos(7, 13, dt=d),), "log2.default")
+case("log10", torch.log10, lambda d: (pos(7, 13, dt=d),), "log10.default")
+case("elu", F.elu, lambda d: (rnd(7, 13, dt=d),), "elu.default")
+case("elu_alpha", lambda x: F.elu(x, alpha=0.5), lambda d: (rnd(7, 13, dt=d),), "elu.default")
+case("fill_scalar", lambda x: A.fill.Scalar(x, 2.5) + x, lambda d: (rnd(3, 7, dt=d),), "fill.Scalar", "exact")
+case("copy_bcast", lambda x, y: A.copy.default(x, y), lambda d: (rnd(3, 7, dt=d), rnd(7, dt=F32)), "copy.default",
+     "exact")
+case("amin", lambda x: x.amin(-1), lambda d: (rnd(5, 9, dt=d),), "amin.default", "exact")
+case("amin_keepdim_int", lambda x: x.amin((0, 2), keepdim=True), lambda d: (rnd(3, 4, 5, dt=d, lo=-99, hi=99),),
+     "amin.default", "exact", (I64,))
+case("any_all", lambda x: (x > 1).any(), lambda d: (rnd(5, 9, dt=d),), "any.default", "exact", (F32,))
+case("any_dim", lambda x: (x > 2).any(-1), lambda d: (rnd(5, 9, dt=d),), "any.dim", "exact", (F32,))
+case("any_dims", lambda m: A.any.dims(m, [0, 2], True), lambda d: (mask(3, 4, 5),), "any.dims", "exact", (BOOL,))
+case("var_dim", lambda x: x.var(-1), lambda d: (rnd(5, 33, dt=d),), "var.dim", "accumulate")
+case("var_biased", lambda x: torch.var(x, (0, 2), unbiased=False, keepdim=True), lambda d: (rnd(3, 4, 5, dt=d) + 5,),
+     "var.dim", "accumulate")
+case("var_correction", lambda x: A.var.correction(x, [1], correction=0), lambda d: (rnd(4, 9, dt=d),),
+     "var.correction", "accumulate")
+case("argmax", lambda x: x.argmax(-1), lambda d: (_distinct(5, 9, dt=d),), "argmax.default", "exact")
+case("argmax_all_nan", lambda x: x.argmax(), lambda d: (torch.tensor([[1.0, 5.0], [float("nan"), 2.0]]).to(d),),
+     "argmax.default", "exact")
+case("argmin_keepdim", lambda x: x.argmin(0, keepdim=True), lambda d: (_distinct(5, 9, dt=d),), "argmin.default",
+     "exact")
+case("argmax_ties_first", lambda x: x.argmax(-1), lambda d: (torch.tensor([[1, 3, 3, 0], [2, 2, 2, 2]]).to(d),),
+     "argmax.default", "exact", (F32, I64))
+case("max_dim", lambda x: x.max(-1), lambda d: (_distinct(5, 9, dt=d),), "max.dim", "exact")
+case("min_dim_keepdim", lambda x: x.min(0, keepdim=True), lambda d: (_distinct(5, 9, dt=d),), "min.dim", "exact")
+case("diagonal", lambda x: torch.diagonal(x, 1, 1, 2) + 1, lambda d: (rnd(2, 4, 5, dt=d),), "diagonal.default",
+     "exact")
+case("diagonal_below_out", lambda x: torch.diagonal(x, -1), lambda d: (rnd(4, 3, dt=d),), "diagonal.default", "exact")
+case("_log_softmax", lambda x: A._log_softmax(x, -1, False), lambda d: (rnd(3, 17, dt=d),), "_log_softmax.default",
+     "accumulate")
+case("_adaptive_avg_pool2d", lambda x: A._adaptive_avg_pool2d(x, [2, 3]), lambda d: (rnd(1, 2, 5, 7, dt=d),),
+     "_adaptive_avg_pool2d.default", "accumulate")
+case("avg_pool1d", lambda x: F.avg_pool1d(x, 3, 2, 1), lambda d: (rnd(2, 3, 10, dt=d),), "avg_pool1d.default",
+     "accumulate")
+case("reflection_pad1d", lambda x: A.reflection_pad1d(x, [2, 1]), lambda d: (rnd(2, 3, 5, dt=d),),
+     "reflection_pad1d.default", "exact")
+case("reflection_pad2d", lambda x: A.reflection_pad2d(x, [1, 2, 2, 0]), lambda d: (rnd(1, 2, 4, 5, dt=d),),
+     "reflection_pad2d.default", "exact")
+case("replication_pad2d", lambda x: A.replication_pad2d(x, [1, 2, 0, 3]), lambda d: (rnd(1, 2, 4, 5, dt=d),),
+     "replication_pad2d.default", "exact")
+case("reflection_pad3d", lambda x: A.reflection_pad3d(x, [1, 0, 0, 2, 1, 1]), lambda d: (rnd(1, 2, 3, 4, 5, dt=d),),
+     "reflection_pad3d.default", "exact")
+case("replication_pad3d", lambda x: A.replication_pad3d(x, [0, 2, 1, 0, 2, 1]), lambda d: (rnd(1, 2, 3, 4, 5, dt=d),),
+     "replication_pad3d.default", "exact")
+
+
+ZOO_CASES_TO = len(CASES)
 
 
 # ---- larger graphs and fusion patterns (fused_cases.py), on every backend like the rest ------------------------

@@ -302,6 +302,208 @@ _op("leaky_relu.default(Tensor self, Scalar negative_slope=0.01) -> Tensor",
                                   _bin("mul", cast(ops[0], out), const(attrs["negative_slope"], out), out)))
 
 
+# Selection with scalar operands (transformers' mask building: `torch.where(mask, 0.0, min_value)`).
+_op("where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor", _where)
+_op("where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor",
+    lambda ops, attrs, out: Where(out, cast(ops[0], "bool"), const(attrs["self"], out), cast(ops[1], out)))
+_op("where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor",
+    lambda ops, attrs, out: Where(out, cast(ops[0], "bool"), const(attrs["self"], out), const(attrs["other"], out)))
+_op("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor",
+    lambda ops, attrs, out: Where(out, cast(ops[1], "bool"), cast(ops[2], out), cast(ops[0], out)))
+
+
+def _logic(op: str) -> Builder:
+    """Logical and/or/xor: the operands as truth values (nonzero is true), a bool result."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        a, b = cast(ops[0], "bool"), cast(ops[1], "bool")
+        return cast(_bin("ne" if op == "xor" else op, a, b, "bool"), out)
+
+    return build
+
+
+def _bitwise(op: str) -> Builder:
+    """Bitwise and/or/xor of bool tensors (the masks transformers builds). Integer bitwise arithmetic has no primitive
+    in the expression language: op support refuses integer operands (`op_support.unsupported_reason`), so those run
+    on the CPU through the partition path."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        if out != "bool":
+            raise ValueError(f"bitwise {op} of {out} tensors has no primitive (only bool operands lower)")
+        return _logic(op)(ops, attrs, out)
+
+    return build
+
+
+for _name, _logic_op in (("and", "and"), ("or", "or"), ("xor", "xor")):
+    _op(f"logical_{_name}.default(Tensor self, Tensor other) -> Tensor", _logic(_logic_op))
+    _op(f"bitwise_{_name}.Tensor(Tensor self, Tensor other) -> Tensor", _bitwise(_logic_op))
+    _op(f"__{_name}__.Tensor(Tensor self, Tensor other) -> Tensor", _bitwise(_logic_op))
+
+
+def _bitwise_not(ops: Operands, attrs: dict, out: str) -> Expr:
+    if out == "bool":
+        return Unary("bool", "not", cast(ops[0], "bool"))
+    if is_float(out):
+        raise ValueError(f"bitwise_not of a {out} tensor (ATen refuses it too)")
+    x = cast(ops[0], out)
+    return _bin("sub", _un("neg", x), const(1, out), out)  # ~x == -x - 1 in two's complement, exactly
+
+
+_op("bitwise_not.default(Tensor self) -> Tensor", _bitwise_not)
+_op("min.other(Tensor self, Tensor other) -> Tensor", _binary("min"))
+_op("max.other(Tensor self, Tensor other) -> Tensor", _binary("max"))
+
+
+# Rounding. floor and trunc are primitives; the rest are exact compositions (no rounding happens in them).
+def _integral(build: Callable[[Expr], Expr]) -> Builder:
+    """Rounding ops are the identity on integer tensors."""
+    return lambda ops, attrs, out: cast(ops[0], out) if not is_float(out) else build(cast(ops[0], out))
+
+
+def _round_half_even(x: Expr) -> Expr:
+    """Round to the nearest integer, ties to even (C's nearbyint, which ATen uses). x - floor(x) is exact in binary
+    floating point, so the comparisons with 0.5 are exact too."""
+    dt = x.dtype
+    f = _un("floor", x)
+    d = _bin("sub", x, f, dt)
+    one, half = const(1, dt), const(0.5, dt)
+    up = _bin("add", f, one, dt)
+    odd = _bin("ne", _bin("sub", f, _bin("mul", const(2, dt), _un("floor", _bin("mul", f, half, dt)), dt), dt),
+               const(0, dt), "bool")
+    tie = Where(dt, odd, up, f)
+    return Where(dt, _bin("gt", d, half, "bool"), up, Where(dt, _bin("lt", d, half, "bool"), f, tie))
+
+
+def _round_decimals(ops: Operands, attrs: dict, out: str) -> Expr:
+    """ATen: nearbyint(x * 10^n) / 10^n, or nearbyint(x / 10^-n) * 10^-n for negative n, in fp32 for a half dtype
+    (its opmath type; the result is rounded once)."""
+    if not is_float(out):
+        return cast(ops[0], out)
+    f = "float32" if out in HALF_DTYPES else out
+    x = cast(ops[0], f)
+    n = int(attrs.get("decimals", 0))
+    if n == 0:
+        return _round_half_even(x)
+    p = const(float(10 ** abs(n)), f)
+    if n > 0:
+        return _bin("div", _round_half_even(_bin("mul", x, p, f)), p, f)
+    return _bin("mul", _round_half_even(_bin("div", x, p, f)), p, f)
+
+
+_op("floor.default(Tensor self) -> Tensor", _integral(lambda x: _un("floor", x)))
+_op("ceil.default(Tensor self) -> Tensor", _integral(lambda x: _un("neg", _un("floor", _un("neg", x)))))
+_op("trunc.default(Tensor self) -> Tensor", _integral(lambda x: _un("trunc", x)))
+_op("round.default(Tensor self) -> Tensor", _integral(_round_half_even))
+_op("round.decimals(Tensor self, *, int decimals) -> Tensor", _round_decimals)
+
+
+def _sign(ops: Operands, attrs: dict, out: str) -> Expr:
+    """(0 < x) - (x < 0), as ATen computes it: 0 for zeros and for NaN."""
+    x = cast(ops[0], out)
+    if out == "bool":
+        return x
+    zero = const(0, out)
+    return _bin("sub", cast(_bin("lt", zero, x, "bool"), out), cast(_bin("lt", x, zero, "bool"), out), out)
+
+
+_op("sign.default(Tensor self) -> Tensor", _sign)
+
+
+def _log1p(y: Expr) -> Expr:
+    """log(1 + y) to a few ulps also where 1 + y rounds (Goldberg's correction: log(u) * y / (u - 1) with u = 1 + y);
+    log1p is not a primitive of the expression language."""
+    dt = y.dtype
+    u = _bin("add", const(1, dt), y, dt)
+    return Where(dt, _bin("eq", u, const(1, dt), "bool"), y,
+                 _bin("div", _bin("mul", _un("log", u), y, dt), _bin("sub", u, const(1, dt), dt), dt))
+
+
+def _softplus(ops: Operands, attrs: dict, out: str) -> Expr:
+    """x where x * beta > threshold, else log1p(exp(x * beta)) / beta, in fp32 for a half dtype (ATen's opmath)."""
+    f = "float32" if out in HALF_DTYPES else out
+    x = cast(ops[0], f)
+    beta = const(attrs.get("beta", 1), f)
+    bx = _bin("mul", x, beta, f)
+    soft = _bin("div", _log1p(_un("exp", bx)), beta, f)
+    return Where(f, _bin("gt", bx, const(attrs.get("threshold", 20), f), "bool"), x, soft)
+
+
+_op("softplus.default(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor", _softplus)
+
+
+# Arithmetic with a Scalar `other` (the decomposed forms; `add.Tensor` takes a scalar in attrs the same way).
+_op("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+    _binary("add", scalar_alpha=True, round_scalars=True))
+_op("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+    _binary("sub", scalar_alpha=True, round_scalars=True))
+_op("mul.Scalar(Tensor self, Scalar other) -> Tensor", _binary("mul"))
+_op("div.Scalar(Tensor self, Scalar other) -> Tensor", _binary("div"))
+_op("div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor", _div_mode)
+_op("pow.Scalar(Scalar self, Tensor exponent) -> Tensor",
+    lambda ops, attrs, out: _bin("pow", const(round_scalar(attrs["self"], out), out), cast(ops[0], out), out))
+_op("copy.default(Tensor self, Tensor src, bool non_blocking=False) -> Tensor",
+    lambda ops, attrs, out: cast(ops[1], out))
+
+
+def _isnan(ops: Operands, attrs: dict, out: str) -> Expr:
+    x = ops[0]
+    return _bin("ne", x, x, "bool") if is_float(x.dtype) else const(False, "bool")
+
+
+def _isinf(ops: Operands, attrs: dict, out: str) -> Expr:
+    x = ops[0]
+    return _bin("eq", _un("abs", x), const(math.inf, x.dtype), "bool") if is_float(x.dtype) else const(False, "bool")
+
+
+_op("isnan.default(Tensor self) -> Tensor", _isnan)
+_op("isinf.default(Tensor self) -> Tensor", _isinf)
+
+
+def _opmath(out: str) -> str:
+    """The dtype ATen computes a half op's math in (its opmath type)."""
+    return "float32" if out in HALF_DTYPES else out
+
+
+def _expm1(x: Expr) -> Expr:
+    """exp(x) - 1 to a few ulps near 0 too (Kahan's correction: (u - 1) * x / log(u) with u = exp(x))."""
+    dt = x.dtype
+    u = _un("exp", x)
+    um1 = _bin("sub", u, const(1, dt), dt)
+    exact = Where(dt, _bin("eq", um1, const(-1, dt), "bool"), const(-1, dt),
+                  _bin("div", _bin("mul", um1, x, dt), _un("log", u), dt))
+    return Where(dt, _bin("eq", u, const(1, dt), "bool"), x, Where(dt, _bin("eq", u, const(math.inf, dt), "bool"), u,
+                                                                   exact))
+
+
+def _float_unary(fn: Callable[[Expr], Expr]) -> Builder:
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out)
+        return fn(cast(ops[0], f))
+
+    return build
+
+
+_op("log1p.default(Tensor self) -> Tensor", _float_unary(lambda x: _log1p(x)))
+_op("expm1.default(Tensor self) -> Tensor", _float_unary(_expm1))
+_op("log2.default(Tensor self) -> Tensor",
+    _float_unary(lambda x: _bin("mul", _un("log", x), const(1 / math.log(2), x.dtype), x.dtype)))
+_op("log10.default(Tensor self) -> Tensor",
+    _float_unary(lambda x: _bin("mul", _un("log", x), const(1 / math.log(10), x.dtype), x.dtype)))
+
+
+def _elu(ops: Operands, attrs: dict, out: str) -> Expr:
+    """x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale (ATen's coefficients)."""
+    f = _opmath(out)
+    x = cast(ops[0], f)
+    neg = _bin("mul", _expm1(_bin("mul", x, const(attrs.get("input_scale", 1), f), f)),
+               const(float(attrs.get("alpha", 1)) * float(attrs.get("scale", 1)), f), f)
+    return Where(f, _bin("le", x, const(0, f), "bool"), neg, _bin("mul", x, const(attrs.get("scale", 1), f), f))
+
+
+_op("elu.default(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor", _elu)
+
+
 def build_elementwise(op: str, operands: Operands, attrs: dict, out_dtype: str) -> Expr:
     """The expression of one ATen op, its result rounded to the IR's output dtype."""
     e = cast(ELEMENTWISE[op](operands, attrs, out_dtype), out_dtype)

@@ -138,12 +138,10 @@ def fuse_attention(graph: Graph, bound_by_valid_len: bool = True) -> int:
         mask = None
         add = gi.prod(cur, "add.Tensor")
         if add is not None and len(add.inputs) == 2 and gi.single_use(cur):
-            a, b = add.inputs
-            pa = gi.prod(a)
-            scores_side = a if pa is not None and pa.op in ("mul.Tensor", "div.Tensor", "matmul.default") else b
-            mask = b if scores_side is a else a
-            if add.attrs.get("alpha", 1) != 1:
+            roles = _score_and_mask(gi, add, ("mul.Tensor", "div.Tensor", "matmul.default"))
+            if roles is None or add.attrs.get("alpha", 1) != 1:
                 continue
+            scores_side, mask = roles
             group.append(add)
             cur = scores_side
         scale = 1.0
@@ -180,7 +178,7 @@ def fuse_attention(graph: Graph, bound_by_valid_len: bool = True) -> int:
         mm2 = nxt
         group.append(mm2)
         v, gv, v_nodes = _unwrap_gqa(gi, mm2.inputs[1])
-        if gk != gv or len(q.shape) != 4 or k.shape[-1] != q.shape[-1]:
+        if gk != gv or not _attention_shapes(q, k, v, gk):
             continue
         group.append(tr)
         for n in k_nodes + v_nodes:
@@ -195,6 +193,15 @@ def fuse_attention(graph: Graph, bound_by_valid_len: bool = True) -> int:
         gi.replace(group, new, mm2)
         count += 1
     return count
+
+
+def _attention_shapes(q: Value, k: Value, v: Value, groups: int) -> bool:
+    """q [B, H, T, D], k [B, Hk, L, D], v [B, Hk, L, Dv] with H = Hk * groups: what the attention kernel reads."""
+    if not len(q.shape) == len(k.shape) == len(v.shape) == 4:
+        return False
+    b, h, _, d = q.shape
+    return (k.shape[0] == v.shape[0] == b and k.shape[1] == v.shape[1] and k.shape[1] * groups == h
+            and k.shape[3] == d and v.shape[2] == k.shape[2])
 
 
 def _bound(gi: GraphIndex, attrs: dict, inputs: list[Value], k: Value, v: Value, enabled: bool) -> None:
@@ -213,8 +220,11 @@ def _rewrite_sdpa(graph: Graph, gi: GraphIndex, node: Node, bound_by_valid_len: 
     v, gv, v_nodes = _unwrap_gqa(gi, v_in)
     if gk != gv:
         k, v, gk, k_nodes, v_nodes = k_in, v_in, 1, [], []
-    if node.attrs.get("enable_gqa") and gk == 1 and k.shape[1] != q.shape[1]:
+    if node.attrs.get("enable_gqa") and gk == 1 and len(k.shape) == 4 and k.shape[1] != q.shape[1]:
         gk = q.shape[1] // k.shape[1]
+    if not _attention_shapes(q, k, v, gk) or (mask is not None and not _broadcasts_to(
+            mask.shape, (*q.shape[:-1], k.shape[-2]))):
+        return 0  # the sdpa op keeps its own lowering
     scale = node.attrs.get("scale")
     attrs = {"scale": float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
              "is_causal": bool(node.attrs.get("is_causal")), "has_mask": mask is not None, "kv_groups": gk,
@@ -225,6 +235,25 @@ def _rewrite_sdpa(graph: Graph, gi: GraphIndex, node: Node, bound_by_valid_len: 
     new = _new_node(node.name, "npu.attention", inputs, node.outputs[0], attrs)
     gi.replace(group, new, node)
     return 1
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(d in (1, t) for d, t in zip(shape[::-1], target[::-1]))
+
+
+def _score_and_mask(gi: GraphIndex, add: Node, score_ops: tuple[str, ...]) -> tuple[Value, Value] | None:
+    """The operands of `scores + mask` by role: the scores have the sum's full shape, the mask broadcasts to it (a
+    [B, 1, T, T] mask beside [B, H, T, T] scores). Where both have the full shape, the one made by a score op (the
+    scale, the QK^T matmul) is the scores. None when no assignment fits: the pattern leaves the graph alone."""
+    full = add.outputs[0].shape
+    a, b = add.inputs
+    fits = [(s, m) for s, m in ((a, b), (b, a)) if s.shape == full and _broadcasts_to(m.shape, full)]
+    if len(fits) == 2:
+        made = [(s, m) for s, m in fits if gi.prod(s, *score_ops) is not None]
+        fits = made if len(made) == 1 else fits[:1]
+    return fits[0] if fits else None
 
 
 def fuse_masked_softmax(graph: Graph) -> int:
@@ -239,11 +268,10 @@ def fuse_masked_softmax(graph: Graph) -> int:
         cur, group, mask, scale = sm.inputs[0], [sm], None, 1.0
         add = gi.prod(cur, "add.Tensor")
         if add is not None and len(add.inputs) == 2 and gi.single_use(cur) and add.attrs.get("alpha", 1) == 1:
-            a, b = add.inputs
-            scaled = a if gi.prod(a, "mul.Tensor", "div.Tensor") is not None else b
-            mask = b if scaled is a else a
-            if mask.shape[-1] != cur.shape[-1] and mask.shape[-1] != 1:
+            roles = _score_and_mask(gi, add, ("mul.Tensor", "div.Tensor"))
+            if roles is None:
                 continue
+            scaled, mask = roles
             group.append(add)
             cur = scaled
         sc = gi.prod(cur, "mul.Tensor", "div.Tensor")
@@ -304,7 +332,9 @@ def fuse_rope(graph: Graph) -> int:
         if mcos is None or add.attrs.get("alpha", 1) != 1 or not gi.single_use(mcos_out):
             continue
         cos = other_input(mcos, x)
-        if cos is None:
+        if cos is None or not _broadcasts_to(cos.shape, x.shape) or not _broadcasts_to(sin.shape, x.shape):
+            continue
+        if add.outputs[0].shape != x.shape:
             continue
         group = [cat, msin, add, mcos, neg]
         for sl in (s1, s2):
@@ -417,7 +447,8 @@ def fuse_conv_epilogue(graph: Graph) -> int:
         if gi.single_use(out):
             nxt = gi.users[id(out)][0]
             res = other_input(nxt, out) if nxt.op == "add.Tensor" else None
-            if res is not None and res is not out and res.shape == out.shape and nxt.attrs.get("alpha", 1) == 1:
+            if (res is not None and res is not out and res.shape == out.shape and nxt.attrs.get("alpha", 1) == 1
+                    and res.dtype == out.dtype == nxt.outputs[0].dtype):
                 attrs["has_residual"] = True
                 inputs.append(res)
                 group.append(nxt)

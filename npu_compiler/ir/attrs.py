@@ -140,7 +140,7 @@ def check_value(arg: Arg, value: Any, where: str) -> Any:
         if arg.optional or arg.default is None:
             return None
         raise _bad(where, name, f"is not optional ({typ}), got None")
-    base = typ.rstrip("?")
+    base = typ.rstrip("?").replace("SymInt", "int")  # a symbolic int is an int in a static-shape IR
     if arg.is_tensor and not arg.is_tensor_list:
         out: Any = _number(value, where, name)  # a scalar standing for a Tensor operand (`add.Tensor other=0.5`)
     elif base == "int":
@@ -154,6 +154,10 @@ def check_value(arg: Arg, value: Any, where: str) -> Any:
         out = _int_list(value, where, name, n, arg.default == [])
     elif base in ("float", "Scalar"):
         out = _number(value, where, name)
+    elif base == "float[]":
+        if not isinstance(value, list | tuple) or len(value) > MAX_LIST:
+            raise _bad(where, name, f"must be a list of at most {MAX_LIST} numbers, got {_short(value)}")
+        out = [_number(x, where, f"{name}[{i}]") for i, x in enumerate(value)]
     elif base == "bool":
         if not isinstance(value, bool):
             raise _bad(where, name, f"must be true or false, got {_short(value)}")

@@ -25,7 +25,7 @@ class Arg:
 
     @property
     def is_tensor_list(self) -> bool:
-        return self.type.startswith("Tensor[]")
+        return self.type.startswith(("Tensor[]", "Tensor?[]"))
 
     @property
     def optional(self) -> bool:
@@ -201,7 +201,6 @@ amax.default(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor
 softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
 _softmax.default(Tensor self, int dim, bool half_to_float) -> Tensor
 log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
-layer_norm.default(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor
 max_pool2d.default(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor
 avg_pool2d.default(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor
 adaptive_avg_pool2d.default(Tensor self, int[2] output_size) -> Tensor
@@ -215,6 +214,57 @@ arange.start_step(float start, float end, float step=1, *, ScalarType? dtype=Non
 full.default(int[] size, float fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 zeros.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 ones.default(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+full_like.default(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+zeros_like.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+ones_like.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+new_ones.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+new_zeros.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+new_full.default(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+scalar_tensor.default(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+layer_norm.default(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor
+group_norm.default(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor
+index.Tensor(Tensor self, Tensor?[] indices) -> Tensor
+gather.default(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor
+index_select.default(Tensor self, int dim, Tensor index) -> Tensor
+repeat.default(Tensor self, SymInt[] repeats) -> Tensor
+repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor
+stack.default(Tensor[] tensors, int dim=0) -> Tensor
+pad.default(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor
+constant_pad_nd.default(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor
+roll.default(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor
+flip.default(Tensor self, int[] dims) -> Tensor
+diff.default(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor
+cumsum.default(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
+topk.default(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)
+conv1d.default(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=[1], SymInt[1] padding=[0], SymInt[1] dilation=[1], SymInt groups=1) -> Tensor
+conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=[1], str padding="valid", SymInt[1] dilation=[1], SymInt groups=1) -> Tensor
+conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=[1, 1], str padding="valid", SymInt[2] dilation=[1, 1], SymInt groups=1) -> Tensor
+baddbmm.default(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
+upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor
+upsample_bilinear2d.default(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor
+upsample_nearest2d.default(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor
+adaptive_avg_pool1d.default(Tensor self, int[1] output_size) -> Tensor
+_adaptive_avg_pool2d.default(Tensor self, SymInt[2] output_size) -> Tensor
+avg_pool1d.default(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool ceil_mode=False, bool count_include_pad=True) -> Tensor
+_log_softmax.default(Tensor self, int dim, bool half_to_float) -> Tensor
+reflection_pad1d.default(Tensor self, SymInt[2] padding) -> Tensor
+reflection_pad2d.default(Tensor self, SymInt[4] padding) -> Tensor
+reflection_pad3d.default(Tensor self, SymInt[6] padding) -> Tensor
+replication_pad2d.default(Tensor self, SymInt[4] padding) -> Tensor
+replication_pad3d.default(Tensor self, SymInt[6] padding) -> Tensor
+amin.default(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor
+any.default(Tensor self) -> Tensor
+any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor
+any.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor
+var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor
+var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor
+argmax.default(Tensor self, int? dim=None, bool keepdim=False) -> Tensor
+argmin.default(Tensor self, int? dim=None, bool keepdim=False) -> Tensor
+max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+diagonal.default(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor
+fill.Scalar(Tensor self, Scalar value) -> Tensor
 """
 
 # Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under

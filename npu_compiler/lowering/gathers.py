@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..errors import UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import cast, const
-from ..ir.graph import Node
+from ..ir.graph import Node, Value
 from ..kernels import Scatter
 from . import views as V
 from .greedy import Pending
@@ -171,6 +171,20 @@ def max_pool2d(L: Lowering, node: Node) -> None:
     L._emit_generated(out, cast(X.Reduce(F32, "max", value), out_v.dtype), tuple(ks), [])
 
 
+@lowers("avg_pool1d.default")
+def avg_pool1d(L: Lowering, node: Node) -> None:
+    """The 2-D pooling over [N, C, 1, L] views, with a window of height 1."""
+    x_v, out_v = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    x4 = L.view_value(x_v, (*x_v.shape[:-1], 1, x_v.shape[-1]))
+    out4 = L.stand_in(out_v, (*out_v.shape[:-1], 1, out_v.shape[-1]))
+    k = list(a["kernel_size"])[:1]
+    attrs = {**a, "kernel_size": [1, *k], "stride": [1, *(list(a["stride"])[:1] or k)],
+             "padding": [0, *_pair(a["padding"], node)[:1]]}
+    avg_pool2d(L, Node(node.name, "avg_pool2d.default", [x4], [out4], attrs, origin=list(node.origin)))
+    L.bind(out_v, V.reshape(L.ref(out4), out_v.shape))
+
+
 @lowers("avg_pool2d.default")
 def avg_pool2d(L: Lowering, node: Node) -> None:
     a = node.attrs
@@ -199,11 +213,24 @@ def avg_pool2d(L: Lowering, node: Node) -> None:
     L._emit_generated(out, cast(_b("div", total, div, F32), out_v.dtype), tuple(ks), [])
 
 
-@lowers("adaptive_avg_pool2d.default")
+@lowers("adaptive_avg_pool1d.default")
+def adaptive_avg_pool1d(L: Lowering, node: Node) -> None:
+    """The 2-D pooling over [N, C, 1, L] views."""
+    x_v, out_v = node.inputs[0], node.outputs[0]
+    x4 = L.view_value(x_v, (*x_v.shape[:-1], 1, x_v.shape[-1]))
+    out4 = L.stand_in(out_v, (*out_v.shape[:-1], 1, out_v.shape[-1]))
+    _adaptive_avg(L, x4, out4)
+    L.bind(out_v, V.reshape(L.ref(out4), out_v.shape))
+
+
+@lowers("adaptive_avg_pool2d.default", "_adaptive_avg_pool2d.default")
 def adaptive_avg_pool2d(L: Lowering, node: Node) -> None:
+    _adaptive_avg(L, node.inputs[0], node.outputs[0])
+
+
+def _adaptive_avg(L: Lowering, x_v: Value, out_v: Value) -> None:
     """Output cell (i, j) averages rows [floor(i*H/OH), ceil((i+1)*H/OH)) and likewise columns; a global average
     (1 x 1) is a plain reduction over H and W."""
-    x_v, out_v = node.inputs[0], node.outputs[0]
     h, w = x_v.shape[-2:]
     oh, ow = out_v.shape[-2:]
     rank = len(x_v.shape)
@@ -252,7 +279,14 @@ def cat(L: Lowering, node: Node) -> None:
         start += n
 
 
-@lowers("arange.default", "arange.start", "arange.start_step", "full.default", "zeros.default", "ones.default")
+# Tensors of one value: the shape and dtype are the IR's output's (a `_like` or `new_` op reads nothing of its input).
+_FILLS = {"zeros.default": 0, "ones.default": 1, "zeros_like.default": 0, "ones_like.default": 1,
+          "new_zeros.default": 0, "new_ones.default": 1}
+_FILLED = {"full.default": "fill_value", "full_like.default": "fill_value", "new_full.default": "fill_value",
+           "scalar_tensor.default": "s", "fill.Scalar": "value"}
+
+
+@lowers("arange.default", "arange.start", "arange.start_step", *_FILLS, *_FILLED)
 def factory(L: Lowering, node: Node) -> None:
     out_v = node.outputs[0]
     out = L.fresh(out_v)
@@ -263,6 +297,6 @@ def factory(L: Lowering, node: Node) -> None:
         e: X.Expr = X.Binary(dt, "add", const(start, dt),
                              X.Binary(dt, "mul", cast(X.Index(I64, 0), dt), const(step, dt)))
     else:
-        value = {"zeros.default": 0, "ones.default": 1}.get(node.op, a.get("fill_value", 0))
+        value = _FILLS[node.op] if node.op in _FILLS else a.get(_FILLED[node.op], 0)
         e = const(value, dt)
     L.generated(out, lambda load: e)

@@ -102,6 +102,14 @@ def addmm(L: Lowering, node: Node) -> None:
     gemm(L, node, a, b, bias, node.attrs.get("alpha", 1), node.attrs.get("beta", 1))
 
 
+@lowers("baddbmm.default", kernels=("gemm",))
+def baddbmm(L: Lowering, node: Node) -> None:
+    """beta * self + alpha * (batch1 @ batch2); with beta 0 `self` is not read (ATen ignores it, NaN included)."""
+    bias, a, b = (L.ref(v) for v in node.inputs)
+    beta = node.attrs.get("beta", 1)
+    gemm(L, node, a, b, bias if beta != 0 else None, node.attrs.get("alpha", 1), beta)
+
+
 @lowers("npu.linear", kernels=("gemm",))
 def linear_epilogue(L: Lowering, node: Node) -> None:
     """A linear with its residual add (fuse_gemm_epilogue)."""
@@ -146,6 +154,61 @@ def conv2d(L: Lowering, node: Node) -> None:
     k = L.emit(spec, args + extra, [out])
     if origins:
         k.nodes = list(dict.fromkeys([*origins, *k.nodes]))
+
+
+@lowers("conv2d.padding", kernels=("conv2d", "gemm"))
+def conv2d_padding(L: Lowering, node: Node) -> None:
+    """A conv with string padding the normalisation could not turn into numbers: "same" with an even kernel pads one
+    more at the end than at the start (ATen pads that extra row and column explicitly, then convolves)."""
+    x_v, w_v = node.inputs[:2]
+    _conv_same(L, node, x_v, w_v, node.inputs[2] if len(node.inputs) > 2 else None, node.attrs, node.outputs[0])
+
+
+def _conv_same(L: Lowering, node: Node, x_v: Value, w_v: Value, bias_v: Value | None, attrs: dict,
+               out_v: Value) -> None:
+    from ..passes.normalize import string_padding
+
+    pads = string_padding(node, attrs["padding"], list(w_v.shape[2:]), list(attrs["dilation"]), list(attrs["stride"]))
+    extra = [hi - lo for lo, hi in pads]
+    if any(extra):
+        n, c, h, w = x_v.shape
+        padded = L.stand_in(x_v, (n, c, h + extra[0], w + extra[1]))
+        src = L.ref(x_v)
+        i64 = "int64"
+
+        def build(load) -> X.Expr:
+            ih, iw = X.Index(i64, 2), X.Index(i64, 3)
+            guard = X.Binary("bool", "and", _in_range(ih, h), _in_range(iw, w))
+            return L.gather(src, (X.Index(i64, 0), X.Index(i64, 1), ih, iw), guard, 0)
+
+        L.generated(L.fresh(padded), build)
+        x_v = padded
+    synth = Node(node.name, "conv2d.default", [x_v, w_v] + ([bias_v] if bias_v is not None else []), [out_v],
+                 {**attrs, "padding": [lo for lo, _ in pads]}, origin=list(node.origin))
+    conv2d(L, synth)
+
+
+@lowers("conv1d.default", "conv1d.padding", kernels=("conv2d", "gemm"))
+def conv1d(L: Lowering, node: Node) -> None:
+    """conv1d as conv2d over [N, C, 1, L] views of the input, the weight and the result (no copies)."""
+    x_v, w_v = node.inputs[:2]
+    bias_v = node.inputs[2] if len(node.inputs) > 2 else None
+    out_v = node.outputs[0]
+    a = node.attrs
+    batched = len(x_v.shape) == 3
+    x4 = L.view_value(x_v, ((x_v.shape[0],) if batched else (1,)) + (x_v.shape[-2], 1, x_v.shape[-1]))
+    w4 = L.view_value(w_v, (w_v.shape[0], w_v.shape[1], 1, w_v.shape[2]))
+    out4 = L.stand_in(out_v, ((out_v.shape[0],) if batched else (1,)) + (out_v.shape[-2], 1, out_v.shape[-1]))
+    pad = a["padding"]
+    attrs = {"stride": [1, *a["stride"]], "dilation": [1, *a["dilation"]], "groups": a["groups"],
+             "padding": pad if isinstance(pad, str) else [0, *_pair(pad, node)[:1]]}
+    if isinstance(pad, str):
+        _conv_same(L, node, x4, w4, bias_v, attrs, out4)
+    else:
+        conv2d(L, Node(node.name, "conv2d.default", [x4, w4] + ([bias_v] if bias_v is not None else []), [out4],
+                       attrs, origin=list(node.origin)))
+    r = L.ref(out4)
+    L.bind(out_v, V.reshape(r, out_v.shape) or V.reshape(L.contiguous(r), out_v.shape))
 
 
 def _conv_is_gemm(node: Node) -> bool:

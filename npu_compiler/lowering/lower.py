@@ -11,10 +11,10 @@ import math
 from collections.abc import Callable
 
 from ..dtypes import is_float
-from ..errors import InternalError, UnsupportedOpError
+from ..errors import InternalError, NPUCompileError, NPUSimError, UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, TensorType, Value
 from ..kernels import GeneratedKernel, KernelSpec, Scatter
 from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, full_ref
 from ..targets.codegen import CodegenTarget
@@ -25,7 +25,7 @@ from .registry import KERNELS_OF, LOWERINGS, lowers
 VIEW_OPS = (
     "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
     "squeeze.default", "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
-    "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default",
+    "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default", "diagonal.default",
 )
 REDUCE_OPS = ("mean.default", "mean.dim", "sum.default", "sum.dim_IntList", "amax.default")
 
@@ -102,6 +102,20 @@ class Lowering:
 
     def scratch(self, name: str, dtype: str, shape: tuple[int, ...]) -> TensorRef:
         return full_ref(self.new_buffer(name, "arena", dtype, math.prod(shape)), shape)
+
+    def view_value(self, v: Value, shape: tuple[int, ...]) -> Value:
+        """A stand-in for `v` seen with another shape (a view where the layout allows it, else a copy), to lower one
+        op as another (conv1d as conv2d over [N, C, 1, L] views). It keeps `v`'s kind: a weight stays a weight."""
+        ref = self.ref(v, pending_ok=True)
+        r = V.reshape(ref, tuple(shape)) or V.reshape(self.contiguous(ref), tuple(shape))
+        nv = Value(v.name, TensorType(tuple(shape), v.dtype), v.kind)
+        self.bind(nv, r)
+        return nv
+
+    @staticmethod
+    def stand_in(v: Value, shape: tuple[int, ...]) -> Value:
+        """An unbound value of `v`'s dtype and another shape: the result of an op lowered as another."""
+        return Value(v.name, TensorType(tuple(shape), v.dtype), "node")
 
     # ---- kernels ----------------------------------------------------------------------------------------------
     def emit(self, spec: KernelSpec, args: list[TensorRef], outs: list[TensorRef], group: str | None = None,
@@ -219,7 +233,14 @@ class Lowering:
         for i, node in enumerate(g.nodes):
             self._node = node
             self._index = i
-            self._handler(node)(self, node)
+            handler = self._handler(node)
+            try:
+                handler(self, node)
+            except NPUSimError:
+                raise
+            except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as e:
+                # A node this lowering cannot handle must not surface as a traceback: name it, its op, and why.
+                raise NPUCompileError(f"{describe_node(node)}: cannot be lowered: {type(e).__name__}: {e}") from e
         self._node = None
         self._bind_outputs()
 
@@ -296,6 +317,10 @@ class Lowering:
     def lower_elementwise(self, node: Node) -> None:
         out_v = node.outputs[0]
         operands = [self.ref(v, pending_ok=True) for v in node.inputs]
+        try:  # an op whose operand dtypes have no expression (integer bitwise and) is refused, not mis-lowered
+            build_elementwise(node.op, [X.Const(v.dtype, 0) for v in node.inputs], node.attrs, out_v.dtype)
+        except ValueError as e:
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name, str(e)) from e
         out = self.fresh(out_v)
         build = lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,  # noqa: E731
                                                out_v.dtype)
@@ -360,6 +385,8 @@ class Lowering:
             r = V.slice_(src, a["dim"], a["start"], a["end"], a["step"])
         elif op == "select.int":
             r = V.select(src, a["dim"], a["index"])
+        elif op == "diagonal.default":
+            r = V.diagonal(src, int(a.get("offset", 0)), a.get("dim1", 0), a.get("dim2", 1))
         else:  # view/reshape/flatten/unsqueeze/squeeze: same elements, new shape
             r = V.reshape(src, out_v.shape)
             if r is None:
@@ -367,17 +394,17 @@ class Lowering:
         self.bind(out_v, r)
 
     # ---- reductions -------------------------------------------------------------------------------------------
-    def lower_reduce(self, node: Node) -> None:
-        x_v, out_v = node.inputs[0], node.outputs[0]
+    def reduce_read(self, x_v: Value, dims: object, keepdim: bool, out_shape: tuple[int, ...],
+                    origins: list[str]) -> tuple[X.Expr, tuple[int, ...], list[int]]:
+        """`x_v` read inside a reduction over `dims` (an int, a list, or None/[] for all) for an output of
+        `out_shape` (the kept dims, in order; reduced dims of size 1 with keepdim): the read, the reduction shape and
+        the reduced dims. Pending producers are inlined into the read."""
         src = self.ref(x_v, pending_ok=True)
         rank = len(x_v.shape)
-        dims = node.attrs.get("dim")
         if dims is None or dims == []:
             dims = list(range(rank))
         dims = sorted({V.norm_dim(d, rank) for d in (dims if isinstance(dims, list) else [dims])})
         keep = [d for d in range(rank) if d not in dims]
-        keepdim = bool(node.attrs.get("keepdim"))
-        out = self.fresh(out_v)
         red_shape = tuple(x_v.shape[d] for d in dims)
         # Output index -> source strides: kept dims map in order; reduced dims (size 1 with keepdim) get stride 0.
         if keepdim:
@@ -385,12 +412,18 @@ class Lowering:
         else:
             ostrides = tuple(src.strides[d] for d in keep)
         rstrides = tuple(src.strides[d] for d in dims)
+        return self.load_raw(src.buffer, ostrides, src.offset, rstrides, out_shape, red_shape, origins), red_shape, dims
+
+    def lower_reduce(self, node: Node) -> None:
+        x_v, out_v = node.inputs[0], node.outputs[0]
+        origins: list[str] = []
+        read, red_shape, _ = self.reduce_read(x_v, node.attrs.get("dim"), bool(node.attrs.get("keepdim")),
+                                              out_v.shape, origins)
+        out = self.fresh(out_v)
         count = math.prod(red_shape)
         op = node.op
         acc = "float32" if is_float(out_v.dtype) else "int64"
-
-        origins: list[str] = []
-        body = cast(self.load_raw(src.buffer, ostrides, src.offset, rstrides, out_v.shape, red_shape, origins), acc)
+        body = cast(read, acc)
         if op == "amax.default":
             e: X.Expr = X.Reduce(acc, "max", body)
         else:
@@ -420,6 +453,13 @@ class Lowering:
         return exprs[0], [full_ref(self.buffers[b]) for b in buffers]
 
 
+def describe_node(node: Node) -> str:
+    """How an error names a node: its name and ATen op, and the IR nodes a fused node stands for."""
+    op = node.op if node.op.startswith("npu.") else f"aten.{node.op}"
+    fused = f", fused from IR nodes {', '.join(node.origin)}" if len(node.origin) > 1 else ""
+    return f"node '{node.name}' ({op}{fused})"
+
+
 def _constant_bytes(v: Value) -> bytes:
     import numpy as np
 
@@ -445,7 +485,7 @@ lowers("batch_norm.default", "_native_batch_norm_legit_no_training.default")(Low
 lowers(*VIEW_OPS)(Lowering.lower_view)
 lowers(*REDUCE_OPS)(Lowering.lower_reduce)
 
-from . import gathers, library, rows  # noqa: E402,F401  (their lowerings register themselves)
+from . import gathers, indexing, layout, library, reductions, resample, rows, scans  # noqa: E402,F401
 
 # The ATen ops the compiler lowers (the `npu.*` ops are its own, made by the fusion passes).
 SUPPORTED_OPS = frozenset(op for op in LOWERINGS if not op.startswith("npu."))

@@ -4,6 +4,7 @@ them; operands are read through their own strides, and pending elementwise produ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -38,11 +39,13 @@ def _last_dim_to_end(ref: TensorRef, dim: int) -> TensorRef:
 
 
 def row_kernel(L: Lowering, out: TensorRef, build: Callable[[Callable[[TensorRef], X.Expr],
-                                                              Callable[[TensorRef], X.Expr]], X.Expr]) -> None:
-    """Emit a row kernel over the last dim of `out`. `build(at_elem, at_row)` makes the expression: `at_elem(ref)`
-    reads `ref` (shaped like `out`) at the element, `at_row(ref)` along the row inside a reduction."""
-    n = out.shape[-1] if out.shape else 1
-    red = (n,)
+                                                              Callable[[TensorRef], X.Expr]], X.Expr],
+               row_dims: int = 1) -> None:
+    """Emit a row kernel over the last `row_dims` dims of `out` (a row is their product). `build(at_elem, at_row)`
+    makes the expression: `at_elem(ref)` reads `ref` (shaped like `out`) at the element, `at_row(ref)` along the row
+    inside a reduction."""
+    k = row_dims
+    red = tuple(out.shape[len(out.shape) - k:]) if out.shape else (1,)
     origins: list[str] = []
     load = L.loader(out.shape, red, origins)
 
@@ -50,9 +53,10 @@ def row_kernel(L: Lowering, out: TensorRef, build: Callable[[Callable[[TensorRef
         return load(ref)
 
     def at_row(ref: TensorRef) -> X.Expr:
-        return load(ref, rstrides=(ref.strides[-1],), strides=tuple(ref.strides[:-1]) + (0,))
+        lead = len(ref.strides) - k
+        return load(ref, rstrides=tuple(ref.strides[lead:]), strides=tuple(ref.strides[:lead]) + (0,) * k)
 
-    L._emit_generated(out, build(at_elem, at_row), red, origins, row_dims=1)
+    L._emit_generated(out, build(at_elem, at_row), red, origins, row_dims=k)
 
 
 def softmax_expr(value: Callable[[Callable[[TensorRef], X.Expr]], X.Expr], at_elem, at_row, out_dtype: str,
@@ -69,18 +73,19 @@ def softmax_expr(value: Callable[[Callable[[TensorRef], X.Expr]], X.Expr], at_el
     return cast(y, out_dtype)
 
 
-@lowers("softmax.int", "_softmax.default", "log_softmax.int")
+@lowers("softmax.int", "_softmax.default", "log_softmax.int", "_log_softmax.default")
 def softmax(L: Lowering, node: Node) -> None:
     x_v, out_v = node.inputs[0], node.outputs[0]
     x = L.ref(x_v, pending_ok=True)
     out = L.fresh(out_v)
+    log = node.op in ("log_softmax.int", "_log_softmax.default")
     if not x_v.shape:  # a 0-d softmax: one element, exp(0) / 1
-        L.generated(out, lambda load: cast(const(0.0 if node.op == "log_softmax.int" else 1.0, F32), out_v.dtype))
+        L.generated(out, lambda load: cast(const(0.0 if log else 1.0, F32), out_v.dtype))
         return
     dim = V.norm_dim(node.attrs["dim"], len(x_v.shape))
     xp, op = _last_dim_to_end(x, dim), _last_dim_to_end(out, dim)
     row_kernel(L, op, lambda at_elem, at_row: softmax_expr(lambda at: cast(at(xp), F32), at_elem, at_row,
-                                                           out_v.dtype, node.op == "log_softmax.int"))
+                                                           out_v.dtype, log))
 
 
 @lowers("npu.softmax")
@@ -160,3 +165,63 @@ def attention_probs(L: Lowering, scores: TensorRef, probs: TensorRef, mask: Tens
         return cast(X.Where(F32, dead, const(0.0, F32), p), probs_dtype)
 
     row_kernel(L, probs, build)
+
+
+def _norm(at_elem, at_row, x: TensorRef, n: int, eps: float) -> X.Expr:
+    """(x - mean) * rsqrt(var + eps) over the row, in fp32, with the variance of the centred values (two passes, as
+    accurate as ATen's Welford moments)."""
+    mean = _bin("div", X.Reduce(F32, "sum", cast(at_row(x), F32)), const(n, F32))
+    centred = _bin("sub", cast(at_row(x), F32), mean)
+    var = _bin("div", X.Reduce(F32, "sum", _bin("mul", centred, centred)), const(n, F32))
+    rstd = X.Unary(F32, "rsqrt", _bin("add", var, const(eps, F32)))
+    return _bin("mul", _bin("sub", cast(at_elem(x), F32), mean), rstd)
+
+
+def _affine(y: X.Expr, at_elem, weight: TensorRef | None, bias: TensorRef | None) -> X.Expr:
+    if weight is not None:
+        y = _bin("mul", y, cast(at_elem(weight), F32))
+    if bias is not None:
+        y = _bin("add", y, cast(at_elem(bias), F32))
+    return y
+
+
+@lowers("layer_norm.default")
+def layer_norm(L: Lowering, node: Node) -> None:
+    """Normalise over the last len(normalized_shape) dims, then scale and shift: one row kernel whose row is those
+    dims. The IR drops a missing weight or bias; a lone second tensor is the weight (as torch_ir's executor reads
+    it)."""
+    x_v, out_v = node.inputs[0], node.outputs[0]
+    k = len(node.attrs["normalized_shape"])
+    x = L.ref(x_v, pending_ok=True)
+    params = [V.expand(L.ref(v, pending_ok=True), x_v.shape) for v in node.inputs[1:3]]
+    weight = params[0] if params else None
+    bias = params[1] if len(params) > 1 else None
+    out = L.fresh(out_v)
+    n = math.prod(x_v.shape[len(x_v.shape) - k:])
+    if not x_v.shape or k == 0:
+        L.generated(out, lambda load: cast(const(0.0, F32), out_v.dtype))  # a row of zero dims: x - mean(x) = 0
+        return
+    eps = float(node.attrs["eps"])
+    row_kernel(L, out, lambda at_elem, at_row: cast(_affine(_norm(at_elem, at_row, x, n, eps), at_elem, weight, bias),
+                                                    out_v.dtype), row_dims=k)
+
+
+@lowers("group_norm.default")
+def group_norm(L: Lowering, node: Node) -> None:
+    """x [N, C, *] seen as [N, G, C/G, S]: a row kernel over the last two dims (each group's channels and positions),
+    then the per-channel scale and shift."""
+    x_v, out_v = node.inputs[0], node.outputs[0]
+    g = int(node.attrs["num_groups"])
+    n, c = x_v.shape[0], x_v.shape[1]
+    s = math.prod(x_v.shape[2:])
+    shape = (n, g, c // g, s)
+    x = L.ref(x_v, pending_ok=True)
+    x4 = V.reshape(x, shape) or V.reshape(L.contiguous(x), shape)
+    out = L.fresh(out_v)
+    out4 = V.reshape(out, shape)
+    params = [V.expand(V.reshape(L.ref(v, pending_ok=True), (g, c // g, 1)), shape) for v in node.inputs[1:3]]
+    weight = params[0] if params else None
+    bias = params[1] if len(params) > 1 else None
+    eps = float(node.attrs["eps"])
+    row_kernel(L, out4, lambda at_elem, at_row: cast(_affine(_norm(at_elem, at_row, x4, (c // g) * s, eps), at_elem,
+                                                             weight, bias), out_v.dtype), row_dims=2)

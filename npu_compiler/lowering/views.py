@@ -106,6 +106,20 @@ def select(ref: TensorRef, dim: int, index: int) -> TensorRef:
     return TensorRef(ref.buffer, shape, strides, ref.offset + index * ref.strides[d])
 
 
+def diagonal(ref: TensorRef, offset: int, dim1: int, dim2: int) -> TensorRef:
+    """The diagonal of dims (dim1, dim2) shifted by `offset` (above the main one when positive), as the last dim."""
+    r = len(ref.shape)
+    a, b = norm_dim(dim1, r), norm_dim(dim2, r)
+    if a == b:
+        raise ValueError(f"diagonal of dims {dim1} and {dim2}: they must differ")
+    start = ref.offset + (offset * ref.strides[b] if offset >= 0 else -offset * ref.strides[a])
+    n = max(0, min(ref.shape[a] - max(-offset, 0), ref.shape[b] - max(offset, 0)))
+    keep = [d for d in range(r) if d not in (a, b)]
+    shape = tuple(ref.shape[d] for d in keep) + (n,)
+    strides = tuple(ref.strides[d] for d in keep) + (ref.strides[a] + ref.strides[b],)
+    return TensorRef(ref.buffer, shape, strides, start if n else ref.offset)
+
+
 def with_shape(ref: TensorRef, shape: tuple[int, ...]) -> TensorRef | None:
     """unsqueeze/squeeze/flatten/view: the same elements under another shape."""
     return reshape(ref, tuple(shape))

@@ -1,36 +1,80 @@
-"""Choose the compute dtype and rewrite the graph's float types to it."""
+"""The compute dtype: which one a program computes in (the policy below), and the rewrite of the graph's float types
+to it.
+
+Policy (`choose_compute_dtype`), written once here and printed by the CLI as `compute dtype D (why)`:
+1. A dtype the user asks for (`--dtype`, `compile(dtype=...)`), if the target config computes it.
+2. Otherwise ("auto") the model's own float dtype: the dtype most weight elements have, else the float inputs', else
+   float32. A target that computes it keeps it: an fp32 model stays fp32, a bf16 checkpoint stays bf16.
+3. Otherwise the nearest dtype the target config computes: from float32 a half dtype, float16 for a model with
+   convolutions (a CNN's activations fit its range; it keeps 3 more mantissa bits) and bfloat16 for the rest (an
+   LLM's activations need fp32's range); from a half dtype float32 first, then the other half dtype.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..dtypes import normalize_dtype
 from ..errors import ConstraintError
 from ..ir.graph import Graph, TensorType, Value
 from ..targets.config import TargetConfig
 
+FLOATS = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: str
+    reason: str  # "asked for" or "auto: ..."
+
+    def describe(self) -> str:
+        return f"compute dtype {self.dtype} ({self.reason})"
+
 
 def weight_float_dtype(graph: Graph) -> str | None:
     """The dtype most of the weight elements have (None for a graph with no float weights)."""
     count: dict[str, int] = {}
     for v in graph.weights.values():
-        if v.dtype in ("float32", "float16", "bfloat16"):
+        if v.dtype in FLOATS:
             count[v.dtype] = count.get(v.dtype, 0) + v.type.numel
     return max(count, key=count.__getitem__) if count else None
 
 
-def choose_compute_dtype(graph: Graph, config: TargetConfig, requested: str | None) -> str:
-    """Explicit request, else the weights' half dtype, else fp16 for CNNs (they have convs) and bf16 for the
-    rest (LLMs), as an NPU toolchain does. A target that supports fp32 keeps fp32 only when asked."""
+def _has_conv(graph: Graph) -> bool:
+    return any(n.op.startswith(("conv1d.", "conv2d.")) for n in graph.nodes)
+
+
+def _nearest(source: str, has_conv: bool) -> tuple[str, ...]:
+    if source == "float32":
+        return ("float16", "bfloat16") if has_conv else ("bfloat16", "float16")
+    return ("float32", "bfloat16" if source == "float16" else "float16")
+
+
+def explain_compute_dtype(graph: Graph, config: TargetConfig, requested: str | None) -> DtypeChoice:
+    """The compute dtype by the policy above, and why."""
     if requested and requested != "auto":
         dt = normalize_dtype(requested, "compute dtype")
         if dt not in config.compute_dtypes:
             raise ConstraintError(f"compute dtype {dt} is not supported by target config '{config.name}' "
                                   f"(supported: {', '.join(config.compute_dtypes)})")
-        return dt
-    wd = weight_float_dtype(graph)
-    if wd in ("float16", "bfloat16") and wd in config.compute_dtypes:
-        return wd
-    has_conv = any(n.op == "conv2d.default" for n in graph.nodes)
-    return "float16" if has_conv else "bfloat16"
+        return DtypeChoice(dt, "asked for")
+    source, whose = weight_float_dtype(graph), "the weights are"
+    if source is None:
+        source, whose = _input_float_dtype(graph), "the float inputs are"
+    if source is None:
+        source, whose = "float32", "no float weights or inputs: the default is"
+    if source in config.compute_dtypes:
+        return DtypeChoice(source, f"auto: {whose} {source}, which target config '{config.name}' computes")
+    for dt in _nearest(source, _has_conv(graph)):
+        if dt in config.compute_dtypes:
+            why = "a model with convolutions" if source == "float32" and _has_conv(graph) else "the nearest"
+            return DtypeChoice(dt, f"auto: {whose} {source}, which target config '{config.name}' does not compute; "
+                                   f"{dt} for {why}")
+    raise ConstraintError(f"target config '{config.name}' computes none of {', '.join(FLOATS)}")
+
+
+def choose_compute_dtype(graph: Graph, config: TargetConfig, requested: str | None) -> str:
+    return explain_compute_dtype(graph, config, requested).dtype
 
 
 def apply_compute_dtype(graph: Graph, compute: str) -> dict[str, str]:
@@ -61,6 +105,6 @@ def apply_compute_dtype(graph: Graph, compute: str) -> dict[str, str]:
 
 def _input_float_dtype(graph: Graph) -> str | None:
     for v in graph.inputs:
-        if v.dtype in ("float32", "float16", "bfloat16"):
+        if v.dtype in FLOATS:
             return v.dtype
     return None

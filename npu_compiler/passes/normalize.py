@@ -6,7 +6,8 @@ from ..errors import UnsupportedOpError
 from ..ir.graph import Graph, Node
 
 # Ops that return their input unchanged (in an inference graph).
-_IDENTITY = {"alias.default", "detach.default", "contiguous.default", "lift_fresh_copy.default", "getitem"}
+_IDENTITY = {"alias.default", "detach.default", "detach_.default", "contiguous.default", "lift_fresh_copy.default",
+             "getitem"}
 _CASTS = {"to.dtype", "to.device", "to.dtype_layout", "_to_copy.default", "type_as.default", "clone.default"}
 _METADATA = {"_assert_tensor_metadata.default"}
 # Ops that compute nothing in an inference graph (eval-mode dropout included): normalisation removes them, and on the
@@ -55,4 +56,36 @@ def inplace_to_outofplace(graph: Graph) -> int:
         for later in graph.nodes[i + 1:]:
             later.inputs = [result if v is mutated else v for v in later.inputs]
         graph.outputs = [result if v is mutated else v for v in graph.outputs]
+    return count
+
+
+def string_padding(node: Node, mode: str, kernel: list[int], dilation: list[int], stride: list[int]
+                   ) -> list[tuple[int, int]]:
+    """(before, after) per spatial dim of a conv's string padding, by ATen's rule: "valid" is none; "same" pads
+    dilation * (kernel - 1) in all, the odd one at the end, and needs stride 1."""
+    if mode == "valid":
+        return [(0, 0)] * len(kernel)
+    if mode != "same":
+        raise UnsupportedOpError(node.name, f"aten.{node.op}", "any", f"padding {mode!r} (ATen knows 'same', 'valid')")
+    if any(s != 1 for s in stride):
+        raise UnsupportedOpError(node.name, f"aten.{node.op}", "any", f"padding 'same' with stride {stride}")
+    return [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation)]
+
+
+def canonicalize_conv_padding(graph: Graph) -> int:
+    """A conv with padding "valid", or "same" that pads both sides alike, becomes the overload with numeric padding:
+    BN folding and the conv epilogues then see an ordinary conv. The rest ("same" with an even kernel) lowers as
+    its own op."""
+    count = 0
+    for node in graph.nodes:
+        if node.op not in ("conv2d.padding", "conv1d.padding") or not isinstance(node.attrs.get("padding"), str):
+            continue
+        w = node.inputs[1]
+        a = node.attrs
+        pads = string_padding(node, a["padding"], list(w.shape[2:]), list(a["dilation"]), list(a["stride"]))
+        if any(lo != hi for lo, hi in pads):
+            continue
+        node.op = node.op.replace(".padding", ".default")
+        a["padding"] = [lo for lo, _ in pads]
+        count += 1
     return count

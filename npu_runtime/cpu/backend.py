@@ -36,7 +36,7 @@ class CpuBackend(Backend):
 
     def upload(self, array: np.ndarray, dtype: str | None = None) -> CpuBuffer:
         dtype = dtype or _name(array.dtype)
-        return CpuBuffer(np.ascontiguousarray(convert(np.asarray(array), dtype)), dtype)
+        return CpuBuffer(np.require(convert(np.asarray(array), dtype), requirements="C"), dtype)
 
     def create_executor(self, program: CompiledProgram, **kwargs: Any):
         from .executor import CpuExecutor

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..common import add_compile_options, check_output_folder, compile_kwargs
+from ..common import add_compile_options, check_output_folder, compile_kwargs, dtype_line
 
 
 def register(sub) -> None:
@@ -29,5 +29,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"compiled {prog.model_name} for {prog.target} ({prog.compute_dtype}): {len(prog.kernels)} kernels, "
           f"{prog.weight_bytes / 1e6:.2f} MB weights, {prog.buffer_bytes / 1e6:.2f} MB buffers "
           f"(peak intermediate {prog.arena_bytes / 1e6:.2f} MB) in {dt:.2f} s -> {args.output}")
+    print(dtype_line(prog))
     print(f"next: npusim describe {args.output}; npusim run {args.output} --weights WEIGHTS.safetensors")
     return 0

@@ -16,6 +16,7 @@ from ..common import (
     add_timing_options,
     check_output_folder,
     collect_inputs,
+    dtype_line,
     parse_inputs,
 )
 
@@ -59,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
         raise CLIError("--force-cpu partitions an IR JSON; an artifact is one compiled program")
     given = parse_inputs(args.input)
+    from ..llm_contract import find_contract
+
+    contract = find_contract(args.artifact)
     if is_ir:
         from ..common import input_specs_from_ir
         from ..partition_path import check_force_cpu, needs_partition, partition_notice, run_partitioned
@@ -67,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         fallback = needs_partition(args.artifact, backend.compile_target(), args.force_cpu)
         if fallback:
             print(partition_notice(fallback, backend.compile_target()), file=sys.stderr)
-            inp = collect_inputs(input_specs_from_ir(args.artifact), given, args.seed)
+            inp = collect_inputs(input_specs_from_ir(args.artifact), given, args.seed, contract)
             _notice(args, inp)
             _, dag = run_partitioned(args.artifact, args.weights, inp.arrays, backend, None, args.force_cpu,
                                      return_executor=True)
@@ -75,10 +79,13 @@ def run(args: argparse.Namespace) -> int:
             title = (f"run {args.artifact} on {backend.name} + cpu fallback ({len(dag.plan.partitions)} partitions, "
                      f"{dag.num_transfers} transfers)")
             return _report(args, title, stats, outs, inp, backend)
-        prog = npu_compiler.compile(args.artifact, backend.compile_target())
+        theta = contract.rope_theta if contract is not None else None
+        prog = npu_compiler.compile(args.artifact, backend.compile_target(), rope_theta=theta)
+        if not args.json:
+            print(dtype_line(prog))
     else:
         prog = CompiledProgram.load(args.artifact)
-    inp = collect_inputs(prog, given, args.seed)
+    inp = collect_inputs(prog, given, args.seed, contract)
     _notice(args, inp)
     from ..progress import Progress
 

@@ -17,6 +17,7 @@ from ..common import (
     collect_inputs,
     compile_kwargs,
     device_line,
+    dtype_line,
     input_specs_from_ir,
     parse_inputs,
 )
@@ -112,11 +113,15 @@ def run(args: argparse.Namespace) -> int:
     import npu_runtime
     from npu_compiler.program import CompiledProgram
 
+    from ..llm_contract import find_contract
     from ..partition_path import check_force_cpu, needs_partition
 
     artifact = not args.ir.endswith(".json")
     _check_combinations(args, artifact)
     backend = npu_runtime.get_backend(args.backend)
+    contract = find_contract(args.ir)
+    if contract is not None and args.rope_theta is None:
+        args.rope_theta = contract.rope_theta  # the export knows the rotary base its graphs were made with
     if artifact:
         prog = CompiledProgram.load(args.ir)
     else:
@@ -127,14 +132,14 @@ def run(args: argparse.Namespace) -> int:
                 raise CLIError(f"--per-node needs one program, but {len(fallback)} node(s) have no lowering for "
                                f"target '{backend.compile_target()}' ({', '.join(f.op for f in fallback[:4])}); see "
                                "`npusim partition`")
-            return _verify_partitioned(args, backend, fallback)
+            return _verify_partitioned(args, backend, fallback, contract)
         prog = npu_compiler.compile(args.ir, backend.compile_target(), **compile_kwargs(args))
     given = parse_inputs(args.input)
     expected = None
     if args.expected:
         _require_inputs(prog.inputs, given)
         expected = _load_expected(args.expected, [(s.name, tuple(s.shape)) for s in prog.outputs], prog.model_name)
-    inp = collect_inputs(prog, given, args.seed)
+    inp = collect_inputs(prog, given, args.seed, contract)
     _notice(args, inp)
     from ..progress import Progress
 
@@ -161,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol) for name in ref]
     ok = all(r.passed for r in rows)
     report = {"model": prog.model_name, "backend": backend.name, "device": backend.describe(), "target": prog.target,
-              "compute_dtype": prog.compute_dtype, "kernels": len(prog.kernels), "reference": against,
+              "compute_dtype": prog.compute_dtype, "compute_dtype_reason": prog.stats.get("compute_dtype_reason"),
+              "kernels": len(prog.kernels), "reference": against,
               "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
               "passed": ok, "outputs": [r.to_dict() for r in rows], "weights": ws.report.summary()}
     if per_node is not None:
@@ -175,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
           f"against {against}")
     if device_line(backend):
         print(device_line(backend))
+    if not artifact:
+        print(dtype_line(prog))
     print(f"tolerance: {tol.describe()}")
     if report["weights"] != "all weights present":
         print(f"weights: {report['weights']}")
@@ -281,10 +289,10 @@ def _print_per_node(args: argparse.Namespace, per_node: dict) -> None:
             print("next: add --dump-repro DIR for a standalone script that reruns just that kernel")
 
 
-def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
+def _verify_partitioned(args: argparse.Namespace, backend, fallback, contract=None) -> int:
     """Ops without a lowering for the target run on the CPU (torch_ir) through the partition path; say so."""
     from npu_compiler.ir.reader import read_ir
-    from npu_compiler.passes.dtype import choose_compute_dtype
+    from npu_compiler.passes.dtype import explain_compute_dtype
     from npu_compiler.targets.config import default_config
     from npu_export.reference import load_state_dict, run_reference
     from npu_runtime.metrics import compare
@@ -294,15 +302,19 @@ def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
     target = backend.compile_target()
     print(partition_notice(fallback, target), file=sys.stderr)
     kw = compile_kwargs(args)
-    compute = choose_compute_dtype(read_ir(args.ir), default_config(target), kw["dtype"])
+    # One compute dtype for the whole graph, given to every partition (each would otherwise choose its own).
+    choice = explain_compute_dtype(read_ir(args.ir), default_config(target), kw["dtype"])
+    compute = choice.dtype
     given = parse_inputs(args.input)
     specs = input_specs_from_ir(args.ir)
     if args.expected:
         _require_inputs(specs, given)
-    inp = collect_inputs(specs, given, args.seed)
+    inp = collect_inputs(specs, given, args.seed, contract)
     _notice(args, inp)
     sd = load_state_dict(args.weights)
-    outs, dag = run_partitioned(args.ir, sd, inp.arrays, backend, kw["dtype"], args.force_cpu, return_executor=True)
+    kw.pop("dtype")
+    outs, dag = run_partitioned(args.ir, sd, inp.arrays, backend, compute, args.force_cpu, compile_options=kw,
+                                return_executor=True)
     if args.expected:
         ref = _load_expected(args.expected, [(n, tuple(v.shape)) for n, v in outs.items()], args.ir)
         against = args.expected
@@ -313,7 +325,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
     rows = [compare(name, outs[name], ref[name], compute, tol) for name in ref]
     ok = all(r.passed for r in rows)
     report = {"backend": backend.name, "device": backend.describe(), "target": target, "compute_dtype": compute,
-              "partition_path": True,
+              "compute_dtype_reason": choice.reason, "partition_path": True,
               "partitions": len(dag.plan.partitions), "transfers": dag.num_transfers, "reference": against,
               "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
               "fallback_nodes": [{"name": f.name, "op": f.op, "reason": f.reason} for f in fallback],
@@ -325,6 +337,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, fallback) -> int:
               f"{report['transfers']} transfers) against {against}")
         if device_line(backend):
             print(device_line(backend))
+        print(choice.describe())
         print(f"tolerance: {tol.describe()}")
         _print_rows(rows)
         print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
