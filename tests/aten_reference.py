@@ -61,13 +61,15 @@ def run_node(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, A
         if not isinstance(idx, int) or not 0 <= idx < len(inputs):
             raise ReferenceError(f"getitem index {idx!r}")
         return [inputs[idx]]
-    if op_type.removeprefix("aten.") == "_softmax.default" and attrs.get("half_to_float") and inputs:
-        # defined (ATen runs it on CUDA) but without a CPU kernel: the same as softmax with an fp32 result
+    if op_type.removeprefix("aten.") in ("_softmax.default", "_log_softmax.default") and attrs.get("half_to_float") \
+            and inputs:
+        # defined (ATen runs it on CUDA) but without a CPU kernel: the same as (log_)softmax with an fp32 result
         x = inputs[0]
         if x.dtype not in (torch.float16, torch.bfloat16):
             raise ReferenceError("half_to_float needs a half input")
         try:
-            return [torch.softmax(x, attrs["dim"], dtype=torch.float32)]
+            soft = torch.softmax if op_type.removeprefix("aten.") == "_softmax.default" else torch.log_softmax
+            return [soft(x, attrs["dim"], dtype=torch.float32)]
         except (IndexError, RuntimeError, TypeError) as e:
             raise ReferenceError(str(e)) from e
     fn = resolve(op_type)
@@ -82,7 +84,15 @@ def run_node(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, A
     for arg in arguments:
         typ = str(arg.type)
         if "Tensor" in typ and ("[]" in typ or "List" in typ):
-            kwargs[arg.name] = list(inputs[i:])
+            rest = list(inputs[i:])
+            masks = attrs.get("_tensor_list_none_masks")
+            if masks:  # `x[:, idx]`: a None in the list is a full slice, the IR lists only the tensors
+                if len(masks) != 1 or sum(not m for m in masks[0]) != len(rest):
+                    raise ReferenceError(f"_tensor_list_none_masks {masks} does not fit {len(rest)} inputs")
+                rest.reverse()
+                kwargs[arg.name] = [None if is_none else rest.pop() for is_none in masks[0]]
+            else:
+                kwargs[arg.name] = rest
             i = len(inputs)
         elif "Tensor" in typ:
             if i < len(inputs):

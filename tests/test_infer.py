@@ -400,6 +400,396 @@ def _assert(r):
                        [*s, 1]}
 
 
+# ---- the model zoo's ops -------------------------------------------------------------------------------------------
+
+
+def _like(fill: bool) -> Gen:
+    def gen(r):
+        a: dict = {"fill_value": _scalar(r)} if fill else {}
+        if r.random() < 0.4:
+            a["dtype"] = _dtype_attr(r)
+        return [(_shape(r), _dt(r))], a
+    return gen
+
+
+def _new(fill: bool) -> Gen:
+    def gen(r):
+        ins, a = _like(fill)(r)
+        a["size"] = [r.choice([0, 1, 2, 3, -1]) if r.random() < 0.1 else r.choice([0, 1, 2, 3])
+                     for _ in range(r.randint(0, 3))]
+        return ins, a
+    return gen
+
+
+def _scalar_tensor(r):
+    a: dict = {"s": _scalar(r) if r.random() < 0.8 else r.choice([300, -129, 70000, 1e39])}
+    if r.random() < 0.5:
+        a["dtype"] = _dtype_attr(r)
+    return [], a
+
+
+def _where_scalar(kind: str) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        cond = (_bshape(r, s), r.choice(["bool", "bool", "uint8", "float32"]))
+        if kind == "Scalar":
+            return [cond], {"self": _scalar(r), "other": _scalar(r)}
+        return [cond, (s, _dt(r))], {"other" if kind == "ScalarOther" else "self": _scalar(r)}
+    return gen
+
+
+def _masked_fill_tensor(r):
+    s = _shape(r)
+    value = (r.choice([(), (), (1,)]), _dt(r))
+    return [(s, _dt(r)), (_bshape(r, s), r.choice(["bool", "bool", "int64"])), value], {}
+
+
+def _copy(r):
+    s = _shape(r)
+    return [(s, _dt(r)), (_bshape(r, s), _dt(r))], {}
+
+
+def _arith_scalar(alpha: bool) -> Gen:
+    def gen(r):
+        ins, a = scalar_op("other")(r)
+        if alpha and r.random() < 0.3:
+            a["alpha"] = r.choice([2, 0.5, True])
+        return ins, a
+    return gen
+
+
+def _div_scalar_mode(r):
+    ins, a = scalar_op("other")(r)
+    return ins, {**a, "rounding_mode": r.choice([None, "trunc", "floor"])}
+
+
+def _pow_scalar_base(r):
+    return [(_shape(r), _dt(r))], {"self": _scalar(r)}
+
+
+def _rounding_decimals(r):
+    return [(_shape(r), _dt(r))], {"decimals": r.choice([0, 1, 2, -1])}
+
+
+def _roll(r):
+    s = _shape(r)
+    k = r.randint(0, 2)
+    dims = [_dim(r, len(s)) for _ in range(k)]
+    shifts = [r.randint(-3, 3) for _ in range(max(k, 1) + (1 if r.random() < 0.1 else 0))]
+    a = {"shifts": shifts}
+    if dims or r.random() < 0.5:
+        a["dims"] = dims
+    return [(s, _dt(r))], a
+
+
+def _flip(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dims": [_dim(r, len(s)) for _ in range(r.randint(0, 2))]}
+
+
+def _group_norm(r):
+    n, c = r.randint(1, 2), r.choice([1, 2, 4, 6])
+    x = (n, c) + tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
+    if r.random() < 0.1:
+        x = (c,)
+    dt = _dt(r, FLOATS + ["float64", "int64"])
+    ins = [(x, dt)] + [((c if r.random() < 0.95 else c + 1,), dt)] * r.choice([0, 2])
+    return ins, {"num_groups": r.choice([1, 2, 3, c, 0, -1]), "eps": 1e-5}
+
+
+def _gather(r):
+    s = _shape(r, r.randint(0, 3), lo=1)
+    ix = tuple(r.randint(0, n + (1 if r.random() < 0.1 else 0)) for n in s)
+    if r.random() < 0.1:
+        ix = ix + (1,)
+    return [(s, _dt(r)), (ix, r.choice(["int64", "int64", "int32"]))], {"dim": _dim(r, len(s))}
+
+
+def _index_select(r):
+    s = _shape(r, r.randint(0, 3), lo=1)
+    ix = r.choice([(r.randint(0, 4),), (r.randint(0, 4),), (), (2, 2)])
+    return [(s, _dt(r)), (ix, r.choice(["int64", "int64", "int32", "float32"]))], {"dim": _dim(r, len(s))}
+
+
+def _index_tensor(r):
+    s = _shape(r, r.randint(1, 4), lo=1)
+    k = r.randint(1, len(s))
+    none = [r.random() < 0.4 for _ in range(k)]
+    if all(none):
+        none[r.randrange(k)] = False
+    b = _shape(r, r.randint(0, 2), lo=1)
+    ins = [(s, _dt(r))]
+    d = 0
+    out_none = []
+    for is_none in none:
+        if is_none:
+            out_none.append(True)
+            d += 1
+            continue
+        if r.random() < 0.15 and d < len(s):
+            m = s[d:d + r.randint(1, 2)]
+            ins.append((m, "bool"))
+            d += len(m)
+        else:
+            ins.append((_bshape(r, b) if r.random() < 0.3 else b, r.choice(["int64", "int64", "int32", "float32"])))
+            d += 1
+        out_none.append(False)
+    a: dict = {"_tensor_list_sizes": [len(ins) - 1]}
+    if any(out_none) or r.random() < 0.5:
+        a["_tensor_list_none_masks"] = [out_none]
+    return ins, a
+
+
+def _repeat(r):
+    s = _shape(r)
+    n = len(s) + r.choice([0, 0, 1, 2, -1])
+    return [(s, _dt(r))], {"repeats": [r.choice([0, 1, 2, 3, -1]) if r.random() < 0.1 else r.choice([1, 2, 3])
+                                       for _ in range(max(n, 0))]}
+
+
+def _repeat_interleave(r):
+    s = _shape(r)
+    a: dict = {"repeats": r.choice([0, 1, 2, 3, -1])}
+    if r.random() < 0.7:
+        a["dim"] = _dim(r, len(s))
+    return [(s, _dt(r))], a
+
+
+def _stack(r):
+    s = _shape(r)
+    ins = [(s if r.random() < 0.9 else _bshape(r, s), _dt(r)) for _ in range(r.randint(1, 3))]
+    return ins, {"dim": r.randint(-len(s) - 2, len(s) + 1), "_tensor_list_sizes": [len(ins)]}
+
+
+def _pads(r, n: int, lo: int = -1) -> list[int]:
+    return [r.choice([0, 1, 2, lo]) for _ in range(n)]
+
+
+def _pad(r):
+    s = _shape(r, r.randint(1, 4), lo=1)
+    mode = r.choice(["constant", "constant", "reflect", "replicate", "circular", "wrap"])
+    k = r.choice([1, 2, 3]) if mode != "constant" else r.randint(0, len(s))
+    a: dict = {"pad": _pads(r, 2 * k + (1 if r.random() < 0.05 else 0)), "mode": mode}
+    if r.random() < 0.3:
+        a["value"] = r.choice([0.5, 1.0])
+    return [(s, _dt(r, FLOATS + ["int64"]))], a
+
+
+def _constant_pad_nd(r):
+    s = _shape(r, r.randint(0, 3))
+    return [(s, _dt(r))], {"pad": _pads(r, 2 * r.randint(0, len(s) + 1), -2), "value": _scalar(r)}
+
+
+def _edge_pad(k: int) -> Gen:
+    def gen(r):
+        s = _shape(r, k + r.choice([1, 2, 2, 0]), lo=1)
+        return [(s, _dt(r, FLOATS + ["int64", "bool"]))], {"padding": _pads(r, 2 * k, 0)}
+    return gen
+
+
+def _diff(r):
+    s = _shape(r)
+    d = _dim(r, len(s))
+    ins = [(s, _dt(r))]
+    for _ in range(r.choice([0, 0, 1, 2])):
+        t = list(s)
+        if t and -len(t) <= d < len(t):
+            t[d] = r.randint(0, 2)
+        ins.append((tuple(t), _dt(r) if r.random() < 0.3 else ins[0][1]))
+    return ins, {"n": r.choice([0, 1, 1, 2, 3]), "dim": d}
+
+
+def _diagonal(r):
+    s = _shape(r, r.randint(1, 4))
+    return [(s, _dt(r))], {"offset": r.randint(-3, 3), "dim1": _dim(r, len(s)), "dim2": _dim(r, len(s))}
+
+
+def _cumsum(r):
+    s = _shape(r)
+    a = {"dim": _dim(r, len(s))}
+    if r.random() < 0.3:
+        a["dtype"] = _dtype_attr(r)
+    return [(s, _dt(r))], a
+
+
+def _topk(r):
+    s = _shape(r)
+    a = {"k": r.randint(0, 4)}
+    if r.random() < 0.7:
+        a["dim"] = _dim(r, len(s))
+    return [(s, _dt(r))], a
+
+
+def _one_dim(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": _dim(r, len(s)), "keepdim": r.random() < 0.5}
+
+
+def _opt_dim(listed: bool) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        a: dict = {"keepdim": r.random() < 0.5}
+        if listed:
+            a["dim"] = r.choice([None, [], [_dim(r, len(s))], [_dim(r, len(s)), _dim(r, len(s))]])
+        else:
+            a["dim"] = r.choice([None, _dim(r, len(s))])
+        return [(s, _dt(r))], a
+    return gen
+
+
+def _var(kind: str) -> Gen:
+    def gen(r):
+        ins, a = _opt_dim(True)(r)
+        if kind == "dim":
+            a["unbiased"] = r.random() < 0.5
+        elif r.random() < 0.5:
+            a["correction"] = r.choice([0, 1, 2])
+        return ins, a
+    return gen
+
+
+def _conv1d(string: bool) -> Gen:
+    def gen(r):
+        n, g = r.randint(1, 2), r.choice([1, 1, 2])
+        c, o = g * r.randint(1, 2), g * r.randint(1, 2)
+        k = r.randint(1, 3)
+        x = (n, c, r.randint(1, 7)) if r.random() < 0.85 else (c, r.randint(1, 7))
+        dt = _dt(r, FLOATS + ["float64"])
+        ins = [(x, dt), ((o, c // g if r.random() < 0.95 else c // g + 1, k), dt)]
+        if r.random() < 0.5:
+            ins.append(((o,), dt))
+        pad = r.choice(["same", "valid", "full"]) if string else [r.randint(0, 2)]
+        return ins, {"stride": [r.choice([1, 1, 2])], "padding": pad, "dilation": [r.randint(1, 2)], "groups": g}
+    return gen
+
+
+def _conv2d_padding(r):
+    ins, a = _conv(r)
+    a["padding"] = r.choice(["same", "valid", "full"])
+    if r.random() < 0.6:
+        a["stride"] = [1, 1]
+    return ins, a
+
+
+def _baddbmm(r):
+    b, m, k, n = r.randint(1, 3), r.randint(1, 4), r.randint(1, 4), r.randint(1, 4)
+    dt = _dt(r, FLOATS[:1] + ["float64"])
+    bias = r.choice([(b, m, n), (n,), (m, 1), (1, m, n), (m + 1, n)])
+    return [(bias, dt), ((b, m, k), dt), ((b if r.random() < 0.9 else b + 1, k, n), dt)], {
+        "alpha": r.choice([1, 0.5]), "beta": r.choice([1, 2.0])}
+
+
+def _upsample(kind: str, vec: bool) -> Gen:
+    def gen(r):
+        x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 5), r.randint(1, 5))
+        if r.random() < 0.1:
+            x = x[1:]
+        a: dict = {}
+        if kind == "bilinear":
+            a["align_corners"] = r.random() < 0.5
+        size = [r.choice([0, 1, 3, 8]), r.choice([1, 3, 8])]
+        if vec:
+            pick = r.random()
+            a["output_size"] = size if pick < 0.5 or pick > 0.9 else None
+            a["scale_factors"] = [r.choice([0.5, 1.0, 2.0, 1.7, 0.1]) for _ in range(2)] if pick >= 0.5 else None
+        else:
+            a["output_size"] = size
+        return [(x, _dt(r, FLOATS + ["float64", "uint8", "int64"]))], a
+    return gen
+
+
+def _adaptive1d(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 8))
+    if r.random() < 0.2:
+        x = x[1:]
+    return [(x, _dt(r, FLOATS + ["int64"]))], {"output_size": [r.randint(1, 4)]}
+
+
+def _avg_pool1d(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 8))
+    if r.random() < 0.2:
+        x = x[1:]
+    k = r.randint(1, 3)
+    return [(x, _dt(r, FLOATS + ["float64", "int64"]))], {
+        "kernel_size": [k], "stride": r.choice([[], [1], [2]]), "padding": [r.randint(0, 1)],
+        "ceil_mode": r.random() < 0.4, "count_include_pad": r.random() < 0.5}
+
+
+ZOO_CASES: dict[str, Gen] = {
+    **{op: unary() for op in ("floor.default", "ceil.default", "trunc.default", "round.default", "sign.default",
+                              "bitwise_not.default", "log1p.default", "expm1.default", "log2.default",
+                              "log10.default", "isnan.default", "isinf.default")},
+    "round.decimals": _rounding_decimals,
+    "softplus.default": unary(beta=lambda r: r.choice([1, 2, 0.5]), threshold=lambda r: r.choice([20, 1])),
+    "elu.default": unary(alpha=lambda r: r.choice([1, 0.5]), scale=lambda r: r.choice([1, 2]),
+                         input_scale=lambda r: r.choice([1, 0.5])),
+    "_log_softmax.default": _softmax_internal,
+    "fill.Scalar": scalar_op("value"),
+    "copy.default": _copy,
+    "where.ScalarOther": _where_scalar("ScalarOther"),
+    "where.ScalarSelf": _where_scalar("ScalarSelf"),
+    "where.Scalar": _where_scalar("Scalar"),
+    "masked_fill.Tensor": _masked_fill_tensor,
+    **{op: binary() for op in ("logical_and.default", "logical_or.default", "logical_xor.default",
+                               "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "__and__.Tensor",
+                               "__or__.Tensor", "__xor__.Tensor", "min.other", "max.other")},
+    "add.Scalar": _arith_scalar(True),
+    "sub.Scalar": _arith_scalar(True),
+    "mul.Scalar": _arith_scalar(False),
+    "div.Scalar": _arith_scalar(False),
+    "div.Scalar_mode": _div_scalar_mode,
+    "pow.Scalar": _pow_scalar_base,
+    "full_like.default": _like(True),
+    "zeros_like.default": _like(False),
+    "ones_like.default": _like(False),
+    "new_full.default": _new(True),
+    "new_zeros.default": _new(False),
+    "new_ones.default": _new(False),
+    "scalar_tensor.default": _scalar_tensor,
+    "gather.default": _gather,
+    "index_select.default": _index_select,
+    "index.Tensor": _index_tensor,
+    "repeat.default": _repeat,
+    "repeat_interleave.self_int": _repeat_interleave,
+    "stack.default": _stack,
+    "pad.default": _pad,
+    "constant_pad_nd.default": _constant_pad_nd,
+    "reflection_pad1d.default": _edge_pad(1),
+    "reflection_pad2d.default": _edge_pad(2),
+    "reflection_pad3d.default": _edge_pad(3),
+    "replication_pad2d.default": _edge_pad(2),
+    "replication_pad3d.default": _edge_pad(3),
+    "roll.default": _roll,
+    "flip.default": _flip,
+    "diff.default": _diff,
+    "diagonal.default": _diagonal,
+    "cumsum.default": _cumsum,
+    "topk.default": _topk,
+    "amin.default": _reduce(True, dtype=False),
+    "any.default": unary(),
+    "any.dim": _one_dim,
+    "any.dims": _opt_dim(True),
+    "var.correction": _var("correction"),
+    "var.dim": _var("dim"),
+    "argmax.default": _opt_dim(False),
+    "argmin.default": _opt_dim(False),
+    "max.dim": _one_dim,
+    "min.dim": _one_dim,
+    "group_norm.default": _group_norm,
+    "conv1d.default": _conv1d(False),
+    "conv1d.padding": _conv1d(True),
+    "conv2d.padding": _conv2d_padding,
+    "baddbmm.default": _baddbmm,
+    "upsample_bilinear2d.vec": _upsample("bilinear", True),
+    "upsample_nearest2d.vec": _upsample("nearest", True),
+    "upsample_bilinear2d.default": _upsample("bilinear", False),
+    "upsample_nearest2d.default": _upsample("nearest", False),
+    "adaptive_avg_pool1d.default": _adaptive1d,
+    "_adaptive_avg_pool2d.default": _adaptive,
+    "avg_pool1d.default": _avg_pool1d,
+}
+
+
 CASES: dict[str, Gen] = {
     **{op: unary() for op in ("abs.default", "relu.default", "neg.default", "rsqrt.default", "sqrt.default",
                               "exp.default", "log.default", "sin.default", "cos.default", "tanh.default",
@@ -475,6 +865,7 @@ CASES: dict[str, Gen] = {
     "arange.start": _arange("start"),
     "arange.start_step": _arange("start_step"),
     "_assert_tensor_metadata.default": _assert,
+    **ZOO_CASES,
 }
 
 
@@ -489,6 +880,7 @@ STRICTER = {
     "batch_norm.default": "per-channel parameters",
     # averaging integers: ATen divides in integer arithmetic, the compiler's pooling averages in fp32
     "avg_pool2d.default": "floating-point",
+    "avg_pool1d.default": "floating-point",
 }
 
 
@@ -496,6 +888,10 @@ def _make(shape: tuple[int, ...], dtype: str, role: int, op: str) -> torch.Tenso
     dt = _TORCH[dtype]
     if op == "index_copy.default" and role == 1:
         return torch.arange(shape[0]).to(dt) if shape else torch.zeros((), dtype=dt)
+    if op in ("gather.default", "index_select.default", "index.Tensor") and role >= 1 and dt != torch.bool:
+        return torch.zeros(shape, dtype=dt)  # position 0: in range wherever the indexed dim is not empty
+    if op == "masked_fill.Tensor" and role == 2:
+        return torch.ones(shape, dtype=dt)  # the value's data, which must fit self's dtype: the reader cannot see it
     if dt.is_floating_point:
         return torch.randn(shape).to(dt)
     if op == "embedding.default":

@@ -27,7 +27,7 @@ EXTRA_ATTRS = {"_tensor_list_sizes", "_tensor_list_none_masks"}
 
 # Number-valued arguments whose value is data (what to add, fill, compare with, clamp to): any number, infinities
 # and NaN included, as ATen computes with them. Every other float argument is structural and must be finite.
-VALUE_ARGS = {"other", "value", "fill_value", "min", "max", "min_val", "max_val", "exponent", "self"}
+VALUE_ARGS = {"other", "value", "fill_value", "min", "max", "min_val", "max_val", "exponent", "self", "s"}
 # Number-valued arguments that take a bool as well (ATen's `Scalar`: `x == True`, `masked_fill(m, False)`).
 BOOL_OK = VALUE_ARGS | {"negative_slope"}
 
@@ -37,7 +37,8 @@ Check = Callable[[Any], str | None]  # returns what is wrong, or None
 def _each(pred: Callable[[int], bool], what: str) -> Check:
     def check(v: Any) -> str | None:
         items = v if isinstance(v, list) else [v]
-        bad = [x for x in items if x is not None and not pred(x)]
+        # a conv's padding may be a mode ("same"): the shape inference checks strings
+        bad = [x for x in items if isinstance(x, int | float) and not pred(x)]
         return f"{what}, got {v!r}" if bad else None
 
     return check

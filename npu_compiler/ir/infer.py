@@ -247,7 +247,7 @@ def _binary_ops(node: Node, names: tuple[str, ...] = ("self", "other")) -> list[
 
 
 @infers("add.Tensor", "sub.Tensor", "mul.Tensor", "maximum.default", "minimum.default", "rsub.Tensor",
-        "pow.Tensor_Tensor")
+        "pow.Tensor_Tensor", "max.other", "min.other")
 def _arith(node: Node) -> list[TensorType]:
     ops = _binary_ops(node, ("self", "exponent") if node.op == "pow.Tensor_Tensor" else ("self", "other"))
     dt = result_type(*ops)
@@ -255,10 +255,14 @@ def _arith(node: Node) -> list[TensorType]:
         _no_bool_subtraction(ops)
     if node.op == "pow.Tensor_Tensor" and dt == "bool":
         raise InferError("pow of bool tensors is not supported")
+    _check_alpha(node, dt)
+    return [TensorType(_shape_of(*ops), dt)]
+
+
+def _check_alpha(node: Node, dt: str) -> None:
     alpha = node.attrs.get("alpha", 1)
     if alpha != 1 and dt not in FLOAT_DTYPES and isinstance(alpha, float):
         raise InferError(f"alpha {alpha!r} is a float, but the result is {dt}")
-    return [TensorType(_shape_of(*ops), dt)]
 
 
 def _no_bool_subtraction(ops: Sequence[Operand]) -> None:
@@ -318,13 +322,15 @@ def _same_non_bool(node: Node) -> list[TensorType]:
 
 
 @infers("rsqrt.default", "sqrt.default", "exp.default", "log.default", "sin.default", "cos.default", "tanh.default",
-        "sigmoid.default", "erf.default", "reciprocal.default")
+        "sigmoid.default", "erf.default", "reciprocal.default", "log1p.default", "expm1.default", "log2.default",
+        "log10.default")
 def _floating_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     return _same(x, _float_of(x.dtype))
 
 
-@infers("silu.default", "gelu.default", "hardtanh.default", "leaky_relu.default")
+@infers("silu.default", "gelu.default", "hardtanh.default", "leaky_relu.default", "softplus.default", "elu.default",
+        "round.decimals")
 def _float_only_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if node.op != "hardtanh.default":
@@ -767,32 +773,43 @@ def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int, ce
     return out
 
 
-@infers("conv2d.default")
-def _conv2d(node: Node) -> list[TensorType]:
+@infers("conv2d.default", "conv2d.padding", "conv1d.default", "conv1d.padding")
+def _conv(node: Node) -> list[TensorType]:
+    """ATen's convolution shape check and output size, for 1-d and 2-d convs with numeric or string padding (an
+    unbatched input [C, *spatial] gives an unbatched output)."""
+    nd = 1 if node.op.startswith("conv1d") else 2
     x, w = tensor(node, 0, "input"), tensor(node, 1, "weight")
     a = node.attrs
-    if len(x.shape) not in (3, 4) or len(w.shape) != 4:
-        raise InferError(f"conv2d takes an input of rank 3 or 4 and a weight of rank 4, got {list(x.shape)} and "
-                         f"{list(w.shape)}")
-    if isinstance(a["padding"], str):
-        raise InferError(f"string padding {a['padding']!r} is not supported")
+    if len(x.shape) not in (nd + 1, nd + 2) or len(w.shape) != nd + 2:
+        raise InferError(f"conv{nd}d takes an input of rank {nd + 1} or {nd + 2} and a weight of rank {nd + 2}, got "
+                         f"{list(x.shape)} and {list(w.shape)}")
     _same_dtypes(node.inputs, "input, weight and bias")
     g = a["groups"]
-    c = x.shape[-3]
-    o, cg, kh, kw = w.shape
-    if o % g or cg * g != c:
+    c = x.shape[-nd - 1]
+    o, cg, ks = w.shape[0], w.shape[1], w.shape[2:]
+    if g < 1 or o % g or cg * g != c:
         raise InferError(f"weight {list(w.shape)} with groups={g} does not fit an input of {c} channels")
     if len(node.inputs) > 3:
         raise InferError(f"takes (input, weight[, bias]), got {len(node.inputs)} inputs")
     if len(node.inputs) == 3 and node.inputs[2].shape != (o,):
         raise InferError(f"bias has shape {list(node.inputs[2].shape)}, expected [{o}]")
-    hw = []
-    for i, k in enumerate((kh, kw)):
-        n = _window_out(x.shape[-2 + i], k, a["stride"][i], a["padding"][i], a["dilation"][i], False)
-        if n <= 0:
-            raise InferError(f"input {list(x.shape)} is smaller than the kernel {[kh, kw]} (dilated, padded)")
-        hw.append(n)
-    return [TensorType(x.shape[:-3] + (o, *hw), x.dtype)]
+    pad = a["padding"]
+    if isinstance(pad, str):
+        if pad not in ("same", "valid"):
+            raise InferError(f"padding {pad!r} is neither 'same' nor 'valid'")
+        if pad == "same" and any(s != 1 for s in a["stride"]):
+            raise InferError(f"padding 'same' needs stride 1, got {a['stride']}")
+    spatial = []
+    for i, k in enumerate(ks):
+        size = x.shape[-nd + i]
+        if pad == "same":
+            n = size
+        else:
+            n = _window_out(size, k, a["stride"][i], 0 if pad == "valid" else pad[i], a["dilation"][i], False)
+        if n <= 0 or (pad == "same" and size < 1):
+            raise InferError(f"input {list(x.shape)} is smaller than the kernel {list(ks)} (dilated, padded)")
+        spatial.append(n)
+    return [TensorType(x.shape[:-nd - 1] + (o, *spatial), x.dtype)]
 
 
 def _pool_params(node: Node) -> tuple[Value, list[int], list[int], list[int], list[int]]:
@@ -835,7 +852,7 @@ def _avg_pool2d(node: Node) -> list[TensorType]:
     return [TensorType(_pool_shape(node, x, ks, stride, pad, [1, 1]), x.dtype)]
 
 
-@infers("adaptive_avg_pool2d.default")
+@infers("adaptive_avg_pool2d.default", "_adaptive_avg_pool2d.default")
 def _adaptive_avg_pool2d(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if len(x.shape) not in (3, 4) or any(d == 0 for d in x.shape[-2:]):
@@ -913,12 +930,12 @@ def _sum(node: Node) -> list[TensorType]:
     return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
 
 
-@infers("amax.default")
+@infers("amax.default", "amin.default")
 def _amax(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if any(d == 0 for i, d in enumerate(x.shape) if not node.attrs["dim"] or i in
            {norm_dim(a, len(x.shape)) for a in node.attrs["dim"]}):
-        raise InferError(f"amax over an empty dim of shape {list(x.shape)} has no identity")
+        raise InferError(f"{node.op.partition('.')[0]} over an empty dim of shape {list(x.shape)} has no identity")
     return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), x.dtype)]
 
 
@@ -932,7 +949,7 @@ def _softmax(node: Node) -> list[TensorType]:
     return _same(x, dt)
 
 
-@infers("_softmax.default")
+@infers("_softmax.default", "_log_softmax.default")
 def _softmax_internal(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     norm_dim(node.attrs["dim"], len(x.shape))
@@ -995,8 +1012,10 @@ def representable(v: bool | int | float, dtype: str) -> bool:
     if not math.isfinite(v):
         return False
     bits = ITEMSIZE[dtype] * 8
-    lo, hi = (0, 2**bits - 1) if dtype == "uint8" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    return lo <= v <= hi
+    if dtype == "uint8":
+        # c10's overflow check lets a negative integer wrap into an unsigned type (two's complement), not a float
+        return (-255 if isinstance(v, int) else 0) <= v <= 255
+    return -(2 ** (bits - 1)) <= v <= 2 ** (bits - 1) - 1
 
 
 @infers("full.default")
@@ -1033,6 +1052,611 @@ def _arange(node: Node) -> list[TensorType]:
     if n > INT64_MAX:
         raise InferError(f"arange of {n} elements")
     return [TensorType((n,), dt)]
+
+
+# ---- the model zoo's ops: elementwise -------------------------------------------------------------------------------
+
+
+@infers("floor.default", "ceil.default", "trunc.default", "round.default")
+def _rounding(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of a bool tensor is not supported")
+    return _same(x)
+
+
+@infers("sign.default")
+def _sign(node: Node) -> list[TensorType]:
+    return _same(tensor(node, 0))
+
+
+@infers("bitwise_not.default")
+def _bitwise_not(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype in FLOAT_DTYPES:
+        raise InferError(f"bitwise_not of a {x.dtype} tensor is not supported (it takes integers and bools)")
+    return _same(x)
+
+
+@infers("isnan.default", "isinf.default")
+def _float_class(node: Node) -> list[TensorType]:
+    return _same(tensor(node, 0), "bool")
+
+
+@infers("logical_and.default", "logical_or.default", "logical_xor.default")
+def _logical(node: Node) -> list[TensorType]:
+    ops = _binary_ops(node)
+    return [TensorType(_shape_of(*ops), "bool")]
+
+
+@infers("bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "__and__.Tensor", "__or__.Tensor",
+        "__xor__.Tensor")
+def _bitwise(node: Node) -> list[TensorType]:
+    ops = _binary_ops(node)
+    dt = result_type(*ops)
+    if dt in FLOAT_DTYPES:
+        raise InferError(f"bitwise operations on {dt} are not supported (they take integers and bools)")
+    return [TensorType(_shape_of(*ops), dt)]
+
+
+@infers("add.Scalar", "sub.Scalar", "mul.Scalar")
+def _arith_scalar(node: Node) -> list[TensorType]:
+    x, other = tensor(node, 0), node.attrs["other"]
+    if node.op == "sub.Scalar":
+        _no_bool_subtraction([x, other])
+    dt = result_type(x, other)
+    _check_alpha(node, dt)
+    return _same(x, dt)
+
+
+@infers("div.Scalar")
+def _div_scalar(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same(x, _float_of(result_type(x, node.attrs["other"])))
+
+
+@infers("div.Scalar_mode")
+def _div_scalar_mode(node: Node) -> list[TensorType]:
+    x, other, mode = tensor(node, 0), node.attrs["other"], node.attrs["rounding_mode"]
+    dt = result_type(x, other)
+    if mode is None:
+        return _same(x, _float_of(dt))
+    if dt == "bool" or (mode == "floor" and x.dtype == "bool" and not isinstance(other, float)):
+        raise InferError("floor division of a bool tensor is not supported")
+    if dt not in FLOAT_DTYPES and other == 0 and x.type.numel:
+        raise InferError(f"integer division by zero ({dt} divided by {other!r})")
+    return _same(x, dt)
+
+
+@infers("pow.Scalar")
+def _pow_scalar_base(node: Node) -> list[TensorType]:
+    e = tensor(node, 0, "exponent")
+    dt = result_type(node.attrs["self"], e)
+    if dt == "bool":
+        raise InferError("pow of bool values is not supported")
+    return _same(e, dt)
+
+
+def _condition(cond: Value) -> None:
+    if cond.dtype not in ("bool", "uint8"):
+        raise InferError(f"the condition must be a bool tensor, got {cond.dtype}")
+
+
+@infers("where.ScalarOther", "where.ScalarSelf", "where.Scalar")
+def _where_scalars(node: Node) -> list[TensorType]:
+    cond = tensor(node, 0, "condition")
+    _condition(cond)
+    names = {"where.ScalarOther": ("self",), "where.ScalarSelf": ("other",), "where.Scalar": ()}[node.op]
+    if len(node.inputs) != 1 + len(names):
+        raise InferError(f"takes {1 + len(names)} tensor input(s), got {len(node.inputs)}")
+    values = [node.inputs[1] if n in names else node.attrs[n] for n in ("self", "other")]
+    return [TensorType(_shape_of(cond, *values), result_type(*values))]
+
+
+@infers("masked_fill.Tensor")
+def _masked_fill_tensor(node: Node) -> list[TensorType]:
+    x, mask, value = tensor(node, 0, "self"), tensor(node, 1, "mask"), tensor(node, 2, "value")
+    if mask.dtype != "bool":
+        raise InferError(f"the mask must be a bool tensor, got {mask.dtype}")
+    if value.shape:
+        raise InferError(f"the value must be a 0-d tensor, got shape {list(value.shape)}")
+    return [TensorType(broadcast(x.shape, mask.shape), x.dtype)]
+
+
+@infers("fill.Scalar")
+def _fill(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _representable(node.attrs["value"], x.dtype, "value")
+    return _same(x)
+
+
+@infers("copy.default")
+def _copy(node: Node) -> list[TensorType]:
+    x, src = tensor(node, 0, "self"), tensor(node, 1, "src")
+    if broadcast(x.shape, src.shape) != x.shape:
+        raise InferError(f"src of shape {list(src.shape)} does not broadcast to self's shape {list(x.shape)}")
+    return _same(x)
+
+
+def _representable(v: bool | int | float, dtype: str, what: str) -> None:
+    if not representable(v, dtype):
+        raise InferError(f"{what} {v!r} cannot be stored in {dtype} without overflow")
+
+
+# ---- the model zoo's ops: factories ---------------------------------------------------------------------------------
+
+
+@infers("full_like.default", "zeros_like.default", "ones_like.default")
+def _like(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or x.dtype
+    if node.op == "full_like.default":
+        _representable(node.attrs["fill_value"], dt, "fill_value")
+    return _same(x, dt)
+
+
+@infers("new_ones.default", "new_zeros.default", "new_full.default")
+def _new(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or x.dtype
+    if node.op == "new_full.default":
+        _representable(node.attrs["fill_value"], dt, "fill_value")
+    return [TensorType(_factory_size(node), dt)]
+
+
+@infers("scalar_tensor.default")
+def _scalar_tensor(node: Node) -> list[TensorType]:
+    dt = node.attrs.get("dtype") or DEFAULT_FLOAT
+    if dt in INT_DTYPES:  # ATen converts the number unchecked into a float dtype (a large one becomes inf)
+        _representable(node.attrs["s"], dt, "s")
+    return [TensorType((), dt)]
+
+
+# ---- the model zoo's ops: gathers and layout ------------------------------------------------------------------------
+
+
+@infers("gather.default")
+def _gather(node: Node) -> list[TensorType]:
+    x, index = tensor(node, 0, "self"), tensor(node, 1, "index")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if index.dtype not in ("int64", "int32"):
+        raise InferError(f"index must be int64 or int32, got {index.dtype}")
+    xs, ix = x.shape or (1,), index.shape or (1,)
+    if index.type.numel and len(xs) != len(ix):
+        raise InferError(f"index of shape {list(index.shape)} must have the rank of self {list(x.shape)}")
+    if index.type.numel and any(i != d and n > xs[i] for i, n in enumerate(ix)):
+        raise InferError(f"index of shape {list(index.shape)} is larger than self {list(x.shape)} outside dim {d}")
+    return [TensorType(index.shape, x.dtype)]
+
+
+@infers("index_select.default")
+def _index_select(node: Node) -> list[TensorType]:
+    x, index = tensor(node, 0, "self"), tensor(node, 1, "index")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if index.dtype not in ("int64", "int32"):
+        raise InferError(f"index must be int64 or int32, got {index.dtype}")
+    if len(index.shape) > 1:
+        raise InferError(f"index must be a vector, got shape {list(index.shape)}")
+    if not x.shape:
+        if index.type.numel != 1:
+            raise InferError(f"a 0-d tensor takes an index of one element, got shape {list(index.shape)}")
+        return _same(x)
+    shape = list(x.shape)
+    shape[d] = index.type.numel
+    return _same_shape(x, shape)
+
+
+@infers("index.Tensor")
+def _index(node: Node) -> list[TensorType]:
+    """Advanced indexing: the index tensors (integer, or bool masks standing for the positions they select) broadcast
+    to B; B replaces the indexed dims when they are adjacent, otherwise it comes first."""
+    x = tensor(node, 0, "self")
+    idx = node.inputs[1:]
+    masks = node.attrs.get("_tensor_list_none_masks")
+    none = list(masks[0]) if masks else [False] * len(idx)
+    if masks and len(masks) != 1:
+        raise InferError(f"_tensor_list_none_masks {masks} must hold one list")
+    if sum(not m for m in none) != len(idx):
+        raise InferError(f"the index list {none} has {sum(not m for m in none)} tensors, the node lists {len(idx)}")
+    if not idx:
+        raise InferError("needs at least one index tensor")
+    # each entry of the list consumes one dim of self (a mask of rank k consumes k)
+    dims: list[int] = []  # self's dims the tensors index
+    shapes: list[tuple[int, ...]] = []
+    mask_at: list[int] = []  # which of `shapes` stand for a mask's selected count
+    d, k = 0, 0
+    for is_none in none:
+        if is_none:
+            d += 1
+            continue
+        v = idx[k]
+        k += 1
+        if v.dtype in ("bool", "uint8"):
+            r = max(len(v.shape), 1) if v.shape else 0
+            if x.shape[d:d + len(v.shape)] != v.shape:
+                raise InferError(f"the mask of shape {list(v.shape)} does not match self {list(x.shape)} at dim {d}")
+            mask_at.append(len(shapes))
+            shapes.append((v.type.numel,))
+            dims.extend(range(d, d + r))
+            d += len(v.shape)
+        elif v.dtype in INT_DTYPES:
+            if v.dtype != "int64" and v.dtype != "int32":
+                raise InferError(f"index tensors must be int64, int32 or bool, got {v.dtype}")
+            shapes.append(v.shape)
+            dims.append(d)
+            d += 1
+        else:
+            raise InferError(f"index tensors must be integers or bools, got {v.dtype}")
+    if d > len(x.shape):
+        raise InferError(f"too many indices for a tensor of rank {len(x.shape)}")
+    if mask_at:
+        # a mask's selected count depends on its data: take the declared output's, bounded by the mask's size
+        shapes = _mask_counts(node, x, shapes, mask_at, dims)
+    b = broadcast(*shapes)
+    indexed = set(dims)
+    rest_before = [n for i, n in enumerate(x.shape) if i not in indexed and (not dims or i < min(dims))]
+    rest_after = [n for i, n in enumerate(x.shape) if i not in indexed and dims and i > min(dims)]
+    adjacent = not dims or sorted(indexed) == list(range(min(dims), max(dims) + 1))
+    if adjacent:
+        shape = tuple(rest_before) + b + tuple(rest_after)
+    else:
+        shape = b + tuple(n for i, n in enumerate(x.shape) if i not in indexed)
+    return [TensorType(shape, x.dtype)]
+
+
+def _mask_counts(node: Node, x: Value, shapes: list[tuple[int, ...]], mask_at: list[int], dims: list[int]
+                 ) -> list[tuple[int, ...]]:
+    """Where a bool mask indexes, the result's length there is the number of true entries: the declared output gives
+    it, and it must be at most the mask's size."""
+    lead = [n for i, n in enumerate(x.shape) if i not in set(dims) and i < min(dims)]
+    adjacent = sorted(set(dims)) == list(range(min(dims), max(dims) + 1))
+    rank_b = max(len(s) for s in shapes)
+    declared = node.outputs[0].shape if node.outputs else ()
+    start = len(lead) if adjacent else 0
+    out = list(shapes)
+    for j in mask_at:
+        pos = start + rank_b - 1  # a mask stands for a 1-d index: its count is B's last dim
+        top = shapes[j][0]
+        n = declared[pos] if pos < len(declared) else top
+        if not 0 <= n <= top:
+            raise InferError(f"a mask of {top} elements selects {n}")
+        out[j] = (n,)
+    return out
+
+
+@infers("repeat.default")
+def _repeat(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    reps = list(node.attrs["repeats"])
+    if len(reps) < len(x.shape):
+        raise InferError(f"repeats {reps} has fewer entries than the tensor's rank {len(x.shape)}")
+    if any(n < 0 for n in reps):
+        raise InferError(f"repeats {reps} has a negative entry")
+    shape = (1,) * (len(reps) - len(x.shape)) + x.shape
+    return _same_shape(x, tuple(s * n for s, n in zip(shape, reps)))
+
+
+@infers("repeat_interleave.self_int")
+def _repeat_interleave(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    n, dim = node.attrs["repeats"], node.attrs.get("dim")
+    if n < 0:
+        raise InferError(f"repeats {n} is negative")
+    if dim is None:
+        shape = (x.type.numel * n,)
+    else:
+        if not x.shape:
+            raise InferError(f"dim {dim} given for a 0-d tensor")
+        d = norm_dim(dim, len(x.shape))
+        shape = tuple(s * n if i == d else s for i, s in enumerate(x.shape))
+    size = node.attrs.get("output_size")
+    if size is not None and size != shape[0 if dim is None else norm_dim(dim, len(shape))]:
+        raise InferError(f"output_size {size} is not the repeated size {list(shape)}")
+    return _same_shape(x, shape)
+
+
+@infers("stack.default")
+def _stack(node: Node) -> list[TensorType]:
+    if not node.inputs:
+        raise InferError("stack needs at least one tensor")
+    sizes = node.attrs.get("_tensor_list_sizes")
+    if sizes is not None and sizes != [len(node.inputs)]:
+        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    ref = node.inputs[0].shape
+    if any(v.shape != ref for v in node.inputs):
+        raise InferError(f"stack takes tensors of one shape, got {', '.join(str(list(v.shape)) for v in node.inputs)}")
+    d = norm_dim(node.attrs["dim"], len(ref) + 1)
+    return [TensorType(ref[:d] + (len(node.inputs),) + ref[d:], result_type(*node.inputs))]
+
+
+def _pad_pairs(x: Value, pad: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(dim, before, after) per padded dim: the pairs run from the last dim backwards."""
+    if len(pad) % 2:
+        raise InferError(f"pad {list(pad)} must have an even number of entries")
+    if len(pad) // 2 > len(x.shape):
+        raise InferError(f"pad {list(pad)} pads {len(pad) // 2} dims of a tensor of rank {len(x.shape)}")
+    return [(len(x.shape) - 1 - i, pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]
+
+
+def _constant_pad(x: Value, pad: Sequence[int]) -> list[TensorType]:
+    shape = list(x.shape)
+    for d, lo, hi in _pad_pairs(x, pad):
+        # negative pads cut first (ATen narrows the input), then positive ones add
+        if shape[d] + min(lo, 0) + min(hi, 0) < 0:
+            raise InferError(f"pad {list(pad)} cuts more than dim {d} of {list(x.shape)} holds")
+        shape[d] += lo + hi
+    return _same_shape(x, shape)
+
+
+def _edge_pad(x: Value, pad: Sequence[int], mode: str) -> list[TensorType]:
+    """reflect / replicate / circular padding: ATen's rank rule (k padded dims of a rank k+1 or k+2 input) and
+    that reflection reads inside the tensor (a pad smaller than the dim) and circular wraps once at most."""
+    k = len(pad) // 2
+    if len(pad) % 2 or k not in (1, 2, 3) or len(x.shape) not in (k + 1, k + 2):
+        raise InferError(f"{mode} padding of {len(pad) // 2} dims takes an input of rank {k + 1} or {k + 2}, got "
+                         f"{list(x.shape)} with pad {list(pad)}")
+    if any(n == 0 for n in x.shape[1:]):
+        raise InferError(f"{mode} padding of an empty tensor {list(x.shape)}")
+    shape = list(x.shape)
+    for d, lo, hi in _pad_pairs(x, pad):
+        n = x.shape[d]
+        if mode == "reflect" and (lo >= n or hi >= n):
+            raise InferError(f"reflection pad {list(pad)} must be smaller than dim {d} of {list(x.shape)}")
+        if mode == "circular" and (lo > n or hi > n):
+            raise InferError(f"circular pad {list(pad)} must be at most dim {d} of {list(x.shape)}")
+        shape[d] = n + lo + hi
+        if shape[d] < 1:
+            raise InferError(f"pad {list(pad)} leaves dim {d} of {list(x.shape)} empty")
+    return _same_shape(x, shape)
+
+
+@infers("pad.default")
+def _pad(node: Node) -> list[TensorType]:
+    x, mode = tensor(node, 0), node.attrs["mode"]
+    if mode == "constant":
+        _representable(node.attrs.get("value") or 0, x.dtype, "value")
+        return _constant_pad(x, node.attrs["pad"])
+    if mode not in ("reflect", "replicate", "circular"):
+        raise InferError(f"mode {mode!r} is not one of 'constant', 'reflect', 'replicate', 'circular'")
+    if node.attrs.get("value") is not None:
+        raise InferError(f"padding mode {mode!r} takes no value")
+    return _edge_pad(x, node.attrs["pad"], mode)
+
+
+@infers("constant_pad_nd.default")
+def _constant_pad_nd(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _representable(node.attrs["value"], x.dtype, "value")
+    return _constant_pad(x, node.attrs["pad"])
+
+
+@infers("reflection_pad1d.default", "reflection_pad2d.default", "reflection_pad3d.default",
+        "replication_pad2d.default", "replication_pad3d.default")
+def _reflection_pad(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of a bool tensor is not supported")
+    return _edge_pad(x, node.attrs["padding"], "reflect" if node.op.startswith("reflection") else "replicate")
+
+
+@infers("roll.default")
+def _roll(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    shifts, dims = node.attrs["shifts"], node.attrs["dims"]
+    if not shifts:
+        raise InferError("shifts must not be empty")
+    if dims:
+        if not x.shape:
+            raise InferError("a 0-d tensor has no dims to roll along")
+        if len(shifts) != len(dims):
+            raise InferError(f"shifts {shifts} and dims {dims} must have one entry each")
+        for d in dims:
+            norm_dim(d, len(x.shape))
+    elif len(shifts) != 1:
+        raise InferError(f"shifts {shifts} without dims must be a single shift (of the flattened tensor)")
+    return _same(x)
+
+
+@infers("flip.default")
+def _flip(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dims = [norm_dim(d, len(x.shape)) for d in node.attrs["dims"]]
+    if len(set(dims)) != len(dims):
+        raise InferError(f"dims {node.attrs['dims']} names a dim twice")
+    return _same(x)
+
+
+@infers("diff.default")
+def _diff(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        raise InferError("diff needs a tensor of rank >= 1")
+    n, d = node.attrs["n"], norm_dim(node.attrs["dim"], len(x.shape))
+    if n < 0:
+        raise InferError(f"order n={n} must be non-negative")
+    if len(node.inputs) > 3:
+        raise InferError(f"takes (self[, prepend][, append]), got {len(node.inputs)} inputs")
+    if n == 0:  # ATen returns the input itself, prepend and append unread
+        return _same(x)
+    total = 0
+    for v in node.inputs:
+        if len(v.shape) != len(x.shape) or any(a != b for i, (a, b) in enumerate(zip(v.shape, x.shape)) if i != d):
+            raise InferError(f"'{v.name}' of shape {list(v.shape)} cannot be joined to {list(x.shape)} along dim {d}")
+        total += v.shape[d]
+    dt = result_type(*node.inputs)  # the joined tensor's (bool differences are xor)
+    shape = list(x.shape)
+    shape[d] = max(total - n, 0)
+    return [TensorType(tuple(shape), dt)]
+
+
+@infers("diagonal.default")
+def _diagonal(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    r = len(x.shape)
+    if r < 2:
+        raise InferError(f"diagonal needs a tensor of rank >= 2, got {list(x.shape)}")
+    a, b = norm_dim(node.attrs["dim1"], r, "dim1"), norm_dim(node.attrs["dim2"], r, "dim2")
+    if a == b:
+        raise InferError(f"dim1 and dim2 are both dim {a}")
+    off = node.attrs["offset"]
+    n = min(x.shape[a], x.shape[b] - off) if off >= 0 else min(x.shape[a] + off, x.shape[b])
+    return _same_shape(x, tuple(s for i, s in enumerate(x.shape) if i not in (a, b)) + (max(n, 0),))
+
+
+# ---- the model zoo's ops: reductions, scans, norms ------------------------------------------------------------------
+
+
+@infers("cumsum.default")
+def _cumsum(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    norm_dim(node.attrs["dim"], len(x.shape))
+    dt = node.attrs.get("dtype") or ("int64" if x.dtype in INT_DTYPES | {"bool"} else x.dtype)
+    if dt == "bool" and x.shape:  # (a 0-d input is copied, no kernel runs)
+        raise InferError("cumsum into a bool tensor is not supported")
+    return _same(x, dt)
+
+
+@infers("topk.default")
+def _topk(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError("topk of a bool tensor is not supported")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    k, n = node.attrs["k"], (x.shape[d] if x.shape else 1)
+    if not 0 <= k <= n:
+        raise InferError(f"k={k} is out of range for dim {d} of size {n}")
+    shape = tuple(k if i == d else s for i, s in enumerate(x.shape))
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+@infers("any.default", "any.dim", "any.dims")
+def _any(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = "uint8" if x.dtype == "uint8" else "bool"
+    if node.op == "any.default":
+        return [TensorType((), dt)]
+    dim = node.attrs["dim"]
+    if node.op == "any.dims" and dim == []:  # an empty list reduces nothing here (unlike sum's)
+        return _same(x, dt)
+    return [TensorType(_reduced(x, dim, node.attrs["keepdim"]), dt)]
+
+
+@infers("var.correction", "var.dim")
+def _var(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype not in FLOAT_DTYPES:
+        raise InferError(f"var of a {x.dtype} tensor is not supported (it takes floating-point tensors)")
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), x.dtype)]
+
+
+@infers("argmax.default", "argmin.default")
+def _argmax(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of a bool tensor is not supported")
+    dim, keep = node.attrs["dim"], node.attrs["keepdim"]
+    if dim is None:
+        if x.type.numel == 0:
+            raise InferError(f"{node.op.partition('.')[0]} of an empty tensor without a dim")
+        return [TensorType((1,) * len(x.shape) if keep else (), "int64")]
+    d = norm_dim(dim, len(x.shape))
+    if x.shape and x.shape[d] == 0:
+        raise InferError(f"{node.op.partition('.')[0]} over the empty dim {d} of {list(x.shape)}")
+    return [TensorType(_reduced(x, dim, keep), "int64")]
+
+
+@infers("max.dim", "min.dim")
+def _max_dim(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if x.shape and x.shape[d] == 0:
+        raise InferError(f"{node.op.partition('.')[0]} over the empty dim {d} of {list(x.shape)}")
+    shape = _reduced(x, node.attrs["dim"], node.attrs["keepdim"])
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+@infers("group_norm.default")
+def _group_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    if len(x.shape) < 2:
+        raise InferError(f"input of shape {list(x.shape)}: group norm needs a batch and a channel dim")
+    g, c = node.attrs["num_groups"], x.shape[1]
+    if g < 1 or c % g:
+        raise InferError(f"num_groups={g} does not divide the {c} channels")
+    if len(node.inputs) > 3:
+        raise InferError(f"takes (input[, weight][, bias]), got {len(node.inputs)} inputs")
+    for v in node.inputs[1:]:
+        if v.shape != (c,):
+            raise InferError(f"'{v.name}' has shape {list(v.shape)}; per-channel parameters of {c} channels have "
+                             f"shape [{c}]")
+    return _same(x)
+
+
+# ---- the model zoo's ops: contractions, resampling, pooling ---------------------------------------------------------
+
+
+@infers("baddbmm.default")
+def _baddbmm(node: Node) -> list[TensorType]:
+    x, a, b = tensor(node, 0, "self"), tensor(node, 1, "batch1"), tensor(node, 2, "batch2")
+    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise InferError(f"baddbmm multiplies batches [B, M, K] and [B, K, N], got {list(a.shape)} and "
+                         f"{list(b.shape)}")
+    _same_dtypes([x, a, b], "all operands")
+    out = (a.shape[0], a.shape[1], b.shape[2])
+    if broadcast(x.shape, out) != out:
+        raise InferError(f"the added tensor {list(x.shape)} does not broadcast to the product {list(out)}")
+    return [TensorType(out, a.dtype)]
+
+
+@infers("upsample_bilinear2d.vec", "upsample_nearest2d.vec", "upsample_bilinear2d.default",
+        "upsample_nearest2d.default")
+def _upsample(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) != 4:
+        raise InferError(f"2-d upsampling takes an input of rank 4, got {list(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES and x.dtype != "uint8":
+        raise InferError(f"upsampling of a {x.dtype} tensor is not supported (it takes floats and uint8)")
+    size, scales = node.attrs["output_size"], node.attrs.get("scale_factors")
+    if node.op.endswith(".vec"):
+        if (size is None) == (scales is None):
+            raise InferError("give exactly one of output_size and scale_factors")
+        if size is None:
+            if len(scales) != 2:
+                raise InferError(f"scale_factors {scales} must have 2 entries")
+            size = [math.floor(n * s) if math.isfinite(n * s) else -1 for n, s in zip(x.shape[2:], scales)]
+    if len(size) != 2:
+        raise InferError(f"output_size {size} must have 2 entries")
+    if any(n <= 0 for n in list(size) + list(x.shape[1:])):
+        raise InferError(f"input {list(x.shape)} and output size {list(size)} must be greater than 0")
+    return _same_shape(x, x.shape[:2] + tuple(size))
+
+
+@infers("adaptive_avg_pool1d.default")
+def _adaptive_avg_pool1d(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) not in (2, 3) or any(d == 0 for d in x.shape[1:]):
+        raise InferError(f"1-d adaptive pooling takes an input of rank 2 or 3 with non-empty dims, got "
+                         f"{list(x.shape)}")
+    _need_float(x)
+    return _same_shape(x, x.shape[:-1] + tuple(node.attrs["output_size"]))
+
+
+@infers("avg_pool1d.default")
+def _avg_pool1d(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    a = node.attrs
+    if len(x.shape) not in (2, 3):
+        raise InferError(f"1-d pooling takes an input of rank 2 or 3, got {list(x.shape)}")
+    _need_float(x)
+    k, pad = a["kernel_size"][0], a["padding"][0]
+    stride = (a["stride"] or a["kernel_size"])[0]
+    if pad > k // 2:
+        raise InferError(f"padding {pad} is more than half the kernel {k}")
+    n = _window_out(x.shape[-1], k, stride, pad, 1, bool(a["ceil_mode"]))
+    if n <= 0:
+        raise InferError(f"input {list(x.shape)} is smaller than the pooling window {k}")
+    return _same_shape(x, x.shape[:-1] + (n,))
 
 
 __all__ = ["RULES", "infers", "has_rule", "check_node", "result_type", "promote", "broadcast", "InferError"]
