@@ -793,23 +793,37 @@ def _conv(node: Node) -> list[TensorType]:
         raise InferError(f"takes (input, weight[, bias]), got {len(node.inputs)} inputs")
     if len(node.inputs) == 3 and node.inputs[2].shape != (o,):
         raise InferError(f"bias has shape {list(node.inputs[2].shape)}, expected [{o}]")
-    pad = a["padding"]
+    stride, dilation = _per_dim(a, "stride", nd), _per_dim(a, "dilation", nd)
+    pad = a["padding"] if isinstance(a["padding"], str) else _per_dim(a, "padding", nd)
     if isinstance(pad, str):
         if pad not in ("same", "valid"):
             raise InferError(f"padding {pad!r} is neither 'same' nor 'valid'")
-        if pad == "same" and any(s != 1 for s in a["stride"]):
-            raise InferError(f"padding 'same' needs stride 1, got {a['stride']}")
+        if pad == "same" and any(s != 1 for s in stride):
+            raise InferError(f"padding 'same' needs stride 1, got {stride}")
     spatial = []
     for i, k in enumerate(ks):
         size = x.shape[-nd + i]
         if pad == "same":
             n = size
         else:
-            n = _window_out(size, k, a["stride"][i], 0 if pad == "valid" else pad[i], a["dilation"][i], False)
+            n = _window_out(size, k, stride[i], 0 if pad == "valid" else pad[i], dilation[i], False)
         if n <= 0 or (pad == "same" and size < 1):
             raise InferError(f"input {list(x.shape)} is smaller than the kernel {list(ks)} (dilated, padded)")
         spatial.append(n)
     return [TensorType(x.shape[:-nd - 1] + (o, *spatial), x.dtype)]
+
+
+def _per_dim(attrs: dict, name: str, nd: int, empty_ok: bool = False) -> list[int]:
+    """An `int[nd]` attribute as nd values: ATen repeats a single value (`int[1]` lists are not length-checked by the
+    reader, which reads `int[1]` as "one or more")."""
+    v = list(attrs[name])
+    if empty_ok and not v:
+        return v
+    if len(v) == 1:
+        v = v * nd
+    if len(v) != nd:
+        raise InferError(f"{name} {attrs[name]} must have {nd} entries")
+    return v
 
 
 def _pool_params(node: Node) -> tuple[Value, list[int], list[int], list[int], list[int]]:
@@ -1639,6 +1653,8 @@ def _adaptive_avg_pool1d(node: Node) -> list[TensorType]:
         raise InferError(f"1-d adaptive pooling takes an input of rank 2 or 3 with non-empty dims, got "
                          f"{list(x.shape)}")
     _need_float(x)
+    if len(node.attrs["output_size"]) != 1:
+        raise InferError(f"output_size {node.attrs['output_size']} must have one entry")
     return _same_shape(x, x.shape[:-1] + tuple(node.attrs["output_size"]))
 
 
@@ -1649,8 +1665,8 @@ def _avg_pool1d(node: Node) -> list[TensorType]:
     if len(x.shape) not in (2, 3):
         raise InferError(f"1-d pooling takes an input of rank 2 or 3, got {list(x.shape)}")
     _need_float(x)
-    k, pad = a["kernel_size"][0], a["padding"][0]
-    stride = (a["stride"] or a["kernel_size"])[0]
+    k, pad = _per_dim(a, "kernel_size", 1)[0], _per_dim(a, "padding", 1)[0]
+    stride = (_per_dim(a, "stride", 1, empty_ok=True) or [k])[0]
     if pad > k // 2:
         raise InferError(f"padding {pad} is more than half the kernel {k}")
     n = _window_out(x.shape[-1], k, stride, pad, 1, bool(a["ceil_mode"]))
