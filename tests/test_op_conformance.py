@@ -972,6 +972,12 @@ case("amin_keepdim_int", lambda x: x.amin((0, 2), keepdim=True), lambda d: (rnd(
 case("any_all", lambda x: (x > 1).any(), lambda d: (rnd(5, 9, dt=d),), "any.default", "exact", (F32,))
 case("any_dim", lambda x: (x > 2).any(-1), lambda d: (rnd(5, 9, dt=d),), "any.dim", "exact", (F32,))
 case("any_dims", lambda m: A.any.dims(m, [0, 2], True), lambda d: (mask(3, 4, 5),), "any.dims", "exact", (BOOL,))
+# an empty dim list: any.dims reduces nothing (sum's reduces everything)
+case("any_dims_empty", lambda x: A.any.dims(x, []), lambda d: (rnd(3, 4, dt=d, lo=-1, hi=2),), "any.dims", "exact",
+     (F32, I64))
+# 0-d inputs: a reduction over the one element
+case("reductions_0d", lambda x: (x.sum(), x.mean(), x.amax(), x.amin(), x.argmax(), x.any()), lambda d: (rnd(dt=d),),
+     ("sum.default", "mean.default", "amax.default", "amin.default", "argmax.default", "any.default"), "exact")
 case("var_dim", lambda x: x.var(-1), lambda d: (rnd(5, 33, dt=d),), "var.dim", "accumulate")
 case("var_biased", lambda x: torch.var(x, (0, 2), unbiased=False, keepdim=True), lambda d: (rnd(3, 4, 5, dt=d) + 5,),
      "var.dim", "accumulate")

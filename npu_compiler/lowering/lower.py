@@ -412,6 +412,8 @@ class Lowering:
         else:
             ostrides = tuple(src.strides[d] for d in keep)
         rstrides = tuple(src.strides[d] for d in dims)
+        if not red_shape:  # a 0-d input: a reduction over its one element (kernels need a reduction space)
+            red_shape, rstrides = (1,), (0,)
         return self.load_raw(src.buffer, ostrides, src.offset, rstrides, out_shape, red_shape, origins), red_shape, dims
 
     def lower_reduce(self, node: Node) -> None:

@@ -63,6 +63,10 @@ def amin(L: Lowering, node: Node) -> None:
 @lowers("any.default", "any.dim", "any.dims")
 def any_(L: Lowering, node: Node) -> None:
     x_v, out_v = node.inputs[0], node.outputs[0]
+    if node.op == "any.dims" and node.attrs.get("dim") == []:  # ATen: an empty list reduces nothing (unlike sum's)
+        src = L.ref(x_v, pending_ok=True)
+        L.generated(L.fresh(out_v), lambda load: cast(cast(load(src), "bool"), out_v.dtype))
+        return
     origins: list[str] = []
     read, red, _ = L.reduce_read(x_v, node.attrs.get("dim"), bool(node.attrs.get("keepdim")), out_v.shape, origins)
     out = L.fresh(out_v)
