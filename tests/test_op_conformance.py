@@ -406,6 +406,14 @@ case("conv2d_groups_no_bias", _conv(4, 6, 3, groups=2, bias=False, padding=1), l
      "conv2d.default", "accumulate", module=True)
 case("conv2d_depthwise", _conv(4, 4, 3, groups=4, padding=1), lambda d: (rnd(1, 4, 7, 5, dt=d),), "conv2d.default",
      "accumulate", module=True)
+# unbatched inputs [C, H, W]: a batch of one (grouped, whose weight no im2col takes; fused with a residual and relu)
+case("conv2d_unbatched_groups", lambda x, w: F.conv2d(x, w, padding=(0, 2), groups=2),
+     lambda d: (rnd(4, 6, 5, dt=d), rnd(2, 2, 2, 2, dt=d)), "conv2d.default", "accumulate")
+case("conv2d_unbatched_residual_relu", lambda x, w, r: torch.relu(F.conv2d(x, w, padding=1) + r),
+     lambda d: (rnd(3, 5, 6, dt=d), rnd(4, 3, 3, 3, dt=d), rnd(4, 5, 6, dt=d)), ("conv2d.default", "relu.default"),
+     "accumulate")
+case("conv2d_unbatched_same_even", lambda x, w: F.conv2d(x, w, padding="same", dilation=2),
+     lambda d: (rnd(3, 6, 7, dt=d), rnd(2, 3, 2, 2, dt=d)), "conv2d.padding", "accumulate")
 case("conv2d_1x1_of_permute", lambda x, w: F.conv2d(x.permute(0, 3, 1, 2), w),
      lambda d: (rnd(1, 5, 7, 3, dt=d), rnd(4, 3, 1, 1, dt=d)), "conv2d.default", "accumulate")
 case("max_pool2d_k2", lambda x: F.max_pool2d(x, 2), lambda d: (rnd(1, 3, 7, 9, dt=d),), "max_pool2d.default", "exact")

@@ -132,6 +132,9 @@ def linear_epilogue(L: Lowering, node: Node) -> None:
 
 @lowers("conv2d.default", "npu.conv2d", kernels=("conv2d", "gemm"))
 def conv2d(L: Lowering, node: Node) -> None:
+    if len(node.inputs[0].shape) == 3:
+        _batch_of_one(L, node, conv2d)
+        return
     a = node.attrs
     has_bias = a.get("has_bias", len(node.inputs) > 2)
     has_residual = a.get("has_residual", False)
@@ -161,7 +164,24 @@ def conv2d_padding(L: Lowering, node: Node) -> None:
     """A conv with string padding the normalisation could not turn into numbers: "same" with an even kernel pads one
     more at the end than at the start (ATen pads that extra row and column explicitly, then convolves)."""
     x_v, w_v = node.inputs[:2]
+    if len(x_v.shape) == 3:
+        _batch_of_one(L, node, conv2d_padding)
+        return
     _conv_same(L, node, x_v, w_v, node.inputs[2] if len(node.inputs) > 2 else None, node.attrs, node.outputs[0])
+
+
+def _batch_of_one(L: Lowering, node: Node, lower) -> None:
+    """An unbatched conv2d ([C, H, W], as ATen takes it) as a batch of one, through [1, ...] views (no copies): the
+    conv kernels take 4-d tensors."""
+    ins = list(node.inputs)
+    ins[0] = L.view_value(ins[0], (1, *ins[0].shape))
+    if node.attrs.get("has_residual"):
+        ins[-1] = L.view_value(ins[-1], (1, *ins[-1].shape))
+    out_v = node.outputs[0]
+    out4 = L.stand_in(out_v, (1, *out_v.shape))
+    lower(L, Node(node.name, node.op, ins, [out4], node.attrs, origin=list(node.origin)))
+    r = L.ref(out4)
+    L.bind(out_v, V.reshape(r, out_v.shape) or V.reshape(L.contiguous(r), out_v.shape))
 
 
 def _conv_same(L: Lowering, node: Node, x_v: Value, w_v: Value, bias_v: Value | None, attrs: dict,
