@@ -816,6 +816,10 @@ case("gather_dim1", lambda x, i: torch.gather(x, 1, i), lambda d: (rnd(3, 5, 7, 
 case("gather_last_smaller", lambda x, i: torch.gather(x, -1, i), lambda d: (rnd(3, 9, dt=d),
                                                                             torch.randint(0, 9, (2, 4))),
      "gather.default", "exact")
+# an empty index of any rank reads nothing (ATen accepts it whatever its rank)
+case("gather_empty_index", lambda x, i: torch.gather(x, 1, i) + 1, lambda d: (rnd(3, 5, dt=d),
+                                                                           torch.zeros(3, 0, dtype=torch.int64)),
+     "gather.default", "exact")
 case("index_select", lambda x, i: torch.index_select(x, 1, i), lambda d: (rnd(3, 5, 7, dt=d),
                                                                           torch.tensor([4, 0, 1, 2, 2])),
      "index_select.default", "exact")
@@ -868,6 +872,10 @@ case("diff_prepend_int", lambda x, p: torch.diff(x, dim=-1, prepend=p), lambda d
                                                                                    rnd(2, 1, dt=d, lo=-9, hi=9)),
      "diff.default", "exact", (I64,))
 case("diff_bool", lambda m: torch.diff(m), lambda d: (mask(3, 7),), "diff.default", "exact", (BOOL,))
+# prepend of another dtype: the join promotes (int64 input, float prepend: a float difference); n=0 is the input
+case("diff_prepend_promotes", lambda i, p: torch.diff(i, prepend=p), lambda d: (rnd(2, 5, dt=I64, lo=-9, hi=9),
+     rnd(2, 2, dt=d)), "diff.default", "exact")
+case("diff_n0", lambda x: torch.diff(x, n=0), lambda d: (rnd(3, 4, dt=d),), "diff.default", "exact")
 
 # Scans and selection.
 case("cumsum", lambda x: torch.cumsum(x, 1), lambda d: (rnd(3, 9, 4, dt=d),), "cumsum.default", "accumulate")

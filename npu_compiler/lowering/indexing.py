@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedOpError
 from ..expr import nodes as X
-from ..expr.aten_table import cast
+from ..expr.aten_table import cast, const
 from ..ir.graph import Node
 from ..program import TensorRef
 from . import views as V
@@ -42,6 +42,9 @@ def gather(L: Lowering, node: Node) -> None:
     self_v, index_v = node.inputs[:2]
     out_v = node.outputs[0]
     rank = len(self_v.shape)
+    if index_v.type.numel == 0:  # ATen takes an empty index of any rank: nothing is read
+        L.generated(L.fresh(out_v), lambda load: const(0, out_v.dtype))
+        return
     if rank == 0:
         L.generated(L.fresh(out_v), lambda load: cast(load(L.ref(self_v, pending_ok=True)), out_v.dtype))
         return

@@ -213,6 +213,10 @@ def diff(L: Lowering, node: Node) -> None:
     n = int(node.attrs.get("n", 1))
     rank = len(x_v.shape)
     dim = V.norm_dim(node.attrs.get("dim", -1), rank)
+    if n == 0:  # ATen returns the input as it is, prepend and append unread
+        src0 = L.ref(x_v, pending_ok=True)
+        L.generated(L.fresh(out_v), lambda load: cast(load(src0), out_v.dtype))
+        return
     parts = [node.inputs[1], x_v, *node.inputs[2:]] if len(node.inputs) > 1 else [x_v]
     length = sum(v.shape[dim] for v in parts)
     if length - n != out_v.shape[dim]:
@@ -223,12 +227,13 @@ def diff(L: Lowering, node: Node) -> None:
         cur = L.ref(x_v, pending_ok=True)
     else:
         shape = tuple(length if d == dim else s for d, s in enumerate(x_v.shape))
-        cur = L.scratch(f"{node.name}.joined", x_v.dtype, shape)
+        # joined in the result's dtype: ATen's cat promotes the parts (an int32 input with a float prepend is float)
+        cur = L.scratch(f"{node.name}.joined", out_v.dtype, shape)
         start = 0
         for v in parts:
             src = L.ref(v, pending_ok=True)
             region = V.slice_(cur, dim, start, start + v.shape[dim], 1)
-            L.generated(region, lambda load, src=src: cast(load(src), x_v.dtype))
+            L.generated(region, lambda load, src=src: cast(load(src), out_v.dtype))
             start += v.shape[dim]
     op = "ne.Tensor" if out_v.dtype == "bool" else "sub.Tensor"
     for step in range(n):
