@@ -258,7 +258,16 @@ def _arith(node: Node) -> list[TensorType]:
     alpha = node.attrs.get("alpha", 1)
     if alpha != 1 and dt not in FLOAT_DTYPES and isinstance(alpha, float):
         raise InferError(f"alpha {alpha!r} is a float, but the result is {dt}")
+    _scalar_fits(node, ("alpha",), dt)
     return [TensorType(_shape_of(*ops), dt)]
+
+
+def _scalar_fits(node: Node, names: tuple[str, ...], dtype: str) -> None:
+    """ATen converts these Scalar arguments to the op's dtype with an overflow check (alpha, clamp bounds, ...)."""
+    for name in names:
+        v = node.attrs.get(name)
+        if v is not None and not representable(v, dtype):
+            raise InferError(f"{name}={v!r} cannot be converted to {dtype} without overflow")
 
 
 def _no_bool_subtraction(ops: Sequence[Operand]) -> None:
@@ -271,7 +280,9 @@ def _no_bool_subtraction(ops: Sequence[Operand]) -> None:
 def _rsub_scalar(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     _no_bool_subtraction([x, node.attrs["other"]])
-    return _same(x, result_type(x, node.attrs["other"]))
+    dt = result_type(x, node.attrs["other"])
+    _scalar_fits(node, ("alpha",), dt)
+    return _same(x, dt)
 
 
 @infers("div.Tensor")
@@ -296,6 +307,8 @@ def _pow_scalar(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     e = node.attrs["exponent"]
     dt = result_type(x, e)
+    if dt not in ("float32", "float64"):  # ATen keeps the exponent in double for fp32/fp64, else in the dtype
+        _scalar_fits(node, ("exponent",), dt)
     if dt in INT_DTYPES and isinstance(e, int) and e < 0:
         raise InferError(f"integers cannot be raised to the negative power {e}")
     return _same(x, dt)
@@ -329,8 +342,13 @@ def _float_only_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if node.op != "hardtanh.default":
         _need_float(x)
-    elif x.dtype in ("bool", "uint8"):
-        raise InferError(f"hardtanh of a {x.dtype} tensor is not supported")
+    elif x.dtype == "bool":
+        raise InferError("hardtanh of a bool tensor is not supported")
+    elif x.dtype == "uint8" and any(math.trunc(node.attrs[k]) < 0 for k in ("min_val", "max_val")):
+        raise InferError("hardtanh of an unsigned tensor with negative limits is not supported")
+    _scalar_fits(node, ("min_val", "max_val"), x.dtype)
+    # leaky_relu computes in the accumulation type: fp32 for halves and fp32, fp64 for fp64
+    _scalar_fits(node, ("negative_slope",), "float64" if x.dtype == "float64" else "float32")
     return _same(x)
 
 
@@ -343,6 +361,7 @@ def _clamp(node: Node) -> list[TensorType]:
     dt = result_type(x, lo, hi)
     if dt == "bool":
         raise InferError("clamp of a bool tensor is not supported")
+    _scalar_fits(node, ("min", "max"), dt)
     return _same(x, dt)
 
 
@@ -737,6 +756,7 @@ def _addmm(node: Node) -> list[TensorType]:
     out = _matmul_shape(a.shape, b.shape)
     if broadcast(bias.shape, out) != out:
         raise InferError(f"the added tensor {list(bias.shape)} does not broadcast to the product {list(out)}")
+    _scalar_fits(node, ("alpha", "beta"), "float32" if a.dtype in ("float16", "bfloat16") else a.dtype)  # opmath
     return [TensorType(out, a.dtype)]
 
 
@@ -995,7 +1015,8 @@ def representable(v: bool | int | float, dtype: str) -> bool:
     if not math.isfinite(v):
         return False
     bits = ITEMSIZE[dtype] * 8
-    lo, hi = (0, 2**bits - 1) if dtype == "uint8" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    # c10's overflow check lets an unsigned type take negatives down to -max (they wrap, as in C)
+    lo, hi = (-(2**bits - 1), 2**bits - 1) if dtype == "uint8" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     return lo <= v <= hi
 
 
