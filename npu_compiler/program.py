@@ -557,7 +557,7 @@ class _Reader:
         name = self.str_(self.get(v, "name", path), f"{path}.name")
         kpath = f"kernel {name!r} ({path})"
         kind = self.get(v, "kind", path)
-        if kind not in KINDS:
+        if not isinstance(kind, str) or kind not in KINDS:
             raise self.fail(f"{path}.kind", f"unknown kernel kind {kind!r} (known: {', '.join(sorted(KINDS))})")
         try:
             spec = spec_from_data(kind, self.get(v, "spec", path), "spec")

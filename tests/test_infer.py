@@ -61,7 +61,7 @@ def _dt(r: random.Random, pool=DTYPES) -> str:
 
 
 def _scalar(r: random.Random):
-    return r.choice([True, False, 0, 1, 2, -3, 0.5, -1.25, 2.0, float("inf")])
+    return r.choice([True, False, 0, 1, 2, -3, 0.5, -1.25, 2.0, float("inf"), 1e308, -7e4, 1000, 2**40])
 
 
 def unary(**attrs: Callable[[random.Random], object]) -> Gen:
@@ -240,7 +240,8 @@ def _addmm(r):
     m, k, n = r.randint(1, 4), r.randint(1, 4), r.randint(1, 4)
     dt = _dt(r, FLOATS)
     bias = r.choice([(n,), (m, n), (1, n), (m, 1), (n + 1,)])
-    return [(bias, dt), ((m, k), dt), ((k, n), dt)], {"alpha": r.choice([1, 0.5]), "beta": r.choice([1, 2.0])}
+    scalars = {"alpha": r.choice([1, 0.5, 1e308]), "beta": r.choice([1, 2.0, 7e4])}
+    return [(bias, dt), ((m, k), dt), ((k, n), dt)], scalars
 
 
 def _linear(r):
@@ -797,9 +798,9 @@ CASES: dict[str, Gen] = {
                               "logical_not.default", "clone.default", "alias.default", "detach.default",
                               "contiguous.default", "lift_fresh_copy.default")},
     "gelu.default": unary(approximate=lambda r: r.choice(["none", "tanh"])),
-    "hardtanh.default": unary(min_val=lambda r: r.choice([-1, -0.5]), max_val=lambda r: r.choice([1, 2.5])),
-    "leaky_relu.default": unary(negative_slope=lambda r: r.choice([0.01, 0.2, 1])),
-    "clamp.default": unary(min=lambda r: r.choice([None, 0, -0.5]), max=lambda r: r.choice([None, 1, 2.5])),
+    "hardtanh.default": unary(min_val=lambda r: r.choice([-1, -0.5, -1e5]), max_val=lambda r: r.choice([1, 2.5, 300])),
+    "leaky_relu.default": unary(negative_slope=lambda r: r.choice([0.01, 0.2, 1, 1e5, 1e308])),
+    "clamp.default": unary(min=lambda r: r.choice([None, 0, -0.5, -1e39]), max=lambda r: r.choice([None, 1, 2.5, 300])),
     "dropout.default": lambda r: ([(_shape(r), _dt(r, FLOATS))], {"p": 0.0, "train": False}),
     "to.dtype": unary(dtype=_dtype_attr),
     "to.device": lambda r: ([(_shape(r), _dt(r))], {"device": "cpu", "dtype": _dtype_attr(r)}),
@@ -881,6 +882,8 @@ STRICTER = {
     # averaging integers: ATen divides in integer arithmetic, the compiler's pooling averages in fp32
     "avg_pool2d.default": "floating-point",
     "avg_pool1d.default": "floating-point",
+    # ATen lets a negative repeat through when the tensor is empty (nothing is repeated); the reader never does
+    "repeat.default": "negative entry",
 }
 
 

@@ -76,9 +76,17 @@ def check_expr(e: X.Expr, ctx: ExprContext) -> None:
         elif isinstance(node, X.Unary):
             if node.op not in X.UNARY_OPS:
                 raise ValueError(f"unknown unary op {node.op!r}")
+            _typed(node, node.x.dtype == node.dtype and (node.op != "not" or node.dtype == "bool"))
         elif isinstance(node, X.Binary):
             if node.op not in X.BINARY_OPS:
                 raise ValueError(f"unknown binary op {node.op!r}")
+            same = node.a.dtype == node.b.dtype
+            if node.op in X.COMPARE_OPS:
+                _typed(node, same and node.dtype == "bool")
+            elif node.op in X.LOGIC_OPS:
+                _typed(node, node.a.dtype == node.b.dtype == node.dtype == "bool")
+            else:
+                _typed(node, same and node.a.dtype == node.dtype)
         elif isinstance(node, X.Reduce):
             if node.op not in X.REDUCE_OPS:
                 raise ValueError(f"unknown reduction {node.op!r}")
@@ -86,7 +94,10 @@ def check_expr(e: X.Expr, ctx: ExprContext) -> None:
                 raise ValueError("a reduction in a kernel without a reduction space")
             if node.dtype not in ("float32", "float64", "int64"):
                 raise ValueError(f"a reduction accumulating in {node.dtype}")
-        elif not isinstance(node, X.Where | X.Cast):
+            _typed(node, node.body.dtype == node.dtype)
+        elif isinstance(node, X.Where):
+            _typed(node, node.cond.dtype == "bool" and node.a.dtype == node.b.dtype == node.dtype)
+        elif not isinstance(node, X.Cast):
             raise ValueError(f"unknown expression node {type(node).__name__}")
         # A reduction's body runs over the reduction space; a reduction met inside it is a value of its own (once
         # per row), computed before it.
@@ -96,6 +107,15 @@ def check_expr(e: X.Expr, ctx: ExprContext) -> None:
 
 
 MAX_STRIDE = 2**40  # elements; far above any buffer the artifact reader admits, far below int64's bytes
+
+
+def _typed(node: X.Expr, ok: bool) -> None:
+    """Operands carry the dtypes their node computes in (the lowering casts explicitly; nothing converts silently):
+    arithmetic and `where` in the node's dtype, comparisons of two operands of one dtype into bool, logic on bools."""
+    if not ok:
+        operands = ", ".join(c.dtype for c in X.children(node))
+        what = getattr(node, "op", type(node).__name__.lower())
+        raise ValueError(f"{what} node of dtype {node.dtype} over operands of dtype {operands}")
 
 
 def _nonneg(values: tuple[int, ...], what: str) -> None:

@@ -263,6 +263,15 @@ def _check_alpha(node: Node, dt: str) -> None:
     alpha = node.attrs.get("alpha", 1)
     if alpha != 1 and dt not in FLOAT_DTYPES and isinstance(alpha, float):
         raise InferError(f"alpha {alpha!r} is a float, but the result is {dt}")
+    _scalar_fits(node, ("alpha",), dt)
+
+
+def _scalar_fits(node: Node, names: tuple[str, ...], dtype: str) -> None:
+    """ATen converts these Scalar arguments to the op's dtype with an overflow check (alpha, clamp bounds, ...)."""
+    for name in names:
+        v = node.attrs.get(name)
+        if v is not None and not representable(v, dtype):
+            raise InferError(f"{name}={v!r} cannot be converted to {dtype} without overflow")
 
 
 def _no_bool_subtraction(ops: Sequence[Operand]) -> None:
@@ -275,7 +284,9 @@ def _no_bool_subtraction(ops: Sequence[Operand]) -> None:
 def _rsub_scalar(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     _no_bool_subtraction([x, node.attrs["other"]])
-    return _same(x, result_type(x, node.attrs["other"]))
+    dt = result_type(x, node.attrs["other"])
+    _scalar_fits(node, ("alpha",), dt)
+    return _same(x, dt)
 
 
 @infers("div.Tensor")
@@ -292,7 +303,17 @@ def _div_mode(node: Node) -> list[TensorType]:
         dt = _float_of(dt)
     elif dt == "bool":
         raise InferError("integer division of bool tensors is not supported")
+    elif dt not in FLOAT_DTYPES and not isinstance(ops[1], Value) and isinstance(ops[0], Value) and ops[0].type.numel:
+        _integer_divisor(ops[1], dt)
     return [TensorType(_shape_of(*ops), dt)]
+
+
+def _integer_divisor(other: bool | int, dt: str) -> None:
+    """ATen converts a number divisor into the integer dtype unchecked: one that wraps to 0 (2**40 into int32)
+    divides by zero."""
+    if int(other) % (1 << 8 * ITEMSIZE[dt]) == 0:
+        wraps = "" if other == 0 else f", which wraps to 0 in {dt}"
+        raise InferError(f"integer division by zero ({dt} divided by {other!r}{wraps})")
 
 
 @infers("pow.Tensor_Scalar")
@@ -300,6 +321,8 @@ def _pow_scalar(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     e = node.attrs["exponent"]
     dt = result_type(x, e)
+    if dt not in ("float32", "float64"):  # ATen keeps the exponent in double for fp32/fp64, else in the dtype
+        _scalar_fits(node, ("exponent",), dt)
     if dt in INT_DTYPES and isinstance(e, int) and e < 0:
         raise InferError(f"integers cannot be raised to the negative power {e}")
     return _same(x, dt)
@@ -335,8 +358,19 @@ def _float_only_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if node.op != "hardtanh.default":
         _need_float(x)
-    elif x.dtype in ("bool", "uint8"):
-        raise InferError(f"hardtanh of a {x.dtype} tensor is not supported")
+    elif x.dtype == "bool":
+        raise InferError("hardtanh of a bool tensor is not supported")
+    elif x.dtype == "uint8" and any(math.trunc(node.attrs[k]) < 0 for k in ("min_val", "max_val")):
+        raise InferError("hardtanh of an unsigned tensor with negative limits is not supported")
+    if node.op == "hardtanh.default" and x.dtype in INT_DTYPES:
+        # ATen truncates an integral tensor's bounds to int64 first, then converts them with the overflow check
+        for k in ("min_val", "max_val"):
+            if not representable(math.trunc(node.attrs[k]), x.dtype):
+                raise InferError(f"{k}={node.attrs[k]!r} cannot be converted to {x.dtype} without overflow")
+    else:
+        _scalar_fits(node, ("min_val", "max_val"), x.dtype)
+    # leaky_relu computes in the accumulation type: fp32 for halves and fp32, fp64 for fp64
+    _scalar_fits(node, ("negative_slope",), "float64" if x.dtype == "float64" else "float32")
     return _same(x)
 
 
@@ -349,6 +383,7 @@ def _clamp(node: Node) -> list[TensorType]:
     dt = result_type(x, lo, hi)
     if dt == "bool":
         raise InferError("clamp of a bool tensor is not supported")
+    _scalar_fits(node, ("min", "max"), dt)
     return _same(x, dt)
 
 
@@ -743,6 +778,7 @@ def _addmm(node: Node) -> list[TensorType]:
     out = _matmul_shape(a.shape, b.shape)
     if broadcast(bias.shape, out) != out:
         raise InferError(f"the added tensor {list(bias.shape)} does not broadcast to the product {list(out)}")
+    _scalar_fits(node, ("alpha", "beta"), "float32" if a.dtype in ("float16", "bfloat16") else a.dtype)  # opmath
     return [TensorType(out, a.dtype)]
 
 
@@ -1036,9 +1072,9 @@ def representable(v: bool | int | float, dtype: str) -> bool:
 def _full(node: Node) -> list[TensorType]:
     v = node.attrs["fill_value"]
     dt = node.attrs.get("dtype") or _scalar_dtype(v)
-    if not representable(v, dt):
-        raise InferError(f"fill_value {v!r} cannot be stored in {dt} without overflow")
-    return [TensorType(_factory_size(node), dt)]
+    size = _factory_size(node)
+    _fill_fits(v, dt, math.prod(size), "fill_value")
+    return [TensorType(size, dt)]
 
 
 @infers("zeros.default", "ones.default")
@@ -1052,13 +1088,14 @@ def _arange(node: Node) -> list[TensorType]:
     start, end, step = a.get("start", 0), a["end"], a.get("step", 1)
     floaty = any(isinstance(v, float) for v in (start, end, step))
     dt = a.get("dtype") or (DEFAULT_FLOAT if floaty else "int64")
-    if dt == "int64":
-        # ATen converts the bounds to int64 first (truncating) and counts in integers
-        start, end, step = int(start), int(end), int(step)
-    if step == 0:
+    if step == 0 or (dt == "int64" and int(step) == 0):
         raise InferError("step must not be 0")
+    # the direction is checked on the bounds as given, before an int64 arange truncates them
     if (step > 0 and end < start) or (step < 0 and end > start):
         raise InferError(f"arange from {start} to {end} with step {step} goes the wrong way")
+    if dt == "int64":
+        # ATen converts the bounds to int64 (truncating) and counts in integers
+        start, end, step = int(start), int(end), int(step)
     if dt == "int64":
         n = abs(end - start + step - (1 if step > 0 else -1)) // abs(step)
     else:
@@ -1137,8 +1174,8 @@ def _div_scalar_mode(node: Node) -> list[TensorType]:
         return _same(x, _float_of(dt))
     if dt == "bool" or (mode == "floor" and x.dtype == "bool" and not isinstance(other, float)):
         raise InferError("floor division of a bool tensor is not supported")
-    if dt not in FLOAT_DTYPES and other == 0 and x.type.numel:
-        raise InferError(f"integer division by zero ({dt} divided by {other!r})")
+    if dt not in FLOAT_DTYPES and x.type.numel:
+        _integer_divisor(other, dt)
     return _same(x, dt)
 
 
@@ -1164,7 +1201,11 @@ def _where_scalars(node: Node) -> list[TensorType]:
     if len(node.inputs) != 1 + len(names):
         raise InferError(f"takes {1 + len(names)} tensor input(s), got {len(node.inputs)}")
     values = [node.inputs[1] if n in names else node.attrs[n] for n in ("self", "other")]
-    return [TensorType(_shape_of(cond, *values), result_type(*values))]
+    dt = result_type(*values)
+    for n in ("self", "other"):
+        if n not in names:
+            _wrapped_scalar_fits(node.attrs[n], dt, n)
+    return [TensorType(_shape_of(cond, *values), dt)]
 
 
 @infers("masked_fill.Tensor")
@@ -1180,7 +1221,7 @@ def _masked_fill_tensor(node: Node) -> list[TensorType]:
 @infers("fill.Scalar")
 def _fill(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
-    _representable(node.attrs["value"], x.dtype, "value")
+    _fill_fits(node.attrs["value"], x.dtype, x.type.numel, "value")
     return _same(x)
 
 
@@ -1197,6 +1238,20 @@ def _representable(v: bool | int | float, dtype: str, what: str) -> None:
         raise InferError(f"{what} {v!r} cannot be stored in {dtype} without overflow")
 
 
+def _fill_fits(v: bool | int | float, dtype: str, numel: int, what: str) -> None:
+    """ATen's fill converts the value with the overflow check, except a one-element half-precision fill (its CPU fast
+    path converts unchecked: a large value becomes inf)."""
+    if not (dtype in ("float16", "bfloat16") and numel == 1):
+        _representable(v, dtype, what)
+
+
+def _wrapped_scalar_fits(v: bool | int | float, dtype: str, what: str) -> None:
+    """A number ATen wraps into a 0-d tensor of `dtype`: checked for overflow, except into a half type (ATen
+    converts those unchecked: a large number becomes inf)."""
+    if dtype not in ("float16", "bfloat16"):
+        _representable(v, dtype, what)
+
+
 # ---- the model zoo's ops: factories ---------------------------------------------------------------------------------
 
 
@@ -1205,7 +1260,7 @@ def _like(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     dt = node.attrs.get("dtype") or x.dtype
     if node.op == "full_like.default":
-        _representable(node.attrs["fill_value"], dt, "fill_value")
+        _fill_fits(node.attrs["fill_value"], dt, x.type.numel, "fill_value")
     return _same(x, dt)
 
 
@@ -1213,16 +1268,16 @@ def _like(node: Node) -> list[TensorType]:
 def _new(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     dt = node.attrs.get("dtype") or x.dtype
+    size = _factory_size(node)
     if node.op == "new_full.default":
-        _representable(node.attrs["fill_value"], dt, "fill_value")
-    return [TensorType(_factory_size(node), dt)]
+        _fill_fits(node.attrs["fill_value"], dt, math.prod(size), "fill_value")
+    return [TensorType(size, dt)]
 
 
 @infers("scalar_tensor.default")
 def _scalar_tensor(node: Node) -> list[TensorType]:
     dt = node.attrs.get("dtype") or DEFAULT_FLOAT
-    if dt in INT_DTYPES:  # ATen converts the number unchecked into a float dtype (a large one becomes inf)
-        _representable(node.attrs["s"], dt, "s")
+    _wrapped_scalar_fits(node.attrs["s"], dt, "s")
     return [TensorType((), dt)]
 
 
@@ -1419,7 +1474,7 @@ def _edge_pad(x: Value, pad: Sequence[int], mode: str) -> list[TensorType]:
         if mode == "circular" and (lo > n or hi > n):
             raise InferError(f"circular pad {list(pad)} must be at most dim {d} of {list(x.shape)}")
         shape[d] = n + lo + hi
-        if shape[d] < 1:
+        if shape[d] < (0 if mode == "circular" else 1):  # circular padding may crop a dim away; ATen allows that
             raise InferError(f"pad {list(pad)} leaves dim {d} of {list(x.shape)} empty")
     return _same_shape(x, shape)
 
@@ -1428,7 +1483,8 @@ def _edge_pad(x: Value, pad: Sequence[int], mode: str) -> list[TensorType]:
 def _pad(node: Node) -> list[TensorType]:
     x, mode = tensor(node, 0), node.attrs["mode"]
     if mode == "constant":
-        _representable(node.attrs.get("value") or 0, x.dtype, "value")
+        if any(p > 0 for p in node.attrs["pad"]):  # as constant_pad_nd: a pad that only narrows converts no value
+            _representable(node.attrs.get("value") or 0, x.dtype, "value")
         return _constant_pad(x, node.attrs["pad"])
     if mode not in ("reflect", "replicate", "circular"):
         raise InferError(f"mode {mode!r} is not one of 'constant', 'reflect', 'replicate', 'circular'")
@@ -1440,7 +1496,8 @@ def _pad(node: Node) -> list[TensorType]:
 @infers("constant_pad_nd.default")
 def _constant_pad_nd(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
-    _representable(node.attrs["value"], x.dtype, "value")
+    if any(p > 0 for p in node.attrs["pad"]):  # ATen only narrows, never converting the value, when no pad grows
+        _representable(node.attrs["value"], x.dtype, "value")
     return _constant_pad(x, node.attrs["pad"])
 
 
@@ -1485,12 +1542,15 @@ def _diff(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if not x.shape:
         raise InferError("diff needs a tensor of rank >= 1")
-    n, d = node.attrs["n"], norm_dim(node.attrs["dim"], len(x.shape))
+    n = node.attrs["n"]
     if n < 0:
         raise InferError(f"order n={n} must be non-negative")
     if len(node.inputs) > 3:
         raise InferError(f"takes (self[, prepend][, append]), got {len(node.inputs)} inputs")
-    if n == 0:  # ATen returns the input itself, prepend and append unread
+    if n == 0 and len(node.inputs) == 1:  # ATen returns the input itself, its dim unread
+        return _same(x)
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if n == 0:  # ATen joins prepend and append along dim (checking it), then returns the input itself
         return _same(x)
     total = 0
     for v in node.inputs:

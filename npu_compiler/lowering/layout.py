@@ -212,11 +212,11 @@ def diff(L: Lowering, node: Node) -> None:
     x_v, out_v = node.inputs[0], node.outputs[0]
     n = int(node.attrs.get("n", 1))
     rank = len(x_v.shape)
-    dim = V.norm_dim(node.attrs.get("dim", -1), rank)
-    if n == 0:  # ATen returns the input as it is, prepend and append unread
+    if n == 0:  # ATen returns the input as it is: dim, prepend and append unread
         src0 = L.ref(x_v, pending_ok=True)
         L.generated(L.fresh(out_v), lambda load: cast(load(src0), out_v.dtype))
         return
+    dim = V.norm_dim(node.attrs.get("dim", -1), rank)
     parts = [node.inputs[1], x_v, *node.inputs[2:]] if len(node.inputs) > 1 else [x_v]
     length = sum(v.shape[dim] for v in parts)
     if length - n != out_v.shape[dim]:
