@@ -110,7 +110,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
             raise InternalError("planning memory", f"the compiled plan is not memory-safe: {e}") from e
     try:
         # a kernel's temporaries (a broadcast view, an iteration space with its reduction) are bounded like tensors
-        check_sizes(lowering.buffers, lowering.kernels, lim.max_bytes)
+        check_sizes(lowering.buffers, lowering.kernels, lim.max_bytes, codegen.materializes_iteration_space)
     except ValueError as e:
         raise ConstraintError(f"the program '{graph.name}': {e}") from None
 
