@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from npu_compiler.atomic import atomic_path, write_text
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,7 +93,7 @@ def chart(r: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     llm = sorted(r["llm"]["rows"] + r["llm_8192"]["rows"], key=lambda x: x["kv_position"])
     xs = [str(x["kv_position"]) for x in llm]
     for label, key in (("ours", "ours_ms"), ("torch eager", "eager_ms"), ("torch.compile", "compile_ms"),
@@ -104,7 +104,7 @@ def chart(r: dict, path: Path) -> None:
     axes[0].set(title="Qwen2.5-1.5B decode step", xlabel="KV position", ylabel="ms", yscale="log")
     axes[0].legend()
     g = r["generate"]
-    names = ["prefill 2048", "time to first token"]
+    names = ["prefill 2048", "first token"]
     axes[1].bar([n + "\nours" for n in names], [g["prefill_ms"], g["ttft_ms"]], color="C0")
     axes[1].bar(["prefill 2048\ntorch eager", "prefill 2048\ntorch.compile"],
                 [g["eager_prefill_ms"], g.get("compile_prefill_ms", float("nan"))], color="C1")
@@ -118,10 +118,8 @@ def chart(r: dict, path: Path) -> None:
     axes[2].set(title="ResNet-50 fp16", ylabel="ms", yscale="log")
     axes[2].legend()
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if r.get("missing"):
         print(f"results of {', '.join(parts)} in {out}; the table needs --parts {','.join(r['missing'])} as well")
         return 0
-    (out / "results.json").write_text(json.dumps(r, indent=1))
+    write_text(out / "results.json", json.dumps(r, indent=1))
     chart(r, out / "results.png")
     print(table(r))
     print(f"results: {out / 'results.json'}, chart: {out / 'results.png'}")

@@ -21,19 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_llm import _median_ms as median_ms
+from bench_llm import print_profile
 
 
-def _median_ms(fn, sync, iters: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(iters):
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+def _median_ms(fn, sync, iters: int) -> float:
+    return median_ms(fn, sync, iters, warmup=3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N slowest kernels of the prefill program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
 
     import npu_runtime
@@ -81,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         vocab = llm.vocab_size
         ids = rng.integers(0, vocab, size=args.prefill_len).astype(np.int64)
         row["prefill_ms"] = _median_ms(lambda: llm._run(llm.prefill_graph, ids, 0), backend.synchronize, args.iters)
+        if args.profile:
+            g = llm.prefill_graph
+            g.inputs.run({"start": np.array([0], np.int64)})
+            feeds = {g.names["input_ids"]: ids.reshape(1, g.seq_len)}
+            print_profile(f"prefill {args.prefill_len} tokens", g.executor.program, backend.name,
+                          lambda: g.executor.profile(feeds), args.profile)
 
         prompt = [int(x) for x in rng.integers(0, vocab, size=args.prompt)]
         ttft, rate = [], []

@@ -133,7 +133,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
             raise InternalError("planning memory", f"the compiled plan is not memory-safe: {e}") from e
     try:
         # a kernel's temporaries (a broadcast view, an iteration space with its reduction) are bounded like tensors
-        check_sizes(lowering.buffers, lowering.kernels, lim.max_bytes)
+        check_sizes(lowering.buffers, lowering.kernels, lim.max_bytes, codegen.materializes_iteration_space)
     except ValueError as e:
         raise ConstraintError(f"the program '{graph.name}': {e}") from None
 

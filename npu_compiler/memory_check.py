@@ -173,8 +173,10 @@ def _injective(ref: TensorRef) -> bool:
     return True
 
 
-def check_sizes(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], max_bytes: int) -> None:
-    """ValueError when a kernel would need more than `max_bytes` for one view or for its iteration space (a view of
+def check_sizes(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], max_bytes: int,
+                iteration_space: bool = True) -> None:
+    """ValueError when a kernel would need more than `max_bytes` for one view or (with `iteration_space`: where the
+    target evaluates an expression kernel over its whole iteration space at once) for its iteration space (a view of
     a one-element buffer broadcast to 2**40 elements is in bounds, and would still exhaust memory), or writes one
     element from two iteration points (a write view folding onto itself)."""
     for i, k in enumerate(kernels):
@@ -189,7 +191,7 @@ def check_sizes(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], ma
                 raise ValueError(f"kernel {i} '{k.name}': output {j} (shape {list(r.shape)}, strides "
                                  f"{list(r.strides)}) writes some elements more than once")
         expr = getattr(k.spec, "expr", None)
-        if expr is not None:  # the interpreter evaluates over the iteration and reduction space at once
+        if expr is not None and iteration_space:
             points = math.prod(k.spec.iteration_shape(k)) * math.prod(k.spec.reduce_shape)
             if points * 8 > max_bytes:
                 raise ValueError(f"kernel {i} '{k.name}': {points} iteration points (with its reduction), above "
@@ -197,8 +199,8 @@ def check_sizes(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], ma
 
 
 def check_memory(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], outputs: Sequence[TensorSpec],
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, iteration_space: bool = True) -> None:
     if max_bytes is not None:
-        check_sizes(buffers, kernels, max_bytes)
+        check_sizes(buffers, kernels, max_bytes, iteration_space)
     check_overlap(buffers, kernels)
     check_initialized(buffers, kernels, outputs)

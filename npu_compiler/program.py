@@ -378,8 +378,9 @@ class _Reader:
             if unfilled:
                 raise self.fail(what, f"{kind} buffer {unfilled[0]} belongs to none of them")
         kernels = self.each(self.get(d, "kernels", ""), "kernels", self.kernel)
+        target = self.str_(self.get(d, "target", ""), "target")
         try:
-            check_memory(buffers, kernels, outputs, Limits().max_bytes)
+            check_memory(buffers, kernels, outputs, Limits().max_bytes, _materializes_iteration_space(target))
         except ValueError as e:
             raise self.fail("memory plan", str(e)) from None
         opaque = {k: self.get(d, k, "") for k in ("config", "stats")}
@@ -388,7 +389,7 @@ class _Reader:
                 raise self.fail(k, f"expected a mapping, got {type(v).__name__}")
         return CompiledProgram(
             model_name=self.str_(self.get(d, "model_name", ""), "model_name"),
-            target=self.str_(self.get(d, "target", ""), "target"),
+            target=target,
             compute_dtype=self.dtype(self.get(d, "compute_dtype", ""), "compute_dtype"),
             config=opaque["config"],
             inputs=inputs,
@@ -574,6 +575,18 @@ class _Reader:
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise self.fail(kpath, str(e) or type(e).__name__) from None
         return call
+
+
+def _materializes_iteration_space(target: str) -> bool:
+    """Whether `target` evaluates expression kernels over their whole iteration space at once (an unknown target:
+    assume it does, the stricter check)."""
+    from .errors import NPUCompileError
+    from .targets.codegen import get_codegen_target
+
+    try:
+        return get_codegen_target(target).materializes_iteration_space
+    except NPUCompileError:
+        return True
 
 
 def _short(v: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from npu_compiler.program import CompiledProgram, TensorSpec
 
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, dtype_name
-from .errors import InputError, NPURuntimeError, ResourceError
+from .errors import InputError, NPURuntimeError, ResourceError, WeightError
 from .profiling import KernelTiming
 from .weights import WeightSet
 
@@ -50,6 +50,8 @@ _ENTRY_POINTS = {"__init__": "preparing the program to run", "run": "running the
 class Executor(ABC):
     """All expensive work happens in `__init__`; `run` binds inputs and launches."""
 
+    buffer_type: ClassVar[type[DeviceBuffer]] = DeviceBuffer  # the device buffers this executor's backend makes
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name, during in _ENTRY_POINTS.items():
@@ -61,6 +63,38 @@ class Executor(ABC):
         self.program = program
         self.backend = backend
         self._input_specs = {s.name: s for s in program.inputs}
+        self._weight_ids = {w.name: w.buffer for w in program.weights}
+        self._weight_specs = {w.name: w for w in program.weights}
+
+    def _binding_spec(self, name: str, buf: DeviceBuffer) -> TensorSpec:
+        """The input `name` that caller-owned `buf` may stand for (its shape and device dtype checked)."""
+        spec = self._input_specs.get(name)
+        if spec is None:
+            raise NPURuntimeError(f"cannot bind '{name}': not an input of the program")
+        if not isinstance(buf, self.buffer_type):
+            raise NPURuntimeError(f"cannot bind '{name}': a {type(buf).__name__} is not a {self.backend.name} "
+                                  "device buffer")
+        if tuple(buf.shape) != tuple(spec.shape) or buf.dtype != spec.device_dtype:
+            raise NPURuntimeError(f"cannot bind '{name}': expected {spec.device_dtype}{list(spec.shape)}, got "
+                                  f"{buf.dtype}{list(buf.shape)}")
+        return spec
+
+    def _weight_buffers(self, weights: WeightSet) -> Iterator[tuple[int, DeviceBuffer]]:
+        """Each weight buffer id of the program with its device buffer in `weights` (presence, kind, dtype and
+        size checked)."""
+        missing = [n for n in self._weight_ids if n not in weights.buffers]
+        if missing:
+            raise WeightError(f"weight set lacks {len(missing)} weight(s) of the program: {', '.join(missing[:8])}")
+        for name, bid in self._weight_ids.items():
+            buf = weights.buffers[name]
+            spec = self._weight_specs[name]
+            if not isinstance(buf, self.buffer_type):
+                raise WeightError(f"weight '{name}' is a {type(buf).__name__}, not a {self.backend.name} device "
+                                  f"buffer: load the weights with the {self.backend.name} backend")
+            if buf.dtype != spec.dtype or int(np.prod(buf.shape)) != int(np.prod(spec.shape)):
+                raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
+                                  f"{buf.dtype}{list(buf.shape)}")
+            yield bid, buf
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
         if not isinstance(inputs, Mapping):

@@ -28,6 +28,7 @@ from npu_compiler.errors import (
     OutputError,
     UnsupportedOpError,
 )
+from npu_compiler.limits import Limits
 from npu_runtime.errors import InputError, WeightError
 from npusim.cli import main
 
@@ -533,3 +534,24 @@ def test_fast_finite_check_agrees_with_numpy(dtype):
             cases.append(b)
     for a in cases:
         assert _all_finite(a) == bool(np.isfinite(a.astype(np.float64)).all())
+
+
+def test_an_iteration_space_is_bounded_only_where_it_is_memory(monkeypatch) -> None:
+    # sum over x[64, 64]: 16 KiB tensors, a 4,096-point iteration space with its reduction. The NumPy interpreter
+    # holds that space in memory (8 bytes a point: 32 KiB), a GPU's thread grid does not.
+    ir = {"model_name": "sum", "pytorch_version": "2.13.0",
+          "graph_inputs": [tensor("x", (64, 64))], "graph_outputs": [tensor("sum", (64,))],
+          "weights": [], "weight_name_mapping": {},
+          "nodes": [{"name": "sum", "op_type": "aten.sum.dim_IntList", "attrs": {"dim": [1]},
+                     "inputs": [tensor("x", (64, 64), producer="x")], "outputs": [tensor("sum", (64,))]}]}
+    monkeypatch.setenv("NPUSIM_MAX_BYTES", "20000")
+    with pytest.raises(ConstraintError, match="4096 iteration points"):
+        npu_compiler.compile(ir, "cpu")
+    prog = npu_compiler.compile(ir, "cuda")
+    assert [k.spec.kind for k in prog.kernels] == ["generated"]
+    from npu_compiler.program import CompiledProgram
+
+    assert CompiledProgram.from_bytes(prog.to_bytes()).kernels  # the cuda artifact loads under the same limit
+    cpu_blob = npu_compiler.compile(ir, "cpu", limits=Limits(max_bytes=10**6)).to_bytes()
+    with pytest.raises(ArtifactError, match="4096 iteration points"):
+        CompiledProgram.from_bytes(cpu_blob)

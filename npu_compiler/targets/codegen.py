@@ -28,6 +28,9 @@ class CodegenTarget:
     # attention with at least this many query rows per head runs as two GEMMs around a row softmax (its GEMM library
     # is far faster than an attention kernel of its own there); 0: never
     attention_gemm_min_rows: ClassVar[int] = 0
+    # expression kernels are evaluated over their whole iteration space (with the reduction) at once, so that space
+    # is memory and is bounded like a tensor (the NumPy interpreter); a GPU thread grid is not
+    materializes_iteration_space: ClassVar[bool] = False
 
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""

@@ -9,6 +9,7 @@ from .codegen import CodegenTarget
 
 class CpuTarget(CodegenTarget):
     name = "cpu"
+    materializes_iteration_space = True
     library_kernels = LIBRARY_KINDS
 
 

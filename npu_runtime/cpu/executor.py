@@ -23,6 +23,8 @@ from .backend import CpuBackend, CpuBuffer
 
 
 class CpuExecutor(Executor):
+    buffer_type = CpuBuffer
+
     def __init__(self, program: CompiledProgram, backend: CpuBackend, bindings: Mapping[str, DeviceBuffer] | None = None
                  ) -> None:
         super().__init__(program, backend)
@@ -43,7 +45,6 @@ class CpuExecutor(Executor):
                     self.flat[b.id] = np.frombuffer(b.data, dtype=dt).copy()
         self._weights_bound: int | None = None
         self._steps: list[Callable[[], None]] = []
-        self._weight_ids = {w.name: w.buffer for w in program.weights}
         # Inputs bound to caller-owned buffers (shared KV cache, shared weights): no copy per run.
         self._bound_inputs: set[str] = set()
         if bindings:
@@ -52,31 +53,15 @@ class CpuExecutor(Executor):
     # ---- binding --------------------------------------------------------------------------------------------------
     def bind_buffers(self, bindings: Mapping[str, DeviceBuffer]) -> None:
         """Make inputs (by input name) read and write caller-owned buffers directly."""
-        by_name = {s.name: s for s in self.program.inputs}
         for name, buf in bindings.items():
-            spec = by_name.get(name)
-            if spec is None:
-                raise NPURuntimeError(f"cannot bind '{name}': not an input of the program")
-            arr = buf.native_handle
-            if tuple(arr.shape) != tuple(spec.shape) or arr.dtype != np_dtype(spec.device_dtype):
-                raise NPURuntimeError(f"cannot bind '{name}': expected {spec.device_dtype}{list(spec.shape)}, got "
-                                      f"{buf.dtype}{list(arr.shape)}")
-            self.flat[spec.buffer] = arr.reshape(-1)
+            spec = self._binding_spec(name, buf)
+            self.flat[spec.buffer] = buf.native_handle.reshape(-1)
             self._bound_inputs.add(name)
         self._steps = []
 
     def bind_weights(self, weights: WeightSet) -> None:
-        missing = [n for n in self._weight_ids if n not in weights.buffers]
-        if missing:
-            raise WeightError(f"weight set lacks {len(missing)} weight(s) of the program: {', '.join(missing[:8])}")
-        specs = {w.name: w for w in self.program.weights}
-        for name, bid in self._weight_ids.items():
-            arr = weights.buffers[name].native_handle
-            spec = specs[name]
-            if arr.dtype != np_dtype(spec.dtype) or arr.size != self.program.buffers[bid].numel:
-                raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
-                                  f"{weights.buffers[name].dtype}{list(arr.shape)}")
-            self.flat[bid] = arr.reshape(-1)
+        for bid, buf in self._weight_buffers(weights):
+            self.flat[bid] = buf.native_handle.reshape(-1)
         self._weights_bound = id(weights)
         self._steps = []
 

@@ -31,6 +31,8 @@ from .modules import load_kernels
 
 
 class CudaExecutor(Executor):
+    buffer_type = CudaBuffer
+
     def __init__(self, program: CompiledProgram, backend: CudaBackend,
                  bindings: Mapping[str, DeviceBuffer] | None = None, *, use_graph: bool = True) -> None:
         import cupy  # noqa: PLC0415
@@ -67,8 +69,6 @@ class CudaExecutor(Executor):
                 self._ptr[b.id] = base + max(b.offset, 0)
             elif b.id in self._own:
                 self._ptr[b.id] = self._own[b.id].ptr
-        self._weight_ids = {w.name: w.buffer for w in program.weights}
-        self._weight_specs = {w.name: w for w in program.weights}
         self._weights_bound: int | None = None
         self._weights: WeightSet | None = None
         self._bound: dict[str, CudaBuffer] = {}
@@ -85,14 +85,7 @@ class CudaExecutor(Executor):
         """Make inputs (by name) read and write caller-owned device buffers directly (a KV cache shared by the
         prefill and decode programs): no copy per run, and in-place updates land in the caller's buffer."""
         for name, buf in bindings.items():
-            spec = self._input_specs.get(name)
-            if spec is None:
-                raise NPURuntimeError(f"cannot bind '{name}': not an input of the program")
-            if not isinstance(buf, CudaBuffer):
-                raise NPURuntimeError(f"cannot bind '{name}': a {type(buf).__name__} is not a cuda device buffer")
-            if tuple(buf.shape) != tuple(spec.shape) or buf.dtype != spec.device_dtype:
-                raise NPURuntimeError(f"cannot bind '{name}': expected {spec.device_dtype}{list(spec.shape)}, got "
-                                      f"{buf.dtype}{list(buf.shape)}")
+            spec = self._binding_spec(name, buf)
             if not buf.array.flags.c_contiguous:
                 raise NPURuntimeError(f"cannot bind '{name}': the buffer is not contiguous")
             self._bound[name] = buf
@@ -100,18 +93,7 @@ class CudaExecutor(Executor):
         self._invalidate()
 
     def bind_weights(self, weights: WeightSet) -> None:
-        missing = [n for n in self._weight_ids if n not in weights.buffers]
-        if missing:
-            raise WeightError(f"weight set lacks {len(missing)} weight(s) of the program: {', '.join(missing[:8])}")
-        for name, bid in self._weight_ids.items():
-            buf = weights.buffers[name]
-            spec = self._weight_specs[name]
-            if not isinstance(buf, CudaBuffer):
-                raise WeightError(f"weight '{name}' is a {type(buf).__name__}, not a cuda device buffer: load the "
-                                  "weights with the cuda backend")
-            if buf.dtype != spec.dtype or int(np.prod(buf.shape)) != int(np.prod(spec.shape)):
-                raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
-                                  f"{buf.dtype}{list(buf.shape)}")
+        for bid, buf in self._weight_buffers(weights):
             self._ptr[bid] = buf.ptr
         self._weights = weights  # keep the buffers alive as long as launches point at them
         self._weights_bound = id(weights)

@@ -35,6 +35,8 @@ STATUS_CLEAR = np.array([0xFFFFFFFF], np.uint32)
 
 
 class WebGPUExecutor(Executor):
+    buffer_type = WebGPUBuffer
+
     def __init__(self, program: CompiledProgram, backend: WebGPUBackend,
                  bindings: Mapping[str, DeviceBuffer] | None = None) -> None:
         super().__init__(program, backend)
@@ -84,8 +86,6 @@ class WebGPUExecutor(Executor):
                 self._where[b.id] = (self.arena, max(b.offset, 0))
             elif b.id in self._own:
                 self._where[b.id] = (self._own[b.id].buffer, 0)
-        self._weight_ids = {w.name: w.buffer for w in program.weights}
-        self._weight_specs = {w.name: w for w in program.weights}
         self._weights: WeightSet | None = None
         self._weights_bound: int | None = None
         self._bound: dict[str, WebGPUBuffer] = {}
@@ -113,31 +113,13 @@ class WebGPUExecutor(Executor):
         """Make inputs (by name) read and write caller-owned device buffers directly (a KV cache shared by the
         prefill and decode programs): no copy per run, and in-place updates land in the caller's buffer."""
         for name, buf in bindings.items():
-            spec = self._input_specs.get(name)
-            if spec is None:
-                raise NPURuntimeError(f"cannot bind '{name}': not an input of the program")
-            if not isinstance(buf, WebGPUBuffer):
-                raise NPURuntimeError(f"cannot bind '{name}': a {type(buf).__name__} is not a webgpu device buffer")
-            if tuple(buf.shape) != tuple(spec.shape) or buf.dtype != spec.device_dtype:
-                raise NPURuntimeError(f"cannot bind '{name}': expected {spec.device_dtype}{list(spec.shape)}, got "
-                                      f"{buf.dtype}{list(buf.shape)}")
+            spec = self._binding_spec(name, buf)
             self._bound[name] = buf
             self._where[spec.buffer] = (buf.buffer, buf.offset)
         self._groups = None
 
     def bind_weights(self, weights: WeightSet) -> None:
-        missing = [n for n in self._weight_ids if n not in weights.buffers]
-        if missing:
-            raise WeightError(f"weight set lacks {len(missing)} weight(s) of the program: {', '.join(missing[:8])}")
-        for name, bid in self._weight_ids.items():
-            buf = weights.buffers[name]
-            spec = self._weight_specs[name]
-            if not isinstance(buf, WebGPUBuffer):
-                raise WeightError(f"weight '{name}' is a {type(buf).__name__}, not a webgpu device buffer: load the "
-                                  "weights with the webgpu backend")
-            if buf.dtype != spec.dtype or int(np.prod(buf.shape)) != int(np.prod(spec.shape)):
-                raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
-                                  f"{buf.dtype}{list(buf.shape)}")
+        for bid, buf in self._weight_buffers(weights):
             self._where[bid] = (buf.buffer, buf.offset)
         self._weights = weights  # keep the buffers alive as long as bind groups name them
         self._weights_bound = id(weights)
