@@ -42,6 +42,7 @@ class Language:
     name = ""
     kernel_name = "npu_kernel"
     max_grid = 65535
+    max_block = 256  # threads per block a row kernel may take (WebGPU's guaranteed workgroup size)
 
     def reg(self, dtype: str) -> str: raise NotImplementedError
     def storage(self, dtype: str) -> str: raise NotImplementedError
@@ -141,12 +142,17 @@ def grid_for(n: int, block: int, cap: int) -> int:
     return max(1, min(cap, -(-n // block)))
 
 
-def _row_block(n: int) -> int:
-    if n <= 256:
-        return 32
-    if n <= 2048:
-        return 128
-    return 256
+FEW_ROWS = 128  # fewer rows than this leave most of a large GPU's SMs idle
+
+
+def _row_block(n: int, n_rows: int, cap: int) -> int:
+    """Threads per row. With few rows (a decode step's norms: one row of 1536) the row's latency is the kernel's
+    time, so the row spreads over up to `cap` threads and each thread's chain of dependent loads stays short."""
+    block = 32 if n <= 256 else 128 if n <= 2048 else 256
+    if n_rows < FEW_ROWS:
+        while block * 2 <= min(cap, n):
+            block *= 2
+    return block
 
 
 def _reduce_block(n: int) -> int:
@@ -429,7 +435,7 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
     row = shape[len(shape) - row_dims:]
     n_rows, row_n = math.prod(outer), math.prod(row)
     if rows_mode:
-        block = _row_block(max(row_n, n_red)) if row_dims else _reduce_block(n_red)
+        block = _row_block(max(row_n, n_red), n_rows, lang.max_block) if row_dims else _reduce_block(n_red)
     else:
         block = ELEMENTWISE_BLOCK
     text = KernelText(params, block, restrict=restrict)

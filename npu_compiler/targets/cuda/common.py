@@ -254,6 +254,7 @@ class CudaLanguage(Language):
     name = "cuda"
     kernel_name = KERNEL_NAME
     max_grid = 65536
+    max_block = 1024
     block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
 
     def reg(self, dtype: str) -> str:
