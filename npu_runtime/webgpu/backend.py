@@ -14,7 +14,7 @@ rounded kernels correct their quotients, where products are fused kernels keep t
 
 Overrides for testing and for unusual adapters: NPUSIM_WEBGPU_MAX_BINDING (bytes: bind in smaller chunks),
 NPUSIM_WEBGPU_F16=0 (store float16 as 16-bit words even where the adapter has `shader-f16`),
-NPUSIM_WEBGPU_DIVISION=exact|corrected and NPUSIM_WEBGPU_PRODUCTS=plain|opaque (whatever the probes found).
+NPUSIM_WEBGPU_DIVISION=exact|corrected|fused and NPUSIM_WEBGPU_PRODUCTS=plain|opaque (whatever the probes found).
 """
 
 from __future__ import annotations
@@ -131,10 +131,13 @@ class DeviceState:
             feats += f" (float16 stored as 16-bit words: {why}; the same bits, slower stores)"
         if "timestamp-query" not in self.features:
             feats += " (no timestamp queries: profile times each kernel on the host)"
-        if self.division == "corrected":
-            feats += " (the device's f32 division is not correctly rounded: kernels correct their quotients)"
+        if self.division != "exact":
+            how = "with fused multiply-adds" if self.division == "fused" else "with Dekker's products"
+            feats += f" (the device's f32 division is not correctly rounded: kernels correct their quotients {how})"
         if self.products == "opaque":
             feats += " (the device fuses x*y + z: kernels keep products rounded, as the reference does)"
+        if self.flushes_subnormals:
+            feats += " (the device flushes subnormal f32 results to zero, as WGSL allows)"
         lim = self.limits
         return (f"{i.get('device', '?')} via {i.get('backend_type', '?')} ({i.get('adapter_type', '?')}, "
                 f"{i.get('description', '') or i.get('vendor', '')}); features: {feats}; max storage binding "
@@ -156,9 +159,20 @@ class DeviceState:
         return _probe_division(self)
 
     @functools.cached_property
+    def fused_fma(self) -> bool:
+        """Does the device's `fma` round once (measured)? WGSL does not promise it (lavapipe's rounds twice)."""
+        return _probe(self, FMA_PROBE) != 0.0
+
+    @functools.cached_property
+    def flushes_subnormals(self) -> bool:
+        """Does the device flush subnormal f32 results to zero (measured)? WGSL allows it; NVIDIA's Vulkan driver
+        does, lavapipe does not."""
+        return _probe(self, SUBNORMAL_PROBE, (2.0**-126, 0.5, 0.0)) == 0.0
+
+    @functools.cached_property
     def fuses_products(self) -> bool:
         """Does the device's compiler fuse x*y + z into one rounding (measured)?"""
-        return _probe_contraction(self)
+        return _probe(self) != 0.0
 
     @property
     def products(self) -> str:
@@ -172,13 +186,16 @@ class DeviceState:
 
     @property
     def division(self) -> str:
-        """How kernels divide: "exact" (the device's `/`, correctly rounded here) or "corrected" (language.py)."""
+        """How kernels divide: "exact" (the device's `/`, correctly rounded here), else corrected: "fused" where the
+        device's `fma` rounds once, "corrected" (Dekker's products) where it does not (language.py: DIVISION)."""
         forced = os.environ.get(DIVISION_ENV)
         if forced:
-            if forced not in ("exact", "corrected"):
-                raise NPURuntimeError(f"${DIVISION_ENV} must be 'exact' or 'corrected', got {forced!r}")
+            if forced not in ("exact", "corrected", "fused"):
+                raise NPURuntimeError(f"${DIVISION_ENV} must be 'exact', 'corrected' or 'fused', got {forced!r}")
             return forced
-        return "exact" if self.exact_division else "corrected"
+        if self.exact_division:
+            return "exact"
+        return "fused" if self.fused_fma else "corrected"
 
     @property
     def f16_native(self) -> bool:
@@ -257,13 +274,32 @@ fn main() {
 """
 
 
-def _probe_contraction(state: DeviceState) -> bool:
-    """x*y + z with x = y = 1 + 2^-12, z = -(1 + 2^-11): the rounded product makes it 0, a fused one 2^-24."""
+FMA_PROBE = """
+@group(0) @binding(0) var<storage, read_write> io: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+  io[3] = fma(io[0], io[1], io[2]);
+}
+"""
+
+
+SUBNORMAL_PROBE = """
+@group(0) @binding(0) var<storage, read_write> io: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+  io[3] = io[0] * io[1];
+}
+"""
+
+
+def _probe(state: DeviceState, code: str = CONTRACTION_PROBE,
+                       operands: tuple[float, float, float] = (1 + 2**-12, 1 + 2**-12, -(1 + 2**-11))) -> float:
+    """Run a one-thread probe on three f32 operands and return what it writes. The default: x*y + z (or `fma`)
+    with x = y = 1 + 2^-12, z = -(1 + 2^-11): the rounded product makes it 0, a fused one 2^-24."""
     w, device = state.wgpu, state.device
-    x = 1 + 2**-12
-    data = np.array([x, x, -(1 + 2**-11), 0], np.float32)
+    data = np.array([*operands, 0], np.float32)
     buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
-    module = device.create_shader_module(code=CONTRACTION_PROBE)
+    module = device.create_shader_module(code=code)
     pipe = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
     group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
                                      entries=[{"binding": 0, "resource": {"buffer": buf}}])
@@ -274,7 +310,7 @@ def _probe_contraction(state: DeviceState) -> bool:
     p.dispatch_workgroups(1, 1, 1)
     p.end()
     device.queue.submit([enc.finish()])
-    return bool(np.frombuffer(device.queue.read_buffer(buf), np.float32)[3] != 0)
+    return float(np.frombuffer(device.queue.read_buffer(buf), np.float32)[3])
 
 
 def _size(n: int) -> str:

@@ -43,7 +43,7 @@ class DeviceCaps:
     max_bindings: int = 8
     f16_native: bool = True
     max_workgroup_storage: int = 16384
-    division: str = "exact"  # how f32 division renders: "exact" (the device's `/`) or "corrected" (language.py)
+    division: str = "exact"  # f32 division: "exact" (the device's `/`), "corrected" or "fused" (language.py)
     products: str = "plain"  # how f32 products render: "plain", or "opaque" where the device fuses a*b + c
 
 

@@ -333,13 +333,22 @@ _NAME = re.compile(r"\bnpu_[A-Za-z0-9_]+\b")
 # probes it), quotients are corrected: the exact residual a - q*b of q and of its neighbours (Dekker's product: no
 # fma, which WGSL does not promise to fuse and lavapipe does not), stepping to the neighbour whose residual is smaller.
 # The correctly rounded quotient is the candidate nearest a/b (a quotient of two floats is never a midpoint), and the
-# residual of a candidate within one ulp is exactly representable. Quotients and divisors outside [2^-36, 2^36] keep
-# the plain quotient (the exact products could underflow, or overflow).
+# residual of a candidate within one ulp is exactly representable. The correction runs on the mantissas (frexp: a and b
+# scaled into [0.5, 1), the quotient by the same power of two, exactly), so no product can underflow or overflow at
+# any exponent; zero, infinite, NaN and subnormal quotients keep the device's. "fused" is the same correction with the
+# residual as one fused multiply-add, for a device whose `fma` is fused (measured): a device that fuses also
+# contracts the products of Dekker's splitting (NVIDIA's Vulkan driver does), which breaks it. There the quotient
+# enters the correction OR-ed with a zero read from a buffer (as PRODUCTS does): NVIDIA's compiler, seeing q = x / 3.0
+# and fma(-q, 3.0, x), rewrote the correction and left a quarter of such quotients one ulp off.
 DIVISION = {
     "exact": "fn npu_div(a: f32, b: f32) -> f32 { return a / b; }",
     "corrected": "fn npu_div(a: f32, b: f32) -> f32 { return npu_fix_quotient(a, b, a / b); }",
+    "fused": "fn npu_div(a: f32, b: f32) -> f32 { "
+             "return npu_fix_quotient(a, b, bitcast<f32>(bitcast<u32>(a / b) | npu_zero[0])); }",
 }
-FIX_QUOTIENT = """fn npu_residual(a: f32, q: f32, b: f32) -> f32 {
+RESIDUAL = {
+    "fused": "fn npu_residual(a: f32, q: f32, b: f32) -> f32 { return fma(-q, b, a); }",
+    "corrected": """fn npu_residual(a: f32, q: f32, b: f32) -> f32 {
   let p = q * b;
   let cq = 4097.0f * q;
   let qh = cq - (cq - q);
@@ -349,23 +358,28 @@ FIX_QUOTIENT = """fn npu_residual(a: f32, q: f32, b: f32) -> f32 {
   let bl = b - bh;
   let e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl;
   return (a - p) - e;
+}""",
 }
-fn npu_fix_quotient(a: f32, b: f32, q0: f32) -> f32 {
-  var q = q0;
-  let aq = abs(q);
-  let ab = abs(b);
-  if (!(aq > 0x1.0p-36f && aq < 0x1.0p+36f && ab > 0x1.0p-36f && ab < 0x1.0p+36f)) { return q; }
-  var r = npu_residual(a, q, b);
+FIX_QUOTIENT = """fn npu_fix_quotient(a: f32, b: f32, q0: f32) -> f32 {
+  let aq = abs(q0);
+  if (!(aq >= 0x1.0p-126f && aq <= 0x1.fffffep+127f)) { return q0; }
+  let fa = frexp(a);
+  let fb = frexp(b);
+  let sa = fa.fract;
+  let sb = fb.fract;
+  let e = fa.exp - fb.exp;
+  var q = ldexp(q0, -e);
+  var r = npu_residual(sa, q, sb);
   for (var it: i32 = 0; it < 4; it++) {
-    let up = (r > 0.0f) == (b > 0.0f);
+    let up = (r > 0.0f) == (sb > 0.0f);
     let qb = bitcast<u32>(q);
     let qn = bitcast<f32>(select(qb - 1u, qb + 1u, up == (q > 0.0f)));
-    let rn = npu_residual(a, qn, b);
+    let rn = npu_residual(sa, qn, sb);
     if (!(abs(rn) < abs(r))) { break; }
     q = qn;
     r = rn;
   }
-  return q;
+  return ldexp(q, e);
 }"""
 
 
@@ -381,10 +395,10 @@ PRODUCTS = {
 
 def helpers_for(text: str, division: str = "exact", products: str = "plain") -> list[str]:
     """The helper functions `text` calls, with those they call in turn, in a stable order; `division` picks how
-    `npu_div` divides ("exact": the device's `/`, "corrected": see DIVISION), `products` how `npu_mul` multiplies
-    ("plain", "opaque": see PRODUCTS)."""
+    `npu_div` divides ("exact": the device's `/`, "corrected" or "fused": see DIVISION), `products` how `npu_mul`
+    multiplies ("plain", "opaque": see PRODUCTS)."""
     table = {**HELPERS, "npu_div": DIVISION[division], "npu_fix_quotient": FIX_QUOTIENT,
-             "npu_mul": PRODUCTS[products]}
+             "npu_residual": RESIDUAL.get(division, RESIDUAL["corrected"]), "npu_mul": PRODUCTS[products]}
     need: set[str] = set()
     todo = [m for m in _NAME.findall(text) if m in table]
     while todo:
