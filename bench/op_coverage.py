@@ -144,16 +144,16 @@ def render(models: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from npu_export.zoo import ZOO
+    from npu_export.zoo import zoo_names
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--output", default=None, help="write the Markdown here (default: stdout)")
     ap.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
     args = ap.parse_args(argv)
-    models = args.models.split(",") if args.models else list(ZOO)
-    unknown = [m for m in models if m not in ZOO]
-    if unknown:
-        ap.error(f"no zoo model {', '.join(unknown)}; known: {', '.join(ZOO)}")
+    try:
+        models = zoo_names(args.models)
+    except ValueError as e:
+        ap.error(str(e))
     text = render(models)
     if args.output:
         from npu_export._atomic import atomic_write_text

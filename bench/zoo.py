@@ -24,17 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(argv: list[str] | None = None) -> int:
     import npu_runtime
-    from npu_export.zoo import ZOO, ZooUnavailable, half_dtype, verify_zoo_model
+    from npu_export.zoo import ZOO, ZooUnavailable, half_dtype, verify_zoo_model, zoo_names
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default=None, help="cpu or cuda (default: the best available)")
+    ap.add_argument("--backend", default=None, help="cpu, cuda or webgpu (default: the best available)")
     ap.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
     ap.add_argument("--json", default=None, help="also write every result as JSON")
     args = ap.parse_args(argv)
-    models = args.models.split(",") if args.models else list(ZOO)
-    unknown = [m for m in models if m not in ZOO]
-    if unknown:
-        ap.error(f"no zoo model {', '.join(unknown)}; known: {', '.join(ZOO)}")
+    try:
+        models = zoo_names(args.models)
+    except ValueError as e:
+        ap.error(str(e))
     backend = npu_runtime.get_backend(args.backend)
     print(f"model zoo on {backend.name} (target '{backend.compile_target()}'), default compute dtype "
           "(the model's own), against torch_ir.IRExecutor in the same dtype\n")

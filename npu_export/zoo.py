@@ -178,8 +178,15 @@ ZOO_MODELS: list[ZooModel] = [
 ZOO: dict[str, ZooModel] = {m.name: m for m in ZOO_MODELS}
 
 
-def zoo_names() -> list[str]:
-    return list(ZOO)
+def zoo_names(spec: str | None = None) -> list[str]:
+    """The zoo's model names, or those of a comma-separated `spec` (ValueError naming any the zoo lacks)."""
+    if not spec:
+        return list(ZOO)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ZOO]
+    if unknown or not names:
+        raise ValueError(f"no zoo model {', '.join(unknown) or repr(spec)}; known: {', '.join(ZOO)}")
+    return names
 
 
 # ---- building ------------------------------------------------------------------------------------------------------
