@@ -2,7 +2,7 @@
 argument of the schema, of its type (an int is an integer in int64's range, `int[2]` two of them, a `ScalarType` a
 dtype name, ...) and in its range (a stride is positive, an eps finite, a dropout probability in [0, 1]). Ranges
 that depend on the operands' shapes (a dim inside the rank, a split that sums to the size) are checked by the
-shape inference (`infer.py`).
+shape inference (`infer/`).
 
 The ranges are written per argument *name*: ATen uses the same names for the same meanings across ops, so an op
 added to the schema table gets its arguments checked without an entry here.

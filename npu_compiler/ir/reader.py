@@ -3,7 +3,7 @@
 Nothing else reads the IR before this module has checked it: the JSON itself (size, nesting, integer literals),
 every field's type and range (names, shapes within the size limits, dtypes, producer references), every attribute
 against its op's ATen schema (`attrs.py`), and every node's declared outputs against what its op produces
-(`infer.py`). Every error names where the problem is: the node, its op, the operand or attribute and what was
+(`infer/`). Every error names where the problem is: the node, its op, the operand or attribute and what was
 expected.
 """
 

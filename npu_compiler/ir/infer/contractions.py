@@ -1,0 +1,289 @@
+"""Rules of contractions and windowed ops: matmul, linear, convolution, pooling, attention, resampling."""
+
+from __future__ import annotations
+
+import math
+
+from ...dtypes import FLOAT_DTYPES
+from ..graph import Node, TensorType, Value
+from .core import InferError, _need_float, _same_dtypes, _same_shape, _scalar_fits, broadcast, infers, tensor
+
+
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if not a or not b:
+        raise InferError(f"matmul needs tensors of rank >= 1, got {list(a)} and {list(b)}")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise InferError(f"cannot multiply {list(a)} by {list(b)} (inner dims {a2[-1]} and {b2[-2]})")
+    out = broadcast(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+@infers("matmul.default")
+def _matmul(node: Node) -> list[TensorType]:
+    a, b = tensor(node, 0), tensor(node, 1)
+    _same_dtypes([a, b], "both operands")
+    return [TensorType(_matmul_shape(a.shape, b.shape), a.dtype)]
+
+
+@infers("mm.default")
+def _mm(node: Node) -> list[TensorType]:
+    a, b = tensor(node, 0), tensor(node, 1)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise InferError(f"mm takes two matrices, got {list(a.shape)} and {list(b.shape)}")
+    _same_dtypes([a, b], "both operands")
+    return [TensorType(_matmul_shape(a.shape, b.shape), a.dtype)]
+
+
+@infers("bmm.default")
+def _bmm(node: Node) -> list[TensorType]:
+    a, b = tensor(node, 0), tensor(node, 1)
+    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0]:
+        raise InferError(f"bmm takes two batches of matrices of one batch size, got {list(a.shape)} and "
+                         f"{list(b.shape)}")
+    _same_dtypes([a, b], "both operands")
+    return [TensorType(_matmul_shape(a.shape, b.shape), a.dtype)]
+
+
+@infers("addmm.default")
+def _addmm(node: Node) -> list[TensorType]:
+    bias, a, b = tensor(node, 0), tensor(node, 1), tensor(node, 2)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise InferError(f"addmm multiplies two matrices, got {list(a.shape)} and {list(b.shape)}")
+    _same_dtypes([bias, a, b], "all operands")
+    out = _matmul_shape(a.shape, b.shape)
+    if broadcast(bias.shape, out) != out:
+        raise InferError(f"the added tensor {list(bias.shape)} does not broadcast to the product {list(out)}")
+    _scalar_fits(node, ("alpha", "beta"), "float32" if a.dtype in ("float16", "bfloat16") else a.dtype)  # opmath
+    return [TensorType(out, a.dtype)]
+
+
+@infers("linear.default")
+def _linear(node: Node) -> list[TensorType]:
+    x, w = tensor(node, 0, "input"), tensor(node, 1, "weight")
+    if len(w.shape) not in (1, 2) or not x.shape:
+        raise InferError(f"linear takes an input of rank >= 1 and a weight of rank 1 or 2, got {list(x.shape)} "
+                         f"and {list(w.shape)}")
+    if x.shape[-1] != w.shape[-1]:
+        raise InferError(f"input features {x.shape[-1]} do not match the weight {list(w.shape)}")
+    out = x.shape[:-1] + w.shape[:-1]
+    _same_dtypes(node.inputs, "input, weight and bias")
+    if len(node.inputs) > 3:
+        raise InferError(f"takes (input, weight[, bias]), got {len(node.inputs)} inputs")
+    if len(node.inputs) == 3 and broadcast(node.inputs[2].shape, out) != out:
+        raise InferError(f"bias {list(node.inputs[2].shape)} does not broadcast to the output {list(out)}")
+    return [TensorType(out, x.dtype)]
+
+
+def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil: bool) -> int:
+    """ATen's pooling_output_shape (and, with ceil=False, the convolution's)."""
+    span = dilation * (kernel - 1) + 1
+    num = size + 2 * pad - span + ((stride - 1) if ceil else 0)
+    out = num // stride + 1
+    if ceil and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+@infers("conv2d.default", "conv2d.padding", "conv1d.default", "conv1d.padding")
+def _conv(node: Node) -> list[TensorType]:
+    """ATen's convolution shape check and output size, for 1-d and 2-d convs with numeric or string padding (an
+    unbatched input [C, *spatial] gives an unbatched output)."""
+    nd = 1 if node.op.startswith("conv1d") else 2
+    x, w = tensor(node, 0, "input"), tensor(node, 1, "weight")
+    a = node.attrs
+    if len(x.shape) not in (nd + 1, nd + 2) or len(w.shape) != nd + 2:
+        raise InferError(f"conv{nd}d takes an input of rank {nd + 1} or {nd + 2} and a weight of rank {nd + 2}, got "
+                         f"{list(x.shape)} and {list(w.shape)}")
+    _same_dtypes(node.inputs, "input, weight and bias")
+    g = a["groups"]
+    c = x.shape[-nd - 1]
+    o, cg, ks = w.shape[0], w.shape[1], w.shape[2:]
+    if g < 1 or o % g or cg * g != c:
+        raise InferError(f"weight {list(w.shape)} with groups={g} does not fit an input of {c} channels")
+    if len(node.inputs) > 3:
+        raise InferError(f"takes (input, weight[, bias]), got {len(node.inputs)} inputs")
+    if len(node.inputs) == 3 and node.inputs[2].shape != (o,):
+        raise InferError(f"bias has shape {list(node.inputs[2].shape)}, expected [{o}]")
+    stride, dilation = _per_dim(a, "stride", nd), _per_dim(a, "dilation", nd)
+    pad = a["padding"] if isinstance(a["padding"], str) else _per_dim(a, "padding", nd)
+    if isinstance(pad, str):
+        if pad not in ("same", "valid"):
+            raise InferError(f"padding {pad!r} is neither 'same' nor 'valid'")
+        if pad == "same" and any(s != 1 for s in stride):
+            raise InferError(f"padding 'same' needs stride 1, got {stride}")
+    spatial = []
+    for i, k in enumerate(ks):
+        size = x.shape[-nd + i]
+        if pad == "same":
+            n = size
+        else:
+            n = _window_out(size, k, stride[i], 0 if pad == "valid" else pad[i], dilation[i], False)
+        if n <= 0 or (pad == "same" and size < 1):
+            raise InferError(f"input {list(x.shape)} is smaller than the kernel {list(ks)} (dilated, padded)")
+        spatial.append(n)
+    return [TensorType(x.shape[:-nd - 1] + (o, *spatial), x.dtype)]
+
+
+def _per_dim(attrs: dict, name: str, nd: int, empty_ok: bool = False) -> list[int]:
+    """An `int[nd]` attribute as nd values: ATen repeats a single value (`int[1]` lists are not length-checked by the
+    reader, which reads `int[1]` as "one or more")."""
+    v = list(attrs[name])
+    if empty_ok and not v:
+        return v
+    if len(v) == 1:
+        v = v * nd
+    if len(v) != nd:
+        raise InferError(f"{name} {attrs[name]} must have {nd} entries")
+    return v
+
+
+def _pool_params(node: Node) -> tuple[Value, list[int], list[int], list[int], list[int]]:
+    x = tensor(node, 0)
+    a = node.attrs
+    if len(x.shape) not in (3, 4):
+        raise InferError(f"2-d pooling takes an input of rank 3 or 4, got {list(x.shape)}")
+    ks = list(a["kernel_size"])
+    stride = list(a["stride"]) or ks
+    pad = list(a["padding"])
+    dil = list(a.get("dilation", [1, 1]))
+    for k, p in zip(ks, pad):
+        if p > k // 2:
+            raise InferError(f"padding {pad} is more than half the kernel {ks}")
+    return x, ks, stride, pad, dil
+
+
+def _pool_shape(node: Node, x: Value, ks, stride, pad, dil) -> tuple[int, ...]:
+    hw = []
+    for i in range(2):
+        n = _window_out(x.shape[-2 + i], ks[i], stride[i], pad[i], dil[i], bool(node.attrs["ceil_mode"]))
+        if n <= 0:
+            raise InferError(f"input {list(x.shape)} is smaller than the pooling window {ks}")
+        hw.append(n)
+    return x.shape[:-2] + tuple(hw)
+
+
+@infers("max_pool2d.default")
+def _max_pool2d(node: Node) -> list[TensorType]:
+    x, ks, stride, pad, dil = _pool_params(node)
+    if x.dtype == "bool":
+        raise InferError("max_pool2d of a bool tensor is not supported")
+    return [TensorType(_pool_shape(node, x, ks, stride, pad, dil), x.dtype)]
+
+
+@infers("avg_pool2d.default")
+def _avg_pool2d(node: Node) -> list[TensorType]:
+    x, ks, stride, pad, _ = _pool_params(node)
+    _need_float(x)
+    return [TensorType(_pool_shape(node, x, ks, stride, pad, [1, 1]), x.dtype)]
+
+
+@infers("adaptive_avg_pool2d.default", "_adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) not in (3, 4) or any(d == 0 for d in x.shape[-2:]):
+        raise InferError(f"adaptive pooling takes an input of rank 3 or 4 with a non-empty image, got "
+                         f"{list(x.shape)}")
+    _need_float(x)
+    return [TensorType(x.shape[:-2] + tuple(node.attrs["output_size"]), x.dtype)]
+
+
+@infers("scaled_dot_product_attention.default")
+def _sdpa(node: Node) -> list[TensorType]:
+    if len(node.inputs) not in (3, 4):
+        raise InferError(f"takes (query, key, value[, attn_mask]), got {len(node.inputs)} inputs")
+    q, k, v = node.inputs[:3]
+    for t in (q, k, v):
+        if len(t.shape) < 2:
+            raise InferError(f"'{t.name}' has shape {list(t.shape)}; attention needs [..., length, dim]")
+    _need_float(q, "the query")
+    _same_dtypes([q, k, v], "query, key and value")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise InferError(f"query {list(q.shape)}, key {list(k.shape)} and value {list(v.shape)} do not fit")
+    if not (len(q.shape) == len(k.shape) == len(v.shape)):
+        raise InferError("query, key and value must have one rank")
+    kb = k.shape[:-2]
+    if node.attrs.get("enable_gqa") and len(q.shape) >= 3 and k.shape[-3] and q.shape[-3] % k.shape[-3] == 0:
+        kb = kb[:-1] + (q.shape[-3],)
+    if broadcast(q.shape[:-2], kb) != q.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        raise InferError(f"the batch and head dims of query {list(q.shape)} and key {list(k.shape)} do not match")
+    if len(node.inputs) == 4:
+        m = node.inputs[3]
+        target = q.shape[:-1] + (k.shape[-2],)
+        if broadcast(m.shape, target) != target:
+            raise InferError(f"attn_mask {list(m.shape)} does not broadcast to {list(target)}")
+        if m.dtype != "bool" and m.dtype != q.dtype:
+            raise InferError(f"attn_mask is {m.dtype}; it must be bool or the query's dtype {q.dtype}")
+    if node.attrs.get("is_causal") and len(node.inputs) == 4:
+        raise InferError("is_causal and an explicit attn_mask cannot be given together")
+    return [TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)]
+
+
+@infers("baddbmm.default")
+def _baddbmm(node: Node) -> list[TensorType]:
+    x, a, b = tensor(node, 0, "self"), tensor(node, 1, "batch1"), tensor(node, 2, "batch2")
+    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise InferError(f"baddbmm multiplies batches [B, M, K] and [B, K, N], got {list(a.shape)} and "
+                         f"{list(b.shape)}")
+    _same_dtypes([x, a, b], "all operands")
+    out = (a.shape[0], a.shape[1], b.shape[2])
+    if broadcast(x.shape, out) != out:
+        raise InferError(f"the added tensor {list(x.shape)} does not broadcast to the product {list(out)}")
+    return [TensorType(out, a.dtype)]
+
+
+@infers("upsample_bilinear2d.vec", "upsample_nearest2d.vec", "upsample_bilinear2d.default",
+        "upsample_nearest2d.default")
+def _upsample(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) != 4:
+        raise InferError(f"2-d upsampling takes an input of rank 4, got {list(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES and x.dtype != "uint8":
+        raise InferError(f"upsampling of a {x.dtype} tensor is not supported (it takes floats and uint8)")
+    size, scales = node.attrs["output_size"], node.attrs.get("scale_factors")
+    if node.op.endswith(".vec"):
+        if (size is None) == (scales is None):
+            raise InferError("give exactly one of output_size and scale_factors")
+        if size is None:
+            if len(scales) != 2:
+                raise InferError(f"scale_factors {scales} must have 2 entries")
+            size = [math.floor(n * s) if math.isfinite(n * s) else -1 for n, s in zip(x.shape[2:], scales)]
+    if len(size) != 2:
+        raise InferError(f"output_size {size} must have 2 entries")
+    if any(n <= 0 for n in list(size) + list(x.shape[1:])):
+        raise InferError(f"input {list(x.shape)} and output size {list(size)} must be greater than 0")
+    return _same_shape(x, x.shape[:2] + tuple(size))
+
+
+@infers("adaptive_avg_pool1d.default")
+def _adaptive_avg_pool1d(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) not in (2, 3) or any(d == 0 for d in x.shape[1:]):
+        raise InferError(f"1-d adaptive pooling takes an input of rank 2 or 3 with non-empty dims, got "
+                         f"{list(x.shape)}")
+    _need_float(x)
+    if len(node.attrs["output_size"]) != 1:
+        raise InferError(f"output_size {node.attrs['output_size']} must have one entry")
+    return _same_shape(x, x.shape[:-1] + tuple(node.attrs["output_size"]))
+
+
+@infers("avg_pool1d.default")
+def _avg_pool1d(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    a = node.attrs
+    if len(x.shape) not in (2, 3):
+        raise InferError(f"1-d pooling takes an input of rank 2 or 3, got {list(x.shape)}")
+    _need_float(x)
+    k, pad = _per_dim(a, "kernel_size", 1)[0], _per_dim(a, "padding", 1)[0]
+    stride = (_per_dim(a, "stride", 1, empty_ok=True) or [k])[0]
+    if pad > k // 2:
+        raise InferError(f"padding {pad} is more than half the kernel {k}")
+    n = _window_out(x.shape[-1], k, stride, pad, 1, bool(a["ceil_mode"]))
+    if n <= 0:
+        raise InferError(f"input {list(x.shape)} is smaller than the pooling window {k}")
+    return _same_shape(x, x.shape[:-1] + (n,))

@@ -1,0 +1,121 @@
+"""Rules of factories and fills (full, arange, zeros_like, ...) and of scatters and index writes."""
+
+from __future__ import annotations
+
+import math
+
+from ..graph import Node, TensorType
+from .core import (
+    DEFAULT_FLOAT,
+    INT64_MAX,
+    InferError,
+    _fill_fits,
+    _same,
+    _scalar_dtype,
+    _wrapped_scalar_fits,
+    infers,
+    norm_dim,
+    tensor,
+)
+
+
+@infers("embedding.default")
+def _embedding(node: Node) -> list[TensorType]:
+    w, ids = tensor(node, 0, "weight"), tensor(node, 1, "indices")
+    if len(w.shape) != 2:
+        raise InferError(f"the embedding table must have rank 2, got {list(w.shape)}")
+    if ids.dtype not in ("int64", "int32"):
+        raise InferError(f"indices must be int64 or int32, got {ids.dtype}")
+    return [TensorType(ids.shape + (w.shape[1],), w.dtype)]
+
+
+@infers("index_copy.default")
+def _index_copy(node: Node) -> list[TensorType]:
+    x, index, src = tensor(node, 0, "self"), tensor(node, 1, "index"), tensor(node, 2, "source")
+    r = len(x.shape)
+    d = norm_dim(node.attrs["dim"], r)
+    if index.dtype != "int64":
+        raise InferError(f"index must be int64, got {index.dtype}")
+    if len(index.shape) > 1:
+        raise InferError(f"index must be a vector, got shape {list(index.shape)}")
+    if src.dtype != x.dtype:
+        raise InferError(f"source is {src.dtype}, self is {x.dtype}: they must match")
+    n = index.shape[0] if index.shape else 1
+    want = list(x.shape)
+    if want:
+        want[d] = n
+    if list(src.shape) != want and not (not src.shape and n == 1 and r <= 1):
+        raise InferError(f"source has shape {list(src.shape)}; {n} index entries along dim {d} of {list(x.shape)} "
+                         f"need {want}")
+    return _same(x)
+
+
+def _factory_size(node: Node) -> tuple[int, ...]:
+    size = node.attrs["size"]
+    if any(d < 0 for d in size):
+        raise InferError(f"size {size} has a negative dim")
+    return tuple(size)
+
+
+@infers("full.default")
+def _full(node: Node) -> list[TensorType]:
+    v = node.attrs["fill_value"]
+    dt = node.attrs.get("dtype") or _scalar_dtype(v)
+    size = _factory_size(node)
+    _fill_fits(v, dt, math.prod(size), "fill_value")
+    return [TensorType(size, dt)]
+
+
+@infers("zeros.default", "ones.default")
+def _zeros(node: Node) -> list[TensorType]:
+    return [TensorType(_factory_size(node), node.attrs.get("dtype") or DEFAULT_FLOAT)]
+
+
+@infers("arange.default", "arange.start", "arange.start_step")
+def _arange(node: Node) -> list[TensorType]:
+    a = node.attrs
+    start, end, step = a.get("start", 0), a["end"], a.get("step", 1)
+    floaty = any(isinstance(v, float) for v in (start, end, step))
+    dt = a.get("dtype") or (DEFAULT_FLOAT if floaty else "int64")
+    if step == 0 or (dt == "int64" and int(step) == 0):
+        raise InferError("step must not be 0")
+    # the direction is checked on the bounds as given, before an int64 arange truncates them
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise InferError(f"arange from {start} to {end} with step {step} goes the wrong way")
+    if dt == "int64":
+        # ATen converts the bounds to int64 (truncating) and counts in integers
+        start, end, step = int(start), int(end), int(step)
+    if dt == "int64":
+        n = abs(end - start + step - (1 if step > 0 else -1)) // abs(step)
+    else:
+        n = max(math.ceil((end - start) / step), 0)
+    if n > INT64_MAX:
+        raise InferError(f"arange of {n} elements")
+    return [TensorType((n,), dt)]
+
+
+@infers("full_like.default", "zeros_like.default", "ones_like.default")
+def _like(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or x.dtype
+    if node.op == "full_like.default":
+        _fill_fits(node.attrs["fill_value"], dt, x.type.numel, "fill_value")
+    return _same(x, dt)
+
+
+@infers("new_ones.default", "new_zeros.default", "new_full.default")
+def _new(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or x.dtype
+    size = _factory_size(node)
+    if node.op == "new_full.default":
+        _fill_fits(node.attrs["fill_value"], dt, math.prod(size), "fill_value")
+    return [TensorType(size, dt)]
+
+
+@infers("scalar_tensor.default")
+def _scalar_tensor(node: Node) -> list[TensorType]:
+    dt = node.attrs.get("dtype") or DEFAULT_FLOAT
+    _wrapped_scalar_fits(node.attrs["s"], dt, "s")
+    return [TensorType((), dt)]
+

@@ -1,0 +1,208 @@
+"""Rules of reductions, row ops, scans and normalisations (batch, layer and group norm)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...dtypes import FLOAT_DTYPES, INT_DTYPES
+from ..graph import Node, TensorType, Value
+from .core import InferError, _need_float, _same, infers, norm_dim, tensor
+
+
+def _batch_norm_check(node: Node) -> Value:
+    x = tensor(node, 0)
+    _need_float(x)
+    if len(x.shape) < 2:
+        raise InferError(f"input of shape {list(x.shape)}: batch norm needs a batch and a channel dim")
+    if len(node.inputs) not in (3, 5):
+        raise InferError(f"takes (input, running_mean, running_var) or (input, weight, bias, running_mean, "
+                         f"running_var), got {len(node.inputs)} inputs")
+    c = x.shape[1]
+    for v in node.inputs[1:]:
+        if v.shape != (c,):
+            raise InferError(f"'{v.name}' has shape {list(v.shape)}; per-channel parameters of {c} channels "
+                             f"have shape [{c}]")
+        _need_float(v, f"'{v.name}'")
+    return x
+
+
+@infers("batch_norm.default")
+def _batch_norm(node: Node) -> list[TensorType]:
+    return _same(_batch_norm_check(node))
+
+
+@infers("_native_batch_norm_legit_no_training.default")
+def _native_batch_norm(node: Node) -> list[TensorType]:
+    x = _batch_norm_check(node)
+    # The saved statistics (unused in eval) are empty on CPU and [C] on the meta device torch.export traces on;
+    # they are kept in the accumulation dtype (fp32 for half inputs)
+    stats = "float32" if x.dtype in ("float16", "bfloat16") else x.dtype
+    declared = [v.shape for v in node.outputs[1:3]]
+    shapes = [s if s in ((0,), (x.shape[1],)) else (0,) for s in declared] + [(0,)] * (2 - len(declared))
+    return [x.type, TensorType(shapes[0], stats), TensorType(shapes[1], stats)]
+
+
+@infers("layer_norm.default")
+def _layer_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    ns = tuple(node.attrs["normalized_shape"])
+    if not ns or len(ns) > len(x.shape) or x.shape[len(x.shape) - len(ns):] != ns:
+        raise InferError(f"normalized_shape {list(ns)} is not the trailing shape of the input {list(x.shape)}")
+    for v in node.inputs[1:]:
+        if v.shape != ns:
+            raise InferError(f"'{v.name}' has shape {list(v.shape)}, normalized_shape is {list(ns)}")
+    return _same(x)
+
+
+def _reduced(x: Value, dims: Any, keepdim: bool) -> tuple[int, ...]:
+    r = len(x.shape)
+    if dims is None or dims == []:
+        axes = set(range(r))
+    else:
+        listed = dims if isinstance(dims, list) else [dims]
+        axes = {norm_dim(d, r) for d in listed}
+        if len(axes) != len(listed):
+            raise InferError(f"dim {dims} names a dim twice")
+    if keepdim:
+        return tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+    return tuple(n for i, n in enumerate(x.shape) if i not in axes)
+
+
+@infers("mean.default", "mean.dim")
+def _mean(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or x.dtype
+    if dt not in FLOAT_DTYPES:
+        raise InferError(f"mean of a {dt} tensor: give a floating dtype")
+    if node.op == "mean.default":
+        return [TensorType((), dt)]
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
+
+
+@infers("sum.default", "sum.dim_IntList")
+def _sum(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or ("int64" if x.dtype in INT_DTYPES | {"bool"} else x.dtype)
+    if node.op == "sum.default":
+        return [TensorType((), dt)]
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
+
+
+@infers("amax.default", "amin.default")
+def _amax(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if any(d == 0 for i, d in enumerate(x.shape) if not node.attrs["dim"] or i in
+           {norm_dim(a, len(x.shape)) for a in node.attrs["dim"]}):
+        raise InferError(f"{node.op.partition('.')[0]} over an empty dim of shape {list(x.shape)} has no identity")
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), x.dtype)]
+
+
+@infers("softmax.int", "log_softmax.int")
+def _softmax(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    norm_dim(node.attrs["dim"], len(x.shape))
+    dt = node.attrs.get("dtype") or x.dtype
+    if dt not in FLOAT_DTYPES:
+        raise InferError(f"softmax of a {dt} tensor: give a floating dtype")
+    return _same(x, dt)
+
+
+@infers("_softmax.default", "_log_softmax.default")
+def _softmax_internal(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    norm_dim(node.attrs["dim"], len(x.shape))
+    _need_float(x)
+    if node.attrs["half_to_float"]:
+        if x.dtype not in ("float16", "bfloat16"):
+            raise InferError("half_to_float needs a half-precision input")
+        return _same(x, "float32")
+    return _same(x)
+
+
+@infers("cumsum.default")
+def _cumsum(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    norm_dim(node.attrs["dim"], len(x.shape))
+    dt = node.attrs.get("dtype") or ("int64" if x.dtype in INT_DTYPES | {"bool"} else x.dtype)
+    if dt == "bool" and x.shape:  # (a 0-d input is copied, no kernel runs)
+        raise InferError("cumsum into a bool tensor is not supported")
+    return _same(x, dt)
+
+
+@infers("topk.default")
+def _topk(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError("topk of a bool tensor is not supported")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    k, n = node.attrs["k"], (x.shape[d] if x.shape else 1)
+    if not 0 <= k <= n:
+        raise InferError(f"k={k} is out of range for dim {d} of size {n}")
+    shape = tuple(k if i == d else s for i, s in enumerate(x.shape))
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+@infers("any.default", "any.dim", "any.dims")
+def _any(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = "uint8" if x.dtype == "uint8" else "bool"
+    if node.op == "any.default":
+        return [TensorType((), dt)]
+    dim = node.attrs["dim"]
+    if node.op == "any.dims" and dim == []:  # an empty list reduces nothing here (unlike sum's)
+        return _same(x, dt)
+    return [TensorType(_reduced(x, dim, node.attrs["keepdim"]), dt)]
+
+
+@infers("var.correction", "var.dim")
+def _var(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype not in FLOAT_DTYPES:
+        raise InferError(f"var of a {x.dtype} tensor is not supported (it takes floating-point tensors)")
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), x.dtype)]
+
+
+@infers("argmax.default", "argmin.default")
+def _argmax(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of a bool tensor is not supported")
+    dim, keep = node.attrs["dim"], node.attrs["keepdim"]
+    if dim is None:
+        if x.type.numel == 0:
+            raise InferError(f"{node.op.partition('.')[0]} of an empty tensor without a dim")
+        return [TensorType((1,) * len(x.shape) if keep else (), "int64")]
+    d = norm_dim(dim, len(x.shape))
+    if x.shape and x.shape[d] == 0:
+        raise InferError(f"{node.op.partition('.')[0]} over the empty dim {d} of {list(x.shape)}")
+    return [TensorType(_reduced(x, dim, keep), "int64")]
+
+
+@infers("max.dim", "min.dim")
+def _max_dim(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if x.shape and x.shape[d] == 0:
+        raise InferError(f"{node.op.partition('.')[0]} over the empty dim {d} of {list(x.shape)}")
+    shape = _reduced(x, node.attrs["dim"], node.attrs["keepdim"])
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+@infers("group_norm.default")
+def _group_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    if len(x.shape) < 2:
+        raise InferError(f"input of shape {list(x.shape)}: group norm needs a batch and a channel dim")
+    g, c = node.attrs["num_groups"], x.shape[1]
+    if g < 1 or c % g:
+        raise InferError(f"num_groups={g} does not divide the {c} channels")
+    if len(node.inputs) > 3:
+        raise InferError(f"takes (input[, weight][, bias]), got {len(node.inputs)} inputs")
+    for v in node.inputs[1:]:
+        if v.shape != (c,):
+            raise InferError(f"'{v.name}' has shape {list(v.shape)}; per-channel parameters of {c} channels have "
+                             f"shape [{c}]")
+    return _same(x)
+
