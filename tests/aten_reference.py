@@ -35,10 +35,18 @@ def resolve(op_type: str):
         raise ReferenceError(f"no ATen op {op_type}") from e
 
 
+_ENUM_INTS = {"dtype": 15, "layout": 7, "memory_format": 3}  # the largest int naming a member (c10's enums)
+
+
 def _value(v: Any, name: str) -> Any:
     """An attribute as ATen takes it: TorchScript schemas type dtype, layout and memory format as ints, so the IR's
     strings are turned into the torch objects by the argument's name."""
     if not isinstance(v, str):
+        # an enum argument as an int: ATen indexes its tables with it unchecked (an out-of-range ScalarType crashes
+        # the process), so only ints that name a member are passed on
+        top = _ENUM_INTS.get(name)
+        if top is not None and isinstance(v, int) and not 0 <= v <= top:
+            raise ReferenceError(f"{name}={v} names no {name} of ATen's")
         return v
     if name == "dtype":
         dt = getattr(torch, v.removeprefix("torch."), None)
@@ -128,9 +136,11 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16":
 
 
 def to_torch(a: np.ndarray) -> torch.Tensor:
+    """A copy: an IR may run an in-place op (or a training batch norm, which updates its running statistics) on a
+    weight, and the caller's arrays (the fuzz oracle caches them across cases) must not change."""
     if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(np.array(a, copy=True).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(a, copy=True))
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

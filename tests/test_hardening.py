@@ -135,6 +135,26 @@ def test_attributes_are_checked_against_the_schema() -> None:
         npu_compiler.compile(permute)
 
 
+@pytest.mark.parametrize("attrs,words", [
+    ({"dtype": "torch.float16", "layout": "torch.sparse_coo"}, "'torch.sparse_coo' is not supported"),
+    ({"dtype": "torch.float16", "layout": 2}, "attribute 'layout' 2 is not supported"),
+    ({"dtype": "torch.float16", "memory_format": 7}, "attribute 'memory_format' 7 is not supported"),
+    ({"dtype": "torch.float16", "memory_format": "torch.blocked"}, "'torch.blocked' is not supported"),
+])
+def test_layouts_and_memory_formats_name_a_member(attrs: dict, words: str) -> None:
+    """A sparse layout is another kind of tensor, and an enum int outside ATen's members names nothing: both are
+    refused (a fuzz run found layout=2, sparse CSR, compiled as a dense copy)."""
+    def to_copy(attrs: dict) -> dict:
+        return {"graph_inputs": [tensor("x", (2, 3))], "graph_outputs": [tensor("c", (2, 3), "float16")],
+                "nodes": [{"name": "c", "op_type": "aten._to_copy.default", "attrs": attrs,
+                           "inputs": [tensor("x", (2, 3), producer="x")], "outputs": [tensor("c", (2, 3), "float16")]}]}
+
+    assert npu_compiler.compile(to_copy({"dtype": "torch.float16", "layout": "torch.strided",
+                                         "memory_format": "torch.channels_last"})).kernels
+    with pytest.raises(IRFormatError, match=words):
+        npu_compiler.compile(to_copy(attrs))
+
+
 def test_broadcast_shape_is_checked() -> None:
     ir = {"graph_inputs": [tensor("a", (2, 3)), tensor("b", (3,))], "graph_outputs": [tensor("add", (2, 2))],
           "nodes": [{"name": "add", "op_type": "aten.add.Tensor", "attrs": {},

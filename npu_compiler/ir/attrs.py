@@ -118,15 +118,32 @@ def _int_list(v: Any, where: str, name: str, n: int | None, empty_ok: bool) -> l
     return out
 
 
-def _opaque_name(v: Any, where: str, name: str) -> str | int:
-    """Device, Layout, MemoryFormat: strings the IR stringifies (`"cpu"`, `"torch.strided"`), or ATen's enum ints."""
+# The members of ATen's Layout and MemoryFormat enums the compiler honours, by the name the IR stringifies and by
+# ATen's int: strided tensors only (a sparse or mkldnn layout is another kind of tensor), and every memory format
+# (it picks strides, never values).
+ENUM_MEMBERS = {
+    "Layout": {"torch.strided": 0},
+    "MemoryFormat": {"torch.contiguous_format": 0, "torch.preserve_format": 1, "torch.channels_last": 2,
+                     "torch.channels_last_3d": 3},
+}
+
+
+def _opaque_name(v: Any, where: str, name: str, base: str) -> str | int:
+    """Device, Layout, MemoryFormat: strings the IR stringifies (`"cpu"`, `"torch.strided"`), or ATen's enum ints;
+    a layout or memory format must name a member the compiler honours (ENUM_MEMBERS)."""
     if isinstance(v, str):
         if len(v) > MAX_STR:
             raise _bad(where, name, f"is a string of {len(v)} characters (at most {MAX_STR})")
-        return v
-    if _is_int(v):
-        return _int(v, where, name)
-    raise _bad(where, name, f"must be a string, got {_short(v)}")
+    elif _is_int(v):
+        v = _int(v, where, name)
+    else:
+        raise _bad(where, name, f"must be a string, got {_short(v)}")
+    members = ENUM_MEMBERS.get(base)
+    if members is not None:
+        key = f"torch.{v}" if isinstance(v, str) and not v.startswith("torch.") else v
+        if key not in members and key not in members.values():
+            raise _bad(where, name, f"{v!r} is not supported (the compiler takes {', '.join(members)})")
+    return v
 
 
 # `int[N]` arguments ATen does not expand from a single value (its kernel checks the length itself).
@@ -170,7 +187,7 @@ def check_value(arg: Arg, value: Any, where: str) -> Any:
     elif base == "ScalarType":
         out = normalize_dtype(value, f"{where} attribute '{name}'")
     elif base in ("Device", "Layout", "MemoryFormat"):
-        out = _opaque_name(value, where, name)
+        out = _opaque_name(value, where, name, base)
     else:  # a type the table does not use yet: refuse rather than pass something unchecked on
         raise _bad(where, name, f"has ATen type {typ}, which the reader cannot check")
     rng = RANGES.get(name)
