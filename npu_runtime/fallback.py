@@ -27,6 +27,24 @@ __all__ = ["to_torch", "to_numpy", "CpuFallback", "executable_ir", "load_ir_for_
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+def written_weights(ir: Mapping[str, Any]) -> set[str]:
+    """State-dict keys of the weights an op of `ir` writes in place: the first operand of an in-place op (`add_`,
+    `index_copy_`), and the running statistics of a batch norm that computes batch statistics (ATen updates them).
+    The fallback gets its own copy of these, so neither the caller's arrays nor the next run see the writes."""
+    mapping = ir.get("weight_name_mapping") or {}
+    names: set[str] = set()
+    for node in ir.get("nodes", []):
+        op = str(node.get("op_type", "")).removeprefix("aten.")
+        base = op.partition(".")[0]
+        inputs = [i.get("name") for i in node.get("inputs", []) if isinstance(i, Mapping)]
+        if base.endswith("_") and not base.startswith("_") and inputs:
+            names.add(inputs[0])
+        if base in ("batch_norm", "_native_batch_norm_legit", "native_batch_norm") and \
+                (node.get("attrs") or {}).get("training", base != "batch_norm"):
+            names.update(inputs[3:5])
+    return {mapping.get(n, n) for n in names if n is not None}
+
+
 def to_torch(array: Any, copy: bool = True) -> torch.Tensor:
     """NumPy (ml_dtypes bf16 included) -> torch tensor of the same dtype. torch cannot read ml_dtypes arrays, so
     bf16 travels as its bit pattern (int16 view) and is reinterpreted on the other side: no rounding."""
@@ -68,7 +86,8 @@ class CpuFallback:
         self.output_names = [t["name"] for t in sub_ir["graph_outputs"]]
         self._out_dtypes = {t["name"]: str(t["dtype"]) for t in sub_ir["graph_outputs"]}
         ir = executable_ir(load_ir_for_executor(sub_ir))
-        tensors = {k: to_torch(v, copy=False) for k, v in weights.items()}
+        written = written_weights(sub_ir)
+        tensors = {k: to_torch(v, copy=k in written) for k, v in weights.items()}
         self.executor = IRExecutor(ir, weights=tensors)
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

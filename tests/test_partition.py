@@ -412,3 +412,42 @@ def test_compiler_side_imports_no_torch():
             "npu_runtime.fallback, npusim.partition_path, npusim.commands.partition; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class _BatchStatsNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 6)
+        self.bn = torch.nn.BatchNorm1d(6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.fc(x)).relu()
+
+
+def test_the_fallback_never_writes_the_callers_weights(cpu_backend):
+    """A batch norm computing batch statistics runs on the CPU partition, where ATen updates its running statistics
+    in place: the fallback's own copy takes the writes, so the caller's arrays and the next run see none (a fuzz run
+    found the cached weights changed under it)."""
+    torch.manual_seed(3)
+    data, sd = _export(_BatchStatsNorm(), (4, 6))
+    for n in data["nodes"]:
+        if n["op_type"] == "aten.batch_norm.default":
+            n["attrs"]["training"] = True
+    weights = {k: fallback.to_numpy(v) for k, v in sd.items()}
+    before = {k: v.copy() for k, v in weights.items()}
+    plan = partition(data, "cpu")
+    assert CPU in [p.device for p in plan.partitions]
+    assert fallback.written_weights(next(p.ir for p in plan.partitions if p.device == CPU)) == {
+        "bn.running_mean", "bn.running_var"}
+    ex = DAGExecutor(plan, cpu_backend, weights=weights, dtype="float32")
+    x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+    first, second = ex.run({"x": x}), ex.run({"x": x})
+    for k, v in weights.items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+    for k in first:
+        np.testing.assert_array_equal(first[k], second[k])
+    model = _BatchStatsNorm()
+    model.load_state_dict(sd)
+    with torch.no_grad():
+        want = model.train()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(next(iter(first.values())), want, rtol=1e-5, atol=1e-5)
