@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -212,11 +213,18 @@ def failures(results: list[Result]) -> list[Result]:
     return [r for r in results if r.kind in BAD or r.code_run]
 
 
+def _portable(detail: str) -> str:
+    """A detail without this machine's paths: a worker's folder (its canary included) becomes its placeholder."""
+    tmp = re.escape(tempfile.gettempdir().rstrip("/"))
+    detail = re.sub(tmp + r"/npusim-fuzz-w\d+-[A-Za-z0-9_]+/CANARY", "{CANARY}", detail)
+    return re.sub(tmp + r"/npusim-fuzz-w\d+-[A-Za-z0-9_]+", "{WORK}", detail)
+
+
 def save(results: list[Result], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for r in failures(results):
-        body = {**r.case, "found": {"outcome": r.kind, "detail": r.detail, "code_run": r.code_run}}
+        body = {**r.case, "found": {"outcome": r.kind, "detail": _portable(r.detail), "code_run": r.code_run}}
         name = hashlib.sha1(json.dumps(r.case, sort_keys=True).encode()).hexdigest()[:12]
         p = folder / f"{r.case['kind']}-{name}.json"
         p.write_text(json.dumps(body, indent=1, ensure_ascii=True) + "\n")
