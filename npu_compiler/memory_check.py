@@ -26,7 +26,8 @@ from .expr import nodes as X
 from .expr.check import extent
 
 if TYPE_CHECKING:
-    from .program import BufferSpec, KernelCall, TensorSpec
+    from .buffers import BufferSpec, TensorSpec
+    from .kernels import KernelCall
     from .tensor import TensorRef
 
 MAX_RUNS = 1 << 20  # contiguous runs a strided write is split into before it is marked as a whole

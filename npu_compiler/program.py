@@ -20,9 +20,10 @@ from typing import Any
 import msgpack
 
 from .atomic import write_bytes
-from .dtypes import ITEMSIZE, itemsize
+from .buffers import BufferSpec, TensorSpec
+from .dtypes import ITEMSIZE
 from .errors import ArtifactError, entry_point
-from .kernels import KINDS, KernelSpec, spec_from_data
+from .kernels import KINDS, KernelCall, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
 from .tensor import TensorRef, contiguous_strides
@@ -39,36 +40,6 @@ RECIPE_KINDS = ("load", "concat", "bn_fold_weight", "bn_fold_bias", "rope_inv_fr
 
 __all__ = ["CompiledProgram", "KernelCall", "TensorRef", "TensorSpec", "BufferSpec", "WeightSpec", "Recipe",
            "contiguous_strides", "full_ref", "FORMAT_VERSION"]
-
-
-@dataclass
-class BufferSpec:
-    """kind: 'input' | 'output' | 'weight' | 'constant' | 'arena' (an intermediate placed in the arena)."""
-
-    id: int
-    name: str
-    kind: str
-    dtype: str
-    numel: int
-    offset: int = -1  # byte offset inside the arena (arena buffers only)
-    data: bytes | None = None  # constants only (little-endian raw)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * itemsize(self.dtype)
-
-
-@dataclass
-class TensorSpec:
-    """A graph input or output as the user sees it (`dtype`) and as the device holds it (`device_dtype`)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    device_dtype: str
-    buffer: int
-    alias_of: str | None = None  # an output that is an input updated in place (the KV cache)
-    value_range: tuple[int, int] | None = None  # integer inputs: the valid [lo, hi) (e.g. token ids < vocab)
 
 
 @dataclass
@@ -92,31 +63,6 @@ class WeightSpec:
     source_shape: tuple[int, ...]
     buffer: int
     recipe: Recipe
-
-
-@dataclass
-class KernelCall:
-    """One kernel of the program: its typed record (`spec`, which says what it computes), the views it reads
-    (`args`) and writes (`outs`), the IR nodes it came from, and the fusion pattern (or single op) it stands for."""
-
-    name: str
-    spec: KernelSpec
-    args: list[TensorRef]
-    outs: list[TensorRef]
-    nodes: list[str] = field(default_factory=list)
-    group: str = ""
-    # IR value names of the node being lowered when this kernel was emitted (per-node verify maps the kernel's
-    # output back to the reference with it).
-    out_values: list[str] = field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        return self.spec.kind
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "spec": self.spec.to_data(),
-                "args": [dataclasses.asdict(r) for r in self.args], "outs": [dataclasses.asdict(r) for r in self.outs],
-                "nodes": list(self.nodes), "group": self.group, "out_values": list(self.out_values)}
 
 
 @dataclass
@@ -380,7 +326,9 @@ class _Reader:
         kernels = self.each(self.get(d, "kernels", ""), "kernels", self.kernel)
         target = self.str_(self.get(d, "target", ""), "target")
         try:
-            check_memory(buffers, kernels, outputs, Limits().max_bytes, _materializes_iteration_space(target))
+            # an expression kernel's iteration space is memory only on a backend that interprets it whole (the cpu
+            # one, which bounds it before running: npu_runtime/cpu/executor.py), never in the artifact itself
+            check_memory(buffers, kernels, outputs, Limits().max_bytes, iteration_space=False)
         except ValueError as e:
             raise self.fail("memory plan", str(e)) from None
         opaque = {k: self.get(d, k, "") for k in ("config", "stats")}
@@ -575,18 +523,6 @@ class _Reader:
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise self.fail(kpath, str(e) or type(e).__name__) from None
         return call
-
-
-def _materializes_iteration_space(target: str) -> bool:
-    """Whether `target` evaluates expression kernels over their whole iteration space at once (an unknown target:
-    assume it does, the stricter check)."""
-    from .errors import NPUCompileError
-    from .targets.codegen import get_codegen_target
-
-    try:
-        return get_codegen_target(target).materializes_iteration_space
-    except NPUCompileError:
-        return True
 
 
 def _short(v: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .attention import AttentionKernel, attention_flops
-from .base import KernelCost, KernelSpec
+from .base import KernelCall, KernelCost, KernelSpec
 from .conv2d import Conv2dKernel, conv_flops, conv_out_size
 from .gemm import GemmKernel, gemm_flops
 from .generated import GeneratedKernel, Scatter
@@ -29,6 +29,6 @@ def spec_from_data(kind: Any, data: Any, where: str) -> KernelSpec:
 
 
 __all__ = [
-    "KINDS", "LIBRARY_KINDS", "KernelSpec", "KernelCost", "GeneratedKernel", "Scatter", "GemmKernel", "Conv2dKernel",
-    "AttentionKernel", "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
+    "KINDS", "LIBRARY_KINDS", "KernelCall", "KernelSpec", "KernelCost", "GeneratedKernel", "Scatter", "GemmKernel",
+    "Conv2dKernel", "AttentionKernel", "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
 ]

@@ -23,7 +23,8 @@ from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, ref_by
 from .fields import bounded, one_of
 
 if TYPE_CHECKING:
-    from ..program import BufferSpec, KernelCall
+    from ..buffers import BufferSpec
+    from .base import KernelCall
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 

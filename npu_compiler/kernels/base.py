@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -16,7 +16,7 @@ from ..expr.check import ExprContext, check_expr
 from . import fields
 
 if TYPE_CHECKING:
-    from ..program import BufferSpec, KernelCall
+    from ..buffers import BufferSpec
     from ..tensor import TensorRef
 
 
@@ -176,3 +176,28 @@ def epilogue_reads(e: X.Expr | None, call: KernelCall, buffers: Sequence[BufferS
             count = min(view, points * red)
         total += min(count, buf.numel) * size
     return total
+
+
+@dataclass
+class KernelCall:
+    """One kernel of the program: its typed record (`spec`, which says what it computes), the views it reads
+    (`args`) and writes (`outs`), the IR nodes it came from, and the fusion pattern (or single op) it stands for."""
+
+    name: str
+    spec: KernelSpec
+    args: list[TensorRef]
+    outs: list[TensorRef]
+    nodes: list[str] = field(default_factory=list)
+    group: str = ""
+    # IR value names of the node being lowered when this kernel was emitted (per-node verify maps the kernel's
+    # output back to the reference with it).
+    out_values: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "spec": self.spec.to_data(),
+                "args": [dataclasses.asdict(r) for r in self.args], "outs": [dataclasses.asdict(r) for r in self.outs],
+                "nodes": list(self.nodes), "group": self.group, "out_values": list(self.out_values)}

@@ -33,7 +33,8 @@ from .base import (
 from .fields import bounded
 
 if TYPE_CHECKING:
-    from ..program import BufferSpec, KernelCall
+    from ..buffers import BufferSpec
+    from .base import KernelCall
 
 
 def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:

@@ -34,7 +34,8 @@ from .base import (
 from .fields import bounded
 
 if TYPE_CHECKING:
-    from ..program import BufferSpec, KernelCall
+    from ..buffers import BufferSpec
+    from .base import KernelCall
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:

@@ -24,7 +24,8 @@ from .base import Arrays, KernelCost, KernelSpec, Step, arg_context, epilogue_re
 from .fields import bounded
 
 if TYPE_CHECKING:
-    from ..program import BufferSpec, KernelCall
+    from ..buffers import BufferSpec
+    from .base import KernelCall
 
 
 @dataclass(frozen=True)

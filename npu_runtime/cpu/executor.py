@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from npu_compiler.errors import KernelFault
+from npu_compiler.errors import ArtifactError, KernelFault
+from npu_compiler.limits import Limits
+from npu_compiler.memory_check import check_sizes
 from npu_compiler.program import CompiledProgram, KernelCall, TensorRef
 
 from ..backend import DeviceBuffer
@@ -31,6 +33,10 @@ class CpuExecutor(Executor):
         if program.target not in ("cpu",):
             raise NPURuntimeError(f"program was compiled for target '{program.target}'; the cpu backend runs "
                                   "programs compiled for target 'cpu'")
+        try:  # NumPy evaluates an expression kernel over its whole iteration space: bound it before allocating
+            check_sizes(program.buffers, program.kernels, Limits().max_bytes, iteration_space=True)
+        except ValueError as e:
+            raise ArtifactError(f"program '{program.model_name}': {e}") from None
         with allocation_guard(program):
             self.arena = np.zeros(program.arena_bytes, np.uint8)
             self.flat: dict[int, np.ndarray] = {}
