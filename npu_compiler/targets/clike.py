@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import NPUCompileError
 from ..expr import nodes as X
+
+if TYPE_CHECKING:
+    from ..kernels import KernelCall
+    from ..tensor import TensorRef
 
 SERIAL_REDUCE_MAX = 32  # a reduction this small (with no row) runs inside one thread per output element
 ELEMENTWISE_BLOCK = 256
@@ -129,6 +134,68 @@ def affine(terms: list[tuple[str, int]], offset: int = 0) -> str:
             continue
         parts.append(var if stride == 1 else f"{var} * {stride}")
     return " + ".join(parts) if parts else "0"
+
+
+def pad4(ref: TensorRef, target: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and strides left-padded to rank 4 (missing leading dims have size 1)."""
+    lead = 4 - len(ref.shape)
+    if lead < 0:
+        raise NPUCompileError(f"{target} target: expected a tensor of rank <= 4, got shape {list(ref.shape)}")
+    return (1,) * lead + tuple(ref.shape), (0,) * lead + tuple(ref.strides)
+
+
+@dataclass
+class AttentionGeometry:
+    """What every renderer of an attention record starts from: its operands, the sizes (left-padded to [b, h, t, d]),
+    the grouped-query heads, and the index maps over the loop variables bi, hi, ti, kvh, j, dd (`v_at(j)` with the
+    key index a renderer names)."""
+
+    q: TensorRef
+    k: TensorRef
+    v: TensorRef
+    out: TensorRef
+    mask: TensorRef | None
+    pos: TensorRef | None
+    b: int
+    h: int
+    t: int
+    d: int
+    kv_heads: int
+    kv_len: int
+    v_dim: int
+    group: int
+    q_at: str
+    k_at: str
+    o_at: str
+    m_at: str
+    target: str
+
+    def v_at(self, j: str) -> str:
+        _, vs = pad4(self.v, self.target)
+        return affine([("bi", vs[0]), ("kvh", vs[1]), (j, vs[2]), ("dd", vs[3])], self.v.offset)
+
+
+def attention_geometry(k: KernelCall, target: str) -> AttentionGeometry:
+    p = k.spec
+    q, kk, v = k.args[:3]
+    mask = k.args[3] if p.mask != "none" else None
+    out = k.outs[0]
+    (b, h, t, d), qs = pad4(q, target)
+    _, ks = pad4(kk, target)
+    _, os_ = pad4(out, target)
+    if h % p.kv_heads:
+        raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {p.kv_heads} kv heads")
+    m_at = ""
+    if mask is not None:
+        _, ms = pad4(mask, target)
+        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
+    return AttentionGeometry(
+        q, kk, v, out, mask, k.args[-1] if p.valid_len else None, b, h, t, d, p.kv_heads, p.kv_len, p.v_dim,
+        h // p.kv_heads,
+        q_at=affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset),
+        k_at=affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset),
+        o_at=affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset),
+        m_at=m_at, target=target)
 
 
 def max_extent(shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> int:

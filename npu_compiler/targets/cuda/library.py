@@ -13,7 +13,7 @@ from ...errors import NPUCompileError
 from ...expr import nodes as X
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
-from ..clike import ExprRenderer, KernelText, Launch, Scope, Store, render_expression
+from ..clike import ExprRenderer, KernelText, Launch, Scope, Store, attention_geometry, render_expression
 from .common import (
     CUDA,
     KERNEL_NAME,
@@ -37,14 +37,6 @@ from .decode_attention import grouped_decode, grouped_decode_applies
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
     return program.buffers[ref.buffer].dtype
-
-
-def _pad4(ref: TensorRef) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Shape and strides left-padded to rank 4 (missing leading dims have size 1)."""
-    lead = 4 - len(ref.shape)
-    if lead < 0:
-        raise NPUCompileError(f"cuda target: expected a tensor of rank <= 4, got shape {list(ref.shape)}")
-    return (1,) * lead + tuple(ref.shape), (0,) * lead + tuple(ref.strides)
 
 
 def _ptrs(k: KernelCall) -> list[tuple[str, int]]:
@@ -260,33 +252,18 @@ class _Attn:
 
 def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
     p: AttentionKernel = k.spec
-    q, kk, v = k.args[:3]
-    mask = k.args[3] if p.mask != "none" else None
-    pos = k.args[-1] if p.valid_len else None
-    out = k.outs[0]
-    qs_shape, qs = _pad4(q)
-    _, ks = _pad4(kk)
-    _, vs = _pad4(v)
-    _, os_ = _pad4(out)
-    b, h, t, d = qs_shape
-    hk, lk, dv = p.kv_heads, p.kv_len, p.v_dim
-    if h % hk:
-        raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {hk} kv heads")
-    group = h // hk
+    g = attention_geometry(k, "cuda")
+    q, kk, v, out, mask, pos = g.q, g.k, g.v, g.out, g.mask, g.pos
+    b, h, t, d, lk, dv, group = g.b, g.h, g.t, g.d, g.kv_len, g.v_dim, g.group
     dpl, vpl = -(-d // 32), -(-dv // 32)
     if dpl > 32 or vpl > 32:
         raise NPUCompileError(f"kernel {k.name}: cuda attention supports head dims up to 1024")
     ityp = _ityp(q, kk, v, out, *([mask] if mask is not None else []))
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
     sd, pd = p.scores_dtype, p.probs_dtype
-    q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
-    k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
-    v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("j", vs[2]), ("dd", vs[3])], v.offset)
-    o_at = affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset)
+    q_at, k_at, v_at, o_at, m_at = g.q_at, g.k_at, g.v_at("j"), g.o_at, g.m_at
     mask_line = ""
     if mask is not None:
-        _, ms = _pad4(mask)
-        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
         if p.mask == "bool":
             mask_line = f"      if (!a3[{m_at}]) s = {NEG_INF_F};"
         else:
@@ -322,7 +299,7 @@ def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
 {mask_line}
       return s;
     }};"""
-    return _Attn(q, kk, v, out, mask, qs_shape, b, h, t, d, lk, dv, group, dpl, vpl, ityp, qd, vd, od, sd, pd, q_at,
+    return _Attn(q, kk, v, out, mask, (b, h, t, d), b, h, t, d, lk, dv, group, dpl, vpl, ityp, qd, vd, od, sd, pd, q_at,
                  v_at, o_at, valid, jmax, score)
 
 

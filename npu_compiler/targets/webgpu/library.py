@@ -11,10 +11,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...errors import NPUCompileError
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
-from ..clike import ExprRenderer, KernelText, Launch, Scope, affine, decompose, grid_for, max_extent
+from ..clike import (
+    ExprRenderer,
+    KernelText,
+    Launch,
+    Scope,
+    affine,
+    attention_geometry,
+    decompose,
+    grid_for,
+    max_extent,
+)
 from .language import NEG_INF_F, WGSL, entry_point, f32_literal, reg
 
 MAX_GRID = WGSL.max_grid
@@ -34,13 +43,6 @@ def names_of(k: KernelCall) -> list[str]:
 
 def _check_extent(*refs: TensorRef) -> None:
     WGSL.index_type(max(max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in refs))
-
-
-def _pad4(ref: TensorRef) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    lead = 4 - len(ref.shape)
-    if lead < 0:
-        raise NPUCompileError(f"webgpu target: expected a tensor of rank <= 4, got shape {list(ref.shape)}")
-    return (1,) * lead + tuple(ref.shape), (0,) * lead + tuple(ref.strides)
 
 
 def _load_f32(program: CompiledProgram, ref: TensorRef, name: str, at: str) -> str:
@@ -483,30 +485,16 @@ class _Attn:
 
 def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
     p: AttentionKernel = k.spec
-    q, kk, v = k.args[:3]
-    mask = k.args[3] if p.mask != "none" else None
-    pos = k.args[-1] if p.valid_len else None
-    out = k.outs[0]
+    g = attention_geometry(k, "webgpu")
+    q, kk, v, out, mask, pos = g.q, g.k, g.v, g.out, g.mask, g.pos
     _check_extent(*k.args, out)
-    (b, h, t, d), qs = _pad4(q)
-    _, ks = _pad4(kk)
-    _, vs = _pad4(v)
-    _, os_ = _pad4(out)
-    hk, lk, dv = p.kv_heads, p.kv_len, p.v_dim
-    if h % hk:
-        raise NPUCompileError(f"kernel {k.name}: {h} query heads are not a multiple of {hk} kv heads")
-    group = h // hk
+    b, h, t, d, lk, dv, group = g.b, g.h, g.t, g.d, g.kv_len, g.v_dim, g.group
     T = ATTN_THREADS_FEW_ROWS if b * h * t <= FEW_ROWS else ATTN_THREADS
     sd, pd = p.scores_dtype, p.probs_dtype
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
-    q_at = affine([("bi", qs[0]), ("hi", qs[1]), ("ti", qs[2]), ("dd", qs[3])], q.offset)
-    k_at = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2]), ("dd", ks[3])], kk.offset)
-    v_at = affine([("bi", vs[0]), ("kvh", vs[1]), ("jj", vs[2]), ("dd", vs[3])], v.offset)
-    o_at = affine([("bi", os_[0]), ("hi", os_[1]), ("ti", os_[2]), ("dd", os_[3])], out.offset)
+    q_at, k_at, v_at, o_at, m_at = g.q_at, g.k_at, g.v_at("jj"), g.o_at, g.m_at
     mask_line = ""
     if mask is not None:
-        _, ms = _pad4(mask)
-        m_at = affine([("bi", ms[0]), ("hi", ms[1]), ("ti", ms[2]), ("j", ms[3])], mask.offset)
         if p.mask == "bool":
             mask_line = f"  if (!{WGSL.load('a3', m_at, 'bool')}) {{ s = {NEG_INF_F}; }}"
         else:
