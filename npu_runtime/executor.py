@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,6 +65,17 @@ class Executor(ABC):
         self._input_specs = {s.name: s for s in program.inputs}
         self._weight_ids = {w.name: w.buffer for w in program.weights}
         self._weight_specs = {w.name: w for w in program.weights}
+
+    def _check_run(self, inputs: Mapping[str, Any], weights: WeightSet | None, bound: Iterable[str]) -> None:
+        """Before a run: the inputs, with the ones bound to caller-owned buffers (`bound`, checked at bind time) and
+        not given standing in by their spec; then the weights, bound now when they are new."""
+        if isinstance(inputs, Mapping):
+            inputs = {**inputs, **{n: _BoundInput(self._input_specs[n]) for n in bound if n not in inputs}}
+        self.check_inputs(inputs)
+        if weights is not None and id(weights) != self._weights_bound:
+            self.bind_weights(weights)
+        if self._weights_bound is None and self.program.weights:
+            raise WeightError("no weights bound: pass weights=load_weights(...) to run()")
 
     def _binding_spec(self, name: str, buf: DeviceBuffer) -> TensorSpec:
         """The input `name` that caller-owned `buf` may stand for (its shape and device dtype checked)."""
@@ -155,3 +166,11 @@ class Executor(ABC):
         outs = self.run(inputs, weights)
         specs = {s.name: s for s in self.program.outputs}
         return {k: v.to_numpy(specs[k]) for k, v in outs.items()}
+
+
+class _BoundInput:
+    """Stands for an input bound to a caller-owned buffer in the input check: its shape and device dtype."""
+
+    def __init__(self, spec: TensorSpec) -> None:
+        self.shape = tuple(spec.shape)
+        self.dtype = spec.device_dtype

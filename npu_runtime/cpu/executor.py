@@ -17,7 +17,7 @@ from npu_compiler.program import CompiledProgram, KernelCall, TensorRef
 
 from ..backend import DeviceBuffer
 from ..dtypes import np_dtype
-from ..errors import NPURuntimeError, WeightError
+from ..errors import NPURuntimeError
 from ..executor import Executor, allocation_guard
 from ..profiling import KernelTiming
 from ..weights import WeightSet
@@ -132,12 +132,7 @@ class CpuExecutor(Executor):
         return timings
 
     def _prepare(self, inputs: Mapping[str, Any], weights: WeightSet | None) -> None:
-        bound = {n for n in self._bound_inputs if n not in inputs}
-        self.check_inputs({**inputs, **{n: _Shape(self._input_specs[n]) for n in bound}})
-        if weights is not None and id(weights) != self._weights_bound:
-            self.bind_weights(weights)
-        if self._weights_bound is None and self.program.weights:
-            raise WeightError("no weights bound: pass weights=load_weights(...) to run()")
+        self._check_run(inputs, weights, self._bound_inputs)
         for name, value in inputs.items():
             spec = self._input_specs[name]
             np.copyto(self.flat[spec.buffer].reshape(spec.shape), self.host_input(value, spec))
@@ -157,9 +152,3 @@ class CpuExecutor(Executor):
             self._build()
 
 
-class _Shape:
-    """Stands for a bound input in the input check (its buffer is checked at bind time)."""
-
-    def __init__(self, spec) -> None:
-        self.shape = spec.shape
-        self.dtype = spec.device_dtype

@@ -247,12 +247,7 @@ class CudaExecutor(Executor):
                                         self.stream.ptr)
 
     def _prepare(self, inputs: Mapping[str, Any], weights: WeightSet | None) -> None:
-        bound = {n for n in self._bound if n not in inputs}
-        self.check_inputs({**inputs, **{n: _Shape(self._input_specs[n]) for n in bound}})
-        if weights is not None and id(weights) != self._weights_bound:
-            self.bind_weights(weights)
-        if self._weights_bound is None and self.program.weights:
-            raise WeightError("no weights bound: pass weights=load_weights(...) to run()")
+        self._check_run(inputs, weights, self._bound)
         with self.state.device:
             for name, value in inputs.items():
                 self._copy_input(self._input_specs[name], value)
@@ -316,22 +311,6 @@ class CudaExecutor(Executor):
                 if b.kind == "output" and b.nbytes:
                     cp.cuda.runtime.memsetAsync(self._own[b.id].ptr, byte, b.nbytes, self.stream.ptr)
         self.stream.synchronize()
-
-
-class _Shape(DeviceBuffer):
-    """Stands for a bound input in the input check (its buffer was checked at bind time). A DeviceBuffer, so that
-    the check reads its dtype instead of converting it to an array."""
-
-    def __init__(self, spec: TensorSpec) -> None:
-        self.shape = tuple(spec.shape)
-        self.dtype = spec.device_dtype
-
-    @property
-    def native_handle(self) -> None:
-        return None
-
-    def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
-        raise NPURuntimeError("a bound input's stand-in holds no data")
 
 
 _SPIN = r"""extern "C" __global__ void npu_kernel(unsigned long long ns) {

@@ -25,7 +25,7 @@ from npu_compiler.targets.webgpu import DeviceCaps, Dispatch, WebGPUTarget
 
 from ..backend import DeviceBuffer
 from ..dtypes import np_dtype
-from ..errors import InputError, NPURuntimeError, WeightError
+from ..errors import InputError, NPURuntimeError
 from ..executor import Executor, allocation_guard
 from ..profiling import KernelTiming
 from ..weights import WeightSet
@@ -162,12 +162,7 @@ class WebGPUExecutor(Executor):
         return self._bound.get(name) or self._own[spec.buffer]
 
     def _prepare(self, inputs: Mapping[str, Any], weights: WeightSet | None, encoder: Any) -> None:
-        bound = {n for n in self._bound if n not in inputs}
-        self.check_inputs({**inputs, **{n: _Shape(self._input_specs[n]) for n in bound}})
-        if weights is not None and id(weights) != self._weights_bound:
-            self.bind_weights(weights)
-        if self._weights_bound is None and self.program.weights:
-            raise WeightError("no weights bound: pass weights=load_weights(...) to run()")
+        self._check_run(inputs, weights, self._bound)
         for name, value in inputs.items():
             self._copy_input(self._input_specs[name], value, encoder)
         if self._groups is None:
@@ -371,21 +366,6 @@ class _Flat(Mapping):
 
     def __len__(self) -> int:
         return len(self._ex.program.buffers)
-
-
-class _Shape(DeviceBuffer):
-    """Stands for a bound input in the input check (its buffer was checked at bind time)."""
-
-    def __init__(self, spec: TensorSpec) -> None:
-        self.shape = tuple(spec.shape)
-        self.dtype = spec.device_dtype
-
-    @property
-    def native_handle(self) -> None:
-        return None
-
-    def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
-        raise NPURuntimeError("a bound input's stand-in holds no data")
 
 
 __all__ = ["WebGPUExecutor"]
