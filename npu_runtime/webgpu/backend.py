@@ -242,25 +242,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 def _probe_division(state: DeviceState) -> bool:
     """Divide 65,536 random pairs (exponents over +-20 binades) on the device and compare with IEEE's quotients (an
     approximate division, a reciprocal and a product, misses many of them)."""
-    w, device = state.wgpu, state.device
     n = 1 << 16
     rng = np.random.default_rng(0)
     a = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 21, n) * rng.choice([-1, 1], n)).astype(np.float32)
     b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 21, n)).astype(np.float32)
-    data = np.concatenate([a, b, np.zeros(n, np.float32)])
-    buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
-    pipe = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(code=PROBE),
-                                                                  "entry_point": "main"})
-    group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
-                                     entries=[{"binding": 0, "resource": {"buffer": buf}}])
-    enc = device.create_command_encoder()
-    p = enc.begin_compute_pass()
-    p.set_pipeline(pipe)
-    p.set_bind_group(0, group)
-    p.dispatch_workgroups(n // 64, 1, 1)
-    p.end()
-    device.queue.submit([enc.finish()])
-    out = np.frombuffer(device.queue.read_buffer(buf), np.float32)
+    out = run_f32_shader(state, PROBE, np.concatenate([a, b, np.zeros(n, np.float32)]), n // 64)
     return bool(np.array_equal(out[2 * n:], a / b))
 
 
@@ -296,21 +282,27 @@ def _probe(state: DeviceState, code: str = CONTRACTION_PROBE,
                        operands: tuple[float, float, float] = (1 + 2**-12, 1 + 2**-12, -(1 + 2**-11))) -> float:
     """Run a one-thread probe on three f32 operands and return what it writes. The default: x*y + z (or `fma`)
     with x = y = 1 + 2^-12, z = -(1 + 2^-11): the rounded product makes it 0, a fused one 2^-24."""
+    return float(run_f32_shader(state, code, np.array([*operands, 0], np.float32), 1)[3])
+
+
+def run_f32_shader(state: DeviceState, code: str, data: np.ndarray, workgroups: int) -> np.ndarray:
+    """Run a WGSL module whose entry point `main` reads and writes one f32 array bound at 0 (the probes, and tests of
+    single helpers); returns the array after the run."""
     w, device = state.wgpu, state.device
-    data = np.array([*operands, 0], np.float32)
-    buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
-    module = device.create_shader_module(code=code)
-    pipe = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    buf = device.create_buffer_with_data(data=np.ascontiguousarray(data, np.float32).tobytes(),
+                                         usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
+    pipe = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(code=code),
+                                                                  "entry_point": "main"})
     group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
                                      entries=[{"binding": 0, "resource": {"buffer": buf}}])
     enc = device.create_command_encoder()
     p = enc.begin_compute_pass()
     p.set_pipeline(pipe)
     p.set_bind_group(0, group)
-    p.dispatch_workgroups(1, 1, 1)
+    p.dispatch_workgroups(workgroups, 1, 1)
     p.end()
     device.queue.submit([enc.finish()])
-    return float(np.frombuffer(device.queue.read_buffer(buf), np.float32)[3])
+    return np.frombuffer(device.queue.read_buffer(buf), np.float32).copy()
 
 
 def _size(n: int) -> str:

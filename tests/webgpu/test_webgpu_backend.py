@@ -18,6 +18,7 @@ import npu_compiler
 import npu_runtime
 from npu_compiler.targets.webgpu import DeviceCaps, WebGPUTarget
 from npu_runtime.errors import InputError, NPURuntimeError, WeightError
+from npu_runtime.webgpu.backend import run_f32_shader
 
 
 class Fn(torch.nn.Module):
@@ -308,22 +309,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   if (i < n) { io[3u * n + i] = npu_fix_quotient(io[i], io[n + i], io[2u * n + i]); }
 }"""
     src = "\n".join(helpers_for(body, mode)) + body
-    state = webgpu.state
-    w, device = state.wgpu, state.device
-    data = np.concatenate([a, b, qbad, np.zeros(n, np.float32)])
-    buf = device.create_buffer_with_data(data=data.tobytes(), usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
-    pipe = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(code=src),
-                                                                  "entry_point": "main"})
-    group = device.create_bind_group(layout=pipe.get_bind_group_layout(0),
-                                     entries=[{"binding": 0, "resource": {"buffer": buf}}])
-    enc = device.create_command_encoder()
-    p = enc.begin_compute_pass()
-    p.set_pipeline(pipe)
-    p.set_bind_group(0, group)
-    p.dispatch_workgroups(n // 64, 1, 1)
-    p.end()
-    device.queue.submit([enc.finish()])
-    got = np.frombuffer(device.queue.read_buffer(buf), np.float32)[3 * n:]
+    got = run_f32_shader(webgpu.state, src, np.concatenate([a, b, qbad, np.zeros(n, np.float32)]), n // 64)[3 * n:]
     # corrected: a normal device quotient whose IEEE quotient is normal too (not asserted: one that rounds to a
     # subnormal is rounded twice, at 24 bits then at the subnormal's, and one that overflows meets SPIR-V's ldexp,
     # undefined past the largest float); kept: every other device quotient
