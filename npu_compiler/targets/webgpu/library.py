@@ -45,6 +45,15 @@ def _check_extent(*refs: TensorRef) -> None:
     WGSL.index_type(max(max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in refs))
 
 
+def _tile_product(fma: str) -> str:
+    """The inner loop of a 64x64 tile over the 16-deep slices in workgroup memory (`npu_as`, `npu_bs`): each
+    invocation's 4x4 outputs accumulate by `fma` (its lines, indented for the loop body)."""
+    loads = [f"            let av{i} = npu_as[kq * 64 + tm + {16 * i}];" for i in range(4)]
+    loads += [f"            let bv{j} = npu_bs[kq * 65 + tn + {16 * j}];" for j in range(4)]
+    return "\n".join(["          for (var kq: i32 = 0; kq < 16; kq++) {", *loads,
+                      fma.replace("          c", "            c"), "          }"])
+
+
 def _load_f32(program: CompiledProgram, ref: TensorRef, name: str, at: str) -> str:
     """A load of `name` at `at` as f32 (an integer operand converted exactly)."""
     return WGSL.convert(WGSL.load(name, at, _dt(program, ref)), _dt(program, ref), "float32")
@@ -249,11 +258,7 @@ def _gemm_tiled(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             npu_bs[kq * 65 + nq] = x;
           }}
           workgroupBarrier();
-          for (var kq: i32 = 0; kq < 16; kq++) {{
-{chr(10).join(f'            let av{i} = npu_as[kq * 64 + tm + {16 * i}];' for i in range(4))}
-{chr(10).join(f'            let bv{j} = npu_bs[kq * 65 + tn + {16 * j}];' for j in range(4))}
-{fma.replace('          c', '            c')}
-          }}
+{_tile_product(fma)}
           workgroupBarrier();
         }}
 {stores}
@@ -386,11 +391,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             npu_bs[kq * 65 + nq] = wv;
           }}
           workgroupBarrier();
-          for (var kq: i32 = 0; kq < 16; kq++) {{
-{chr(10).join(f'            let av{i} = npu_as[kq * 64 + tm + {16 * i}];' for i in range(4))}
-{chr(10).join(f'            let bv{j} = npu_bs[kq * 65 + tn + {16 * j}];' for j in range(4))}
-{fma.replace('          c', '            c')}
-          }}
+{_tile_product(fma)}
           workgroupBarrier();
         }}
 {chr(10).join(stores)}
