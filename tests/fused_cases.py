@@ -224,6 +224,10 @@ def op_cases() -> list[OpCase]:
                [f((1, 4, 5, 16)), f((1, 2, 37, 16)), f((1, 2, 37, 16)), f((1, 1, 5, 37))], loose=True),
         OpCase("sdpa_causal", lambda: Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
                [f((2, 3, 9, 24)), f((2, 3, 9, 24)), f((2, 3, 9, 24))], loose=True),
+        # enough query rows for the cuda target's tensor-core attention (16-bit dtypes; fp32 takes the row kernel)
+        OpCase("sdpa_causal_tiles", lambda: Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                               enable_gqa=True)),
+               [f((1, 4, 20, 16)), f((1, 2, 20, 16)), f((1, 2, 20, 16))], loose=True),
         OpCase("sdpa_bool_scale", lambda: Fn(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m,
                                                                                                scale=0.3)),
                [f((1, 2, 4, 40)), f((1, 2, 6, 40)), f((1, 2, 6, 40)), In((1, 1, 4, 6), "bool")], loose=True),

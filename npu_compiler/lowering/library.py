@@ -374,7 +374,9 @@ def attention(L: Lowering, node: Node) -> None:
     b, h, t, d = q.shape
     hk, lk = k.shape[1], k.shape[2]
     rows = L.target.attention_gemm_min_rows
-    if rows and t >= rows:
+    tiled = L.target.attention_on_tensor_cores(tuple(x.dtype for x in node.inputs[:3]), a.get("probs_dtype", "float32"),
+                                               t, d, v.shape[-1], (q, k, v))
+    if rows and t >= rows and not tiled:
         # (a valid-length bound is an optimisation only: the mask hides the keys past it, they add exactly zero)
         mask = V.expand(L.ref(node.inputs[3]), (b, h, t, lk)) if a["has_mask"] else None
         _attention_as_gemms(L, node, q, k, v, mask, a["has_mask"] and node.inputs[3].dtype == "bool",
@@ -391,7 +393,7 @@ def attention(L: Lowering, node: Node) -> None:
         args.append(L.contiguous(L.ref(node.inputs[-1])))
     out = L.fresh(node.outputs[0])
     outs = [out]
-    splits = decode_splits(L, b * hk * t, lk, v.shape[-1])
+    splits = 0 if tiled else decode_splits(L, b * hk * t, lk, v.shape[-1])
     if splits:
         # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output.
         outs.append(L.scratch(f"{node.name}.split_scratch", "float32", (b * h * t * splits * (2 + v.shape[-1]),)))

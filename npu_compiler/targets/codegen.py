@@ -32,6 +32,12 @@ class CodegenTarget:
     # is memory and is bounded like a tensor (the NumPy interpreter); a GPU thread grid is not
     materializes_iteration_space: ClassVar[bool] = False
 
+    def attention_on_tensor_cores(self, dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head_dim: int,
+                                  v_dim: int, refs: tuple) -> bool:
+        """Whether attention over q, k, v (these dtypes, these views) runs as one tiled kernel on matrix units (then
+        it is one record however many query rows it has). Default: no."""
+        return False
+
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 

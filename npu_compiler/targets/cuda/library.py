@@ -33,6 +33,7 @@ from .common import (
     store_expr,
 )
 from .decode_attention import grouped_decode, grouped_decode_applies
+from .flash_attention import flash_attention
 
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
@@ -43,12 +44,14 @@ def _ptrs(k: KernelCall) -> list[tuple[str, int]]:
     return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
 
 
-def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None) -> str:
+def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None,
+               min_blocks: int = 0) -> str:
     params = [f"{storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.outs)]
     for i, a in enumerate(k.args):
         name = names[i] if names else f"a{i}"
         params.append(f"const {storage(_dt(program, a))}* __restrict__ {name}")
-    return f'extern "C" __global__ void __launch_bounds__({block}) {KERNEL_NAME}({", ".join(params)})'
+    bounds = f"{block}, {min_blocks}" if min_blocks else f"{block}"
+    return f'extern "C" __global__ void __launch_bounds__({bounds}) {KERNEL_NAME}({", ".join(params)})'
 
 
 def _ityp(*refs: TensorRef) -> str:
@@ -429,6 +432,14 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     rows = b * h * t
     grid = _grid(rows, 1) if rows else 0
     return src, Launch((grid, 1, 1), block, _ptrs(k))
+
+
+def attention_tiles(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies)."""
+    mask = [k.args[3]] if k.spec.mask != "none" else []
+    return flash_attention(k, program, lambda block, min_blocks: _signature(k, program, block, min_blocks=min_blocks),
+                           _ptrs(k),
+                           _ityp(*k.args[:3], k.outs[0], *mask))
 
 
 SPLIT_WARPS = 4

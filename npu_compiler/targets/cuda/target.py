@@ -20,9 +20,20 @@ from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, Store, render_expression
 from ..codegen import CodegenTarget
 from .common import CUDA
+from .flash_attention import applies as tiles_fit
+from .flash_attention import tiles_apply
 from .gemm import SUPPORTED, gemm_plan
 from .gemv import gemv, gemv_applies
-from .library import attention, attention_split, conv2d, gemm_bias_fill, gemm_direct, gemm_epilogue, render_epilogue
+from .library import (
+    attention,
+    attention_split,
+    attention_tiles,
+    conv2d,
+    gemm_bias_fill,
+    gemm_direct,
+    gemm_epilogue,
+    render_epilogue,
+)
 
 
 @dataclass
@@ -72,7 +83,15 @@ class CudaTarget(CodegenTarget):
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
     gemm_im2col = True
     decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)
-    attention_gemm_min_rows = 64  # prefill: QK^T and PV on tensor cores (cuBLAS)
+    attention_gemm_min_rows = 64  # prefill without tiled attention: QK^T and PV on tensor cores (cuBLAS)
+
+    def __init__(self, arch: int = 90) -> None:
+        # the device's compute capability (major * 10 + minor): which tensor-core instructions the kernels may use.
+        # A compile assumes a current GPU; the runtime renders with its device's.
+        self.arch = arch
+
+    def attention_on_tensor_cores(self, dtypes, probs_dtype, q_len, head_dim, v_dim, refs) -> bool:
+        return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.arch)
 
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
@@ -96,6 +115,8 @@ class CudaTarget(CodegenTarget):
         if isinstance(spec, AttentionKernel):
             if spec.splits and len(k.outs) > 1:
                 return [("launch", launch) for launch in attention_split(k, program)]
+            if tiles_fit(k, program, self.arch):
+                return [("launch", attention_tiles(k, program))]
             return [("launch", attention(k, program))]
         if spec.kind == "conv2d":
             return [("launch", conv2d(k, program))]

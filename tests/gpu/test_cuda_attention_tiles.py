@@ -1,0 +1,121 @@
+"""Attention over many query rows on tensor cores (targets/cuda/flash_attention.py) against PyTorch eager on the CPU
+in the same dtype: HF's eager attention (scores and probabilities rounded where it stores them) and ATen's fused
+attention, with causal masks given as tensors (HF's finfo.min fill, -inf), bool masks, `is_causal`, grouped-query
+heads, row and key counts that are not multiples of the tile, and the masks under which the kernel skips whole key
+tiles: rows that see no key at all (the block must run again without skipping), and tiles that are all hidden."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from fused_cases import ir_dict
+from tolerances import assert_close
+
+import npu_compiler
+from npu_compiler.targets.cuda import CudaTarget
+
+from .util import to_np
+
+
+class Eager(torch.nn.Module):
+    """HF's eager attention: GQA by repeat, scaled bf16 scores plus the additive mask, fp32 softmax cast back."""
+
+    def forward(self, q, k, v, m):
+        g = q.shape[1] // k.shape[1]
+        k = k[:, :, None].expand(-1, -1, g, -1, -1).reshape(q.shape[0], q.shape[1], k.shape[2], k.shape[3])
+        v = v[:, :, None].expand(-1, -1, g, -1, -1).reshape(q.shape[0], q.shape[1], v.shape[2], v.shape[3])
+        w = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5 + m
+        w = torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(w, v)
+
+
+class Sdpa(torch.nn.Module):
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q, k, v, *m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m[0] if m else None, is_causal=self.causal,
+                                              enable_gqa=True)
+
+
+def _causal(t: int, lk: int, start: int) -> np.ndarray:
+    """Query i (at position start + i) sees keys 0..start + i."""
+    return np.arange(lk)[None, :] <= (start + np.arange(t))[:, None]
+
+
+def _additive(visible: np.ndarray, dtype: torch.dtype, fill: float | None = None) -> torch.Tensor:
+    fill = torch.finfo(dtype).min if fill is None else fill
+    m = torch.where(torch.from_numpy(visible), torch.tensor(0.0), torch.tensor(fill)).to(dtype)
+    return m[None, None]
+
+
+CASES = {
+    # a static-cache prefill: 200 queries at positions 0..199 over a 256-slot cache, HF's finfo.min fill, one row
+    # that sees nothing (HF gives it a uniform average of every slot: the block must not skip)
+    "eager_cache_finfo_bf16": ("bfloat16", Eager(), 2, 12, 2, 200, 256, 128, "finfo_dead_row"),
+    "eager_causal_inf_fp16": ("float16", Eager(), 1, 4, 4, 130, 130, 64, "neg_inf"),
+    "eager_prompt_tail_bf16": ("bfloat16", Eager(), 1, 6, 2, 70, 300, 96, "finfo_offset"),
+    "sdpa_is_causal_bf16": ("bfloat16", Sdpa(True), 2, 8, 2, 150, 150, 128, None),
+    "sdpa_bool_blocks_fp16": ("float16", Sdpa(False), 1, 4, 1, 96, 200, 128, "bool_blocks"),
+    "sdpa_nomask_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 17, 33, 16, None),
+}
+
+
+def _inputs(name: str, gen: torch.Generator):
+    dtype, _, b, h, hk, t, lk, d, mask = CASES[name]
+    tdt = getattr(torch, dtype)
+    q, k, v = (torch.randn(shape, generator=gen).to(tdt) for shape in ((b, h, t, d), (b, hk, lk, d), (b, hk, lk, d)))
+    if mask is None:
+        return [q, k, v]
+    if mask == "finfo_dead_row":
+        vis = _causal(t, lk, 0)
+        vis[5] = False
+        return [q, k, v, _additive(vis, tdt)]
+    if mask == "neg_inf":
+        return [q, k, v, _additive(_causal(t, lk, 0), tdt, float("-inf"))]
+    if mask == "finfo_offset":
+        return [q, k, v, _additive(_causal(t, lk, 180), tdt)]
+    vis = np.ones((t, lk), bool)  # bool_blocks: whole 64-key tiles hidden from every row, and scattered holes
+    vis[:, 64:128] = False
+    vis[::3, 150:160] = False
+    return [q, k, v, torch.from_numpy(vis)[None, None]]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
+    dtype, module = CASES[name][:2]
+    args = _inputs(name, torch.Generator().manual_seed(0))
+    program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
+    attn = [k for k in program.kernels if k.kind == "attention"]
+    assert len(attn) == 1 and not any(k.kind == "gemm" for k in program.kernels), [k.kind for k in program.kernels]
+    assert "mma.sync" in CudaTarget().kernel_sources(attn[0], program)[0], "the tiled kernel was not chosen"
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, {})[program.outputs[0].name]
+    with torch.no_grad():
+        ref = module(*args)
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=name)
+
+
+def test_fully_masked_bool_rows_give_zeros(cuda_backend) -> None:
+    """A row whose keys are all hidden attends to nothing (ATen's fused attention gives zeros): every tile of that
+    row is skipped, and the row must come out as zeros, not NaN."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn((1, 2, 40, 32), generator=gen).to(torch.bfloat16) for _ in range(3))
+    vis = np.ones((40, 40), bool)
+    vis[7] = False
+    m = torch.from_numpy(vis.copy())[None, None]
+    module = Sdpa(False)
+    program = npu_compiler.compile(ir_dict(module, [q, k, v, m], "dead_rows"), "cuda", dtype="bfloat16")
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, [q, k, v, m], strict=True)}
+    got = ex.run_numpy(feeds, {})[program.outputs[0].name].astype(np.float32)
+    assert np.all(got[0, :, 7] == 0)
+    vis[7] = True  # the other rows as ATen computes them (its CPU kernels disagree on a row with no key)
+    with torch.no_grad():
+        ref = module(q, k, v, torch.from_numpy(vis)[None, None]).float().numpy()
+    rows = np.arange(40) != 7
+    assert_close(got[:, :, rows], ref[:, :, rows], "bfloat16", "accumulate", "cuda")
