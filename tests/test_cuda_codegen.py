@@ -263,6 +263,46 @@ def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
     assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
 
 
+class _EagerAttention(torch.nn.Module):
+    """HF's eager attention (repeat_kv by expand + reshape, fp32 softmax cast back, two matmuls)."""
+
+    def forward(self, q, k, v, m):
+        g = q.shape[1] // k.shape[1]
+        k = k[:, :, None].expand(-1, -1, g, -1, -1).reshape(q.shape[0], q.shape[1], k.shape[2], k.shape[3])
+        v = v[:, :, None].expand(-1, -1, g, -1, -1).reshape(q.shape[0], q.shape[1], v.shape[2], v.shape[3])
+        w = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.125 + m, dim=-1, dtype=torch.float32)
+        return torch.matmul(w.to(q.dtype), v)
+
+
+def _eager_attention_program(dtype: str, t: int, d: int) -> CompiledProgram:
+    from fused_cases import TORCH_DTYPES, ir_dict
+
+    tdt = TORCH_DTYPES[dtype]
+    args = [torch.zeros(1, 4, t, d, dtype=tdt), torch.zeros(1, 2, 96, d, dtype=tdt),
+            torch.zeros(1, 2, 96, d, dtype=tdt), torch.zeros(1, 1, t, 96, dtype=tdt)]
+    return npu_compiler.compile(ir_dict(_EagerAttention(), args, "eager_attention"), "cuda", dtype=dtype)
+
+
+@needs_nvrtc
+def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
+    """Many query rows of 16-bit attention with a head dim that is a multiple of 16 lower to one attention record
+    that renders as the tiled tensor-core kernel (and assembles); on a GPU older than sm_80 the same record renders as
+    the row kernel. fp32, or a head dim the MMA tiles do not divide, keep QK^T and PV on cuBLAS around a softmax."""
+    program = _eager_attention_program("bfloat16", 80, 64)
+    kinds = [k.kind for k in program.kernels]
+    assert kinds.count("attention") == 1 and "gemm" not in kinds, kinds
+    att = next(k for k in program.kernels if k.kind == "attention")
+    assert att.spec.splits == 0 and att.spec.probs_dtype == "bfloat16" and att.spec.scores_dtype == "bfloat16"
+    src = CudaTarget().kernel_sources(att, program)[0]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
+    failures = _check_sources({"tiles": src})
+    assert not failures, failures[0]
+    assert "mma.sync" not in CudaTarget(75).kernel_sources(att, program)[0]
+    for dtype, d in (("float32", 64), ("bfloat16", 72)):
+        kinds = [k.kind for k in _eager_attention_program(dtype, 80, d).kernels]
+        assert "attention" not in kinds and kinds.count("gemm") == 2, (dtype, d, kinds)
+
+
 @needs_nvrtc
 def test_masked_softmax_sources_compile() -> None:
     """npu.softmax (scale and mask read with the row) renders and assembles in every dtype."""
