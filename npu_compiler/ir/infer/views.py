@@ -137,12 +137,17 @@ def _slice(node: Node) -> list[TensorType]:
     return _same_shape(x, shape)
 
 
-@infers("select.int")
-def _select(node: Node) -> list[TensorType]:
+def _input_and_dim(node: Node, fn: str) -> tuple[Value, int]:
+    """The input and its `dim` attribute normalised; `fn` (as ATen names it) cannot take a 0-d tensor."""
     x = tensor(node, 0)
     if not x.shape:
-        raise InferError("select() cannot be applied to a 0-d tensor")
-    d = norm_dim(node.attrs["dim"], len(x.shape))
+        raise InferError(f"{fn}() cannot be applied to a 0-d tensor")
+    return x, norm_dim(node.attrs["dim"], len(x.shape))
+
+
+@infers("select.int")
+def _select(node: Node) -> list[TensorType]:
+    x, d = _input_and_dim(node, "select")
     i, n = node.attrs["index"], x.shape[d]
     if not -n <= i < n:
         raise InferError(f"index {i} is out of range for dim {d} of size {n}")
@@ -160,10 +165,7 @@ def _split_shapes(x: Value, dim: int, sizes: Sequence[int]) -> list[TensorType]:
 
 @infers("split.Tensor")
 def _split(node: Node) -> list[TensorType]:
-    x = tensor(node, 0)
-    if not x.shape:
-        raise InferError("split() cannot be applied to a 0-d tensor")
-    d = norm_dim(node.attrs["dim"], len(x.shape))
+    x, d = _input_and_dim(node, "split")
     size, n = node.attrs["split_size"], x.shape[d]
     if size == 0 and n != 0:
         raise InferError(f"split_size 0 cannot split a dim of size {n}")
@@ -173,10 +175,7 @@ def _split(node: Node) -> list[TensorType]:
 
 @infers("split_with_sizes.default")
 def _split_with_sizes(node: Node) -> list[TensorType]:
-    x = tensor(node, 0)
-    if not x.shape:
-        raise InferError("split() cannot be applied to a 0-d tensor")
-    d = norm_dim(node.attrs["dim"], len(x.shape))
+    x, d = _input_and_dim(node, "split")
     sizes = node.attrs["split_sizes"]
     if sum(sizes) != x.shape[d]:
         raise InferError(f"split_sizes {sizes} sum to {sum(sizes)}, dim {d} has size {x.shape[d]}")
@@ -185,10 +184,7 @@ def _split_with_sizes(node: Node) -> list[TensorType]:
 
 @infers("chunk.default")
 def _chunk(node: Node) -> list[TensorType]:
-    x = tensor(node, 0)
-    if not x.shape:
-        raise InferError("chunk() cannot be applied to a 0-d tensor")
-    d = norm_dim(node.attrs["dim"], len(x.shape))
+    x, d = _input_and_dim(node, "chunk")
     chunks, n = node.attrs["chunks"], x.shape[d]
     size = -(-n // chunks)
     if size == 0:

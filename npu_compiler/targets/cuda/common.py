@@ -150,6 +150,21 @@ def nbytes(dtype: str, n: int) -> int:
     return itemsize(dtype) * n
 
 
+def valid_length_prologue(pos, arg: int, kv_len: int, ityp: str) -> str:
+    """Kernel lines defining `nvalid`: one past the largest cache position written this step (argument `arg`, the
+    positions tensor `pos`), at most `kv_len`. Keys from there on are masked anyway: attention does not read them.
+    Needs REDUCE_HELPERS and the whole block."""
+    p_at = affine([("j", pos.strides[0] if pos.strides else 0)], pos.offset)
+    n_pos = math.prod(pos.shape)
+    return f"""
+  // keys past the largest cache position written this step are masked: do not read them
+  __shared__ long long npu_sh_i[32];
+  long long pmax = -1;
+  for (int j = threadIdx.x; j < {n_pos}; j += blockDim.x) pmax = npu_max(pmax, (long long)a{arg}[{p_at}]);
+  pmax = npu_block_reduce(pmax, NpuMax(), npu_sh_i);
+  const {ityp} nvalid = ({ityp})min(max(pmax + 1, 0LL), (long long){kv_len});"""
+
+
 PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 

@@ -37,7 +37,18 @@ from __future__ import annotations
 from ...kernels import AttentionKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, attention_geometry, pad4
-from .common import NEG_INF_F, PRELUDE, REDUCE_HELPERS, WAIT, literal, load_expr, round_expr, store_expr, unpack16
+from .common import (
+    NEG_INF_F,
+    PRELUDE,
+    REDUCE_HELPERS,
+    WAIT,
+    literal,
+    load_expr,
+    round_expr,
+    store_expr,
+    unpack16,
+    valid_length_prologue,
+)
 
 BM = 64  # query rows per block (16 per warp)
 BN = 64  # keys per tile
@@ -112,18 +123,7 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
     # the valid length (decode-style cache positions) bounds the keys read, as in library.attention
     valid = ""
     if pos is not None:
-        pa = len(k.args) - 1
-        n_pos = 1
-        for s in pos.shape:
-            n_pos *= s
-        p_at = " + ".join(x for x in (str(pos.offset) if pos.offset else "", f"jp * {pos.strides[0]}"
-                                      if pos.strides and pos.strides[0] else "") if x) or "0"
-        valid = f"""
-  __shared__ long long npu_sh_i[32];
-  long long pmax = -1;
-  for (int jp = threadIdx.x; jp < {n_pos}; jp += blockDim.x) pmax = npu_max(pmax, (long long)a{pa}[{p_at}]);
-  pmax = npu_block_reduce(pmax, NpuMax(), npu_sh_i);
-  jend = min(jend, ({ityp})min(max(pmax + 1, 0LL), (long long){lk}));"""
+        valid = valid_length_prologue(pos, len(k.args) - 1, lk, ityp) + "\n  jend = min(jend, nvalid);"
     causal_end = (f"\n  jend = min(jend, m0 + {BM});  // no row of the block sees a key past its last row"
                   if p.is_causal else "")
 

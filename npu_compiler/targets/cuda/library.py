@@ -31,6 +31,7 @@ from .common import (
     round_expr,
     storage,
     store_expr,
+    valid_length_prologue,
 )
 from .decode_attention import grouped_decode, grouped_decode_applies
 from .flash_attention import flash_attention
@@ -275,16 +276,7 @@ def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
     jmax = f"min(ti + 1, ({ityp}){lk})" if p.is_causal else f"({ityp}){lk}"
     valid = ""
     if pos is not None:
-        pa = len(k.args) - 1
-        n_pos = math.prod(pos.shape)
-        p_at = affine([("j", pos.strides[0] if pos.strides else 0)], pos.offset)
-        valid = f"""
-  // keys past the largest cache position written this step are masked: do not read them
-  __shared__ long long npu_sh_i[32];
-  long long pmax = -1;
-  for (int j = threadIdx.x; j < {n_pos}; j += blockDim.x) pmax = npu_max(pmax, (long long)a{pa}[{p_at}]);
-  pmax = npu_block_reduce(pmax, NpuMax(), npu_sh_i);
-  const {ityp} nvalid = ({ityp})min(max(pmax + 1, 0LL), (long long){lk});"""
+        valid = valid_length_prologue(pos, len(k.args) - 1, lk, ityp)
         jmax = f"min({jmax}, nvalid)"
 
     # one score: q.k over the head dim (lanes split it, then a warp sum), scaled and masked, rounded as the graph
