@@ -263,6 +263,46 @@ def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
     assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
 
 
+class _LinearResidual(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+
+    def forward(self, x, r):
+        return self.lin(x) + r
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
+    """A decode GEMV (a few rows) with few output columns and long rows gives each column several warps, each summing
+    every splits-th 16-byte chunk of the row (so enough loads are in flight to stream the weights), and combines
+    them in shared memory; a wide one keeps one warp per column. Rows that 16-byte loads do not tile take the
+    scalar loop, split the same way. Every variant, with its bias and residual epilogue, compiles and assembles."""
+    from fused_cases import TORCH_DTYPES, ir_dict
+
+    from npu_compiler.targets.cuda import gemv as G
+
+    tdt = TORCH_DTYPES[dtype]
+    seen = set()
+    for m, k, n in [(1, 4096, 64), (3, 1536, 2048), (1, 64, 20000), (2, 1001, 64)]:
+        ir = ir_dict(_LinearResidual(k, n).to(tdt), [torch.zeros(m, k, dtype=tdt), torch.zeros(m, n, dtype=tdt)],
+                     "linear")
+        program = npu_compiler.compile(ir, "cuda", dtype=dtype)
+        (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
+        assert gemm.spec.epilogue is not None and gemm.spec.bias  # bias and residual ride on the GEMV
+        r = rendered(program)
+        (step,) = r.steps[program.kernels.index(gemm)]
+        vec = 16 // np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize
+        splits = G.splits_for(n, k // vec if k % vec == 0 else k // 8)
+        warps = max(G.WARPS, splits)
+        assert step.launch.block == 32 * warps and step.launch.grid == (math.ceil(n / (warps // splits)), 1, 1)
+        seen.add(splits)
+        failures = _check_sources({step.source: r.sources[step.source]})
+        assert not failures, failures[0]
+    assert {1, 2, 8} <= seen  # (the shapes above exercise no split, a short split of a scalar row, and the widest)
+
+
 class _EagerAttention(torch.nn.Module):
     """HF's eager attention (repeat_kv by expand + reshape, fp32 softmax cast back, two matmuls)."""
 

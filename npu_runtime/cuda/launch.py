@@ -1,6 +1,7 @@
 """Kernel launches with programmatic dependent launch (PDL, Hopper and later): through the driver API, each launch
 carries the attribute that lets it start while the kernel before it is still finishing. Every kernel of the cuda
-target waits for its predecessor's writes first thing (`npu_wait_prior` in the prelude), so the overlap is the
+target waits for its predecessor's writes before reading anything it wrote (`npu_wait_prior` in the prelude; a GEMV
+prefetches its weights into L2 before that), so the overlap is the
 launch latency and the grid ramp, never a read of unfinished data. CuPy's launcher has no launch attributes."""
 
 from __future__ import annotations

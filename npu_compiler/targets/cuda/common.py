@@ -176,7 +176,9 @@ __device__ __forceinline__ double npu_min(double a, double b) { return (a < b ||
 __device__ __forceinline__ long long npu_max(long long a, long long b) { return a > b ? a : b; }
 __device__ __forceinline__ long long npu_min(long long a, long long b) { return a < b ? a : b; }
 // Programmatic dependent launch: a kernel may start before the one it follows has finished (its launch overlaps the
-// other's tail); it waits here, first thing, until that kernel's writes are visible. A no-op when launched normally.
+// other's tail); it waits here, before anything that reads what an earlier kernel writes, until that kernel's writes
+// are visible. A no-op when launched normally. (A GEMV prefetches its weights into L2 before waiting: no kernel
+// writes a weight.)
 __device__ __forceinline__ void npu_wait_prior() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

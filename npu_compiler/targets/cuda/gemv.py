@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import math
 
+from ...dtypes import itemsize
 from ...kernels import GemmKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
-from .common import CUDA, PRELUDE, WAIT, literal, load_expr, max_extent, round_expr, store_expr, unpack16
+from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr, unpack16
 
 GEMV_MAX_M = 8
 WARPS = 4  # warps (output columns) per block
-UNROLL = 4
+UNROLL = 8
+MAX_SPLITS = 8
+TARGET_WARPS = 132 * 64  # enough warps in flight to stream weights on a large GPU (132 SMs)
 _VEC = {"bfloat16": 8, "float16": 8, "float32": 4}  # elements per 16-byte load
 
 
@@ -43,6 +46,35 @@ def _vectorizable(k: KernelCall, program: CompiledProgram, vec: int) -> bool:
     return spec.k % vec == 0 and b.offset % vec == 0 and a.offset % vec == 0 and ldw % vec == 0 and lda % vec == 0
 
 
+def splits_for(n_cols: int, k_vecs: int) -> int:
+    """Warps per output column (each sums every `splits`-th 16-byte chunk of the row): a GEMV with few columns
+    (a decode step's down projection: 1,536 columns of 8,960) would otherwise have too few warps in flight to
+    stream its weights at the copy bandwidth, and a short one finishes in fewer dependent loads."""
+    s = 1
+    while s < MAX_SPLITS and n_cols * s < TARGET_WARPS and k_vecs >= 64 * s:
+        s *= 2
+    return s
+
+
+def _prefetch(k: KernelCall, program: CompiledProgram, ityp: str, ldw: int, splits: int, cpb: int) -> list[str]:
+    """This warp's share of its weight row into L2 while the kernels before this one still run (no kernel writes a
+    weight, so this may come before the wait). Decode alternates weight-streaming GEMVs with short latency-bound
+    kernels (norms, RoPE, attention), and this lets the weight stream start during those."""
+    spec: GemmKernel = k.spec
+    b = k.args[1]
+    row_bytes = spec.k * itemsize(program.dtype_of(b))
+    return [
+        f"  if (({ityp})blockIdx.x * {cpb} + (threadIdx.x >> 5) / {splits} < {spec.n}) {{",
+        f"    const char* wp = reinterpret_cast<const char*>(a1 + {b.offset} + (({ityp})blockIdx.x * {cpb}"
+        f" + (threadIdx.x >> 5) / {splits}) * {ldw});",
+        f"    for (long long o = ((threadIdx.x >> 5) % {splits} * 32 + (threadIdx.x & 31)) * 128; o < {row_bytes};"
+        f" o += {32 * splits * 128})",
+        '      asm volatile("prefetch.L2 [%0];" :: "l"(wp + o));',
+        f'    if ((threadIdx.x & 31) == 0) asm volatile("prefetch.L2 [%0];" :: "l"(wp + {row_bytes - 1}));',
+        "  }",
+    ]
+
+
 def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str, Launch]:
     spec: GemmKernel = k.spec
     a, b, out = k.args[0], k.args[1], k.outs[0]
@@ -52,24 +84,28 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     lda = a.strides[-2] if m_rows > 1 else kk
     vec = _VEC[dt]
     vectorized = _vectorizable(k, program, vec)
+    splits = splits_for(n_cols, kk // vec if vectorized else kk // 8)
+    warps = max(WARPS, splits)
+    cpb = warps // splits  # columns per block
     extents = [max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in (*k.args, out)]
     ityp = "long long" if max(extents) >= 2**31 - 1 else "int"
     rank = len(out.shape)
     names = [f"a{i}" for i in range(len(k.args))]
     lines = [
-        "  const int lane = threadIdx.x & 31;",
-        f"  const {ityp} n = ({ityp})blockIdx.x * {WARPS} + (threadIdx.x >> 5);",
-        f"  if (n >= {n_cols}) return;",
+        "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
+        f"  const int part = warp % {splits};  // this warp sums every {splits}-th chunk of the row",
+        f"  const {ityp} n = ({ityp})blockIdx.x * {cpb} + warp / {splits};",
+        f"  const bool live = n < {n_cols};",
         f"  float acc[{m_rows}];",
         "  #pragma unroll",
         f"  for (int m = 0; m < {m_rows}; ++m) acc[m] = 0.0f;",
-        f"  const {ityp} wrow = {b.offset} + n * {ldw};",
+        f"  const {ityp} wrow = {b.offset} + min(n, ({ityp}){n_cols - 1}) * {ldw};",
     ]
     if vectorized:
         lines += [
             "  const uint4* w4 = reinterpret_cast<const uint4*>(a1 + wrow);",
             f"  #pragma unroll {UNROLL}",
-            f"  for ({ityp} v = lane; v < {kk // vec}; v += 32) {{",
+            f"  for ({ityp} v = part * 32 + lane; live && v < {kk // vec}; v += {32 * splits}) {{",
             "    const uint4 wv = __ldcs(w4 + v);",
             f"    float wf[{vec}];",
             *[f"    {ln}" for ln in unpack16(dt, "wv", "wf")],
@@ -85,7 +121,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
         ]
     else:
         lines += [
-            f"  for ({ityp} kk = lane; kk < {kk}; kk += 32) {{",
+            f"  for ({ityp} kk = part * 32 + lane; live && kk < {kk}; kk += {32 * splits}) {{",
             f"    const float wv = {load_expr(dt, 'a1[wrow + kk]')};",
             "    #pragma unroll",
             f"    for (int m = 0; m < {m_rows}; ++m)",
@@ -98,6 +134,23 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
         "    #pragma unroll",
         "    for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);",
         "  }",
+    ]
+    if splits > 1:
+        lines += [
+            f"  __shared__ float red[{warps}][{m_rows}];",
+            f"  if (lane < {m_rows}) red[warp][lane] = acc[lane];",
+            "  __syncthreads();",
+            "  if (part != 0) return;",
+            "  #pragma unroll",
+            f"  for (int m = 0; m < {m_rows}; ++m) {{",
+            "    float t = 0.0f;",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {splits}; ++p) t += red[warp + p][m];",
+            "    acc[m] = t;",
+            "  }",
+        ]
+    lines += [
+        "  if (!live) return;",
         "  #pragma unroll",
         f"  for (int m = 0; m < {m_rows}; ++m) {{",
         "    if (lane != m) continue;  // every lane holds every sum: lane m finishes row m",
@@ -125,10 +178,11 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     lines.append("  }")
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
-    src = "\n".join([PRELUDE, f'extern "C" __global__ void __launch_bounds__({32 * WARPS}) npu_kernel('
-                     f'{", ".join(params)}) {{', WAIT, *lines, "}"]) + "\n"
-    grid = math.ceil(n_cols / WARPS)
-    return src, Launch((grid, 1, 1), 32 * WARPS, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
+    src = "\n".join([PRELUDE, f'extern "C" __global__ void __launch_bounds__({32 * warps}) npu_kernel('
+                     f'{", ".join(params)}) {{', *_prefetch(k, program, ityp, ldw, splits, cpb),
+                      "  npu_wait_prior();", *lines, "}"]) + "\n"
+    grid = math.ceil(n_cols / cpb)
+    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
 
 
 __all__ = ["gemv", "gemv_applies", "GEMV_MAX_M"]

@@ -1,0 +1,55 @@
+"""Decode GEMVs (targets/cuda/gemv.py) against PyTorch eager on the CPU in the same dtype: a few rows times a weight
+matrix with its bias and a residual add in the epilogue, in the shapes that choose each layout: one warp per column
+(a wide projection), each column's row split over 2, 4 or 8 warps (few columns, long rows: a decode step's down
+projection), and a row length that 16-byte loads do not tile (the scalar loop, split the same way)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fused_cases import TORCH_DTYPES, ir_dict
+from tolerances import assert_close
+
+import npu_compiler
+import npu_runtime
+from npu_compiler.targets.cuda import gemv as G
+from npu_export.cnn import model_tensors
+
+from .util import to_np
+
+
+class LinearResidual(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+
+    def forward(self, x, r):
+        return self.lin(x) + r
+
+
+SHAPES = [(1, 4096, 64), (3, 1536, 2048), (1, 8960, 1536), (1, 64, 20000), (2, 1001, 64), (8, 512, 300)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in SHAPES])
+def test_gemv_matches_torch(m, k, n, dtype, cuda_backend) -> None:
+    tdt = TORCH_DTYPES[dtype]
+    gen = torch.Generator().manual_seed(k + n)
+    module = LinearResidual(k, n)
+    with torch.no_grad():
+        module.lin.weight.copy_(torch.randn((n, k), generator=gen) * k ** -0.5)
+        module.lin.bias.copy_(torch.randn((n,), generator=gen))
+    module = module.to(tdt).eval()
+    args = [torch.randn((m, k), generator=gen).to(tdt), torch.randn((m, n), generator=gen).to(tdt)]
+    program = npu_compiler.compile(ir_dict(module, args, "gemv"), "cuda", dtype=dtype)
+    (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
+    assert G.gemv_applies(gemm, program) and gemm.spec.epilogue is not None, "the GEMV kernel was not chosen"
+    weights = npu_runtime.load_weights(program, model_tensors(module), cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
+    with torch.no_grad():
+        ref = module(*args)
+    what = f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8)} warp(s) per column"
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=what)
