@@ -434,7 +434,7 @@ class LLM:
             return self._greedy(g) if greedy else pick(self._logits(g)[-1])
 
         t0 = time.perf_counter()
-        tok, calls = self._prefill(prompt, next_token)
+        (tok, last), calls = self._prefill(prompt, lambda g: (next_token(g), g))
         self.backend.synchronize()
         t_prefill = time.perf_counter() - t0
         out = [tok]
@@ -443,6 +443,8 @@ class LLM:
         reason = "stop_token" if tok in stops else "max_new_tokens"
         t1 = time.perf_counter()
         pos = n
+        if greedy and reason != "stop_token" and len(out) < max_new_tokens:
+            reason = self._decode_ahead(out, last.greedy.outputs()["token"], pos, max_new_tokens, stops, stream)
         while reason != "stop_token" and len(out) < max_new_tokens:
             self._run(self.decode_graph, np.asarray([tok], np.int64), pos)
             tok = next_token(self.decode_graph)
@@ -455,6 +457,39 @@ class LLM:
         self.backend.synchronize()
         t_decode = time.perf_counter() - t1
         return GenerationResult(prompt, out, reason, t_prefill, t_decode, calls, self.backend.name)
+
+    def _decode_ahead(self, out: list[int], token: Any, pos: int, max_new_tokens: int, stops: set[int],
+                      stream: Callable[[int], None] | None) -> str:
+        """Greedy decoding with one step queued ahead. Each step takes its input id from the device buffer the
+        previous step's argmax wrote (`token` for the first), so no step waits for the host, and the host reads each
+        id back while the next step runs: on a GPU the steps run back to back. A step queued after a stop token
+        only writes the cache slot past the generation's end, and its id is not used. Tokens are appended to
+        `out`; returns the stop reason."""
+        g = self.decode_graph
+        ids = g.names["input_ids"]
+
+        def queue(source: Any, at: int) -> Callable[[], np.ndarray]:
+            g.inputs.run({"start": np.array([at], np.int64)})
+            g.executor.run({ids: source})
+            return g.greedy.run({})["token"].read_later()
+
+        made = g.greedy.outputs()["token"]
+        pending: Callable[[], np.ndarray] | None = queue(token, pos)
+        queued = len(out) + 1
+        while pending is not None:
+            ahead = None
+            if queued < max_new_tokens:
+                ahead = queue(made, pos + 1)
+                queued += 1
+            tok = int(pending().reshape(-1)[0])
+            pos += 1
+            out.append(tok)
+            if stream:
+                stream(tok)
+            if tok in stops:
+                return "stop_token"
+            pending = ahead
+        return "max_new_tokens"
 
     @entry_point("generating")
     def generate_text(self, prompt: str, max_new_tokens: int, *, chat: bool = False,

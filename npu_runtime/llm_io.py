@@ -59,18 +59,19 @@ def step_inputs(target: str, seq_len: int, cache_len: int, mask_dtype: str, mask
 
 def greedy_token(target: str, logits_shape: tuple[int, ...], logits_dtype: str) -> CompiledProgram:
     """logits [..., V] -> the index of the largest value of the last row (the first one on ties; a NaN counts as the
-    largest, as torch.argmax takes it)."""
+    largest, as torch.argmax takes it), as a [1, 1] int64: the shape of a decode step's input ids, so that the token
+    can feed the next step without leaving the device."""
     V = logits_shape[-1]
     rows = math.prod(logits_shape[:-1])
     bufs = [BufferSpec(0, "logits", "input", logits_dtype, rows * V), BufferSpec(1, "token", "output", I64, 1)]
     last = (rows - 1) * V
-    x = X.Cast("float32", X.Load(logits_dtype, 0, (0,), last, (1,)))
+    x = X.Cast("float32", X.Load(logits_dtype, 0, (0, 0), last, (1,)))
     best = X.Reduce("float32", "max", x)
     hit = X.Binary("bool", "or", X.Binary("bool", "eq", x, best), X.Binary("bool", "ne", x, x))
     # the first index that holds the maximum: max over r of -r where it is hit (-V elsewhere), negated
     neg = X.Where(I64, hit, X.Unary(I64, "neg", X.RIndex(I64, 0)), X.Const(I64, -V))
     token = X.Unary(I64, "neg", X.Reduce(I64, "max", neg))
-    kernels = [_kernel("argmax", token, [bufs[0]], bufs[1], (1,), (V,))]
+    kernels = [_kernel("argmax", token, [bufs[0]], bufs[1], (1, 1), (V,))]
     return _program("llm_greedy_token", target, bufs, [TensorSpec("logits", tuple(logits_shape), logits_dtype,
                                                                   logits_dtype, 0)],
-                    [TensorSpec("token", (1,), I64, I64, 1)], kernels)
+                    [TensorSpec("token", (1, 1), I64, I64, 1)], kernels)

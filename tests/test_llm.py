@@ -140,6 +140,10 @@ def test_sampling_seeded_and_stop_tokens(setup_f32):
     stop = greedy.tokens[2]
     cut = llm.generate(prompt, 8, stop_tokens=[stop])
     assert cut.stop_reason == "stop_token" and cut.tokens == greedy.tokens[: greedy.tokens.index(stop) + 1]
+    # greedy decoding queues a step ahead: one token asked for is one made, and the step queued past a stop token
+    # leaves nothing behind that changes the next generation
+    assert llm.generate(prompt, 1, stop_tokens=[]).tokens == greedy.tokens[:1]
+    assert llm.generate(prompt, 8, stop_tokens=[]).tokens == greedy.tokens
     rng = np.random.default_rng(0)
     logits = np.array([0.0, 5.0, 4.9, -3.0])
     assert sample_token(logits, rng) == 1

@@ -5,6 +5,7 @@ machine without it."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,30 @@ class CudaBuffer(DeviceBuffer):
             host = host.view(np_dtype("bfloat16"))
         host = host.reshape(self.shape)
         return convert(host, spec.dtype) if spec is not None else host
+
+    def read_later(self) -> Callable[[], np.ndarray]:
+        """An asynchronous copy into pinned host memory, ordered on the stream after the work queued so far; the
+        function returned waits for that copy only (not for work queued after it)."""
+        import cupy  # noqa: PLC0415
+
+        stream = self._state.stream
+        nbytes = int(self.array.nbytes)
+        with self._state.device:
+            mem = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+            host = np.frombuffer(mem, self.array.dtype, self.array.size)
+            if nbytes:
+                cupy.cuda.runtime.memcpyAsync(host.ctypes.data, self.ptr, nbytes,
+                                              cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+            done = cupy.cuda.Event(disable_timing=True)
+            done.record(stream)
+        shape, dtype = self.shape, self.dtype
+
+        def read(mem=mem) -> np.ndarray:  # (mem: the pinned block stays allocated until read)
+            done.synchronize()
+            out = host.copy()
+            return (out.view(np_dtype("bfloat16")) if dtype == "bfloat16" else out).reshape(shape)
+
+        return read
 
     def __repr__(self) -> str:
         return f"CudaBuffer({self.dtype}{list(self.shape)})"
