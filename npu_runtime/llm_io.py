@@ -15,6 +15,7 @@ import math
 
 from npu_compiler.expr import nodes as X
 from npu_compiler.kernels import GeneratedKernel
+from npu_compiler.lowering.memory_plan import ALIGN as ARENA_ALIGN
 from npu_compiler.program import BufferSpec, CompiledProgram, KernelCall, TensorSpec, full_ref
 
 I64 = "int64"
@@ -57,21 +58,58 @@ def step_inputs(target: str, seq_len: int, cache_len: int, mask_dtype: str, mask
                      TensorSpec("attention_mask", (1, 1, T, L), mask_dtype, mask_dtype, 3)], kernels)
 
 
+CHUNK_MIN, CHUNK_MAX = 64, 1024
+
+
+def _chunk(v: int) -> int:
+    """The largest divisor of the vocabulary in [CHUNK_MIN, CHUNK_MAX] (v itself where there is none)."""
+    return next((c for c in range(min(v, CHUNK_MAX), CHUNK_MIN - 1, -1) if v % c == 0), v)
+
+
+def _first_max(values: X.Expr, index: X.Expr, absent: int) -> X.Expr:
+    """The smallest `index` over the reduction where `values` is largest (a NaN counts as the largest, as
+    torch.argmax takes it): max over r of -index where it is hit (-absent elsewhere), negated."""
+    best = X.Reduce("float32", "max", values)
+    hit = X.Binary("bool", "or", X.Binary("bool", "eq", values, best), X.Binary("bool", "ne", values, values))
+    neg = X.Where(I64, hit, X.Unary(I64, "neg", index), X.Const(I64, -absent))
+    return X.Unary(I64, "neg", X.Reduce(I64, "max", neg))
+
+
 def greedy_token(target: str, logits_shape: tuple[int, ...], logits_dtype: str) -> CompiledProgram:
     """logits [..., V] -> the index of the largest value of the last row (the first one on ties; a NaN counts as the
     largest, as torch.argmax takes it), as a [1, 1] int64: the shape of a decode step's input ids, so that the token
-    can feed the next step without leaving the device."""
+    can feed the next step without leaving the device.
+
+    In two stages where V has a divisor in [CHUNK_MIN, CHUNK_MAX] (151,936 = 1,187 x 128): each chunk's largest value
+    and its first index, one chunk per row of a row kernel (a GPU spreads the chunks over its multiprocessors; one
+    row of 151,936 would keep one busy), then the first chunk that holds the overall largest value gives its index."""
     V = logits_shape[-1]
     rows = math.prod(logits_shape[:-1])
-    bufs = [BufferSpec(0, "logits", "input", logits_dtype, rows * V), BufferSpec(1, "token", "output", I64, 1)]
     last = (rows - 1) * V
-    x = X.Cast("float32", X.Load(logits_dtype, 0, (0, 0), last, (1,)))
-    best = X.Reduce("float32", "max", x)
-    hit = X.Binary("bool", "or", X.Binary("bool", "eq", x, best), X.Binary("bool", "ne", x, x))
-    # the first index that holds the maximum: max over r of -r where it is hit (-V elsewhere), negated
-    neg = X.Where(I64, hit, X.Unary(I64, "neg", X.RIndex(I64, 0)), X.Const(I64, -V))
-    token = X.Unary(I64, "neg", X.Reduce(I64, "max", neg))
-    kernels = [_kernel("argmax", token, [bufs[0]], bufs[1], (1, 1), (V,))]
-    return _program("llm_greedy_token", target, bufs, [TensorSpec("logits", tuple(logits_shape), logits_dtype,
-                                                                  logits_dtype, 0)],
-                    [TensorSpec("token", (1, 1), I64, I64, 1)], kernels)
+    logits = BufferSpec(0, "logits", "input", logits_dtype, rows * V)
+    token = BufferSpec(1, "token", "output", I64, 1)
+    chunk = _chunk(V)
+    n = V // chunk
+    specs = ([TensorSpec("logits", tuple(logits_shape), logits_dtype, logits_dtype, 0)],
+             [TensorSpec("token", (1, 1), I64, I64, 1)])
+    if n == 1:
+        x = X.Cast("float32", X.Load(logits_dtype, 0, (0, 0), last, (1,)))
+        kernels = [_kernel("argmax", _first_max(x, X.RIndex(I64, 0), V), [logits], token, (1, 1), (V,))]
+        return _program("llm_greedy_token", target, [logits, token], *specs, kernels)
+    idx_at = -(-n * 4 // ARENA_ALIGN) * ARENA_ALIGN
+    cmax = BufferSpec(2, "chunk_max", "arena", "float32", n, offset=0)
+    cidx = BufferSpec(3, "chunk_index", "arena", I64, n, offset=idx_at)
+    x = X.Cast("float32", X.Load(logits_dtype, 0, (chunk,), last, (1,)))
+    own_max = X.Load("float32", 1, (1,))  # (the chunk's largest value, from the first kernel)
+    hit = X.Binary("bool", "or", X.Binary("bool", "eq", x, own_max), X.Binary("bool", "ne", x, x))
+    at = X.Binary(I64, "add", X.Binary(I64, "mul", X.Index(I64, 0), X.Const(I64, chunk)), X.RIndex(I64, 0))
+    first = X.Unary(I64, "neg", X.Reduce(I64, "max", X.Where(I64, hit, X.Unary(I64, "neg", at), X.Const(I64, -V))))
+    kernels = [
+        _kernel("argmax_chunk_max", X.Reduce("float32", "max", x), [logits], cmax, (n,), (chunk,)),
+        _kernel("argmax_chunk_index", first, [logits, cmax], cidx, (n,), (chunk,)),
+        _kernel("argmax", _first_max(X.Load("float32", 0, (0, 0), 0, (1,)), X.Load(I64, 1, (0, 0), 0, (1,)), V),
+                [cmax, cidx], token, (1, 1), (n,)),
+    ]
+    prog = _program("llm_greedy_token", target, [logits, token, cmax, cidx], *specs, kernels)
+    prog.arena_bytes = idx_at + n * 8
+    return prog

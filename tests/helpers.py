@@ -24,3 +24,38 @@ def state_dict_numpy(module: torch.nn.Module) -> dict[str, np.ndarray]:
     from npu_export.reference import to_numpy
 
     return {k: to_numpy(v) for k, v in {**module.state_dict(), **dict(module.named_buffers())}.items()}
+
+
+def check_greedy_argmax(backend, vocab: int, dtype: str = "float32", kernels: int | None = None) -> None:
+    """The greedy step's argmax program (npu_runtime.llm_io.greedy_token) on `backend` against torch.argmax of the
+    last row of [2, vocab] logits: random rows, ties (the first index wins), NaNs (the first NaN counts as the
+    largest), a row of -inf, a constant row, and a huge value in the other row (which does not count)."""
+    import ml_dtypes
+
+    from npu_runtime import llm_io
+
+    program = llm_io.greedy_token(backend.compile_target(), (2, vocab), dtype)
+    if kernels is not None:
+        assert len(program.kernels) == kernels, [k.name for k in program.kernels]
+    ex = backend.create_executor(program)
+    rng = np.random.default_rng(vocab)
+    np_dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    for case in range(7):
+        logits = rng.standard_normal((2, vocab)).astype(np.float32)
+        last = logits[-1]
+        if case == 1:
+            last[[5, vocab // 2, vocab - 1]] = 100.0
+        elif case == 2:
+            last[[vocab // 3, 200]] = np.nan
+        elif case == 3:
+            last[:] = -np.inf
+        elif case == 4:
+            last[vocab - 1] = 50.0
+        elif case == 5:
+            last[:] = 3.0
+        elif case == 6:
+            logits[0, 3] = 1e30
+        logits = logits.astype(np_dt)
+        got = ex.run({"logits": logits})["token"].to_numpy()
+        want = int(torch.argmax(torch.from_numpy(logits[-1].astype(np.float32))))
+        assert got.shape == (1, 1) and int(got[0, 0]) == want, f"case {case}: got {int(got[0, 0])}, torch {want}"

@@ -263,6 +263,20 @@ def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
     assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
 
 
+@needs_nvrtc
+def test_greedy_argmax_spreads_the_vocabulary_over_blocks() -> None:
+    """The greedy step's argmax over Qwen2's 151,936 logits: the chunk stages launch one block per chunk (1,187), not
+    one block for the whole row, and every source assembles."""
+    from npu_runtime import llm_io
+
+    program = llm_io.greedy_token("cuda", (1, 151936), "bfloat16")
+    r = rendered(program)
+    grids = [s.launch.grid[0] for steps in r.steps for s in steps]
+    assert grids == [1187, 1187, 1]
+    failures = _check_sources(r.sources)
+    assert not failures, failures[0]
+
+
 class _LinearResidual(torch.nn.Module):
     def __init__(self, k: int, n: int) -> None:
         super().__init__()

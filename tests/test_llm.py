@@ -151,6 +151,17 @@ def test_sampling_seeded_and_stop_tokens(setup_f32):
     assert {sample_token(logits, rng, temperature=1.0, top_p=0.99) for _ in range(200)} == {1, 2}
 
 
+@pytest.mark.parametrize("vocab", [151936, 4096, 997])
+def test_device_argmax_is_torch_argmax(vocab):
+    """The greedy step's argmax program: two stages where the vocabulary splits into chunks (151,936 and 4,096), one
+    where it does not (a prime)."""
+    from helpers import check_greedy_argmax
+
+    from npu_runtime import get_backend
+
+    check_greedy_argmax(get_backend("cpu"), vocab, kernels=1 if vocab == 997 else 3)
+
+
 def test_text_in_text_out(setup_f32):
     dtype, _, _, llm = setup_f32
     assert llm.tokenizer is not None

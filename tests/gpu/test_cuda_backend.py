@@ -50,6 +50,15 @@ def test_read_later_reads_what_was_queued_before_it(dtype, cuda_backend) -> None
     np.testing.assert_array_equal(buf.to_numpy(), first[::-1])
 
 
+@pytest.mark.parametrize("vocab,dtype", [(151936, "bfloat16"), (4096, "float32"), (997, "float16")])
+def test_greedy_argmax_is_torch_argmax(vocab, dtype, cuda_backend) -> None:
+    """The greedy step's argmax on the device (1,187 chunk blocks for Qwen2's vocabulary, then one) against
+    torch.argmax."""
+    from helpers import check_greedy_argmax
+
+    check_greedy_argmax(cuda_backend, vocab, dtype)
+
+
 def test_input_errors(cuda_backend) -> None:
     case = next(c for c in op_cases() if c.name == "embedding")
     module, ir, inputs = build(case, "float32")

@@ -375,3 +375,12 @@ def test_products_kept_rounded(webgpu, monkeypatch) -> None:
     if not webgpu.state.fuses_products:
         for a, b in zip(outs["plain"], outs["opaque"]):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_greedy_argmax_in_chunks_is_torch_argmax(webgpu, dtype) -> None:
+    """The greedy step's two-stage argmax (4,096 logits in 4 chunks: chunk maxima and first indices in the arena,
+    then the first chunk holding the largest) against torch.argmax."""
+    from helpers import check_greedy_argmax
+
+    check_greedy_argmax(webgpu, 4096, dtype, kernels=3)
