@@ -76,9 +76,18 @@ def replace_node_group(graph: Graph, group: list[Node], new: Node, result_of: No
     """Put `new` where `result_of` (the sink of `group`) was; `new`'s output replaces `result_of`'s output, and
     `new` stands for the IR nodes of the whole group, in graph order. `users`: the nodes that read `result_of`'s
     output, when the caller knows them (else every node is looked at)."""
-    pos = {id(n): i for i, n in enumerate(graph.nodes)}
-    new.origin = [o for n in sorted(group, key=lambda n: pos[id(n)]) for o in n.origin]
-    graph.nodes.insert(pos[id(result_of)] + 1, new)
+    ids = {id(n) for n in group}
+    in_order: list[Node] = []
+    kept: list[Node] = []
+    for n in graph.nodes:  # one scan: the group in graph order, and the nodes with `new` in place
+        if id(n) in ids:
+            in_order.append(n)
+        else:
+            kept.append(n)
+        if n is result_of:
+            kept.append(new)
+    new.origin = [o for n in in_order for o in n.origin]
+    graph.nodes = kept
     old, newv = result_of.outputs[0], new.outputs[0]
     if users is None:
         graph.replace_uses(old, newv)
@@ -86,5 +95,3 @@ def replace_node_group(graph: Graph, group: list[Node], new: Node, result_of: No
         for n in users:
             n.inputs = [newv if v is old else v for v in n.inputs]
         graph.outputs = [newv if v is old else v for v in graph.outputs]
-    ids = {id(n) for n in group}
-    graph.nodes = [n for n in graph.nodes if id(n) not in ids]

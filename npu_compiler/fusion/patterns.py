@@ -393,6 +393,7 @@ def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict
     lin.outputs.append(Value(lin.name, TensorType(out_shape, group[0].outputs[0].dtype), "node", producer=lin))
     lin.origin = [o for m in group for o in m.origin]
     new_nodes = [lin]
+    new_for: dict[int, Value] = {}
     start = 0
     for m in group:
         n = m.outputs[0].shape[-1]
@@ -400,9 +401,10 @@ def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict
                   {"dim": -1, "start": start, "end": start + n, "step": 1})
         sl.outputs.append(Value(m.outputs[0].name, m.outputs[0].type, "node", producer=sl))
         sl.origin = list(m.origin)
-        graph.replace_uses(m.outputs[0], sl.outputs[0])
+        new_for[id(m.outputs[0])] = sl.outputs[0]
         new_nodes.append(sl)
         start += n
+    graph.replace_all(new_for)
     ids = {id(m) for m in group}
     graph.nodes = graph.nodes[:first] + new_nodes + [n for n in graph.nodes[first:] if id(n) not in ids]
 

@@ -89,9 +89,19 @@ class Graph:
         return out
 
     def replace_uses(self, old: Value, new: Value) -> None:
+        self.replace_all({id(old): new})
+
+    def replace_all(self, new_for: dict[int, Value]) -> None:
+        """Every read of a value whose id is a key of `new_for` reads the value it maps to instead: one pass over
+        the graph for any number of replacements (a pass per replacement made the rewrites quadratic)."""
+        get = new_for.get
         for n in self.nodes:
-            n.inputs = [new if v is old else v for v in n.inputs]
-        self.outputs = [new if v is old else v for v in self.outputs]
+            ins = n.inputs
+            for v in ins:
+                if id(v) in new_for:
+                    n.inputs = [get(id(x), x) for x in ins]
+                    break
+        self.outputs = [get(id(v), v) for v in self.outputs]
 
     def remove_dead(self) -> int:
         """Drop nodes none of whose outputs reach a graph output. Returns how many were dropped."""

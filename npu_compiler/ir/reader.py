@@ -96,8 +96,13 @@ def _parse(text: str, where: str) -> Any:
         raise IRFormatError(f"{where}: malformed JSON: {e}") from None
 
 
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _check_json(data: Any, where: str) -> None:
-    """Iteratively (no recursion on hostile nesting): JSON types only, string keys, at most MAX_JSON_DEPTH deep."""
+    """Iteratively (no recursion on hostile nesting): JSON types only, string keys, at most MAX_JSON_DEPTH deep.
+    (Exact types are tested first: a model's IR holds a few hundred thousand values.)"""
+    scalars = _JSON_SCALARS
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         v, depth = stack.pop()
@@ -105,8 +110,10 @@ def _check_json(data: Any, where: str) -> None:
             if depth >= MAX_JSON_DEPTH:
                 raise IRFormatError(f"{where}: the JSON nests deeper than {MAX_JSON_DEPTH} levels")
             for k, x in v.items():
-                if not isinstance(k, str):
+                if type(k) is not str and not isinstance(k, str):
                     raise IRFormatError(f"{where}: object key {_short(k)} is not a string")
+                if type(x) in scalars:
+                    continue
                 if isinstance(x, Mapping | list | tuple):
                     stack.append((x, depth + 1))
                 elif not _is_scalar(x):
@@ -115,6 +122,8 @@ def _check_json(data: Any, where: str) -> None:
             if depth >= MAX_JSON_DEPTH:
                 raise IRFormatError(f"{where}: the JSON nests deeper than {MAX_JSON_DEPTH} levels")
             for x in v:
+                if type(x) in scalars:
+                    continue
                 if isinstance(x, Mapping | list | tuple):
                     stack.append((x, depth + 1))
                 elif not _is_scalar(x):

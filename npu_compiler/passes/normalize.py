@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UnsupportedOpError
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, Value
 
 # Ops that return their input unchanged (in an inference graph).
 _IDENTITY = {"alias.default", "detach.default", "detach_.default", "contiguous.default", "lift_fresh_copy.default",
@@ -29,15 +29,19 @@ def _is_noop(node: Node) -> bool:
 
 
 def remove_noops(graph: Graph) -> int:
-    kept, removed = [], 0
+    kept: list = []
+    new_for: dict[int, Value] = {}  # a no-op's output -> what it passes through (chains followed: graph order)
     for node in graph.nodes:
         if _is_noop(node):
-            removed += 1
             if node.outputs:
-                graph.replace_uses(node.outputs[0], node.inputs[0])
+                src = node.inputs[0]
+                new_for[id(node.outputs[0])] = new_for.get(id(src), src)
             continue
         kept.append(node)
+    removed = len(graph.nodes) - len(kept)
     graph.nodes = kept
+    if new_for:
+        graph.replace_all(new_for)
     return removed
 
 
