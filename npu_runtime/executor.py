@@ -69,9 +69,7 @@ class Executor(ABC):
     def _check_run(self, inputs: Mapping[str, Any], weights: WeightSet | None, bound: Iterable[str]) -> None:
         """Before a run: the inputs, with the ones bound to caller-owned buffers (`bound`, checked at bind time) and
         not given standing in by their spec; then the weights, bound now when they are new."""
-        if isinstance(inputs, Mapping):
-            inputs = {**inputs, **{n: _BoundInput(self._input_specs[n]) for n in bound if n not in inputs}}
-        self.check_inputs(inputs)
+        self.check_inputs(inputs, bound)
         if weights is not None and id(weights) != self._weights_bound:
             self.bind_weights(weights)
         if self._weights_bound is None and self.program.weights:
@@ -107,22 +105,26 @@ class Executor(ABC):
                                   f"{buf.dtype}{list(buf.shape)}")
             yield bid, buf
 
-    def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+    def check_inputs(self, inputs: Mapping[str, Any], bound: Iterable[str] = ()) -> None:
+        """Names, shapes and dtypes of the inputs given; `bound`: inputs bound to caller-owned buffers (checked when
+        they were bound), which need not be given. (A decode step binds its whole KV cache: checking those again
+        every step cost more host time than the rest of the run's preparation.)"""
         if not isinstance(inputs, Mapping):
             raise InputError(f"inputs must be a mapping from input name to array, got {type(inputs).__name__}")
         given, wanted = set(inputs), set(self._input_specs)
         if given - wanted:
             raise InputError(f"unexpected input(s) {sorted(given - wanted)}; the program takes "
                              f"{', '.join(self._describe(s) for s in self.program.inputs)}")
-        if wanted - given:
-            missing = ", ".join(self._describe(self._input_specs[n]) for n in sorted(wanted - given))
+        missing_names = wanted - given - set(bound)
+        if missing_names:
+            missing = ", ".join(self._describe(self._input_specs[n]) for n in sorted(missing_names))
             raise InputError(f"missing input(s): {missing}")
         for name, value in inputs.items():
             spec = self._input_specs[name]
             shape = tuple(value.shape)
             if shape != tuple(spec.shape):
                 raise InputError(f"input '{name}': expected shape {list(spec.shape)}, got {list(shape)}")
-            # a DeviceBuffer, or a stand-in for a bound input, already names its dtype as a string
+            # a DeviceBuffer already names its dtype as a string
             if isinstance(getattr(value, "dtype", None), str):
                 dt = value.dtype
             else:
@@ -166,11 +168,3 @@ class Executor(ABC):
         outs = self.run(inputs, weights)
         specs = {s.name: s for s in self.program.outputs}
         return {k: v.to_numpy(specs[k]) for k, v in outs.items()}
-
-
-class _BoundInput:
-    """Stands for an input bound to a caller-owned buffer in the input check: its shape and device dtype."""
-
-    def __init__(self, spec: TensorSpec) -> None:
-        self.shape = tuple(spec.shape)
-        self.dtype = spec.device_dtype

@@ -85,6 +85,22 @@ def test_wrong_input_shape_and_dtype(small):
         ex.run({name: np.zeros((2, 6), np.float32), "other": np.zeros(1)}, ws)
 
 
+def test_bound_inputs_need_not_be_given_but_are_checked_when_given(small):
+    ir, model = small
+    prog = npu_compiler.compile(ir, "cpu", dtype="float32")
+    be = npu_runtime.get_backend("cpu")
+    ws = npu_runtime.load_weights(prog, state_dict_numpy(model), be)
+    name = prog.inputs[0].name
+    x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
+    want = be.create_executor(prog).run_numpy({name: x}, ws)
+    ex = be.create_executor(prog, bindings={name: be.upload(x)})
+    got = ex.run_numpy({}, ws)  # the bound buffer stands for the input
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    with pytest.raises(InputError, match=rf"input '{name}': expected shape \[2, 6\], got \[3, 6\]"):
+        ex.run({name: np.zeros((3, 6), np.float32)}, ws)
+
+
 def test_missing_and_misshaped_weights(small):
     ir, model = small
     prog = npu_compiler.compile(ir, "cpu", dtype="float32")
