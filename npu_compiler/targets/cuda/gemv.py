@@ -4,9 +4,12 @@ produced. cuBLAS would need a bias fill before and an epilogue pass after, three
 work each.
 
 out[m, n] = epilogue(round(alpha * sum_k a[m, k] * w[n, k] + beta * bias[m, n])) for m < M <= GEMV_MAX_M, where the
-GEMM's b operand [K, N] is the weight read row by row (w[n, k] = b[k, n], unit stride along k). One warp per output
-column n: its lanes stride over k with 16-byte loads of the weight row (streamed past L1) and of the activation rows
-(cached), accumulate in fp32, and reduce with shuffles; the epilogue runs on the lanes that hold it.
+GEMM's b operand [K, N] is the weight read row by row (w[n, k] = b[k, n], unit stride along k). Each output column
+n gets `splits_for` warps (1 for a wide GEMV; 2-8 where there are too few columns to keep enough loads in flight, as
+in a decode step's down projection): their lanes stride over k with 16-byte loads of the weight row (streamed past
+L1) and of the activation rows (cached), accumulate in fp32 and reduce with shuffles, then across the column's warps
+in shared memory; the epilogue runs on the lanes that hold the sum. Each warp prefetches its weight row into L2
+before waiting for the previous kernel (programmatic dependent launch), since no kernel writes a weight.
 """
 
 from __future__ import annotations
