@@ -59,3 +59,14 @@ def check_greedy_argmax(backend, vocab: int, dtype: str = "float32", kernels: in
         got = ex.run({"logits": logits})["token"].to_numpy()
         want = int(torch.argmax(torch.from_numpy(logits[-1].astype(np.float32))))
         assert got.shape == (1, 1) and int(got[0, 0]) == want, f"case {case}: got {int(got[0, 0])}, torch {want}"
+
+
+class LinearResidual(torch.nn.Module):
+    """lin(x) + r: a GEMM with its bias and a residual add in the epilogue (a decode GEMV where x has few rows)."""
+
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+
+    def forward(self, x, r):
+        return self.lin(x) + r

@@ -277,15 +277,6 @@ def test_greedy_argmax_spreads_the_vocabulary_over_blocks() -> None:
     assert not failures, failures[0]
 
 
-class _LinearResidual(torch.nn.Module):
-    def __init__(self, k: int, n: int) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(k, n)
-
-    def forward(self, x, r):
-        return self.lin(x) + r
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
@@ -294,13 +285,14 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
     them in shared memory; a wide one keeps one warp per column. Rows that 16-byte loads do not tile take the
     scalar loop, split the same way. Every variant, with its bias and residual epilogue, compiles and assembles."""
     from fused_cases import TORCH_DTYPES, ir_dict
+    from helpers import LinearResidual
 
     from npu_compiler.targets.cuda import gemv as G
 
     tdt = TORCH_DTYPES[dtype]
     seen = set()
     for m, k, n in [(1, 4096, 64), (3, 1536, 2048), (1, 64, 20000), (2, 1001, 64)]:
-        ir = ir_dict(_LinearResidual(k, n).to(tdt), [torch.zeros(m, k, dtype=tdt), torch.zeros(m, n, dtype=tdt)],
+        ir = ir_dict(LinearResidual(k, n).to(tdt), [torch.zeros(m, k, dtype=tdt), torch.zeros(m, n, dtype=tdt)],
                      "linear")
         program = npu_compiler.compile(ir, "cuda", dtype=dtype)
         (gemm,) = [c for c in program.kernels if c.kind == "gemm"]

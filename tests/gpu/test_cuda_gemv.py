@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
+from helpers import LinearResidual
 from tolerances import assert_close
 
 import npu_compiler
@@ -17,16 +18,6 @@ from npu_compiler.targets.cuda import gemv as G
 from npu_export.cnn import model_tensors
 
 from .util import to_np
-
-
-class LinearResidual(torch.nn.Module):
-    def __init__(self, k: int, n: int) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(k, n)
-
-    def forward(self, x, r):
-        return self.lin(x) + r
-
 
 SHAPES = [(1, 4096, 64), (3, 1536, 2048), (1, 8960, 1536), (1, 64, 20000), (2, 1001, 64), (8, 512, 300)]
 
