@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         row["prefill_ms"] = _median_ms(lambda: llm._run(llm.prefill_graph, ids, 0), backend.synchronize, args.iters)
         if args.profile:
             g = llm.prefill_graph
-            g.inputs.run({"start": np.array([0], np.int64)})
+            llm._step_inputs(g, 0)
             feeds = {g.names["input_ids"]: ids.reshape(1, g.seq_len)}
             print_profile(f"prefill {args.prefill_len} tokens", g.executor.program, backend.name,
                           lambda: g.executor.profile(feeds), args.profile)

@@ -319,11 +319,18 @@ class LLM:
         return {"prefill": self.prefill_graph.executor, "decode": self.decode_graph.executor}
 
     # ---- one program call --------------------------------------------------------------------------------------
-    def _run(self, g: _Graph, ids: np.ndarray, start: int) -> None:
-        """Run `g` on ids at cache slots start..start+T-1 (its logits stay on the device). The step-inputs program
-        writes the positions and the mask (query at position p sees slots 0..p) where `g` reads them."""
-        g.inputs.run({"start": np.array([start], np.int64)})
+    def _run(self, g: _Graph, ids: np.ndarray, start: int, front_pads: int = 0) -> None:
+        """Run `g` on ids at cache slots start..start+T-1 (its logits stay on the device); with `front_pads`, the
+        first rows of ids are padding and the tokens after them take slots from `start` on (see
+        `llm_io.step_inputs`). The step-inputs program writes the positions and the mask (query at position p sees
+        slots 0..p) where `g` reads them."""
+        self._step_inputs(g, start, front_pads)
         g.executor.run({g.names["input_ids"]: ids.reshape(1, g.seq_len).astype(np.int64)})
+
+    @staticmethod
+    def _step_inputs(g: _Graph, start: int, front_pads: int = 0) -> None:
+        """The positions and the mask of a step of `g` at slot `start`, written on the device where `g` reads them."""
+        g.inputs.run({"start": np.array([start], np.int64), "front_pads": np.array([front_pads], np.int64)})
 
     def _logits(self, g: _Graph) -> np.ndarray:
         """The last run's logits [rows, V] as float32 on the host."""
@@ -350,25 +357,25 @@ class LLM:
 
         Chunks of prefill_len run in order. A last chunk shorter than prefill_len is instead re-aligned to end at
         the prompt's end (it recomputes a few tokens that are already cached, which writes the same values), so
-        no padding is needed once the prompt is at least one chunk long. A prompt shorter than one chunk is padded
-        at the end: the pads sit at slots n-1..P-1, no real query sees them (the mask), and each decode step writes
-        its slot before it attends to it, so they are overwritten before anyone reads them. The prompt's last token
-        is then one decode step, whose logits are the last row of its program's (also where the prefill program
-        keeps the last position's logits only). `calls` counts every program call spent on the prompt.
+        no padding is needed once the prompt is at least one chunk long. A prompt shorter than one chunk is one
+        call with P - n padding rows in front (`llm_io.step_inputs`): the prompt takes slots 0..n-1 and ends on the
+        program's last row, whose logits a last-position-only prefill keeps; the pads take slots n..P-1, no real
+        query sees them (the mask), and each decode step writes its slot before it attends to it, so they are
+        overwritten before anyone reads them. A one-token prompt is one decode step. `calls` counts every program
+        call spent on the prompt.
         """
         ids = np.asarray(list(prompt_ids), dtype=np.int64)
         n, P = len(ids), self.prefill_len
         self._check_ids(ids)
         g = self.prefill_graph
+        if n == 1:
+            self._run(self.decode_graph, ids, 0)
+            return result(self.decode_graph), 1
         if n < P:
-            calls = 0
-            if n > 1:
-                padded = np.zeros(P, np.int64)
-                padded[:n - 1] = ids[:-1]
-                self._run(g, padded, 0)
-                calls = 1
-            self._run(self.decode_graph, ids[-1:], n - 1)
-            return result(self.decode_graph), calls + 1
+            padded = np.zeros(P, np.int64)
+            padded[P - n:] = ids
+            self._run(g, padded, 0, front_pads=P - n)
+            return result(g), 1
         starts = list(range(0, n - P + 1, P))
         if starts[-1] + P < n:
             starts.append(n - P)
@@ -469,7 +476,7 @@ class LLM:
         ids = g.names["input_ids"]
 
         def queue(source: Any, at: int) -> Callable[[], np.ndarray]:
-            g.inputs.run({"start": np.array([at], np.int64)})
+            self._step_inputs(g, at)
             g.executor.run({ids: source})
             return g.greedy.run({})["token"].read_later()
 

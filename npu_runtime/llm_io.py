@@ -1,7 +1,8 @@
 """The small device programs around an LLM step, so that a step moves a few bytes between host and device:
 
-- `step_inputs`: from the first cache slot of the step (one int64 uploaded), the position ids, the cache positions
-  and the causal mask of the step, written straight into the buffers the model program reads (bound to them);
+- `step_inputs`: from the first cache slot of the step and its count of padding rows (two int64 uploaded), the
+  position ids, the cache positions and the causal mask of the step, written straight into the buffers the model
+  program reads (bound to them);
 - `greedy_token`: the argmax of the last row of logits, so that a greedy step reads back one token id instead of a
   vocabulary of logits.
 
@@ -36,26 +37,36 @@ def _kernel(name: str, expr: X.Expr, args: list[BufferSpec], out: BufferSpec, sh
 
 
 def step_inputs(target: str, seq_len: int, cache_len: int, mask_dtype: str, masked: float) -> CompiledProgram:
-    """start [1] -> position_ids [1, T] = start + t, cache_position [T] = start + t, and the additive mask
-    [1, 1, T, L]: 0 where slot j <= start + t (the query sees it), `masked` elsewhere."""
+    """start [1], front_pads [1] -> position_ids [1, T], cache_position [T] and the additive mask [1, 1, T, L]: 0
+    where slot j <= the row's position (the query sees it), `masked` elsewhere.
+
+    With p = front_pads, rows t >= p hold the step's tokens at positions start + t - p, and the p rows before them
+    are padding placed after those tokens, at positions start + T - p + t. So a prompt shorter than T ends on the
+    program's last row, whose logits are the ones a last-position-only prefill keeps, while every real query sees
+    only real slots. The pads' cache slots are written before any later step reads them. p = 0 is the plain step:
+    positions start + t."""
     T, L = seq_len, cache_len
-    bufs = [BufferSpec(0, "start", "input", I64, 1), BufferSpec(1, "position_ids", "output", I64, T),
-            BufferSpec(2, "cache_position", "output", I64, T),
-            BufferSpec(3, "attention_mask", "output", mask_dtype, T * L)]
+    bufs = [BufferSpec(0, "start", "input", I64, 1), BufferSpec(1, "front_pads", "input", I64, 1),
+            BufferSpec(2, "position_ids", "output", I64, T), BufferSpec(3, "cache_position", "output", I64, T),
+            BufferSpec(4, "attention_mask", "output", mask_dtype, T * L)]
 
-    def start(rank: int) -> X.Expr:
-        return X.Load(I64, 0, (0,) * rank)
+    def position(rank: int, row_dim: int) -> X.Expr:
+        s, p = X.Load(I64, 0, (0,) * rank), X.Load(I64, 1, (0,) * rank)
+        t = X.Index(I64, row_dim)
+        real = X.Binary(I64, "sub", X.Binary(I64, "add", s, t), p)
+        pad = X.Binary(I64, "add", X.Binary(I64, "add", s, X.Binary(I64, "sub", X.Const(I64, T), p)), t)
+        return X.Where(I64, X.Binary("bool", "lt", t, p), pad, real)
 
-    pos2 = X.Binary(I64, "add", start(2), X.Index(I64, 1))
-    pos1 = X.Binary(I64, "add", start(1), X.Index(I64, 0))
-    visible = X.Binary("bool", "le", X.Index(I64, 3), X.Binary(I64, "add", start(4), X.Index(I64, 2)))
+    visible = X.Binary("bool", "le", X.Index(I64, 3), position(4, 2))
     mask = X.Where(mask_dtype, visible, X.Const(mask_dtype, 0.0), X.Const(mask_dtype, float(masked)))
-    kernels = [_kernel("position_ids", pos2, [bufs[0]], bufs[1], (1, T)),
-               _kernel("cache_position", pos1, [bufs[0]], bufs[2], (T,)),
-               _kernel("attention_mask", mask, [bufs[0]], bufs[3], (1, 1, T, L))]
-    return _program("llm_step_inputs", target, bufs, [TensorSpec("start", (1,), I64, I64, 0)],
-                    [TensorSpec("position_ids", (1, T), I64, I64, 1), TensorSpec("cache_position", (T,), I64, I64, 2),
-                     TensorSpec("attention_mask", (1, 1, T, L), mask_dtype, mask_dtype, 3)], kernels)
+    ins = [bufs[0], bufs[1]]
+    kernels = [_kernel("position_ids", position(2, 1), ins, bufs[2], (1, T)),
+               _kernel("cache_position", position(1, 0), ins, bufs[3], (T,)),
+               _kernel("attention_mask", mask, ins, bufs[4], (1, 1, T, L))]
+    return _program("llm_step_inputs", target, bufs,
+                    [TensorSpec("start", (1,), I64, I64, 0), TensorSpec("front_pads", (1,), I64, I64, 1)],
+                    [TensorSpec("position_ids", (1, T), I64, I64, 2), TensorSpec("cache_position", (T,), I64, I64, 3),
+                     TensorSpec("attention_mask", (1, 1, T, L), mask_dtype, mask_dtype, 4)], kernels)
 
 
 CHUNK_MIN, CHUNK_MAX = 64, 1024

@@ -264,16 +264,18 @@ def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
 
 
 @needs_nvrtc
-def test_greedy_argmax_spreads_the_vocabulary_over_blocks() -> None:
+def test_llm_step_programs_compile() -> None:
     """The greedy step's argmax over Qwen2's 151,936 logits: the chunk stages launch one block per chunk (1,187), not
-    one block for the whole row, and every source assembles."""
+    one block for the whole row; it and the step-inputs program assemble."""
     from npu_runtime import llm_io
 
     program = llm_io.greedy_token("cuda", (1, 151936), "bfloat16")
     r = rendered(program)
     grids = [s.launch.grid[0] for steps in r.steps for s in steps]
     assert grids == [1187, 1187, 1]
-    failures = _check_sources(r.sources)
+    # and the step-inputs program (positions and mask from the start slot and the count of padding rows)
+    steps = rendered(llm_io.step_inputs("cuda", 2048, 2560, "bfloat16", -3.0e38))
+    failures = _check_sources({**r.sources, **{f"step_{k}": v for k, v in steps.sources.items()}})
     assert not failures, failures[0]
 
 

@@ -69,7 +69,7 @@ def _prompt(n: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(n).integers(0, VOCAB, size=n)]
 
 
-@pytest.mark.parametrize("n", [5, 19], ids=["shorter_than_prefill", "chunked"])
+@pytest.mark.parametrize("n", [1, 5, 19], ids=["one_token", "shorter_than_prefill", "chunked"])
 def test_greedy_equals_transformers_generate(setup_f32, n):
     dtype, model, _, llm = setup_f32
     prompt = _prompt(n)
@@ -78,12 +78,12 @@ def test_greedy_equals_transformers_generate(setup_f32, n):
         ids = torch.tensor([prompt])
         ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
     assert res.tokens == ref[0, n:].tolist()
-    # a prompt shorter than one chunk: a padded prefill of all but its last token, then one decode step
-    assert res.prefill_calls == ((2 if n > 1 else 1) if n < P else -(-n // P))
+    # a prompt shorter than one chunk is one call (padding rows in front; one token: a decode step)
+    assert res.prefill_calls == (1 if n < P else -(-n // P))
     assert res.prefill_seconds > 0 and res.decode_tokens_per_s > 0 and res.backend == "cpu"
 
 
-@pytest.mark.parametrize("n", [5, 19], ids=["shorter_than_prefill", "chunked"])
+@pytest.mark.parametrize("n", [1, 5, 19], ids=["one_token", "shorter_than_prefill", "chunked"])
 def test_teacher_forced_logits(setup, n):
     dtype, model, _, llm = setup
     tokens = _prompt(n + 8)
@@ -149,6 +149,24 @@ def test_sampling_seeded_and_stop_tokens(setup_f32):
     assert sample_token(logits, rng) == 1
     assert all(sample_token(logits, rng, temperature=1.0, top_k=1) == 1 for _ in range(20))
     assert {sample_token(logits, rng, temperature=1.0, top_p=0.99) for _ in range(200)} == {1, 2}
+
+
+@pytest.mark.parametrize("start,pads", [(0, 0), (3, 0), (0, 2), (0, 5)])
+def test_step_inputs_positions_and_mask(start, pads):
+    """The step-inputs program: tokens after `pads` padding rows at slots start.., the pads after them; a query sees
+    the slots up to its own position."""
+    from npu_runtime import get_backend, llm_io
+
+    T, L, masked = 6, 12, -1e4
+    ex = get_backend("cpu").create_executor(llm_io.step_inputs("cpu", T, L, "float32", masked))
+    out = ex.run_numpy({"start": np.array([start], np.int64), "front_pads": np.array([pads], np.int64)})
+    rows = np.arange(T)
+    pos = np.where(rows < pads, start + T - pads + rows, start + rows - pads)
+    np.testing.assert_array_equal(out["position_ids"], pos[None])
+    np.testing.assert_array_equal(out["cache_position"], pos)
+    want = np.where(np.arange(L)[None, :] <= pos[:, None], 0.0, masked).astype(np.float32)
+    np.testing.assert_array_equal(out["attention_mask"], want[None, None])
+    assert sorted(pos) == list(range(start, start + T))  # every slot of the step written once
 
 
 @pytest.mark.parametrize("vocab", [151936, 4096, 997])
