@@ -77,10 +77,11 @@ def _chunk(v: int) -> int:
     return next((c for c in range(min(v, CHUNK_MAX), CHUNK_MIN - 1, -1) if v % c == 0), v)
 
 
-def _first_max(values: X.Expr, index: X.Expr, absent: int) -> X.Expr:
+def _first_max(values: X.Expr, index: X.Expr, absent: int, best: X.Expr | None = None) -> X.Expr:
     """The smallest `index` over the reduction where `values` is largest (a NaN counts as the largest, as
-    torch.argmax takes it): max over r of -index where it is hit (-absent elsewhere), negated."""
-    best = X.Reduce("float32", "max", values)
+    torch.argmax takes it): max over r of -index where it is hit (-absent elsewhere), negated. `best`: the largest
+    value where it is already known (else reduced here)."""
+    best = X.Reduce("float32", "max", values) if best is None else best
     hit = X.Binary("bool", "or", X.Binary("bool", "eq", values, best), X.Binary("bool", "ne", values, values))
     neg = X.Where(I64, hit, X.Unary(I64, "neg", index), X.Const(I64, -absent))
     return X.Unary(I64, "neg", X.Reduce(I64, "max", neg))
@@ -112,9 +113,8 @@ def greedy_token(target: str, logits_shape: tuple[int, ...], logits_dtype: str) 
     cidx = BufferSpec(3, "chunk_index", "arena", I64, n, offset=idx_at)
     x = X.Cast("float32", X.Load(logits_dtype, 0, (chunk,), last, (1,)))
     own_max = X.Load("float32", 1, (1,))  # (the chunk's largest value, from the first kernel)
-    hit = X.Binary("bool", "or", X.Binary("bool", "eq", x, own_max), X.Binary("bool", "ne", x, x))
     at = X.Binary(I64, "add", X.Binary(I64, "mul", X.Index(I64, 0), X.Const(I64, chunk)), X.RIndex(I64, 0))
-    first = X.Unary(I64, "neg", X.Reduce(I64, "max", X.Where(I64, hit, X.Unary(I64, "neg", at), X.Const(I64, -V))))
+    first = _first_max(x, at, V, own_max)
     kernels = [
         _kernel("argmax_chunk_max", X.Reduce("float32", "max", x), [logits], cmax, (n,), (chunk,)),
         _kernel("argmax_chunk_index", first, [logits, cmax], cidx, (n,), (chunk,)),

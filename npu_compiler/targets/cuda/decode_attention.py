@@ -14,17 +14,12 @@ from __future__ import annotations
 
 from ...kernels import AttentionKernel
 from ...program import CompiledProgram, KernelCall
-from ..clike import Launch
+from ..clike import Launch, pad4
 from .common import NEG_INF_F, PRELUDE, REDUCE_HELPERS, WAIT, literal, load_expr, round_expr, unpack16
 
 WARPS = 4
 MAX_GROUP = 8
 _VEC = 8  # 2-byte elements per 16-byte load
-
-
-def _pad4(shape, strides):
-    lead = 4 - len(shape)
-    return (1,) * lead + tuple(shape), (0,) * lead + tuple(strides)
 
 
 def grouped_decode_applies(k: KernelCall, program: CompiledProgram) -> bool:
@@ -40,7 +35,7 @@ def grouped_decode_applies(k: KernelCall, program: CompiledProgram) -> bool:
     if len({program.dtype_of(r) for r in (q, kk, v)}) != 1:
         return False
     for r in (q, kk, v):
-        _, st = _pad4(r.shape, r.strides)
+        _, st = pad4(r, "cuda")
         if st[3] != 1 or r.offset % _VEC or any(s % _VEC for s in st[:3]):
             return False
     return True
@@ -63,13 +58,13 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     kpw = 32 // lpk  # keys per warp at a time
     ityp, sd, pd = a.ityp, a.sd, a.pd
     stride = 2 + d
-    _, qs = _pad4(q.shape, q.strides)
-    _, ks = _pad4(kk.shape, kk.strides)
-    _, vs = _pad4(v.shape, v.strides)
+    _, qs = pad4(q, "cuda")
+    _, ks = pad4(kk, "cuda")
+    _, vs = pad4(v, "cuda")
     scale = literal(float(p.scale), "float32")
     mask_lines = ""
     if mask is not None:
-        _, ms = _pad4(mask.shape, mask.strides)
+        _, ms = pad4(mask, "cuda")
         at = f"{mask.offset} + bi * {ms[0]} + head * {ms[1]} + j * {ms[3]}"
         if p.mask == "bool":
             mask_lines = f"        if (!a3[{at}]) s = {NEG_INF_F};"

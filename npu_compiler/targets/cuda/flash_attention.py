@@ -58,20 +58,17 @@ WARPS = 4
 MIN_BLOCKS = 3
 MAX_HEAD_DIM = 128  # registers: the block keeps Q's fragments and the 16 x head-dim output per warp in registers
 MIN_ARCH = 80  # mma.sync with bf16 operands and ldmatrix / cp.async: Ampere and later
+MIN_ROWS = 16  # fewer query rows than an MMA tile has: the row kernels do less work
 _VEC = 8  # 2-byte elements per 16-byte copy
 _OPERANDS = ("bfloat16", "float16")
-
-
-MIN_ROWS = 16  # fewer query rows than an MMA tile has: the row kernels do less work
 
 
 def tiles_apply(dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head_dim: int, v_dim: int,
                 refs: tuple[TensorRef, TensorRef, TensorRef], arch: int = 90) -> bool:
     """Whether q, k, v (their dtypes and views) can be read as tiles: MIN_ROWS query rows or more, one 16-bit
-    operand dtype, a head dim that is a
-    multiple of 16 up to MAX_HEAD_DIM (the same for v), rows of 16-byte aligned, unit-stride elements, probabilities
-    in the operand dtype or float32 (the graph's fp32 probabilities enter the P V product in the operand dtype, as
-    ATen's fused attention kernels do)."""
+    operand dtype, a head dim that is a multiple of 16 up to MAX_HEAD_DIM (the same for v), rows of 16-byte aligned,
+    unit-stride elements, probabilities in the operand dtype or float32 (the graph's fp32 probabilities enter the
+    P V product in the operand dtype, as ATen's fused attention kernels do)."""
     if arch < MIN_ARCH or q_len < MIN_ROWS or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS:
         return False
     if probs_dtype not in (dtypes[0], "float32") or head_dim != v_dim or head_dim % 16 or head_dim > MAX_HEAD_DIM:

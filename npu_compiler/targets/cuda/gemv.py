@@ -23,7 +23,7 @@ from ..clike import Launch
 from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr, unpack16
 
 GEMV_MAX_M = 8
-WARPS = 4  # warps (output columns) per block
+WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block)
 UNROLL = 8
 MAX_SPLITS = 8
 TARGET_WARPS = 132 * 64  # enough warps in flight to stream weights on a large GPU (132 SMs)
