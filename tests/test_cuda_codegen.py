@@ -322,12 +322,12 @@ class _EagerAttention(torch.nn.Module):
         return torch.matmul(w.to(q.dtype), v)
 
 
-def _eager_attention_program(dtype: str, t: int, d: int) -> CompiledProgram:
+def _eager_attention_program(dtype: str, t: int, d: int, lk: int = 96) -> CompiledProgram:
     from fused_cases import TORCH_DTYPES, ir_dict
 
     tdt = TORCH_DTYPES[dtype]
-    args = [torch.zeros(1, 4, t, d, dtype=tdt), torch.zeros(1, 2, 96, d, dtype=tdt),
-            torch.zeros(1, 2, 96, d, dtype=tdt), torch.zeros(1, 1, t, 96, dtype=tdt)]
+    args = [torch.zeros(1, 4, t, d, dtype=tdt), torch.zeros(1, 2, lk, d, dtype=tdt),
+            torch.zeros(1, 2, lk, d, dtype=tdt), torch.zeros(1, 1, t, lk, dtype=tdt)]
     return npu_compiler.compile(ir_dict(_EagerAttention(), args, "eager_attention"), "cuda", dtype=dtype)
 
 
@@ -349,6 +349,37 @@ def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
     for dtype, d in (("float32", 64), ("bfloat16", 72)):
         kinds = [k.kind for k in _eager_attention_program(dtype, 80, d).kernels]
         assert "attention" not in kinds and kinds.count("gemm") == 2, (dtype, d, kinds)
+
+
+@needs_nvrtc
+def test_long_masked_prefill_attention_splits_its_keys() -> None:
+    """A masked attention whose rows see many key tiles splits the keys across blocks (so that the block of the last
+    rows of a causal mask is not the kernel's whole time): three launches (stats, accumulate, combine) over the
+    split scratch and the flags after it, all assembling. A record whose flags do not fit the tiled layout (a
+    hostile or older artifact) renders as the generic split kernels instead; unmasked attention with blocks enough
+    to fill the GPU is not split."""
+    from dataclasses import replace
+
+    from npu_compiler.targets.cuda import flash_attention as FA
+
+    program = _eager_attention_program("bfloat16", 1100, 64, lk=1100)
+    att = next(k for k in program.kernels if k.kind == "attention")
+    n_tiles, row_blocks = -(-1100 // FA.BN), -(-1100 // FA.BM)
+    splits = -(-n_tiles // FA.TILES_PER_SPLIT)
+    assert att.spec.splits == splits >= 2 and att.spec.scratch_extra == 2 * 4 * row_blocks * splits
+    assert att.outs[1].numel == 4 * 1100 * splits * (2 + 64) + att.spec.scratch_extra
+    r = rendered(program)
+    steps = r.steps[program.kernels.index(att)]
+    assert [s.launch.grid for s in steps][:2] == [(row_blocks, 4, splits)] * 2 and len(steps) == 3
+    assert all("mma.sync" in r.sources[s.source] for s in steps[:2])
+    failures = _check_sources({s.source: r.sources[s.source] for s in steps})
+    assert not failures, failures[0]
+    bad = replace(att, spec=replace(att.spec, scratch_extra=att.spec.scratch_extra - 1))
+    assert not any("mma.sync" in src for src in CudaTarget().kernel_sources(bad, program))
+    assert FA.tile_splits(1, 4, 1100, 1100, may_skip=True)[0] == splits
+    assert FA.tile_splits(8, 32, 1100, 1100, may_skip=False) == (0, 0)
+    assert FA.tile_splits(1, 2, 64, 1100, may_skip=False)[0] == splits  # too few blocks: split anyway
+    assert FA.tile_splits(1, 4, 1100, 900, may_skip=True) == (0, 0)  # too few tiles to split
 
 
 @needs_nvrtc

@@ -54,6 +54,9 @@ class AttentionKernel(KernelSpec):
     probs_dtype: str = one_of(*FLOAT_DTYPES, default="float32")
     valid_len: bool = False  # the last argument holds the cache positions written this step
     splits: int = bounded(0, 65535, default=0)  # > 0: keys split across blocks; outs[1] is float32 scratch
+    # float32 entries of the scratch after the [rows, splits, 2 + v_dim] record (the target's bookkeeping: which
+    # blocks of a tiled split attention computed something)
+    scratch_extra: int = bounded(0, default=0)
 
     @property
     def rows(self) -> int:
@@ -85,8 +88,11 @@ class AttentionKernel(KernelSpec):
             expect(not is_float(pd) and pd != "bool", f"cache positions of dtype {pd}")
         if self.splits:
             s = call.outs[1]
-            expect(dtype_of(buffers, s) == "float32" and s.numel == self.rows * self.splits * (2 + dv),
+            expect(dtype_of(buffers, s) == "float32"
+                   and s.numel == self.rows * self.splits * (2 + dv) + self.scratch_extra,
                    "attention split scratch of the wrong size or dtype")
+        else:
+            expect(self.scratch_extra == 0, "attention scratch entries without key splits")
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         read = sum(ref_bytes(buffers, r) for r in call.args)

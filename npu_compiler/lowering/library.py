@@ -393,13 +393,18 @@ def attention(L: Lowering, node: Node) -> None:
         args.append(L.contiguous(L.ref(node.inputs[-1])))
     out = L.fresh(node.outputs[0])
     outs = [out]
-    splits = 0 if tiled else decode_splits(L, b * hk * t, lk, v.shape[-1])
+    if tiled:
+        splits, extra = L.target.attention_tile_splits(b, h, t, lk, bool(a["has_mask"] or a.get("is_causal")
+                                                                        or a.get("valid_len")))
+    else:
+        splits, extra = decode_splits(L, b * hk * t, lk, v.shape[-1]), 0
     if splits:
         # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output.
-        outs.append(L.scratch(f"{node.name}.split_scratch", "float32", (b * h * t * splits * (2 + v.shape[-1]),)))
+        outs.append(L.scratch(f"{node.name}.split_scratch", "float32",
+                              (b * h * t * splits * (2 + v.shape[-1]) + extra,)))
     L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
                            a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"), bool(a.get("valid_len")),
-                           splits), args, outs)
+                           splits, extra), args, outs)
 
 
 def _attention_as_gemms(L: Lowering, node: Node, q: TensorRef, k: TensorRef, v: TensorRef, mask: TensorRef | None,

@@ -38,6 +38,13 @@ class CodegenTarget:
         it is one record however many query rows it has). Default: no."""
         return False
 
+    def attention_tile_splits(self, batch: int, heads: int, q_len: int, kv_len: int,
+                              may_skip: bool) -> tuple[int, int]:
+        """For a tiled attention (see attention_on_tensor_cores): into how many key splits its blocks go, and how
+        many float32 scratch entries the target keeps beside the split record; `may_skip`: a mask, causal or a
+        valid length may hide some keys. Default: (0, 0), no splits."""
+        return 0, 0
+
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 

@@ -2,7 +2,8 @@
 in the same dtype: HF's eager attention (scores and probabilities rounded where it stores them) and ATen's fused
 attention, with causal masks given as tensors (HF's finfo.min fill, -inf), bool masks, `is_causal`, grouped-query
 heads, row and key counts that are not multiples of the tile, and the masks under which the kernel skips whole key
-tiles: rows that see no key at all (the block must run again without skipping), and tiles that are all hidden."""
+tiles: rows that see no key at all (the block must run again without skipping), and tiles that are all hidden; and
+the same with the keys of long rows split across blocks."""
 
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ CASES = {
     "sdpa_is_causal_bf16": ("bfloat16", Sdpa(True), 2, 8, 2, 150, 150, 128, None),
     "sdpa_bool_blocks_fp16": ("float16", Sdpa(False), 1, 4, 1, 96, 200, 128, "bool_blocks"),
     "sdpa_nomask_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 17, 33, 16, None),
+    # rows that see many key tiles: the keys split across blocks (stats, accumulate, combine launches)
+    "split_eager_causal_finfo_bf16": ("bfloat16", Eager(), 1, 4, 2, 1100, 1100, 128, "causal_finfo"),
+    # a row that sees nothing under a finfo.min mask: every split computes every tile (the guard of the skipping)
+    "split_eager_dead_row_bf16": ("bfloat16", Eager(), 1, 2, 1, 1030, 1100, 64, "finfo_dead_row"),
+    "split_sdpa_bool_blocks_fp16": ("float16", Sdpa(False), 1, 2, 1, 96, 1200, 128, "bool_blocks"),
+    "split_sdpa_is_causal_bf16": ("bfloat16", Sdpa(True), 1, 4, 2, 1040, 1040, 64, None),
+    # no mask, but too few blocks to fill the GPU
+    "split_sdpa_nomask_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 40, 1100, 64, None),
 }
 
 
@@ -74,6 +83,8 @@ def _inputs(name: str, gen: torch.Generator):
         vis = _causal(t, lk, 0)
         vis[5] = False
         return [q, k, v, _additive(vis, tdt)]
+    if mask == "causal_finfo":
+        return [q, k, v, _additive(_causal(t, lk, 0), tdt)]
     if mask == "neg_inf":
         return [q, k, v, _additive(_causal(t, lk, 0), tdt, float("-inf"))]
     if mask == "finfo_offset":
@@ -92,6 +103,7 @@ def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     attn = [k for k in program.kernels if k.kind == "attention"]
     assert len(attn) == 1 and not any(k.kind == "gemm" for k in program.kernels), [k.kind for k in program.kernels]
     assert "mma.sync" in CudaTarget().kernel_sources(attn[0], program)[0], "the tiled kernel was not chosen"
+    assert (attn[0].spec.splits > 0) == name.startswith("split_"), attn[0].spec
     ex = cuda_backend.create_executor(program)
     feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
     got = ex.run_numpy(feeds, {})[program.outputs[0].name]

@@ -426,7 +426,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch((grid, 1, 1), block, _ptrs(k))
 
 
-def attention_tiles(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+def attention_tiles(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
     """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies)."""
     mask = [k.args[3]] if k.spec.mask != "none" else []
     return flash_attention(k, program, lambda block, min_blocks: _signature(k, program, block, min_blocks=min_blocks),

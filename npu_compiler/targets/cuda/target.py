@@ -21,7 +21,7 @@ from ..clike import Launch, Store, render_expression
 from ..codegen import CodegenTarget
 from .common import CUDA
 from .flash_attention import applies as tiles_fit
-from .flash_attention import tiles_apply
+from .flash_attention import tile_splits, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
 from .gemv import gemv, gemv_applies
 from .library import (
@@ -93,6 +93,9 @@ class CudaTarget(CodegenTarget):
     def attention_on_tensor_cores(self, dtypes, probs_dtype, q_len, head_dim, v_dim, refs) -> bool:
         return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.arch)
 
+    def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip) -> tuple[int, int]:
+        return tile_splits(batch, heads, q_len, kv_len, may_skip)
+
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
         spec = k.spec
@@ -113,10 +116,10 @@ class CudaTarget(CodegenTarget):
                 steps.append(("launch", post))
             return steps
         if isinstance(spec, AttentionKernel):
+            if tiles_fit(k, program, self.arch):
+                return [("launch", launch) for launch in attention_tiles(k, program)]
             if spec.splits and len(k.outs) > 1:
                 return [("launch", launch) for launch in attention_split(k, program)]
-            if tiles_fit(k, program, self.arch):
-                return [("launch", attention_tiles(k, program))]
             return [("launch", attention(k, program))]
         if spec.kind == "conv2d":
             return [("launch", conv2d(k, program))]
