@@ -20,7 +20,9 @@ from __future__ import annotations
 import glob
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +47,18 @@ class WeightReport:
     fallbacks: dict[str, str] = field(default_factory=dict)  # key -> the key it was read from
     notices: list[str] = field(default_factory=list)  # conversions a dtype rule made
     warnings: list[str] = field(default_factory=list)  # infinities (and NaN when allowed)
+
+    def merge(self, other: WeightReport) -> None:
+        """Add another report's entries (one weight's, made on a worker thread) after this one's, listing each key
+        once as a single report would."""
+        self.missing.extend(k for k in other.missing if k not in self.missing)
+        self.mismatched.extend(m for m in other.mismatched if all(k != m[0] for k, _, _ in self.mismatched))
+        self.computed.extend(other.computed)
+        self.fallbacks.update(other.fallbacks)
+        for text in other.notices:
+            self.notice(text)
+        for text in other.warnings:
+            self.warn(text)
 
     def notice(self, text: str) -> None:
         if text not in self.notices:
@@ -313,6 +327,38 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow
     raise WeightError(f"weight {spec.name}: unknown recipe '{r.kind}' (artifact from a newer compiler?)")
 
 
+# Weights are read, checked and converted on worker threads (NumPy and the page faults of the mapped file run without
+# the GIL) while the caller uploads the ones before them; a few ahead bound the host memory held at once.
+_WORKERS = min(8, os.cpu_count() or 1)
+_AHEAD = _WORKERS + 1
+
+
+def _made_in_order(specs: list[WeightSpec], src: TensorSource, allow_nan: bool
+                   ) -> Iterator[tuple[WeightSpec, np.ndarray | None, WeightReport]]:
+    """Each weight made from its recipe, in the program's order, with its own report; an error is raised when its
+    weight's turn comes, as reading them one by one would."""
+
+    def one(spec: WeightSpec) -> tuple[WeightSpec, np.ndarray | None, WeightReport]:
+        rep = WeightReport()
+        return spec, make_weight(spec, src, rep, allow_nan), rep
+
+    if _WORKERS < 2:
+        yield from map(one, specs)
+        return
+    with ThreadPoolExecutor(_WORKERS, thread_name_prefix="npusim-weights") as pool:
+        pending: deque = deque()
+        try:
+            for spec in specs:
+                pending.append(pool.submit(one, spec))
+                if len(pending) >= _AHEAD:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:  # an error (or a caller that stopped) leaves the rest unread
+                f.cancel()
+
+
 @entry_point("loading the weights")
 def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: bool = True,
                  progress: Callable[[int, int, str], None] | None = None, allow_nan: bool = False) -> WeightSet:
@@ -329,10 +375,10 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
     buffers: dict[str, DeviceBuffer] = {}
     used_keys: set[str] = set()
     total = len(program.weights)
-    for i, spec in enumerate(program.weights):
+    for i, (spec, arr, one) in enumerate(_made_in_order(program.weights, src, allow_nan)):
         used_keys.update(spec.recipe.sources.values())
         used_keys.update(spec.recipe.fallback_keys)
-        arr = make_weight(spec, src, report, allow_nan)
+        report.merge(one)
         if arr is not None:
             buffers[spec.name] = backend.upload(np.ascontiguousarray(arr.reshape(spec.shape)), spec.dtype)
         if progress:

@@ -576,3 +576,64 @@ def test_an_iteration_space_is_bounded_only_where_it_is_memory(monkeypatch) -> N
     cpu_prog = CompiledProgram.from_bytes(cpu_blob)  # reading it allocates nothing; the interpreter would
     with pytest.raises(ArtifactError, match="4096 iteration points"):
         CPU.create_executor(cpu_prog)
+
+
+def test_weights_made_on_threads_report_as_one_by_one(monkeypatch) -> None:
+    """Weights are read and checked on worker threads while earlier ones upload: the buffers, the report (its order
+    too) and the error raised (the first bad weight in the program's order, not the first a thread finishes) are those
+    of reading them one by one."""
+    import torch
+    from helpers import export_ir
+
+    import npu_runtime.weights as W
+
+    class Stack(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fcs = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(12))
+
+        def forward(self, x):
+            for fc in self.fcs:
+                x = fc(x)
+            return x
+
+    prog = npu_compiler.compile(export_ir(Stack, [((2, 8), torch.float32)], "stack"), "cpu", dtype="float16")
+    rng = np.random.default_rng(0)
+    sd = {f"fcs.{i}.{p}": rng.standard_normal((8, 8) if p == "weight" else (8,)).astype(np.float32)
+          for i in range(12) for p in ("weight", "bias")}
+    for i in (2, 7, 10):
+        sd[f"fcs.{i}.bias"][i % 8] = np.inf  # a warning each, in program order
+        sd[f"fcs.{i}.weight"][0, 0] = 1e6  # overflows float16: a warning each
+
+    def load(workers: int, weights: dict, **kw):
+        monkeypatch.setattr(W, "_WORKERS", workers)
+        monkeypatch.setattr(W, "_AHEAD", workers + 1)
+        with pytest.warns(NPUSimWarning):
+            return npu_runtime.load_weights(prog, weights, CPU, **kw)
+
+    one, many = load(1, sd), load(4, sd)
+    assert one.report == many.report and len(one.report.warnings) == 6
+    assert one.buffers.keys() == many.buffers.keys()
+    for k in one.buffers:
+        np.testing.assert_array_equal(one.buffers[k].to_numpy(), many.buffers[k].to_numpy())
+    # the first NaN in program order is the error, though a later one sits on a thread that may finish first
+    bad = {k: v.copy() for k, v in sd.items()}
+    bad["fcs.3.weight"][1, 1] = np.nan
+    for i in range(5, 12):
+        bad[f"fcs.{i}.weight"][:] = np.nan
+    for workers in (1, 4):
+        monkeypatch.setattr(W, "_WORKERS", workers)
+        monkeypatch.setattr(W, "_AHEAD", workers + 1)
+        with pytest.raises(WeightError, match=r"'fcs\.3\.weight' holds 1 NaN"):
+            npu_runtime.load_weights(prog, bad, CPU)
+    # missing and mis-shaped keys, listed in program order, once each
+    gone = {k: v for k, v in sd.items() if k not in ("fcs.9.bias", "fcs.1.weight")}
+    gone["fcs.5.weight"] = np.zeros((8, 7), np.float32)
+    reports = []
+    for workers in (1, 4):
+        monkeypatch.setattr(W, "_WORKERS", workers)
+        monkeypatch.setattr(W, "_AHEAD", workers + 1)
+        with pytest.warns(NPUSimWarning):
+            reports.append(npu_runtime.load_weights(prog, gone, CPU, strict=False).report)
+    assert reports[0] == reports[1] and reports[0].missing == ["fcs.1.weight", "fcs.9.bias"]
+    assert [m[0] for m in reports[0].mismatched] == ["fcs.5.weight"]
