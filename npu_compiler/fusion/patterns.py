@@ -358,6 +358,12 @@ def concat_linears(graph: Graph, recipes: dict[str, Recipe]) -> int:
     for n in graph.nodes:
         if n.op == "linear.default" and n.inputs[1].kind == "weight" and len(n.inputs[1].shape) == 2:
             by_input.setdefault(id(n.inputs[0]), []).append(n)
+    # every group's new nodes first, then one pass over the graph for all of them (a pass per group made this
+    # quadratic in the number of layers)
+    new_for: dict[int, Value] = {}
+    placed: dict[int, list[Node]] = {}  # id(first member in graph order) -> the nodes that replace the group
+    gone: set[int] = set()
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
     for members in by_input.values():
         for has_bias in (True, False):
             group = [m for m in members if (len(m.inputs) > 2) == has_bias
@@ -365,8 +371,18 @@ def concat_linears(graph: Graph, recipes: dict[str, Recipe]) -> int:
                      and m.inputs[1].dtype == members[0].inputs[1].dtype]
             if len(group) < 2:
                 continue
-            _concat_group(graph, group, has_bias, recipes)
+            placed[id(min(group, key=lambda m: order[id(m)]))] = _concat_group(graph, group, has_bias, recipes,
+                                                                               new_for)
+            gone.update(id(m) for m in group)
             count += 1
+    if count:
+        nodes: list[Node] = []
+        for n in graph.nodes:
+            nodes.extend(placed.get(id(n), ()))
+            if id(n) not in gone:
+                nodes.append(n)
+        graph.nodes = nodes
+        graph.replace_all(new_for)
     return count
 
 
@@ -382,18 +398,19 @@ def _concat_value(graph: Graph, parts: list[Value], recipes: dict[str, Recipe]) 
     return v
 
 
-def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict[str, Recipe]) -> None:
+def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict[str, Recipe],
+                  new_for: dict[int, Value]) -> list[Node]:
+    """The combined linear and its slices for one group (placed by the caller where the group's first member
+    was); `new_for` gets each member's output -> its slice."""
     x = group[0].inputs[0]
     w = _concat_value(graph, [m.inputs[1] for m in group], recipes)
     inputs = [x, w] + ([_concat_value(graph, [m.inputs[2] for m in group], recipes)] if has_bias else [])
     total = w.shape[0]
     out_shape = (*group[0].outputs[0].shape[:-1], total)
-    first = min(graph.nodes.index(m) for m in group)
     lin = Node("+".join(m.name for m in group), "linear.default", inputs, [], {})
     lin.outputs.append(Value(lin.name, TensorType(out_shape, group[0].outputs[0].dtype), "node", producer=lin))
     lin.origin = [o for m in group for o in m.origin]
     new_nodes = [lin]
-    new_for: dict[int, Value] = {}
     start = 0
     for m in group:
         n = m.outputs[0].shape[-1]
@@ -404,9 +421,7 @@ def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict
         new_for[id(m.outputs[0])] = sl.outputs[0]
         new_nodes.append(sl)
         start += n
-    graph.replace_all(new_for)
-    ids = {id(m) for m in group}
-    graph.nodes = graph.nodes[:first] + new_nodes + [n for n in graph.nodes[first:] if id(n) not in ids]
+    return new_nodes
 
 
 # ---- GEMM and conv epilogues ----------------------------------------------------------------------------------
