@@ -76,32 +76,16 @@ def replace_node_group(graph: Graph, group: list[Node], new: Node, result_of: No
     """Put `new` where `result_of` (the sink of `group`) was; `new`'s output replaces `result_of`'s output, and
     `new` stands for the IR nodes of the whole group, in graph order. `users`: the nodes that read `result_of`'s
     output, when the caller knows them (else every node is looked at)."""
+    # the group's positions by list.index (identity compares in C): a Python loop over every node per fused group
+    # made the fusion passes quadratic. Every member is a node of the graph (the index only yields live nodes).
     nodes = graph.nodes
-    try:  # list.index compares identities in C: far cheaper than a Python loop over every node per fused group
-        at = {id(n): nodes.index(n) for n in group}
-        sink = nodes.index(result_of)
-    except ValueError:  # a node that is not in the graph: the general scan below
-        at = None
-    if at is not None:
-        drop = sorted(set(at.values()))
-        new.origin = [o for i in drop for o in nodes[i].origin]
-        kept = nodes[:sink + 1] + [new] + nodes[sink + 1:]
-        for i in reversed(drop):  # (positions after the sink moved one up for `new`)
-            del kept[i + (i > sink)]
-        graph.nodes = kept
-    else:
-        ids = {id(n) for n in group}
-        in_order: list[Node] = []
-        kept = []
-        for n in nodes:  # one scan: the group in graph order, and the nodes with `new` in place
-            if id(n) in ids:
-                in_order.append(n)
-            else:
-                kept.append(n)
-            if n is result_of:
-                kept.append(new)
-        new.origin = [o for n in in_order for o in n.origin]
-        graph.nodes = kept
+    drop = sorted({nodes.index(n) for n in group})
+    sink = nodes.index(result_of)
+    new.origin = [o for i in drop for o in nodes[i].origin]
+    kept = nodes[:sink + 1] + [new] + nodes[sink + 1:]
+    for i in reversed(drop):  # (positions after the sink moved one up for `new`)
+        del kept[i + (i > sink)]
+    graph.nodes = kept
     old, newv = result_of.outputs[0], new.outputs[0]
     if users is None:
         graph.replace_uses(old, newv)
