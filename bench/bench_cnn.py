@@ -4,6 +4,7 @@ FLOPs over the fp16 GEMM rate measured in the same process).
 
     python bench/bench_cnn.py [--model resnet50] [--batches 1,64] [--json out]
     python bench/bench_cnn.py --backends cuda,webgpu    # ours on each backend, beside the same peers
+    python bench/bench_cnn.py --disable conv_tensor_cores  # ours with a pass or lowering choice switched off
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default=None,
                     help="comma-separated backends to run ours on (default: the best available one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--disable", default="", metavar="PASSES",
+                    help="comma-separated compiler passes or lowering choices to switch off (as `npusim compile "
+                         "--disable-pass`), e.g. conv_tensor_cores: the convs as cuBLAS GEMMs (k x k through im2col)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
@@ -66,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(shape)
         ours, kernels = {}, {}
         for backend in backends:
-            prog = npu_compiler.compile(ir, backend.compile_target(), dtype="float16")
+            prog = npu_compiler.compile(ir, backend.compile_target(), dtype="float16",
+                                        disable_passes=[p for p in args.disable.split(",") if p])
             flops = sum(_conv_gemm_flops(k) for k in prog.kernels)
             ws = npu_runtime.load_weights(prog, tensors, backend)
             ex = backend.create_executor(prog)

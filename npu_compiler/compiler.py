@@ -29,7 +29,7 @@ from .targets.config import TargetConfig, default_config
 FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_softmax", "concat_linears",
                  "gemm_epilogue", "conv_epilogue", "elementwise_fusion")
 # Lowering choices that trade memory for speed on targets with a fast GEMM library.
-LOWERING_OPTIONS = ("conv_im2col",)
+LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
 OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES, *LOWERING_OPTIONS)
 
@@ -117,7 +117,8 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
     passes.extend(_fuse(graph, recipes, disable_passes))
 
     lowering = Lowering(graph, codegen, greedy_fusion="elementwise_fusion" not in disable_passes,
-                        conv_im2col="conv_im2col" not in disable_passes)
+                        conv_im2col="conv_im2col" not in disable_passes,
+                        conv_tensor_cores="conv_tensor_cores" not in disable_passes)
     lowering.run()
     arena = _run_pass("memory_plan", plan_memory, lowering.buffers, lowering.kernels)
     need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
@@ -225,5 +226,6 @@ def _weight_specs(graph: Graph, lowering: Lowering, recipes: dict[str, Recipe],
             if key.endswith("rotary_emb.inv_freq") and rope_theta is not None:
                 recipe = Recipe("rope_inv_freq", {}, {"base": float(rope_theta), "dim": 2 * v.shape[0]},
                                 fallback_keys=[key])
-        specs.append(WeightSpec(name, key, v.shape, v.dtype, v.shape, lowering.weight_buffers[name], recipe))
+        specs.append(WeightSpec(name, key, v.shape, v.dtype, v.shape, lowering.weight_buffers[name], recipe,
+                                lowering.weight_layouts.get(name, ())))
     return specs

@@ -63,6 +63,15 @@ class WeightSpec:
     source_shape: tuple[int, ...]
     buffer: int
     recipe: Recipe
+    # the device buffer holds the weight with its dims in this order (`np.transpose`); () keeps them as they are.
+    # A conv weight [O, C, kh, kw] stored as [O, kh, kw, C] (0, 2, 3, 1) for an implicit GEMM over channels-last
+    # activations; every kernel reads it through the strided view the lowering binds.
+    layout: tuple[int, ...] = ()
+
+    @property
+    def device_shape(self) -> tuple[int, ...]:
+        """The shape of the buffer as uploaded (the shape with the layout's order of dims)."""
+        return tuple(self.shape[d] for d in self.layout) if self.layout else tuple(self.shape)
 
 
 @dataclass
@@ -193,7 +202,7 @@ class CompiledProgram:
             "weight_bytes": self.weight_bytes,
             "weights": [
                 {"name": w.name, "key": w.key, "shape": list(w.shape), "dtype": w.dtype, "recipe": w.recipe.kind,
-                 "sources": w.recipe.sources}
+                 "sources": w.recipe.sources, **({"layout": list(w.layout)} if w.layout else {})}
                 for w in self.weights
             ],
             "buffers": [
@@ -445,7 +454,11 @@ class _Reader:
             source_shape=self.ints(self.get(v, "source_shape", path), f"{path}.source_shape"),
             buffer=self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer", ("weight",)),
             recipe=recipe,
+            layout=self.ints(v["layout"], f"{path}.layout", hi=MAX_RANK) if "layout" in v else (),
         )
+        if w.layout and sorted(w.layout) != list(range(len(w.shape))):
+            raise self.fail(f"{path}.layout", f"{list(w.layout)} is not an order of the {len(w.shape)} dims of "
+                            f"{list(w.shape)}")
         b = self.buffers[w.buffer]
         n = 1
         for s in w.shape:

@@ -103,6 +103,11 @@ class Executor(ABC):
             if buf.dtype != spec.dtype or int(np.prod(buf.shape)) != int(np.prod(spec.shape)):
                 raise WeightError(f"weight '{name}': expected {spec.dtype}{list(spec.shape)}, got "
                                   f"{buf.dtype}{list(buf.shape)}")
+            if spec.layout and tuple(buf.shape) != spec.device_shape:
+                # the same weight loaded for a program that keeps it in another order of dims
+                raise WeightError(f"weight '{name}': this program keeps it as {list(spec.device_shape)} (dims in "
+                                  f"the order {list(spec.layout)}), the buffer given is {list(buf.shape)}: load "
+                                  "the weights for this program")
             yield bid, buf
 
     def check_inputs(self, inputs: Mapping[str, Any], bound: Iterable[str] = ()) -> None:

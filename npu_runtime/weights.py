@@ -380,7 +380,10 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
         used_keys.update(spec.recipe.fallback_keys)
         report.merge(one)
         if arr is not None:
-            buffers[spec.name] = backend.upload(np.ascontiguousarray(arr.reshape(spec.shape)), spec.dtype)
+            arr = arr.reshape(spec.shape)
+            if spec.layout:
+                arr = arr.transpose(spec.layout)
+            buffers[spec.name] = backend.upload(np.ascontiguousarray(arr), spec.dtype)
         if progress:
             progress(i + 1, total, spec.key)
     report.unexpected = sorted(k for k in src.keys() - used_keys if not k.endswith("num_batches_tracked"))

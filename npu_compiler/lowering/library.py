@@ -139,15 +139,28 @@ def conv2d(L: Lowering, node: Node) -> None:
     has_bias = a.get("has_bias", len(node.inputs) > 2)
     has_residual = a.get("has_residual", False)
     activation = a.get("activation", "none") or "none"
+    x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
+    if L.conv_on_tensor_cores(node):
+        # one implicit-GEMM kernel: the input, the weight and the residual read through their strides, the output
+        # channels-last
+        bias = [L.ref(node.inputs[2])] if has_bias else []
+        _emit_conv(L, node, [L.ref(x_v), L.ref(w_v), *bias], L.fresh_activation(out_v), has_bias, has_residual,
+                   activation)
+        return
     if _conv_is_gemm(node):
         _conv1x1_as_gemm(L, node, has_bias, has_residual, activation)
         return
-    if L.conv_im2col and int(a["groups"]) == 1 and node.inputs[1].kind == "weight":
+    if L.conv_im2col and int(a["groups"]) == 1 and w_v.kind == "weight":
         _conv_im2col_gemm(L, node, has_bias, has_residual, activation)
         return
-    x, w = L.contiguous(L.ref(node.inputs[0])), L.contiguous(L.ref(node.inputs[1]))
+    x, w = L.contiguous(L.ref(x_v)), L.contiguous(L.ref(w_v))
     args = [x, w] + ([L.contiguous(L.ref(node.inputs[2]))] if has_bias else [])
-    out = L.fresh(node.outputs[0])
+    _emit_conv(L, node, args, L.fresh(out_v), has_bias, has_residual, activation)
+
+
+def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], out: TensorRef, has_bias: bool, has_residual: bool,
+               activation: str) -> None:
+    a = node.attrs
     origins: list[str] = []
     res = L.ref(node.inputs[-1], pending_ok=True) if has_residual else None
     epilogue, extra = L.epilogue_args(epilogue_of(L, tuple(out.shape), node.outputs[0].dtype, res, activation,

@@ -27,6 +27,7 @@ VIEW_OPS = (
     "squeeze.default", "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
     "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default", "diagonal.default",
 )
+CONV_OPS = ("conv2d.default", "npu.conv2d")
 REDUCE_OPS = ("mean.default", "mean.dim", "sum.default", "sum.dim_IntList", "amax.default")
 
 Loader = Callable[..., X.Expr]
@@ -34,7 +35,7 @@ Loader = Callable[..., X.Expr]
 
 class Lowering:
     def __init__(self, graph: Graph, target: CodegenTarget, greedy_fusion: bool = False,
-                 conv_im2col: bool = True) -> None:
+                 conv_im2col: bool = True, conv_tensor_cores: bool = True) -> None:
         self.graph = graph
         self.greedy_fusion = greedy_fusion
         self.target = target
@@ -52,6 +53,18 @@ class Lowering:
         self._roots, self._last_read, self._root_is_output = self._view_roots()
         self.pending: dict[int, Pending] = {}
         self._graph_outputs = {id(v) for v in graph.outputs}
+        # Where convs run as implicit GEMMs on matrix units, image activations are channels-last ([N, H, W, C] in
+        # memory: a pixel's channels are one contiguous run, which the GEMM's K walks) and conv weights are kept as
+        # [O, kh, kw, C] (their K in the same order), made so at load (WeightSpec.layout).
+        convs = [n for n in graph.nodes if n.op in CONV_OPS and len(n.inputs[0].shape) == 4
+                 and len(n.inputs[1].shape) == 4] if conv_tensor_cores else []
+        decided = target.convs_on_tensor_cores([
+            ((n.inputs[0].dtype, n.inputs[1].dtype, n.outputs[0].dtype), int(n.attrs["groups"]), n.inputs[0].shape,
+             n.inputs[1].shape, n.outputs[0].shape) for n in convs])
+        tc_convs = [n for n, ok in zip(convs, decided, strict=True) if ok]
+        self._tc_convs = {id(n) for n in tc_convs}
+        self.channels_last = bool(tc_convs)
+        self.weight_layouts: dict[str, tuple[int, ...]] = self._conv_weight_layouts(tc_convs)
 
     # ---- buffers ----------------------------------------------------------------------------------------------
     def new_buffer(self, name: str, kind: str, dtype: str, numel: int, data: bytes | None = None) -> BufferSpec:
@@ -83,6 +96,27 @@ class Lowering:
         self.bind(v, r)
         return r
 
+    def conv_on_tensor_cores(self, node: Node) -> bool:
+        """Whether this conv2d node runs as the target's implicit-GEMM kernel on matrix units (decided for the
+        whole program when lowering starts)."""
+        return id(node) in self._tc_convs
+
+    def _conv_weight_layouts(self, tc_convs: list[Node]) -> dict[str, tuple[int, ...]]:
+        """The weights to keep as [O, kh, kw, C]: those whose only uses are as the weight of convs on matrix units
+        with a multiple of 8 input channels (a pixel's K run then splits into 16-byte copies)."""
+        tc = {id(n) for n in tc_convs}
+        names = {id(v): name for name, v in self.graph.weights.items()}
+        ok: dict[int, bool] = {}
+        for n in self.graph.nodes:
+            for i, v in enumerate(n.inputs):
+                if id(v) in names:
+                    good = id(n) in tc and i == 1 and v.shape[1] % 8 == 0
+                    ok[id(v)] = ok.get(id(v), True) and good
+        for v in self.graph.outputs:
+            if id(v) in ok:
+                ok[id(v)] = False
+        return {names[i]: (0, 2, 3, 1) for i, good in ok.items() if good}
+
     def batch_folded(self, v: Value) -> bool:
         """Is `v` an image batch [N, C, H, W] (N > 1) that this target keeps channel-major, [C, N, H, W] in memory?
         Then every convolution is one GEMM over all the batch's pixels (the batch folded into the GEMM's N), not
@@ -90,13 +124,15 @@ class Lowering:
         return self.target.gemm_im2col and len(v.shape) == 4 and v.shape[0] > 1
 
     def fresh_activation(self, v: Value) -> TensorRef:
-        """A new buffer for a conv or pooling result: channel-major where the batch is folded (a strided view of it
-        is what the IR value binds to), else contiguous."""
-        if not self.batch_folded(v):
+        """A new buffer for a conv or pooling result: channels-last where convs run on matrix units, channel-major
+        where the batch is folded into cuBLAS GEMMs (a strided view of it is what the IR value binds to), else
+        contiguous."""
+        if len(v.shape) != 4 or not (self.channels_last or self.batch_folded(v)):
             return self.fresh(v)
         n, c, h, w = v.shape
         b = self.new_buffer(v.name, "arena", v.dtype, v.type.numel)
-        r = TensorRef(b.id, (n, c, h, w), (h * w, n * h * w, w, 1), 0)
+        strides = (h * w * c, 1, w * c, c) if self.channels_last else (h * w, n * h * w, w, 1)
+        r = TensorRef(b.id, (n, c, h, w), strides, 0)
         self.bind(v, r)
         return r
 
@@ -226,7 +262,12 @@ class Lowering:
         for name, v in g.weights.items():
             b = self.new_buffer(name, "weight", v.dtype, v.type.numel)
             self.weight_buffers[name] = b.id
-            self.bind(v, full_ref(b, v.shape))
+            order = self.weight_layouts.get(name)
+            if order:
+                stored = full_ref(b, tuple(v.shape[d] for d in order))
+                self.bind(v, V.permute(stored, [order.index(d) for d in range(len(order))]))
+            else:
+                self.bind(v, full_ref(b, v.shape))
         for name, v in g.constants.items():
             b = self.new_buffer(name, "constant", v.dtype, v.type.numel, data=_constant_bytes(v))
             self.bind(v, full_ref(b, v.shape))

@@ -442,12 +442,25 @@ def _common(a: str, b: str) -> str:
     return "int64"
 
 
-def decompose(lang: Language, var: str, shape: tuple[int, ...], prefix: str, ityp: str, indent: str,
-              first: int = 0) -> list[str]:
-    """Lines that split a flat row-major index `var` into per-dim indices `{prefix}{first + d}` (size-1 dims are
-    0)."""
-    lines: list[str] = []
+def memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:
+    """The dims of a dense view (its elements fill one run of memory) whose dims are not in row-major order,
+    outermost first by stride; None for any other view (row-major, or with holes or overlaps)."""
     dims = [d for d, n in enumerate(shape) if n != 1]
+    by = sorted(dims, key=lambda d: strides[d], reverse=True)
+    expect = 1
+    for d in reversed(by):
+        if strides[d] != expect:
+            return None
+        expect *= shape[d]
+    return None if by == dims else by
+
+
+def decompose(lang: Language, var: str, shape: tuple[int, ...], prefix: str, ityp: str, indent: str,
+              first: int = 0, order: list[int] | None = None) -> list[str]:
+    """Lines that split a flat index `var` into per-dim indices `{prefix}{first + d}` (size-1 dims are 0): row-major,
+    or with the dims nested in `order` (outermost first)."""
+    lines: list[str] = []
+    dims = [d for d in (order if order is not None else range(len(shape))) if shape[d] != 1]
     for d, n in enumerate(shape):
         if n == 1:
             lines.append(indent + lang.decl(f"{prefix}{first + d}", ityp, lang.index_literal(0, ityp)))
@@ -506,8 +519,14 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
     else:
         block = ELEMENTWISE_BLOCK
     text = KernelText(params, block, restrict=restrict)
+    # One element per thread, consecutive threads on consecutive addresses of the output: where the output is a
+    # dense view in another order of dims (a channels-last or channel-major activation), the flat index walks its
+    # memory, not its logical row-major order (whose neighbours would be a channel apart)
+    order = None
+    if not rows_mode and store.scatter_dim is None and tuple(store.shape) == shape:
+        order = memory_order(shape, tuple(store.strides))
     r = ExprRenderer(lang, text, arg_names, arg_dtypes, shape, ityp, tuple(reduce_shape), row_dims,
-                     block_reduce=rows_mode, flat_index=not rows_mode)
+                     block_reduce=rows_mode, flat_index=not rows_mode and order is None)
     body: list[str] = []
     if rows_mode:
         grid = grid_for(n_rows, 1, lang.max_grid)
@@ -538,7 +557,7 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
         body.append("  " + lang.loop("i", ityp, start, str(n_out), step))
         scope = Scope("    ")
         r.row_scope = scope  # one element per thread: its scope is the row's (a reduction is computed before use)
-        scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent)
+        scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent, order=order)
         value = r.emit(expr, scope)
         scope.lines.append(scope.indent + _store_line(lang, r, store, value, expr.dtype, scope))
         body += scope.lines

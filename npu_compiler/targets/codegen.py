@@ -45,6 +45,13 @@ class CodegenTarget:
         valid length may hide some keys. Default: (0, 0), no splits."""
         return 0, 0
 
+    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[bool]:
+        """Which of a program's conv2d nodes run as one implicit-GEMM kernel on matrix units, each given as (dtypes of
+        input, weight and output, groups, input shape, weight shape, output shape). The kernel reads its input,
+        weight and residual through their strides; where any conv runs so, the lowering keeps image activations
+        channels-last and those convs' weights as [O, kh, kw, C]. Default: none."""
+        return [False] * len(convs)
+
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 

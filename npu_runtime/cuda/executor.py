@@ -29,6 +29,8 @@ from .backend import CudaBackend, CudaBuffer, storage_dtype
 from .launch import pdl_launcher
 from .modules import load_kernels
 
+STATIC_SMEM = 48 * 1024  # the dynamic shared memory a launch may ask for without opting in
+
 
 class CudaExecutor(Executor):
     buffer_type = CudaBuffer
@@ -128,6 +130,9 @@ class CudaExecutor(Executor):
             block = (int(launch.block), 1, 1)
             args = tuple(np.uint64(self._pointer(k, w, int(i))) for w, i in launch.ptrs)
             smem = int(launch.smem)
+            if smem > STATIC_SMEM:
+                # more dynamic shared memory than a launch gets by default: opt in, once per kernel
+                fn.max_dynamic_shared_size_bytes = smem
 
             pdl = self._pdl
             if pdl is not None:

@@ -192,6 +192,37 @@ __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
 }
 """
 
+def tc_helpers(mma_t: str) -> str:
+    """Device helpers of the tensor-core kernels (Ampere and later): 16-byte `cp.async` copies into shared memory
+    (zero-filled where `full` is false), their commit and wait, `ldmatrix` x4 (plain and transposed), and the
+    m16n8k16 `mma.sync` with fp32 accumulators; `mma_t` is the operand type ("bf16" or "f16")."""
+    return f"""__device__ __forceinline__ void tc_cp16(void* dst, const void* src, bool full) {{
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(src), "r"(full ? 16 : 0));
+}}
+__device__ __forceinline__ void tc_commit() {{ asm volatile("cp.async.commit_group;"); }}
+template <int N> __device__ __forceinline__ void tc_wait() {{
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}}
+__device__ __forceinline__ void tc_ldsm(unsigned* r, const void* p) {{
+  const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0,%1,%2,%3}}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}}
+__device__ __forceinline__ void tc_ldsm_t(unsigned* r, const void* p) {{
+  const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0,%1,%2,%3}}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}}
+__device__ __forceinline__ void tc_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {{
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, "
+               "{{%0,%1,%2,%3}};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}}
+"""
+
+
 REDUCE_HELPERS = r"""
 struct NpuSum {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }

@@ -57,6 +57,7 @@ from .common import (
     load_expr,
     round_expr,
     store_expr,
+    tc_helpers,
     unpack16,
     valid_length_prologue,
 )
@@ -288,12 +289,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     load_tile(Ks, a1, ({ityp})cur * {BN}, false);
     load_tile(Vs, a2, ({ityp})cur * {BN}, true);
   }} else {{
-    fa_commit();
-    fa_commit();
+    tc_commit();
+    tc_commit();
   }}
   while (cur < tile_hi) {{
     const int nx = next_tile(cur);
-    fa_wait<1>();
+    tc_wait<1>();
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks);
     unsigned pf[{BN // 16}][4];
@@ -307,21 +308,21 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
     __syncthreads();
-    if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else fa_commit();
-    fa_wait<1>();  // V of this tile (K of the next may still be in flight)
+    if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
+    tc_wait<1>();  // V of this tile (K of the next may still be in flight)
     __syncthreads();
     #pragma unroll
     for (int s = 0; s < {BN // 16}; ++s) {{
       #pragma unroll
       for (int dp = 0; dp < {dp_}; ++dp) {{
         unsigned r[4];
-        fa_ldsm_t(r, &Vs[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
-        fa_mma(oacc[2 * dp], pf[s], r[0], r[1]);
-        fa_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
+        tc_ldsm_t(r, &Vs[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
+        tc_mma(oacc[2 * dp], pf[s], r[0], r[1]);
+        tc_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
       }}
     }}
     __syncthreads();
-    if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else fa_commit();
+    if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
     cur = nx;
   }}"""
     store = f"""
@@ -426,31 +427,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     }}
   if (tid == 0) used[z] = 1;"""
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
-__device__ __forceinline__ void fa_cp16(void* dst, const void* src, bool full) {{
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(src), "r"(full ? 16 : 0));
-}}
-__device__ __forceinline__ void fa_commit() {{ asm volatile("cp.async.commit_group;"); }}
-template <int N> __device__ __forceinline__ void fa_wait() {{
-  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}}
-__device__ __forceinline__ void fa_ldsm(unsigned* r, const void* p) {{
-  const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0,%1,%2,%3}}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}}
-__device__ __forceinline__ void fa_ldsm_t(unsigned* r, const void* p) {{
-  const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0,%1,%2,%3}}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}}
-__device__ __forceinline__ void fa_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {{
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, "
-               "{{%0,%1,%2,%3}};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}}
-__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
+{tc_helpers(mma_t)}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
   return *reinterpret_cast<const unsigned*>(&v);
 }}
@@ -475,14 +452,14 @@ __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
       const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
       const {ityp} ti = m0 + r;
       const bool in = ti < {t};
-      fa_cp16(&Vs[r * {dpad} + dd], a0 + (in ? {g.q_at} : 0), in);
+      tc_cp16(&Vs[r * {dpad} + dd], a0 + (in ? {g.q_at} : 0), in);
     }}
-    fa_commit();
-    fa_wait<0>();
+    tc_commit();
+    tc_wait<0>();
     __syncthreads();
     #pragma unroll
     for (int s = 0; s < {ks}; ++s)
-      fa_ldsm(qf[s], &Vs[(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8]);
+      tc_ldsm(qf[s], &Vs[(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8]);
     __syncthreads();  // every warp has its fragments before tiles are copied into the buffer
   }};{"" if split else chr(10) + "  load_q();"}
 
@@ -491,9 +468,9 @@ __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
       const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
       const {ityp} j = j0 + r;
       const bool in = j < jend;
-      fa_cp16(&dst[r * {dpad} + dd], src + (in ? (is_v ? ({g.v_at('j')}) : ({g.k_at})) : 0), in);
+      tc_cp16(&dst[r * {dpad} + dd], src + (in ? (is_v ? ({g.v_at('j')}) : ({g.k_at})) : 0), in);
     }}
-    fa_commit();
+    tc_commit();
   }};
   // which key tiles some row of the block sees (decided once, from the mask: one coalesced pass over it)
   const int ntiles = (int)((jend + {BN - 1}) / {BN});
@@ -532,9 +509,9 @@ __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
       #pragma unroll
       for (int np = 0; np < {BN // 16}; ++np) {{
         unsigned r[4];
-        fa_ldsm(r, &kb[(np * 16 + (lane & 7) + (lane >> 4) * 8) * {dpad} + s * 16 + ((lane >> 3) & 1) * 8]);
-        fa_mma(sacc[2 * np], qf[s], r[0], r[1]);
-        fa_mma(sacc[2 * np + 1], qf[s], r[2], r[3]);
+        tc_ldsm(r, &kb[(np * 16 + (lane & 7) + (lane >> 4) * 8) * {dpad} + s * 16 + ((lane >> 3) & 1) * 8]);
+        tc_mma(sacc[2 * np], qf[s], r[0], r[1]);
+        tc_mma(sacc[2 * np + 1], qf[s], r[2], r[3]);
       }}
     }}
     #pragma unroll
@@ -563,12 +540,12 @@ __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
     sum[0] = sum[1] = 0.0f;
     big = 0.0f;
     int cur = next_tile(tile_lo - 1);
-    if (cur < tile_hi) load_tile(Ks, a1, ({ityp})cur * {BN}, false); else fa_commit();
+    if (cur < tile_hi) load_tile(Ks, a1, ({ityp})cur * {BN}, false); else tc_commit();
     for (int which = 0; cur < tile_hi; which ^= 1) {{
       const int nx = next_tile(cur);
       unsigned short* here = which ? Vs : Ks;
-      if (nx < tile_hi) load_tile(which ? Ks : Vs, a1, ({ityp})nx * {BN}, false); else fa_commit();
-      fa_wait<1>();
+      if (nx < tile_hi) load_tile(which ? Ks : Vs, a1, ({ityp})nx * {BN}, false); else tc_commit();
+      tc_wait<1>();
       __syncthreads();
       scores(({ityp})cur * {BN}, here);
       #pragma unroll

@@ -33,6 +33,7 @@ from .common import (
     store_expr,
     valid_length_prologue,
 )
+from .conv_tc import conv2d_tc
 from .decode_attention import grouped_decode, grouped_decode_applies
 from .flash_attention import flash_attention
 
@@ -209,6 +210,15 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     if m_total == 0 or og == 0:
         grid = (0, 1, 1)
     return src, Launch(grid, T, _ptrs(k))
+
+
+def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to."""
+    spec: Conv2dKernel = k.spec
+    names = ["x", "w"] + (["bias"] if spec.bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,
+                                                                                 len(k.args))]
+    return conv2d_tc(k, program, render_epilogue, _ityp(*k.args, k.outs[0]),
+                     lambda threads, min_blocks: _signature(k, program, threads, names, min_blocks), names)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------

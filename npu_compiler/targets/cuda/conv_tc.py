@@ -1,0 +1,327 @@
+"""Convolution as an implicit GEMM on tensor cores over channels-last activations: no patch (im2col) matrix, and the
+bias, the residual add and the activation applied as each output is stored.
+
+out[p, o] = sum_k x_col[p, k] * w[o, k], with p = (n, ho, wo) the output pixel (the GEMM's M), o the output channel
+(its N) and k = (r, s, c) the window position and input channel (its K). With channels-last activations a pixel's
+K run for one window position is a contiguous run of channels, and with the weight kept as [O, kh, kw, C] (the
+lowering's WeightSpec.layout) an output channel's K run is contiguous too, so both tiles move as 16-byte `cp.async`
+copies (a window position outside the image is a zero-filled copy: the padding). Each block computes a BM x BN
+tile in fp32 with `mma.sync` m16n8k16 (fp16 or bf16 operands) over K in steps of BK through STAGES shared-memory
+stages, so the copies of the next tiles are in flight while the tensor cores work. An input or weight in another
+layout (a program input in NCHW, a stem conv of 3 channels, a weight also used elsewhere) is read element by element
+instead: correct for any strides, slower.
+
+The epilogue adds the bias in fp32, rounds to the output dtype (the unfused graph's stored conv result, `Acc`), then
+computes the record's epilogue expression (residual add, ReLU) and stores through the output's strides, two
+channels in one 4-byte store where the output is channels-last.
+"""
+
+from __future__ import annotations
+
+from ...kernels import Conv2dKernel
+from ...program import CompiledProgram, KernelCall, TensorRef
+from ..clike import Launch, affine
+from .common import PRELUDE, WAIT, load_expr, round_expr, storage, store_expr, tc_helpers
+
+MIN_ARCH = 80  # mma.sync with bf16 operands, ldmatrix, cp.async
+BK = 32  # K per stage where a tile is read element by element
+# K per stage where both tiles are 16-byte copies: fewer barriers per K (on the H100, ResNet-50's 3x3 convs at batch 64
+# went from 112 to 94 us against BK; the element-by-element stem from 326 to 412 us, so it keeps BK)
+BK_COPIES = 64
+STAGES = 3
+_PAD = 8  # halves of padding per shared-memory row: ldmatrix's eight rows fall in different banks
+_OPERANDS = {"float16": "f16", "bfloat16": "bf16"}
+# (BM pixels, BN output channels, warp tile rows, warp tile columns), largest first
+_CONFIGS = ((128, 128, 64, 32), (64, 128, 32, 32), (128, 64, 32, 32), (64, 64, 32, 32))
+SMS = 132  # a large GPU's SM count: the pixel tile is the largest that still gives every SM a block
+MAX_GRID_Y = 65535
+
+
+def _geometry(x_shape, w_shape, out_shape) -> tuple[int, int, int]:
+    n, c, _, _ = x_shape
+    o, _, kh, kw = w_shape
+    _, _, ho, wo = out_shape
+    return n * ho * wo, o, kh * kw * c
+
+
+def tile_for(p: int, o: int) -> tuple[int, int, int, int]:
+    """The block tile: 128 output channels where there are that many, 128 pixels where that still gives every SM a
+    block."""
+    bn = 128 if o >= 128 else 64
+    cfgs = [c for c in _CONFIGS if c[1] == bn]
+    big, small = cfgs
+    return big if -(-p // big[0]) * -(-o // bn) >= SMS else small
+
+
+def smem_bytes(p: int, o: int, bk: int) -> int:
+    bm, bn, _, _ = tile_for(p, o)
+    return (bm + bn) * (bk + _PAD) * 2 * STAGES
+
+
+def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape, out_shape,
+                     arch: int = 90) -> bool:
+    """Whether a conv of these dtypes and shapes runs on tensor cores: one 16-bit operand dtype for the input, the
+    weight and the output, one group, and a grid that fits."""
+    if arch < MIN_ARCH or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS or groups != 1:
+        return False
+    if len(x_shape) != 4 or len(w_shape) != 4 or len(out_shape) != 4:
+        return False
+    p, o, k = _geometry(x_shape, w_shape, out_shape)
+    if min(p, o, k) < 1:
+        return False
+    bm, _, _, _ = tile_for(p, o)
+    return -(-p // bm) <= MAX_GRID_Y
+
+
+def tensor_cores_pay(convs: list[tuple], ok: list[bool]) -> bool:
+    """Whether a program's convs go to this kernel: where most of the FLOPs of those it could run are in convs whose
+    grid gives every SM a block (a batch of images). A single image's deep layers have a few blocks each with a long
+    K, which cuBLAS splits across the GPU and this kernel does not (ResNet-50 at batch 1: most convs would get fewer
+    than 132 blocks)."""
+    total = full = 0
+    for (_, _, x_shape, w_shape, out_shape), good in zip(convs, ok):
+        if not good:
+            continue
+        p, o, k = _geometry(x_shape, w_shape, out_shape)
+        bm, bn, _, _ = tile_for(p, o)
+        total += p * o * k
+        if -(-p // bm) * -(-o // bn) >= SMS:
+            full += p * o * k
+    return total > 0 and 2 * full >= total
+
+
+def applies(k: KernelCall, program: CompiledProgram, arch: int = 90) -> bool:
+    """A conv2d record this kernel runs (any strides: the loads go through them)."""
+    spec = k.spec
+    if not isinstance(spec, Conv2dKernel) or len(k.args) < spec.first_epilogue_arg or len(k.outs) != 1:
+        return False
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    dts = tuple(program.dtype_of(r) for r in (x, w, out))
+    return conv_tc_shape_ok(dts, spec.groups, x.shape, w.shape, out.shape, arch)
+
+
+def pixels_vectorizable(x: TensorRef) -> bool:
+    """A pixel's channels are contiguous and every pixel starts 16 bytes aligned (a channels-last input)."""
+    _, c, _, _ = x.shape
+    xs = x.strides
+    return c % 8 == 0 and xs[1] == 1 and x.offset % 8 == 0 and all(s % 8 == 0 for s in (xs[0], xs[2], xs[3]))
+
+
+def weight_vectorizable(w: TensorRef) -> bool:
+    """The weight is kept as [O, kh, kw, C] (dense) with 16-byte aligned runs of channels."""
+    o, c, kh, kw = w.shape
+    return (c % 8 == 0 and w.offset % 8 == 0
+            and tuple(w.strides) == (kh * kw * c, 1, kw * c, c))
+
+
+def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
+              names: list[str]) -> tuple[str, Launch]:
+    """The kernel's source and launch. `signature(threads, min_blocks)` gives its declaration; `render_epilogue` and
+    `names` render the record's epilogue as the other library kernels do."""
+    spec: Conv2dKernel = k.spec
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    _, c, h, wd = x.shape
+    _, _, kh, kw = w.shape
+    _, _, ho, wo = out.shape
+    sh, sw = spec.stride
+    ph, pw = spec.padding
+    dh, dw = spec.dilation
+    p_total, o_total, k_total = _geometry(x.shape, w.shape, out.shape)
+    bm, bn, wm_, wn_ = tile_for(p_total, o_total)
+    warps_n = bn // wn_
+    threads = 32 * (bm // wm_) * warps_n
+    mi_n, ni_n = wm_ // 16, wn_ // 8
+    od = program.dtype_of(out)
+    xs, ws, os_ = x.strides, w.strides, out.strides
+    vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
+    bk = BK_COPIES if vec_a and vec_b else BK  # longer K steps where both tiles are 16-byte copies
+    row_h = bk + _PAD
+    smem = smem_bytes(p_total, o_total, bk)
+    a_stage, b_stage = bm * row_h, bn * row_h
+    cpr = bk // 8  # 16-byte copies per tile row
+
+    # ---- the input tile (A: BM pixels x BK, [p][k]) ----
+    if vec_a:
+        per = bm * bk // 8 // threads
+        a_setup = f"""
+  // this thread's pixel rows of every input tile (16-byte copies, BK / 8 per row) and their windows' corners
+  {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
+  #pragma unroll
+  for (int i = 0; i < {per}; ++i) {{
+    const {ityp} p = p0 + tid / {cpr} + i * {threads // cpr};
+    const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+    a_ih[i] = p < {p_total} ? (int)(oh * {sh} - {ph}) : -{2 ** 30};
+    a_iw[i] = (int)(ow * {sw} - {pw});
+    a_base[i] = {x.offset} + nb * {xs[0]} + oh * {sh * xs[2]} + ow * {sw * xs[3]} - {ph * xs[2] + pw * xs[3]};
+  }}"""
+        a_load = f"""
+  auto load_a = [&](int st, int k0) {{
+    const int kx = k0 + (tid % {cpr}) * 8;
+    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{
+      const int ih = a_ih[i] + kr * {dh}, iw = a_iw[i] + ks * {dw};
+      const bool full = kx < {k_total} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd};
+      const unsigned short* src = xt + (full ? a_base[i] + cc + ({ityp})(kr * {dh}) * {xs[2]}
+                                               + ({ityp})(ks * {dw}) * {xs[3]} : 0);
+      tc_cp16(&smem[st * {a_stage} + (tid / {cpr} + i * {threads // cpr}) * {row_h} + (tid % {cpr}) * 8], src, full);
+    }}
+  }};"""
+    else:
+        per = bm * bk // threads
+        a_setup = ""
+        a_load = f"""
+  auto load_a = [&](int st, int k0) {{  // element by element (any strides)
+    const int kx = k0 + (tid % {bk});
+    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    #pragma unroll 4
+    for (int i = 0; i < {per}; ++i) {{
+      const int row = tid / {bk} + i * {threads // bk};
+      const {ityp} p = p0 + row;
+      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+      const {ityp} ih = oh * {sh} - {ph} + kr * {dh}, iw = ow * {sw} - {pw} + ks * {dw};
+      const bool ok = p < {p_total} && kx < {k_total} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd};
+      smem[st * {a_stage} + row * {row_h} + (tid % {bk})] =
+          ok ? xt[{affine([("nb", xs[0]), ("cc", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)}]
+             : (unsigned short)0;
+    }}
+  }};"""
+
+    # ---- the weight tile (B: BN output channels x BK, [o][k]) ----
+    if vec_b:
+        per = bn * bk // 8 // threads
+        b_load = f"""
+  auto load_b = [&](int st, int k0) {{
+    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{
+      const int row = tid / {cpr} + i * {threads // cpr}, kc = (tid % {cpr}) * 8;
+      const bool full = n0 + row < {o_total} && k0 + kc < {k_total};
+      const unsigned short* src = wt + (full ? {w.offset} + ({ityp})(n0 + row) * {k_total} + k0 + kc : 0);
+      tc_cp16(&smem[{STAGES * a_stage} + st * {b_stage} + row * {row_h} + kc], src, full);
+    }}
+  }};"""
+    else:
+        per = bn * bk // threads
+        b_load = f"""
+  auto load_b = [&](int st, int k0) {{  // element by element (any strides)
+    const int kx = k0 + (tid % {bk});
+    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    #pragma unroll 4
+    for (int i = 0; i < {per}; ++i) {{
+      const int row = tid / {bk} + i * {threads // bk};
+      const {ityp} co = n0 + row;
+      const bool ok = co < {o_total} && kx < {k_total};
+      smem[{STAGES * a_stage} + st * {b_stage} + row * {row_h} + (tid % {bk})] =
+          ok ? wt[{affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)}]
+             : (unsigned short)0;
+    }}
+  }};"""
+
+    # ---- epilogue: straight from the accumulators (staging the tile through shared memory, so that each warp
+    # reads the residual and writes the output in 128-byte runs, measured slower on the H100: 251 against 166 us for
+    # ResNet-50's 1x1 expansions with a residual at batch 64) ----
+    o_at = affine([("nb", os_[0]), ("co", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+    lines = []
+    if spec.bias:
+        bias = k.args[2]
+        b_at = affine([("co", bias.strides[0])], bias.offset)
+        lines.append(f"            v += {load_expr(program.dtype_of(bias), 'bias[' + b_at + ']')};")
+    value, value_dtype = "v", "float32"
+    if spec.epilogue is not None:
+        # the epilogue reads the conv's result as the unfused graph stored it: rounded to the output dtype
+        lines.append(f"            const float accv = {round_expr('v', od)};")
+        lines.append(f"            const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
+        ep_lines, value = render_epilogue(spec.epilogue, k, program, names, "accv", ityp, "            ")
+        lines += ep_lines
+        value_dtype = spec.epilogue.dtype
+    lines.append(f"            sv[e] = {store_expr(od, value, value_dtype)};")
+    epilogue = "\n".join(lines)
+    as_bits = "__half_as_ushort" if od == "float16" else "__bfloat16_as_ushort"
+    pair = (os_[1] == 1 and out.offset % 2 == 0 and o_total % 2 == 0
+            and all(s % 2 == 0 for s in (os_[0], os_[2], os_[3])))
+    if pair:  # channels-last: the two channels are neighbours, one 4-byte store
+        at0 = affine([("nb", os_[0]), ("co0", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+        store = (f"        *reinterpret_cast<unsigned*>(out0 + ({at0})) = "
+                 f"(unsigned){as_bits}(sv[0]) | ((unsigned){as_bits}(sv[1]) << 16);")
+    else:
+        store = (f"        for (int e = 0; e < 2; ++e) {{ const {ityp} co = co0 + e; "
+                 f"if (co < {o_total}) out0[{o_at}] = sv[e]; }}")
+    epilogue_src = f"""
+  tc_wait<0>();
+  #pragma unroll
+  for (int i = 0; i < {mi_n}; ++i)
+    #pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {{
+      const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
+      if (p >= {p_total}) continue;
+      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+      #pragma unroll
+      for (int j = 0; j < {ni_n}; ++j) {{
+        const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
+        if (co0 >= {o_total}) continue;
+        {storage(od)} sv[2];
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {{
+          const {ityp} co = co0 + e;
+          float v = acc[i][j][hf * 2 + e];
+          if (co < {o_total}) {{
+{epilogue}
+          }}
+        }}
+{store}
+      }}
+    }}"""
+
+    src = f"""{PRELUDE}
+{tc_helpers(_OPERANDS[od])}
+{signature(threads, 2 if threads > 128 else 4)} {{
+{WAIT}
+  extern __shared__ __align__(16) unsigned short smem[];
+  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
+  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / {warps_n}, wn = warp % {warps_n};
+  const int n0 = blockIdx.x * {bn};
+  const {ityp} p0 = ({ityp})blockIdx.y * {bm};{a_setup}{a_load}{b_load}
+  float acc[{mi_n}][{ni_n}][4];
+  #pragma unroll
+  for (int i = 0; i < {mi_n}; ++i)
+    #pragma unroll
+    for (int j = 0; j < {ni_n}; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  const int kt_n = {-(-k_total // bk)};
+  #pragma unroll
+  for (int s = 0; s < {STAGES - 1}; ++s) {{
+    if (s < kt_n) {{ load_a(s, s * {bk}); load_b(s, s * {bk}); }}
+    tc_commit();
+  }}
+  for (int kt = 0; kt < kt_n; ++kt) {{
+    tc_wait<{STAGES - 2}>();
+    __syncthreads();  // tile kt is in; every warp is done with the stage the next copies overwrite
+    const int nx = kt + {STAGES - 1};
+    if (nx < kt_n) {{ load_a(nx % {STAGES}, nx * {bk}); load_b(nx % {STAGES}, nx * {bk}); }}
+    tc_commit();
+    const unsigned short* As = smem + (kt % {STAGES}) * {a_stage};
+    const unsigned short* Bs = smem + {STAGES * a_stage} + (kt % {STAGES}) * {b_stage};
+    #pragma unroll
+    for (int kk = 0; kk < {bk}; kk += 16) {{
+      unsigned af[{mi_n}][4], bf[{ni_n // 2}][4];
+      #pragma unroll
+      for (int i = 0; i < {mi_n}; ++i)
+        tc_ldsm(af[i], &As[(wm * {wm_} + i * 16 + (lane & 15)) * {row_h} + kk + (lane >> 4) * 8]);
+      #pragma unroll
+      for (int j = 0; j < {ni_n // 2}; ++j)
+        tc_ldsm(bf[j], &Bs[(wn * {wn_} + j * 16 + (lane & 7) + ((lane >> 4) << 3)) * {row_h} + kk
+                           + ((lane >> 3) & 1) * 8]);
+      #pragma unroll
+      for (int i = 0; i < {mi_n}; ++i)
+        #pragma unroll
+        for (int j = 0; j < {ni_n}; ++j) tc_mma(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
+    }}
+  }}
+{epilogue_src}
+}}
+"""
+    ptrs = [("out", 0)] + [("arg", i) for i in range(len(k.args))]
+    return src, Launch((-(-o_total // bn), -(-p_total // bm), 1), threads, ptrs, smem)

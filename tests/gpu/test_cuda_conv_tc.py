@@ -1,0 +1,121 @@
+"""Convolutions as implicit GEMMs on tensor cores (targets/cuda/conv_tc.py) against PyTorch (cuDNN) on the same GPU
+in the same dtype: 1x1, 3x3 and 7x7 windows, strides, padding, dilation, bias or none, a residual add and a ReLU in
+the epilogue; both loads of each operand (16-byte copies of a contiguous weight and of contiguous pixel rows; the
+element-by-element gather of a window, of a program input in NCHW and of a weight whose K is no multiple of 8);
+output-channel, pixel and K counts that are not multiples of the tile; every block tile size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fused_cases import ir_dict, module_weights
+from tolerances import assert_close
+
+import npu_compiler
+from npu_compiler.targets.cuda import CudaTarget
+from npu_runtime import load_weights
+
+from .util import to_np
+
+
+class ConvBlock(torch.nn.Module):
+    """[1x1 conv, so that a batch's activations are channel-major] -> conv [+ r] [-> relu]."""
+
+    def __init__(self, c, o, k, stride, pad, dil, bias, pre, relu) -> None:
+        super().__init__()
+        self.pre = torch.nn.Conv2d(c, c, 1) if pre else None
+        self.conv = torch.nn.Conv2d(c, o, k, stride, pad, dil, bias=bias)
+        self.relu = relu
+
+    def forward(self, x, *r):
+        if self.pre is not None:
+            x = self.pre(x)
+        y = self.conv(x)
+        if r:
+            y = y + r[0]
+        return torch.relu(y) if self.relu else y
+
+
+# name: dtype, (n, c, h, w), o, kernel, stride, padding, dilation, bias, pre, residual, relu. Each has enough pixels
+# for the kernel to give every SM a block (below that the program keeps its convs on cuBLAS).
+CASES = {
+    # ResNet's bottleneck convs over channels-last activations (16-byte copies of both operands)
+    "1x1_rows_b2_fp16": ("float16", (2, 64, 66, 66), 96, 1, 1, 0, 1, True, True, True, True),
+    "3x3_pad_b3_fp16": ("float16", (3, 24, 57, 59), 72, 3, 1, 1, 1, True, True, True, True),
+    "3x3_stride2_b4_fp16": ("float16", (4, 64, 112, 112), 128, 3, 2, 1, 1, True, True, False, True),
+    "1x1_stride2_b2_bf16": ("bfloat16", (2, 64, 184, 184), 128, 1, 2, 0, 1, False, True, True, False),
+    # the stem: 3 input channels over the NCHW program input (both operands element by element)
+    "7x7_stem_b2_fp16": ("float16", (2, 3, 224, 224), 64, 7, 2, 3, 1, True, False, False, True),
+    # an NCHW program input (its pixels element by element), an odd pixel count, 40 output channels (a part tile)
+    "1x1_odd_pixels_bf16": ("bfloat16", (1, 32, 97, 91), 40, 1, 1, 0, 1, True, False, True, False),
+    "dilated_bf16": ("bfloat16", (1, 16, 100, 100), 24, 3, 1, 2, 2, False, False, False, True),
+    # 20 channels: K = 500, no multiple of 8 (both operands element by element, a part K tile); no bias
+    "5x5_k_tail_fp16": ("float16", (2, 20, 75, 65), 48, 5, 1, 2, 1, False, True, True, True),
+    # the 128 x 128 and 64 x 128 tiles
+    "1x1_tile128_fp16": ("float16", (2, 16, 64, 66), 256, 1, 1, 0, 1, True, True, True, True),
+    "3x3_tile64x128_bf16": ("bfloat16", (2, 16, 66, 64), 128, 3, 1, 1, 1, True, True, True, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_conv_on_tensor_cores_matches_torch(name, cuda_backend) -> None:
+    dtype, (n, c, h, w), o, k, stride, pad, dil, bias, pre, residual, relu = CASES[name]
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = ConvBlock(c, o, k, stride, pad, dil, bias, pre, relu).eval().to(tdt)
+    x = torch.randn(n, c, h, w).to(tdt)
+    ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    wo = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    # a residual of a quarter of the conv's scale: where it cancels the conv's result, the error left is the conv's
+    # own rounding at the size of the result (a unit residual cancelling a result of 2 leaves 2's ulp, 16x the
+    # tolerance at 0.06)
+    args = [x] + ([torch.randn(n, o, ho, wo).mul(0.25).to(tdt)] if residual else [])
+    program = npu_compiler.compile(ir_dict(model, args, name), "cuda", dtype=dtype)
+    convs = [kc for kc in program.kernels if kc.kind == "conv2d"]
+    assert len(convs) == 1 + pre and not any(kc.kind == "gemm" for kc in program.kernels), \
+        [kc.kind for kc in program.kernels]
+    main = convs[-1]
+    assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
+    assert (main.spec.epilogue is not None) == (residual or relu)
+    weights = load_weights(program, module_weights(model), cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    ex.poison()
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
+    with torch.no_grad():
+        ref = model.cuda()(*(a.cuda() for a in args)).float().cpu().numpy()
+    assert_close(got.astype(np.float32), ref, dtype, "accumulate", "cuda", what=name)
+
+
+class WeightInput(torch.nn.Module):
+    """A conv whose weight is a program input (kept as given, [O, C, kh, kw]: read element by element) over
+    channels-last activations (16-byte copies)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.pre = torch.nn.Conv2d(c, c, 1)
+
+    def forward(self, x, w):
+        return torch.relu(torch.nn.functional.conv2d(self.pre(x), w, padding=1))
+
+
+def test_conv_with_a_weight_input_matches_torch(cuda_backend) -> None:
+    torch.manual_seed(0)
+    model = WeightInput(32).eval().half()
+    # the weight at a conv's initial scale (1 / sqrt(fan-in)), so that the 1x1 conv's roundings before it stay
+    # within the tolerance of the result
+    args = [torch.randn(2, 32, 66, 66).half(), (torch.randn(64, 32, 3, 3) / 288**0.5).half()]
+    program = npu_compiler.compile(ir_dict(model, args, "weight_input"), "cuda", dtype="float16")
+    convs = [kc for kc in program.kernels if kc.kind == "conv2d"]
+    assert len(convs) == 2
+    src = CudaTarget().kernel_sources(convs[-1], program)[0]
+    assert "mma.sync" in src and src.count("tc_cp16(&smem") == 1, "expected copies of the input, not the weight"
+    weights = load_weights(program, module_weights(model), cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    ex.poison()
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
+    with torch.no_grad():
+        ref = model.cuda()(*(a.cuda() for a in args)).float().cpu().numpy()
+    assert_close(got.astype(np.float32), ref, "float16", "accumulate", "cuda", what="weight_input")

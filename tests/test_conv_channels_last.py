@@ -1,0 +1,187 @@
+"""The cuda target's convolutions on tensor cores, without a GPU: which programs take them (a batch of images, not
+one image), what the lowering does for them (channels-last activations, conv weights kept as [O, kh, kw, C] through
+WeightSpec.layout, no im2col copy, GEMM or epilogue pass), that the program computes the model (its kernels run by
+their NumPy references against PyTorch on the CPU), that every source compiles with NVRTC and assembles without
+spills, and that the artifact carries the weight layout and refuses a wrong one."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_ir")
+
+from fused_cases import ir_dict, module_weights  # noqa: E402
+
+import npu_compiler  # noqa: E402
+import npu_runtime  # noqa: E402
+from npu_compiler.errors import ArtifactError  # noqa: E402
+from npu_compiler.program import CompiledProgram  # noqa: E402
+from npu_compiler.targets.clike import memory_order  # noqa: E402
+from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
+from npu_compiler.targets.cuda.conv_tc import tile_for  # noqa: E402
+from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
+from npu_runtime.errors import WeightError  # noqa: E402
+from npu_runtime.metrics import compare  # noqa: E402
+
+
+class Bottleneck(torch.nn.Module):
+    """ResNet's bottleneck with a projection shortcut, and a stem of 3 channels before it. At 2 x 368 x 368 most of
+    its FLOPs are in convs with enough pixels to give every SM a block (the tensor cores pay); the last two convs have
+    fewer, and run on them too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 7, 2, 3, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.a = torch.nn.Conv2d(16, 16, 1, bias=False)
+        self.b = torch.nn.Conv2d(16, 16, 3, 1, 1, bias=False)
+        self.c = torch.nn.Conv2d(16, 64, 1)
+        self.proj = torch.nn.Conv2d(16, 64, 1, 2)
+        self.d = torch.nn.Conv2d(64, 64, 3, 2, 1)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.stem(x))), 3, 2, 1)
+        y = torch.relu(self.c(torch.relu(self.b(torch.relu(self.a(x))))) + x.repeat(1, 4, 1, 1))
+        return torch.relu(self.d(y) + self.proj(x))
+
+
+def _program(batch: int = 2, size: int = 368, dtype: str = "float16"
+             ) -> tuple[Bottleneck, torch.Tensor, CompiledProgram]:
+    torch.manual_seed(0)
+    model = Bottleneck().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(batch, 3, size, size)
+    return model, x, npu_compiler.compile(ir_dict(model, [x], "bottleneck"), "cuda", dtype=dtype)
+
+
+def test_a_batch_runs_its_convs_on_tensor_cores_channels_last() -> None:
+    _, _, prog = _program()
+    convs = [k for k in prog.kernels if k.kind == "conv2d"]
+    assert len(convs) == 6 and not any(k.kind == "gemm" for k in prog.kernels), [k.kind for k in prog.kernels]
+    sources = [CudaTarget().kernel_sources(k, prog)[0] for k in convs]
+    assert all("mma.sync" in s for s in sources)
+    # activations channels-last: every conv output is [N, C, H, W] with the channel stride 1
+    for k in convs:
+        n, c, h, w = k.outs[0].shape
+        assert tuple(k.outs[0].strides) == (h * w * c, 1, w * c, c), k.name
+    # weights of a multiple of 8 input channels as [O, kh, kw, C] (16-byte copies); the stem's 3 are not
+    layouts = {w.name: w.layout for w in prog.weights if len(w.shape) == 4}
+    assert sorted(layouts.values()).count((0, 2, 3, 1)) == 5 and () in layouts.values(), layouts
+    # the residual adds and ReLUs are in the convs' epilogues; what is left: the pool and the output copy
+    assert sorted(k.group for k in prog.kernels if k.kind != "conv2d") == ["max_pool2d.default", "output_copy",
+                                                                          "repeat.default"]
+
+
+def test_one_image_keeps_its_convs_on_cublas() -> None:
+    """A single image gives the deep convs a few blocks each: the program stays as it was (GEMMs, NCHW)."""
+    _, _, prog = _program(1, 64)
+    assert not any(k.kind == "conv2d" for k in prog.kernels)
+    assert all(not w.layout for w in prog.weights)
+    off = npu_compiler.compile(ir_dict(Bottleneck().eval(), [torch.randn(2, 3, 368, 368)], "b"), "cuda",
+                               dtype="float16", disable_passes=["conv_tensor_cores"])
+    assert not any(k.kind == "conv2d" for k in off.kernels) and all(not w.layout for w in off.weights)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_channels_last_program_computes_the_model(dtype: str) -> None:
+    """The cuda program's kernels run by their NumPy references (the records mean the same on every target): the
+    weight layouts, the strided views and the epilogues against PyTorch in float32 on the CPU, under the model
+    tolerance of the compute dtype (what `npusim verify` holds a model to: six convs, a folded BN, two residuals)."""
+    model, x, prog = _program(dtype=dtype)
+    assert any(k.kind == "conv2d" for k in prog.kernels)
+    cpu = npu_runtime.get_backend("cpu")
+    as_cpu = dataclasses.replace(prog, target="cpu")
+    ws = npu_runtime.load_weights(as_cpu, module_weights(model), cpu)
+    got = CpuExecutor(as_cpu, cpu).run_numpy({as_cpu.inputs[0].name: x.numpy()}, ws)[as_cpu.outputs[0].name]
+    with torch.no_grad():
+        ref = model(x).numpy()
+    c = compare("bottleneck", got.astype(np.float32), ref, dtype)
+    assert c.passed, c
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is absent")
+def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
+    import torch_ir
+
+    from npu_export import resnet
+    from npu_export.ir_io import ir_to_dict
+
+    with torch.device("meta"):
+        m = resnet.resnet50().eval()
+        x = torch.randn(64, 3, 224, 224)
+    with torch.no_grad():
+        ir = ir_to_dict(torch_ir.extract_ir(m, (x,), model_name="resnet50"))
+    prog = npu_compiler.compile(ir, "cuda", dtype="float16")
+    convs = [k for k in prog.kernels if k.kind == "conv2d"]
+    assert len(convs) == 53 and len(prog.kernels) == 56
+    r = CudaTarget().render_program(prog)
+    sources = {r.steps[prog.kernels.index(k)][0].source for k in convs}
+    ptxas = nvrtc.ptxas_path()
+    for name in sorted(sources):
+        ptx = nvrtc.compile_source(r.sources[name], "compute_90", name=f"{name}.cu")
+        if ptxas:
+            path = tmp_path / f"{name}.ptx"
+            path.write_bytes(ptx if isinstance(ptx, bytes) else ptx.encode())
+            info = subprocess.run([ptxas, "-arch=sm_90", "-v", str(path), "-o", str(tmp_path / "k.cubin")],
+                                  capture_output=True, text=True, check=True).stderr
+            spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", info)]
+            assert max(spills, default=0) <= 8, f"{name}: {info}"
+
+
+def test_block_tiles() -> None:
+    """128 output channels where there are that many; 128 pixels where that still gives every SM a block. The GPU
+    test's cases (tests/gpu/test_cuda_conv_tc.py) exercise every tile."""
+    from gpu.test_cuda_conv_tc import CASES
+
+    assert tile_for(64 * 56 * 56, 256)[:2] == (128, 128)
+    assert tile_for(64 * 56 * 56, 64)[:2] == (128, 64)
+    assert tile_for(64 * 7 * 7, 512)[:2] == (64, 128)
+    assert tile_for(2 * 33 * 33, 40)[:2] == (64, 64)
+    tiles = set()
+    for _dt, (n, _c, h, w), o, k, stride, pad, dil, *_ in CASES.values():
+        ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+        wo = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+        tiles.add(tile_for(n * ho * wo, o)[:2])
+    assert tiles == {(128, 128), (64, 128), (128, 64), (64, 64)}, tiles
+
+
+def test_generated_kernels_walk_a_permuted_output_in_memory_order() -> None:
+    assert memory_order((2, 8, 4, 4), (128, 1, 32, 8)) == [0, 2, 3, 1]  # channels-last
+    assert memory_order((2, 8, 4, 4), (16, 32, 4, 1)) == [1, 0, 2, 3]  # channel-major
+    assert memory_order((2, 8, 4, 4), (128, 16, 4, 1)) is None  # row-major
+    assert memory_order((2, 8, 4, 4), (256, 1, 32, 8)) is None  # holes
+    _, _, prog = _program()
+    pool = next(k for k in prog.kernels if k.group == "max_pool2d.default")
+    src = CudaTarget().kernel_sources(pool, prog)[0]
+    # the channel index is the innermost of the flat index: consecutive threads write consecutive channels
+    assert re.search(r"o1 = o_rem % ", src), src
+
+
+def test_the_artifact_carries_the_weight_layout_and_refuses_a_wrong_one(tmp_path) -> None:
+    model, _, prog = _program()
+    again = CompiledProgram.from_bytes(prog.to_bytes())
+    assert [w.layout for w in again.weights] == [w.layout for w in prog.weights]
+    bad = dataclasses.replace(prog, weights=[dataclasses.replace(w, layout=(0, 1, 1, 3)) if w.layout else w
+                                             for w in prog.weights])
+    with pytest.raises(ArtifactError, match=r"weights\[\d+\]\.layout.*not an order of the 4 dims"):
+        CompiledProgram.from_bytes(bad.to_bytes())
+
+
+def test_weights_loaded_for_another_layout_are_refused() -> None:
+    """The same weights loaded for the one-image program (NCHW weights) bound to the batch's (which keeps them as
+    [O, kh, kw, C]): refused, not computed with the wrong order."""
+    model, _, batch = _program()
+    _, _, single = _program(1, 64)
+    cpu = npu_runtime.get_backend("cpu")
+    ws = npu_runtime.load_weights(dataclasses.replace(single, target="cpu"), module_weights(model), cpu)
+    as_cpu = dataclasses.replace(batch, target="cpu")
+    with pytest.raises(WeightError, match=r"keeps it as \[\d+, \d+, \d+, \d+\].*load the weights for this program"):
+        CpuExecutor(as_cpu, cpu).run_numpy({as_cpu.inputs[0].name: np.zeros(as_cpu.inputs[0].shape, np.float32)}, ws)
