@@ -78,6 +78,11 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend) -> None:
     main = convs[-1]
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
+    _check_against_torch(model, args, program, dtype, name, cuda_backend)
+
+
+def _check_against_torch(model, args, program, dtype: str, name: str, cuda_backend) -> None:
+    """The program on the GPU (arena poisoned) against the module run by PyTorch on the same GPU."""
     weights = load_weights(program, module_weights(model), cuda_backend)
     ex = cuda_backend.create_executor(program)
     ex.poison()
@@ -111,11 +116,4 @@ def test_conv_with_a_weight_input_matches_torch(cuda_backend) -> None:
     assert len(convs) == 2
     src = CudaTarget().kernel_sources(convs[-1], program)[0]
     assert "mma.sync" in src and src.count("tc_cp16(&smem") == 1, "expected copies of the input, not the weight"
-    weights = load_weights(program, module_weights(model), cuda_backend)
-    ex = cuda_backend.create_executor(program)
-    ex.poison()
-    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
-    got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
-    with torch.no_grad():
-        ref = model.cuda()(*(a.cuda() for a in args)).float().cpu().numpy()
-    assert_close(got.astype(np.float32), ref, "float16", "accumulate", "cuda", what="weight_input")
+    _check_against_torch(model, args, program, "float16", "weight_input", cuda_backend)
