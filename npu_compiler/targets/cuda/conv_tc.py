@@ -205,21 +205,29 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   }};"""
     else:
         per = bm * bk // threads
-        a_setup = ""
+        # this thread's pixels (the same rows of every tile) and their windows' corners, found once: each element
+        # then costs two bounds checks and a load
+        a_setup = f"""
+  {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
+  #pragma unroll
+  for (int i = 0; i < {per}; ++i) {{
+    const {ityp} p = p0 + tid / {bk} + i * {threads // bk};
+    const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+    a_ih[i] = p < {p_total} ? (int)(oh * {sh} - {ph}) : -{2 ** 30};
+    a_iw[i] = (int)(ow * {sw} - {pw});
+    a_base[i] = {x.offset} + nb * {xs[0]} + oh * {sh * xs[2]} + ow * {sw * xs[3]} - {ph * xs[2] + pw * xs[3]};
+  }}"""
         a_load = f"""
   auto load_a = [&](int st, int k0) {{  // element by element (any strides)
     const int kx = k0 + (tid % {bk});
     const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
-    #pragma unroll 4
+    const {ityp} koff = ({ityp})cc * {xs[1]} + ({ityp})(kr * {dh}) * {xs[2]} + ({ityp})(ks * {dw}) * {xs[3]};
+    #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
-      const int row = tid / {bk} + i * {threads // bk};
-      const {ityp} p = p0 + row;
-      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-      const {ityp} ih = oh * {sh} - {ph} + kr * {dh}, iw = ow * {sw} - {pw} + ks * {dw};
-      const bool ok = p < {p_total} && kx < {k_total} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd};
-      smem[st * {a_stage} + row * {row_h} + (tid % {bk})] =
-          ok ? xt[{affine([("nb", xs[0]), ("cc", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)}]
-             : (unsigned short)0;
+      const int ih = a_ih[i] + kr * {dh}, iw = a_iw[i] + ks * {dw};
+      const bool ok = kx < {k_total} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd};
+      smem[st * {a_stage} + (tid / {bk} + i * {threads // bk}) * {row_h} + (tid % {bk})] =
+          ok ? xt[a_base[i] + koff] : (unsigned short)0;
     }}
   }};"""
 
