@@ -75,19 +75,46 @@ def test_a_batch_runs_its_convs_on_tensor_cores_channels_last() -> None:
     # weights of a multiple of 8 input channels as [O, kh, kw, C] (16-byte copies); the stem's 3 are not
     layouts = {w.name: w.layout for w in prog.weights if len(w.shape) == 4}
     assert sorted(layouts.values()).count((0, 2, 3, 1)) == 5 and () in layouts.values(), layouts
+    # the last 3x3 conv has 67 tiles and a K of 576: its K is split in two (a float32 scratch, a second launch);
+    # the 1x1 projection beside it has too short a K to split
+    split = [k for k in convs if k.spec.splits > 1]
+    assert len(split) == 1 and split[0].spec.splits == 2 and tuple(split[0].args[1].shape) == (64, 64, 3, 3)
+    assert len(split[0].outs) == 2 and prog.dtype_of(split[0].outs[1]) == "float32"
+    assert split[0].outs[1].numel == 2 * split[0].outs[0].numel
+    assert len(CudaTarget().kernel_sources(split[0], prog)) == 2
     # the residual adds and ReLUs are in the convs' epilogues; what is left: the pool and the output copy
     assert sorted(k.group for k in prog.kernels if k.kind != "conv2d") == ["max_pool2d.default", "output_copy",
                                                                           "repeat.default"]
 
 
-def test_one_image_keeps_its_convs_on_cublas() -> None:
-    """A single image gives the deep convs a few blocks each: the program stays as it was (GEMMs, NCHW)."""
+def test_one_image_splits_the_long_k_of_its_deep_convs() -> None:
+    """One image: the deep convs have a few tiles each and a long K, split across blocks."""
     _, _, prog = _program(1, 64)
-    assert not any(k.kind == "conv2d" for k in prog.kernels)
-    assert all(not w.layout for w in prog.weights)
+    convs = [k for k in prog.kernels if k.kind == "conv2d"]
+    assert len(convs) == 6 and all(w.layout for w in prog.weights if len(w.shape) == 4 and w.shape[1] % 8 == 0)
+    assert max(k.spec.splits for k in convs) > 1
+
+
+class Depthwise(torch.nn.Module):
+    """Most conv FLOPs in a depthwise conv (groups = channels), which the tensor-core kernel does not run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.point = torch.nn.Conv2d(16, 16, 1)
+        self.depth = torch.nn.Conv2d(16, 16, 7, padding=3, groups=16)
+
+    def forward(self, x):
+        return self.depth(self.point(x))
+
+
+def test_convs_stay_on_cublas_where_switched_off_or_mostly_grouped() -> None:
     off = npu_compiler.compile(ir_dict(Bottleneck().eval(), [torch.randn(2, 3, 368, 368)], "b"), "cuda",
                                dtype="float16", disable_passes=["conv_tensor_cores"])
     assert not any(k.kind == "conv2d" for k in off.kernels) and all(not w.layout for w in off.weights)
+    dw = npu_compiler.compile(ir_dict(Depthwise().eval(), [torch.randn(4, 16, 64, 64)], "dw"), "cuda",
+                              dtype="float16")
+    assert all(not w.layout for w in dw.weights)
+    assert not any("mma.sync" in CudaTarget().kernel_sources(k, dw)[0] for k in dw.kernels if k.kind == "conv2d")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -124,6 +151,10 @@ def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
     assert len(convs) == 53 and len(prog.kernels) == 56
     r = CudaTarget().render_program(prog)
     sources = {r.steps[prog.kernels.index(k)][0].source for k in convs}
+    _, _, small = _program()  # and the K-split kernels and their sums
+    rs = CudaTarget().render_program(small)
+    r.sources.update({f"b{n}": t for n, t in rs.sources.items()})
+    sources |= {f"b{st.source}" for k, steps in zip(small.kernels, rs.steps) if k.kind == "conv2d" for st in steps}
     ptxas = nvrtc.ptxas_path()
     for name in sorted(sources):
         ptx = nvrtc.compile_source(r.sources[name], "compute_90", name=f"{name}.cu")
@@ -176,10 +207,11 @@ def test_the_artifact_carries_the_weight_layout_and_refuses_a_wrong_one(tmp_path
 
 
 def test_weights_loaded_for_another_layout_are_refused() -> None:
-    """The same weights loaded for the one-image program (NCHW weights) bound to the batch's (which keeps them as
-    [O, kh, kw, C]): refused, not computed with the wrong order."""
-    model, _, batch = _program()
-    _, _, single = _program(1, 64)
+    """The same weights loaded for a program that keeps them as they are (its convs on cuBLAS) bound to one that
+    keeps them as [O, kh, kw, C]: refused, not computed with the wrong order."""
+    model, x, batch = _program()
+    single = npu_compiler.compile(ir_dict(model, [x], "b"), "cuda", dtype="float16",
+                                  disable_passes=["conv_tensor_cores"])
     cpu = npu_runtime.get_backend("cpu")
     ws = npu_runtime.load_weights(dataclasses.replace(single, target="cpu"), module_weights(model), cpu)
     as_cpu = dataclasses.replace(batch, target="cpu")

@@ -57,13 +57,18 @@ class Conv2dKernel(KernelSpec):
     groups: int = bounded(1, 2**20)
     bias: bool = False  # args[2] is the bias [Cout]
     epilogue: X.Expr | None = None
+    # > 1: a target may split the implicit GEMM's K across this many blocks; outs[1] is its float32 scratch, one
+    # partial sum per split and output element (the reference computes the whole sum and leaves it alone)
+    splits: int = bounded(1, 1024, default=1)
 
     @property
     def first_epilogue_arg(self) -> int:
         return 3 if self.bias else 2
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
-        expect(len(call.outs) == 1, f"a conv2d writes one output, this one {len(call.outs)}")
+        expect(len(call.outs) == 1 + (self.splits > 1),
+               f"a conv2d writes one output{' and its split scratch' if self.splits > 1 else ''}, this one "
+               f"{len(call.outs)}")
         expect(len(call.args) >= self.first_epilogue_arg, "a conv2d needs its input, weight and bias")
         expect(len(self.stride) == len(self.padding) == len(self.dilation) == 2,
                "conv2d stride, padding and dilation are pairs")
@@ -82,6 +87,11 @@ class Conv2dKernel(KernelSpec):
         dts = {dtype_of(buffers, r) for r in (x, w, out)}
         expect(all(is_float(d) for d in dts), f"a conv2d over {sorted(dts)}")
         check_epilogue(self.epilogue, call, buffers, out)
+        if self.splits > 1:
+            s = call.outs[1]
+            expect(g == 1 and dtype_of(buffers, s) == "float32" and s.numel == self.splits * out.numel,
+                   f"conv2d split scratch {dtype_of(buffers, s)}[{s.numel}] for {self.splits} splits of "
+                   f"{out.numel} outputs in {g} group(s)")
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         out, w = call.outs[0], call.args[1]

@@ -140,12 +140,15 @@ def conv2d(L: Lowering, node: Node) -> None:
     has_residual = a.get("has_residual", False)
     activation = a.get("activation", "none") or "none"
     x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
-    if L.conv_on_tensor_cores(node):
+    splits = L.conv_on_tensor_cores(node)
+    if splits:
         # one implicit-GEMM kernel: the input, the weight and the residual read through their strides, the output
-        # channels-last
+        # channels-last; a K split across blocks sums its parts in a float32 scratch
         bias = [L.ref(node.inputs[2])] if has_bias else []
-        _emit_conv(L, node, [L.ref(x_v), L.ref(w_v), *bias], L.fresh_activation(out_v), has_bias, has_residual,
-                   activation)
+        out = L.fresh_activation(out_v)
+        scratch = [L.scratch(f"{node.name}.split_k", "float32", (splits * out.numel,))] if splits > 1 else []
+        _emit_conv(L, node, [L.ref(x_v), L.ref(w_v), *bias], [out, *scratch], has_bias, has_residual, activation,
+                   splits)
         return
     if _conv_is_gemm(node):
         _conv1x1_as_gemm(L, node, has_bias, has_residual, activation)
@@ -155,19 +158,19 @@ def conv2d(L: Lowering, node: Node) -> None:
         return
     x, w = L.contiguous(L.ref(x_v)), L.contiguous(L.ref(w_v))
     args = [x, w] + ([L.contiguous(L.ref(node.inputs[2]))] if has_bias else [])
-    _emit_conv(L, node, args, L.fresh(out_v), has_bias, has_residual, activation)
+    _emit_conv(L, node, args, [L.fresh(out_v)], has_bias, has_residual, activation)
 
 
-def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], out: TensorRef, has_bias: bool, has_residual: bool,
-               activation: str) -> None:
+def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], outs: list[TensorRef], has_bias: bool,
+               has_residual: bool, activation: str, splits: int = 1) -> None:
     a = node.attrs
     origins: list[str] = []
     res = L.ref(node.inputs[-1], pending_ok=True) if has_residual else None
-    epilogue, extra = L.epilogue_args(epilogue_of(L, tuple(out.shape), node.outputs[0].dtype, res, activation,
+    epilogue, extra = L.epilogue_args(epilogue_of(L, tuple(outs[0].shape), node.outputs[0].dtype, res, activation,
                                                   origins), len(args))
     spec = Conv2dKernel(tuple(a["stride"]), tuple(_pair(a["padding"], node)), tuple(a["dilation"]), int(a["groups"]),
-                        has_bias, epilogue)
-    k = L.emit(spec, args + extra, [out])
+                        has_bias, epilogue, splits)
+    k = L.emit(spec, args + extra, outs)
     if origins:
         k.nodes = list(dict.fromkeys([*origins, *k.nodes]))
 

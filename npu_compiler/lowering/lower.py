@@ -62,7 +62,7 @@ class Lowering:
             ((n.inputs[0].dtype, n.inputs[1].dtype, n.outputs[0].dtype), int(n.attrs["groups"]), n.inputs[0].shape,
              n.inputs[1].shape, n.outputs[0].shape) for n in convs])
         tc_convs = [n for n, ok in zip(convs, decided, strict=True) if ok]
-        self._tc_convs = {id(n) for n in tc_convs}
+        self._tc_convs = {id(n): int(ok) for n, ok in zip(convs, decided, strict=True) if ok}
         self.channels_last = bool(tc_convs)
         self.weight_layouts: dict[str, tuple[int, ...]] = self._conv_weight_layouts(tc_convs)
 
@@ -96,10 +96,10 @@ class Lowering:
         self.bind(v, r)
         return r
 
-    def conv_on_tensor_cores(self, node: Node) -> bool:
-        """Whether this conv2d node runs as the target's implicit-GEMM kernel on matrix units (decided for the
-        whole program when lowering starts)."""
-        return id(node) in self._tc_convs
+    def conv_on_tensor_cores(self, node: Node) -> int:
+        """0 where this conv2d node does not run as the target's implicit-GEMM kernel on matrix units, else across
+        how many blocks its K is split (decided for the whole program when lowering starts)."""
+        return self._tc_convs.get(id(node), 0)
 
     def _conv_weight_layouts(self, tc_convs: list[Node]) -> dict[str, tuple[int, ...]]:
         """The weights to keep as [O, kh, kw, C]: those whose only uses are as the weight of convs on matrix units

@@ -45,12 +45,13 @@ class CodegenTarget:
         valid length may hide some keys. Default: (0, 0), no splits."""
         return 0, 0
 
-    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[bool]:
+    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
         """Which of a program's conv2d nodes run as one implicit-GEMM kernel on matrix units, each given as (dtypes of
-        input, weight and output, groups, input shape, weight shape, output shape). The kernel reads its input,
-        weight and residual through their strides; where any conv runs so, the lowering keeps image activations
-        channels-last and those convs' weights as [O, kh, kw, C]. Default: none."""
-        return [False] * len(convs)
+        input, weight and output, groups, input shape, weight shape, output shape): 0 for not, else across how many
+        blocks its K is split (the record's `splits`, with a float32 scratch). The kernel reads its input, weight and
+        residual through their strides; where any conv runs so, the lowering keeps image activations channels-last
+        and those convs' weights as [O, kh, kw, C]. Default: none."""
+        return [0] * len(convs)
 
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""

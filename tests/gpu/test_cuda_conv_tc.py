@@ -55,6 +55,8 @@ CASES = {
     # the 128 x 128 and 64 x 128 tiles
     "1x1_tile128_fp16": ("float16", (2, 16, 64, 66), 256, 1, 1, 0, 1, True, True, True, True),
     "3x3_tile64x128_bf16": ("bfloat16", (2, 16, 66, 64), 128, 3, 1, 1, 1, True, True, True, True),
+    # few pixels and a long K (1,024 outputs, K = 2,304): the K split across 9 blocks, summed by a second launch
+    "split_k_3x3_fp16": ("float16", (1, 256, 128, 128), 256, 3, 4, 1, 1, True, True, True, True),
 }
 
 
@@ -78,6 +80,7 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend) -> None:
     main = convs[-1]
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
+    assert (main.spec.splits > 1) == name.startswith("split_k"), main.spec.splits
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 

@@ -212,7 +212,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch(grid, T, _ptrs(k))
 
 
-def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
     """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to."""
     spec: Conv2dKernel = k.spec
     names = ["x", "w"] + (["bias"] if spec.bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,

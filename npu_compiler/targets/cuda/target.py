@@ -21,7 +21,7 @@ from ..clike import Launch, Store, render_expression
 from ..codegen import CodegenTarget
 from .common import CUDA
 from .conv_tc import applies as conv_tc_applies
-from .conv_tc import conv_tc_shape_ok, tensor_cores_pay
+from .conv_tc import convs_on_tensor_cores
 from .flash_attention import applies as tiles_fit
 from .flash_attention import tile_splits, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
@@ -99,9 +99,8 @@ class CudaTarget(CodegenTarget):
     def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip) -> tuple[int, int]:
         return tile_splits(batch, heads, q_len, kv_len, may_skip)
 
-    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[bool]:
-        ok = [conv_tc_shape_ok(*c, arch=self.arch) for c in convs]
-        return ok if tensor_cores_pay(convs, ok) else [False] * len(convs)
+    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
+        return convs_on_tensor_cores(convs, self.arch)
 
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
@@ -130,7 +129,7 @@ class CudaTarget(CodegenTarget):
             return [("launch", attention(k, program))]
         if spec.kind == "conv2d":
             if conv_tc_applies(k, program, self.arch):
-                return [("launch", conv2d_tensor_cores(k, program))]
+                return [("launch", launch) for launch in conv2d_tensor_cores(k, program)]
             return [("launch", conv2d(k, program))]
         raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{spec.kind}' kernel")
 
