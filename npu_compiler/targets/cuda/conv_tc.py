@@ -195,20 +195,25 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     a_stage, b_stage = bm * row_h, bn * row_h
     cpr = bk // 8  # 16-byte copies per tile row
 
-    # ---- the input tile (A: BM pixels x BK, [p][k]) ----
-    if vec_a:
-        per = bm * bk // 8 // threads
-        a_setup = f"""
-  // this thread's pixel rows of every input tile (16-byte copies, BK / 8 per row) and their windows' corners
+    def corners(lanes: int, comment: str) -> str:
+        """This thread's pixels (rows tid / lanes + i * threads / lanes of every input tile, i < per) and their
+        windows' corners, found once."""
+        return f"""{comment}
   {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
   #pragma unroll
   for (int i = 0; i < {per}; ++i) {{
-    const {ityp} p = p0 + tid / {cpr} + i * {threads // cpr};
+    const {ityp} p = p0 + tid / {lanes} + i * {threads // lanes};
     const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
     a_ih[i] = p < {p_total} ? (int)(oh * {sh} - {ph}) : -{2 ** 30};
     a_iw[i] = (int)(ow * {sw} - {pw});
     a_base[i] = {x.offset} + nb * {xs[0]} + oh * {sh * xs[2]} + ow * {sw * xs[3]} - {ph * xs[2] + pw * xs[3]};
   }}"""
+
+    # ---- the input tile (A: BM pixels x BK, [p][k]) ----
+    if vec_a:
+        per = bm * bk // 8 // threads
+        a_setup = corners(cpr, "\n  // this thread's pixel rows of every input tile (16-byte copies, BK / 8 per row) "
+                               "and their windows' corners")
         a_load = f"""
   auto load_a = [&](int st, int k0) {{
     const int kx = k0 + (tid % {cpr}) * 8;
@@ -226,16 +231,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         per = bm * bk // threads
         # this thread's pixels (the same rows of every tile) and their windows' corners, found once: each element
         # then costs two bounds checks and a load
-        a_setup = f"""
-  {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
-  #pragma unroll
-  for (int i = 0; i < {per}; ++i) {{
-    const {ityp} p = p0 + tid / {bk} + i * {threads // bk};
-    const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-    a_ih[i] = p < {p_total} ? (int)(oh * {sh} - {ph}) : -{2 ** 30};
-    a_iw[i] = (int)(ow * {sw} - {pw});
-    a_base[i] = {x.offset} + nb * {xs[0]} + oh * {sh * xs[2]} + ow * {sw * xs[3]} - {ph * xs[2] + pw * xs[3]};
-  }}"""
+        a_setup = corners(bk, "")
         a_load = f"""
   auto load_a = [&](int st, int k0) {{  // element by element (any strides)
     const int kx = k0 + (tid % {bk});
