@@ -26,7 +26,7 @@ from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelCall, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
-from .tensor import TensorRef, contiguous_strides
+from .tensor import TensorRef, contiguous_strides, memory_order
 
 MAGIC = b"NPUBIN\x00\x1a"
 FORMAT_VERSION = 2  # 2: kernels are typed records and expression trees; no rendered sources, no host code
@@ -210,11 +210,7 @@ class CompiledProgram:
                  "offset": b.offset}
                 for b in self.buffers
             ],
-            "kernels": [
-                {"index": i, "name": k.name, "kind": k.kind, "group": k.group, "nodes": k.nodes,
-                 "out_shape": list(k.outs[0].shape) if k.outs else []}
-                for i, k in enumerate(self.kernels)
-            ],
+            "kernels": [_kernel_row(i, k) for i, k in enumerate(self.kernels)],
             "fusion_groups": self.fusion_groups,
             "padding_plan": self.padding_plan,
             "stats": self.stats,
@@ -225,6 +221,18 @@ def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef
     """The whole of `buf`, contiguous (as `shape`, or flat)."""
     shape = tuple(shape) if shape is not None else (buf.numel,)
     return TensorRef(buf.id, shape, contiguous_strides(shape), 0)
+
+
+def _kernel_row(i: int, k: KernelCall) -> dict[str, Any]:
+    row = {"index": i, "name": k.name, "kind": k.kind, "group": k.group, "nodes": k.nodes,
+           "out_shape": list(k.outs[0].shape) if k.outs else []}
+    order = memory_order(tuple(k.outs[0].shape), tuple(k.outs[0].strides)) if k.outs else None
+    if order is not None:  # the output is stored with its dims in another order (channels-last: [0, 2, 3, 1])
+        row["out_order"] = order
+    splits = getattr(k.spec, "splits", 0)
+    if splits and splits > 1:
+        row["splits"] = splits
+    return row
 
 
 def _io(t: TensorSpec) -> dict[str, Any]:

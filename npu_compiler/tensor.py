@@ -14,6 +14,20 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:
+    """The dims of a dense view (its elements fill one run of memory) whose dims are not in row-major order,
+    outermost first by stride (a channels-last [N, C, H, W] view: [0, 2, 3, 1]); None for any other view (row-major,
+    or with holes or overlaps)."""
+    dims = [d for d, n in enumerate(shape) if n != 1]
+    by = sorted(dims, key=lambda d: strides[d], reverse=True)
+    expect = 1
+    for d in reversed(by):
+        if strides[d] != expect:
+            return None
+        expect *= shape[d]
+    return None if by == dims else by
+
+
 @dataclass
 class TensorRef:
     """A strided view (in elements) of one planned buffer."""

@@ -22,9 +22,9 @@ import npu_compiler  # noqa: E402
 import npu_runtime  # noqa: E402
 from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.program import CompiledProgram  # noqa: E402
-from npu_compiler.targets.clike import memory_order  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.conv_tc import tile_for  # noqa: E402
+from npu_compiler.tensor import memory_order  # noqa: E402
 from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
 from npu_runtime.errors import WeightError  # noqa: E402
 from npu_runtime.metrics import compare  # noqa: E402
@@ -217,3 +217,18 @@ def test_weights_loaded_for_another_layout_are_refused() -> None:
     as_cpu = dataclasses.replace(batch, target="cpu")
     with pytest.raises(WeightError, match=r"keeps it as \[\d+, \d+, \d+, \d+\].*load the weights for this program"):
         CpuExecutor(as_cpu, cpu).run_numpy({as_cpu.inputs[0].name: np.zeros(as_cpu.inputs[0].shape, np.float32)}, ws)
+
+
+def test_describe_shows_the_layouts_and_the_splits(tmp_path, capsys) -> None:
+    from npusim.cli import main
+
+    _, _, prog = _program()
+    rows = [k for k in prog.describe()["kernels"] if k["kind"] == "conv2d"]
+    assert all(r["out_order"] == [0, 2, 3, 1] for r in rows)
+    assert [r.get("splits", 1) for r in rows] == [k.spec.splits for k in prog.kernels if k.kind == "conv2d"]
+    path = tmp_path / "b.npubin"
+    prog.save(path)
+    assert main(["describe", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "5 stored with their dims in the order [0, 2, 3, 1]" in text
+    assert "[NHWC in memory, K split 2 ways]" in text and text.count("NHWC in memory") == 7

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NPUCompileError
 from ..expr import nodes as X
+from ..tensor import memory_order
 
 if TYPE_CHECKING:
     from ..kernels import KernelCall
@@ -440,19 +441,6 @@ def _common(a: str, b: str) -> str:
     if a in floats or b in floats:
         return "float32"
     return "int64"
-
-
-def memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:
-    """The dims of a dense view (its elements fill one run of memory) whose dims are not in row-major order,
-    outermost first by stride; None for any other view (row-major, or with holes or overlaps)."""
-    dims = [d for d, n in enumerate(shape) if n != 1]
-    by = sorted(dims, key=lambda d: strides[d], reverse=True)
-    expect = 1
-    for d in reversed(by):
-        if strides[d] != expect:
-            return None
-        expect *= shape[d]
-    return None if by == dims else by
 
 
 def decompose(lang: Language, var: str, shape: tuple[int, ...], prefix: str, ityp: str, indent: str,

@@ -23,6 +23,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _order_name(order: list[int], rank: int) -> str:
+    """A 4-d image's memory order by name (NHWC for channels-last), any other as the order of its dims."""
+    full = order + [d for d in range(rank) if d not in order]  # size-1 dims, whose place does not matter
+    if rank == 4 and sorted(full) == [0, 1, 2, 3]:
+        return "".join("NCHW"[d] for d in full) + " in memory"
+    return f"dims in memory order {order}"
+
+
 def run(args: argparse.Namespace) -> int:
     from npu_compiler.program import CompiledProgram
 
@@ -71,11 +79,22 @@ def run(args: argparse.Namespace) -> int:
     recipes = {}
     for w in d["weights"]:
         recipes[w["recipe"]] = recipes.get(w["recipe"], 0) + 1
-    print(f"weights: {len(d['weights'])} ({', '.join(f'{k} {v}' for k, v in recipes.items())})")
+    layouts = {}
+    for w in d["weights"]:
+        if "layout" in w:
+            layouts[str(w["layout"])] = layouts.get(str(w["layout"]), 0) + 1
+    stored = "".join(f"; {n} stored with their dims in the order {o}" for o, n in layouts.items())
+    print(f"weights: {len(d['weights'])} ({', '.join(f'{k} {v}' for k, v in recipes.items())}){stored}")
     print(f"kernels: {d['kernel_count']} ({', '.join(f'{k} {v}' for k, v in d['kernels_by_kind'].items())})")
     for k in d["kernels"]:
         nodes = ", ".join(k["nodes"][:6]) + (" ..." if len(k["nodes"]) > 6 else "")
-        print(f"  {k['index']:>4} {k['kind']:<20} {k['group']:<28} {str(k['out_shape']):<20} <- {nodes}")
+        notes = []
+        if "out_order" in k:
+            notes.append(_order_name(k["out_order"], len(k["out_shape"])))
+        if "splits" in k:
+            notes.append(f"K split {k['splits']} ways")
+        extra = f"  [{', '.join(notes)}]" if notes else ""
+        print(f"  {k['index']:>4} {k['kind']:<20} {k['group']:<28} {str(k['out_shape']):<20} <- {nodes}{extra}")
     if d["fusion_groups"]:
         print(f"fusion groups: {len(d['fusion_groups'])} kernels stand for more than one IR node")
         for g in d["fusion_groups"]:
