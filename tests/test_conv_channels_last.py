@@ -232,3 +232,47 @@ def test_describe_shows_the_layouts_and_the_splits(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "5 stored with their dims in the order [0, 2, 3, 1]" in text
     assert "[NHWC in memory, K split 2 ways]" in text and text.count("NHWC in memory") == 7
+
+
+class OddConvs(torch.nn.Module):
+    """Convs of odd shapes behind a large one (so that the program takes the tensor cores): one output channel,
+    a 2x2 window at stride 4, 8 input channels (K shorter than a K step), a dilated 3x3 whose K is split, a 1x1
+    over a 1x1 image."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.big = torch.nn.Conv2d(8, 64, 3, padding=1)
+        self.one = torch.nn.Conv2d(64, 1, 1)
+        self.odd = torch.nn.Conv2d(64, 64, 2, stride=4)
+        self.dil = torch.nn.Conv2d(64, 40, 3, padding=2, dilation=2, bias=False)
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.last = torch.nn.Conv2d(40, 16, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.big(x))
+        z = self.dil(self.odd(y))
+        return self.one(y)[:, :, ::10, ::10].flatten(), self.last(self.pool(z)).flatten()
+
+
+def test_odd_convs_compile_and_compute_the_model() -> None:
+    torch.manual_seed(0)
+    model = OddConvs().eval()
+    x = torch.randn(2, 8, 200, 200)
+    prog = npu_compiler.compile(ir_dict(model, [x], "odd"), "cuda", dtype="float16")
+    convs = [k for k in prog.kernels if k.kind == "conv2d"]
+    assert len(convs) == 5 and any(k.spec.splits > 1 for k in convs), [k.spec.splits for k in convs]
+    target = CudaTarget()
+    assert all("mma.sync" in target.kernel_sources(k, prog)[0] for k in convs)
+    if nvrtc.available():
+        for k in convs:
+            for src in target.kernel_sources(k, prog):
+                nvrtc.compile_source(src, "compute_90", name=f"{k.name}.cu")
+    cpu = npu_runtime.get_backend("cpu")
+    as_cpu = dataclasses.replace(prog, target="cpu")
+    ws = npu_runtime.load_weights(as_cpu, module_weights(model), cpu)
+    got = CpuExecutor(as_cpu, cpu).run_numpy({as_cpu.inputs[0].name: x.numpy()}, ws)
+    with torch.no_grad():
+        ref = model(x)
+    for spec, r in zip(as_cpu.outputs, ref, strict=True):
+        c = compare(spec.name, got[spec.name].astype(np.float32), r.numpy(), "float16")
+        assert c.passed, c
