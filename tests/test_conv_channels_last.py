@@ -134,8 +134,7 @@ def test_the_channels_last_program_computes_the_model(dtype: str) -> None:
     assert c.passed, c
 
 
-@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is absent")
-def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
+def _resnet50(batch: int) -> CompiledProgram:
     import torch_ir
 
     from npu_export import resnet
@@ -143,10 +142,15 @@ def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
 
     with torch.device("meta"):
         m = resnet.resnet50().eval()
-        x = torch.randn(64, 3, 224, 224)
+        x = torch.randn(batch, 3, 224, 224)
     with torch.no_grad():
         ir = ir_to_dict(torch_ir.extract_ir(m, (x,), model_name="resnet50"))
-    prog = npu_compiler.compile(ir, "cuda", dtype="float16")
+    return npu_compiler.compile(ir, "cuda", dtype="float16")
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is absent")
+def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
+    prog = _resnet50(64)
     convs = [k for k in prog.kernels if k.kind == "conv2d"]
     assert len(convs) == 53 and len(prog.kernels) == 56
     r = CudaTarget().render_program(prog)
@@ -276,3 +280,14 @@ def test_odd_convs_compile_and_compute_the_model() -> None:
     for spec, r in zip(as_cpu.outputs, ref, strict=True):
         c = compare(spec.name, got[spec.name].astype(np.float32), r.numpy(), "float16")
         assert c.passed, c
+
+
+@pytest.mark.parametrize("arch,limit", [(90, 227 * 1024), (80, 163 * 1024), (89, 99 * 1024), (86, 99 * 1024)])
+def test_shared_memory_fits_the_gpu(arch: int, limit: int) -> None:
+    """The K step (and so the shared memory) of each conv fits the GPU the runtime renders for: Hopper takes the
+    longer step where both tiles are copies; an sm_86/89 GPU (99 KiB a block) the shorter one."""
+    prog = _resnet50(8)
+    target = CudaTarget(arch)
+    launches = [lc for k in prog.kernels for kind, (_, lc) in target.render_kernel(k, prog) if kind == "launch"]
+    assert max(lc.smem for lc in launches) <= limit
+    assert (max(lc.smem for lc in launches) > 99 * 1024) == (arch in (80, 90))

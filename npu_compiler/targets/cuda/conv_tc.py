@@ -64,6 +64,19 @@ def smem_bytes(p: int, o: int, bk: int) -> int:
     return (bm + bn) * (bk + _PAD) * 2 * STAGES
 
 
+# the dynamic shared memory a block may opt into, by compute capability (CUDA programming guide, "Features and
+# Technical Specifications"); an architecture not listed gets the smallest of Ampere and later
+MAX_SMEM = {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024, 100: 227 * 1024}
+MIN_MAX_SMEM = 99 * 1024  # sm_86, sm_89, sm_120
+
+
+def k_step(p: int, o: int, copies: bool, arch: int) -> int:
+    """K per stage: BK_COPIES where both tiles are 16-byte copies and the stages fit the GPU's shared memory."""
+    if copies and smem_bytes(p, o, BK_COPIES) <= MAX_SMEM.get(arch, MIN_MAX_SMEM):
+        return BK_COPIES
+    return BK
+
+
 def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape, out_shape,
                      arch: int = 90) -> bool:
     """Whether a conv of these dtypes and shapes runs on tensor cores: one 16-bit operand dtype for the input, the
@@ -169,7 +182,7 @@ def _residual_prefetch(k: KernelCall, program: CompiledProgram, names: list[str]
 
 
 def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
-              names: list[str]) -> list[tuple[str, Launch]]:
+              names: list[str], arch: int = 90) -> list[tuple[str, Launch]]:
     """The kernel's source and launch, and for a K split across blocks the launch that sums the splits and applies
     the epilogue. `signature(threads, min_blocks)` gives the declaration; `render_epilogue` and `names` render the
     record's epilogue as the other library kernels do."""
@@ -189,7 +202,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     od = program.dtype_of(out)
     xs, ws, os_ = x.strides, w.strides, out.strides
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
-    bk = BK_COPIES if vec_a and vec_b else BK  # longer K steps where both tiles are 16-byte copies
+    bk = k_step(p_total, o_total, vec_a and vec_b, arch)
     row_h = bk + _PAD
     smem = smem_bytes(p_total, o_total, bk)
     a_stage, b_stage = bm * row_h, bn * row_h

@@ -212,13 +212,14 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch(grid, T, _ptrs(k))
 
 
-def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
-    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to."""
+def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90) -> list[tuple[str, Launch]]:
+    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on a GPU of compute capability
+    `arch` (its shared memory bounds the K step)."""
     spec: Conv2dKernel = k.spec
     names = ["x", "w"] + (["bias"] if spec.bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,
                                                                                  len(k.args))]
     return conv2d_tc(k, program, render_epilogue, _ityp(*k.args, k.outs[0]),
-                     lambda threads, min_blocks: _signature(k, program, threads, names, min_blocks), names)
+                     lambda threads, min_blocks: _signature(k, program, threads, names, min_blocks), names, arch)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ class CudaTarget(CodegenTarget):
             return [("launch", attention(k, program))]
         if spec.kind == "conv2d":
             if conv_tc_applies(k, program, self.arch):
-                return [("launch", launch) for launch in conv2d_tensor_cores(k, program)]
+                return [("launch", launch) for launch in conv2d_tensor_cores(k, program, self.arch)]
             return [("launch", conv2d(k, program))]
         raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{spec.kind}' kernel")
 
