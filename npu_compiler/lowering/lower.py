@@ -61,10 +61,9 @@ class Lowering:
         decided = target.convs_on_tensor_cores([
             ((n.inputs[0].dtype, n.inputs[1].dtype, n.outputs[0].dtype), int(n.attrs["groups"]), n.inputs[0].shape,
              n.inputs[1].shape, n.outputs[0].shape) for n in convs])
-        tc_convs = [n for n, ok in zip(convs, decided, strict=True) if ok]
-        self._tc_convs = {id(n): int(ok) for n, ok in zip(convs, decided, strict=True) if ok}
-        self.channels_last = bool(tc_convs)
-        self.weight_layouts: dict[str, tuple[int, ...]] = self._conv_weight_layouts(tc_convs)
+        self._tc_convs = {id(n): int(splits) for n, splits in zip(convs, decided, strict=True) if splits}
+        self.channels_last = bool(self._tc_convs)
+        self.weight_layouts: dict[str, tuple[int, ...]] = self._conv_weight_layouts()
 
     # ---- buffers ----------------------------------------------------------------------------------------------
     def new_buffer(self, name: str, kind: str, dtype: str, numel: int, data: bytes | None = None) -> BufferSpec:
@@ -101,10 +100,10 @@ class Lowering:
         how many blocks its K is split (decided for the whole program when lowering starts)."""
         return self._tc_convs.get(id(node), 0)
 
-    def _conv_weight_layouts(self, tc_convs: list[Node]) -> dict[str, tuple[int, ...]]:
+    def _conv_weight_layouts(self) -> dict[str, tuple[int, ...]]:
         """The weights to keep as [O, kh, kw, C]: those whose only uses are as the weight of convs on matrix units
         with a multiple of 8 input channels (a pixel's K run then splits into 16-byte copies)."""
-        tc = {id(n) for n in tc_convs}
+        tc = self._tc_convs
         names = {id(v): name for name, v in self.graph.weights.items()}
         ok: dict[int, bool] = {}
         for n in self.graph.nodes:

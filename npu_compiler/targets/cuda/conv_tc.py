@@ -18,6 +18,8 @@ channels in one 4-byte store where the output is channels-last.
 
 from __future__ import annotations
 
+import math
+
 from ...dtypes import itemsize
 from ...expr import nodes as X
 from ...kernels import Conv2dKernel
@@ -113,13 +115,13 @@ def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
     plan = []
     for c in convs:
         p, o, _ = _geometry(*c[2:])
-        _, cg, kh, kw = c[3]
-        total += p * o * cg * kh * kw
+        k = math.prod(c[3][1:])  # the K of one group (a grouped conv's FLOPs count its groups' K only)
+        total += p * o * k
         if not conv_tc_shape_ok(*c, arch=arch):
             plan.append(0)
             continue
-        eligible += p * o * cg * kh * kw
-        plan.append(splits_for(p, o, cg * kh * kw))
+        eligible += p * o * k
+        plan.append(splits_for(p, o, k))
     return plan if eligible > 0 and 2 * eligible >= total else [0] * len(convs)
 
 
