@@ -236,6 +236,12 @@ def test_describe_shows_the_layouts_and_the_splits(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "5 stored with their dims in the order [0, 2, 3, 1]" in text
     assert "[NHWC in memory, K split 2 ways]" in text and text.count("NHWC in memory") == 7
+    # one image (its batch dim of size 1 has no stride of its own): still NHWC, not HWCN
+    _, _, single = _program(1, 64)
+    single.save(path)
+    assert main(["describe", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "NHWC in memory" in text and "HWCN" not in text
 
 
 class OddConvs(torch.nn.Module):

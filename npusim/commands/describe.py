@@ -24,11 +24,16 @@ def register(sub) -> None:
 
 
 def _order_name(order: list[int], rank: int) -> str:
-    """A 4-d image's memory order by name (NHWC for channels-last), any other as the order of its dims."""
-    full = order + [d for d in range(rank) if d not in order]  # size-1 dims, whose place does not matter
-    if rank == 4 and sorted(full) == [0, 1, 2, 3]:
+    """A 4-d image's memory order by name (NHWC for channels-last), any other as the order of its dims. Size-1 dims
+    (absent from `order`: their place does not matter) go before the first larger dim, so that one image stored
+    channels-last reads NHWC, not HWCN."""
+    full = list(order)
+    for d in range(rank):
+        if d not in full:
+            full.insert(next((i for i, x in enumerate(full) if x > d), len(full)), d)
+    if rank == 4:
         return "".join("NCHW"[d] for d in full) + " in memory"
-    return f"dims in memory order {order}"
+    return f"dims in memory order {full}"
 
 
 def run(args: argparse.Namespace) -> int:
