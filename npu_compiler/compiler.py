@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .collector import collector_paused
 from .dtypes import INT_DTYPES
 from .errors import ConstraintError, InternalError, NPUCompileError, NPUSimError, UnsupportedOpError, entry_point
 from .ir.graph import Graph
@@ -45,6 +46,7 @@ class CompileOptions:
 
 
 @entry_point("compiling the IR")
+@collector_paused()
 def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
             fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True,

@@ -21,6 +21,7 @@ import msgpack
 
 from .atomic import write_bytes
 from .buffers import BufferSpec, TensorSpec
+from .collector import collector_paused
 from .dtypes import ITEMSIZE
 from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelCall, spec_from_data
@@ -125,6 +126,7 @@ class CompiledProgram:
 
     @classmethod
     @entry_point("reading the artifact")
+    @collector_paused()
     def from_dict(cls, d: Any, where: str = "<artifact>") -> CompiledProgram:
         """A program from its data form; every field checked (ArtifactError naming the field otherwise)."""
         return _Reader(where).program(d)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.collector import collector_paused
 from npu_compiler.errors import entry_point
 from npu_compiler.program import CompiledProgram, TensorSpec
 
@@ -58,7 +59,7 @@ class Backend(ABC):
         for name, during in (("create_executor", "preparing the program to run"), ("upload", "uploading an array")):
             fn = cls.__dict__.get(name)
             if fn is not None and not getattr(fn, "__wrapped_entry_point__", False):
-                setattr(cls, name, entry_point(during)(fn))
+                setattr(cls, name, entry_point(during)(collector_paused()(fn) if name == "create_executor" else fn))
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.collector import collector_paused
 from npu_compiler.errors import entry_point
 from npu_compiler.program import CompiledProgram
 
@@ -202,6 +203,7 @@ class LLM:
     # ---- loading -----------------------------------------------------------------------------------------------
     @classmethod
     @entry_point("loading the LLM folder")
+    @collector_paused()
     def load(cls, out_dir: str | os.PathLike[str], backend: Backend | str | None = None, *,
              model_dir: str | os.PathLike[str] | None = None) -> LLM:
         """Load an export-llm folder; `model_dir` overrides the weights folder named in the manifest."""

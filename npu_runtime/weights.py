@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from npu_compiler.collector import collector_paused
 from npu_compiler.dtypes import FLOAT_DTYPES
 from npu_compiler.errors import NPUSimWarning, entry_point
 from npu_compiler.limits import Limits, format_bytes
@@ -360,6 +361,7 @@ def _made_in_order(specs: list[WeightSpec], src: TensorSource, allow_nan: bool
 
 
 @entry_point("loading the weights")
+@collector_paused()
 def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: bool = True,
                  progress: Callable[[int, int, str], None] | None = None, allow_nan: bool = False) -> WeightSet:
     """Read, transform (recipes) and upload every weight the program needs (the dtype rules and NaN policy are in

@@ -253,6 +253,8 @@ class ExprRenderer:
         self.acc = acc
         self.count = 0
         self.deps: dict[int, int] = {}
+        # structural keys by node identity, each subtree's built once; the node is held so that its id stays its own
+        self.keys: dict[int, tuple[X.Expr, tuple]] = {}
         self.row_scope: Scope | None = None
         self.elem_scope: Scope | None = None
 
@@ -290,6 +292,15 @@ class ExprRenderer:
             self.deps[id(n)] = d
         return self.deps[id(e)]
 
+    def key(self, e: X.Expr) -> tuple:
+        hit = self.keys.get(id(e))
+        if hit is None:
+            for n in X.walk(e):
+                if id(n) not in self.keys:
+                    self.keys[id(n)] = (n, _key(n, tuple(self.keys[id(c)][1] for c in X.children(n))))
+            hit = self.keys[id(e)]
+        return hit[1]
+
     def scope_for(self, e: X.Expr, current: Scope) -> Scope:
         """The outermost scope a value can live in: the row's when it depends on the row index at most."""
         if self.row_scope is None or self.dep(e) & (ROW | RED):
@@ -298,7 +309,7 @@ class ExprRenderer:
 
     # ---- the walk -----------------------------------------------------------------------------------------------
     def emit(self, e: X.Expr, scope: Scope, in_reduce: bool = False) -> str:
-        key = _key(e)
+        key = self.key(e)
         target = self.scope_for(e, scope)
         hit = target.find(key) if target is scope else (scope.find(key) or target.find(key))
         if hit is not None:
@@ -422,9 +433,8 @@ class ExprRenderer:
         return acc
 
 
-def _key(e: X.Expr) -> tuple:
-    """A structural key of a node (constants by repr, so 0.0 and -0.0 differ)."""
-    kids = tuple(_key(c) for c in X.children(e))
+def _key(e: X.Expr, kids: tuple) -> tuple:
+    """A structural key of a node given its children's (constants by repr, so 0.0 and -0.0 differ)."""
     fields = []
     for name in e.__dataclass_fields__:
         v = getattr(e, name)
