@@ -75,13 +75,18 @@ def test_a_batch_runs_its_convs_on_tensor_cores_channels_last() -> None:
     # weights of a multiple of 8 input channels as [O, kh, kw, C] (16-byte copies); the stem's 3 are not
     layouts = {w.name: w.layout for w in prog.weights if len(w.shape) == 4}
     assert sorted(layouts.values()).count((0, 2, 3, 1)) == 5 and () in layouts.values(), layouts
-    # the last 3x3 conv has 67 tiles and a K of 576: its K is split in two (a float32 scratch, a second launch);
+    # the last 3x3 conv has 67 tiles and a K of 576: its K is split in two (a float32 scratch beside the output);
     # the 1x1 projection beside it has too short a K to split
     split = [k for k in convs if k.spec.splits > 1]
     assert len(split) == 1 and split[0].spec.splits == 2 and tuple(split[0].args[1].shape) == (64, 64, 3, 3)
     assert len(split[0].outs) == 2 and prog.dtype_of(split[0].outs[1]) == "float32"
     assert split[0].outs[1].numel == 2 * split[0].outs[0].numel
-    assert len(CudaTarget().kernel_sources(split[0], prog)) == 2
+    # Hopper: the two splits are one cluster that sums its parts in shared memory, one launch; an A100 writes them
+    # to the scratch and a second launch sums them
+    (hopper,) = CudaTarget(90).kernel_sources(split[0], prog)
+    assert "__cluster_dims__(1, 1, 2)" in hopper and "out1" not in hopper.split("npu_kernel(", 1)[1].split(")", 1)[1]
+    ampere = CudaTarget(80).kernel_sources(split[0], prog)
+    assert len(ampere) == 2 and not any("cluster" in src for src in ampere)
     # the residual adds and ReLUs are in the convs' epilogues; what is left: the pool and the output copy
     assert sorted(k.group for k in prog.kernels if k.kind != "conv2d") == ["max_pool2d.default", "output_copy",
                                                                           "repeat.default"]
@@ -155,10 +160,12 @@ def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
     assert len(convs) == 53 and len(prog.kernels) == 56
     r = CudaTarget().render_program(prog)
     sources = {r.steps[prog.kernels.index(k)][0].source for k in convs}
-    _, _, small = _program()  # and the K-split kernels and their sums
-    rs = CudaTarget().render_program(small)
-    r.sources.update({f"b{n}": t for n, t in rs.sources.items()})
-    sources |= {f"b{st.source}" for k, steps in zip(small.kernels, rs.steps) if k.kind == "conv2d" for st in steps}
+    _, _, small = _program()  # and the K-split kernels: in a cluster (Hopper), and with their sums (Ampere)
+    for arch in (90, 80):
+        rs = CudaTarget(arch).render_program(small)
+        r.sources.update({f"{arch}_{n}": t for n, t in rs.sources.items()})
+        sources |= {f"{arch}_{st.source}" for k, steps in zip(small.kernels, rs.steps) if k.kind == "conv2d"
+                    for st in steps}
     ptxas = nvrtc.ptxas_path()
     for name in sorted(sources):
         ptx = nvrtc.compile_source(r.sources[name], "compute_90", name=f"{name}.cu")

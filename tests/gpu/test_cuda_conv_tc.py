@@ -13,7 +13,7 @@ from fused_cases import ir_dict, module_weights
 from tolerances import assert_close
 
 import npu_compiler
-from npu_compiler.targets.cuda import CudaTarget
+from npu_compiler.targets.cuda import CudaTarget, conv_tc
 from npu_runtime import load_weights
 
 from .util import to_np
@@ -55,14 +55,20 @@ CASES = {
     # the 128 x 128 and 64 x 128 tiles
     "1x1_tile128_fp16": ("float16", (2, 16, 64, 66), 256, 1, 1, 0, 1, True, True, True, True),
     "3x3_tile64x128_bf16": ("bfloat16", (2, 16, 66, 64), 128, 3, 1, 1, 1, True, True, True, True),
-    # few pixels and a long K (1,024 outputs, K = 2,304): the K split across 9 blocks, summed by a second launch
+    # few pixels and a long K (1,024 outputs, K = 2,304): the K split across 8 blocks of a cluster that sum their
+    # parts in shared memory (Hopper); "scratch": as a GPU without clusters runs it, 9 splits summed by a second launch
     "split_k_3x3_fp16": ("float16", (1, 256, 128, 128), 256, 3, 4, 1, 1, True, True, True, True),
+    "split_k_scratch_3x3_fp16": ("float16", (1, 256, 128, 128), 256, 3, 4, 1, 1, True, True, True, True),
+    # a split conv of part tiles in both dims (900 pixels, 40 output channels: the 64 x 64 tile), no bias
+    "split_k_part_tiles_bf16": ("bfloat16", (1, 128, 60, 60), 40, 3, 2, 1, 1, False, True, True, True),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_conv_on_tensor_cores_matches_torch(name, cuda_backend) -> None:
+def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> None:
     dtype, (n, c, h, w), o, k, stride, pad, dil, bias, pre, residual, relu = CASES[name]
+    if "scratch" in name:  # compiled and rendered as for a GPU without thread-block clusters
+        monkeypatch.setattr(conv_tc, "CLUSTER_ARCH", 10_000)
     tdt = getattr(torch, dtype)
     torch.manual_seed(0)
     model = ConvBlock(c, o, k, stride, pad, dil, bias, pre, relu).eval().to(tdt)
@@ -81,6 +87,10 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend) -> None:
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
     assert (main.spec.splits > 1) == name.startswith("split_k"), main.spec.splits
+    if main.spec.splits > 1:
+        clustered = conv_tc.in_cluster(main.spec.splits, int(cuda_backend.state.arch))
+        assert clustered == ("scratch" not in name and int(cuda_backend.state.arch) >= 90)
+        assert len(CudaTarget(int(cuda_backend.state.arch)).kernel_sources(main, program)) == 1 + (not clustered)
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 

@@ -14,6 +14,12 @@ instead: correct for any strides, slower.
 The epilogue adds the bias in fp32, rounds to the output dtype (the unfused graph's stored conv result, `Acc`), then
 computes the record's epilogue expression (residual add, ReLU) and stores through the output's strides, two
 channels in one 4-byte store where the output is channels-last.
+
+A conv with too few tiles to fill the GPU splits its K across `splits` blocks. On Hopper those blocks are one
+thread-block cluster: each leaves its float32 part of the tile in its shared memory, and each then sums a share of
+the tile over every part (read through distributed shared memory, in split order) and applies the epilogue, all in
+one launch. Elsewhere the parts go to the record's float32 scratch and a second launch sums them in the same order,
+so both give the same bits.
 """
 
 from __future__ import annotations
@@ -39,8 +45,37 @@ _OPERANDS = {"float16": "f16", "bfloat16": "bf16"}
 _CONFIGS = ((128, 128, 64, 32), (64, 128, 32, 32), (128, 64, 32, 32), (64, 64, 32, 32))
 SMS = 132  # a large GPU's SM count: the pixel tile is the largest that still gives every SM a block
 MAX_SPLITS = 16
+# Hopper: a split conv's blocks form one thread-block cluster (at most 8 blocks, the portable size) and sum their
+# parts through distributed shared memory, in one launch; elsewhere the parts go through a float32 scratch and a
+# second launch sums them
+CLUSTER_ARCH = 90
+MAX_CLUSTER = 8
+_RED_PAD = 4  # floats of padding per row of a part tile in shared memory: the float2 stores of a half-warp (four
+# rows) fall in different banks
 MIN_SPLIT_K = 256  # a K split's length at least: shorter ones are mostly the pipeline's start and end
 MAX_GRID_Y = 65535
+
+
+# Thread-block clusters (sm_90): the block's rank, a barrier of all the cluster's threads (release and acquire: the
+# shared-memory writes before it are seen by every block after it), and a float read from the shared memory of the
+# block of rank `rank` at this block's shared address `at`.
+CLUSTER_HELPERS = r"""
+__device__ __forceinline__ unsigned tc_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void tc_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float tc_cluster_load(unsigned at, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+"""
 
 
 def _geometry(x_shape, w_shape, out_shape) -> tuple[int, int, int]:
@@ -61,9 +96,17 @@ def tile_for(p: int, o: int) -> tuple[int, int, int, int]:
     return big if -(-p // big[0]) * -(-o // bn) >= SMS else small
 
 
-def smem_bytes(p: int, o: int, bk: int) -> int:
+def smem_bytes(p: int, o: int, bk: int, cluster: bool = False) -> int:
+    """The dynamic shared memory of a block: the stages, and for a cluster's split the float32 part tile that
+    reuses them."""
     bm, bn, _, _ = tile_for(p, o)
-    return (bm + bn) * (bk + _PAD) * 2 * STAGES
+    stages = (bm + bn) * (bk + _PAD) * 2 * STAGES
+    return max(stages, bm * (bn + _RED_PAD) * 4) if cluster else stages
+
+
+def in_cluster(splits: int, arch: int) -> bool:
+    """Whether a conv split `splits` ways sums its parts inside a thread-block cluster (one launch)."""
+    return arch >= CLUSTER_ARCH and 1 < splits <= MAX_CLUSTER
 
 
 # the dynamic shared memory a block may opt into, by compute capability (CUDA programming guide, "Features and
@@ -94,15 +137,16 @@ def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape
     return -(-p // bm) <= MAX_GRID_Y
 
 
-def splits_for(p: int, o: int, k: int) -> int:
+def splits_for(p: int, o: int, k: int, arch: int = 90) -> int:
     """Across how many blocks the K of a conv is split: where its tiles are too few to give every SM a block (one
     image's deep layers: ResNet-50's last 3x3 convs have 8 tiles and a K of 4,608), enough splits for about two
-    blocks an SM, each at least MIN_SPLIT_K long."""
+    blocks an SM, each at least MIN_SPLIT_K long; on Hopper no more than a cluster holds."""
     bm, bn, _, _ = tile_for(p, o)
     blocks = -(-p // bm) * -(-o // bn)
     if blocks >= SMS:
         return 1
-    return max(1, min(MAX_SPLITS, -(-2 * SMS // blocks), k // MIN_SPLIT_K))
+    most = MAX_CLUSTER if arch >= CLUSTER_ARCH else MAX_SPLITS
+    return max(1, min(most, -(-2 * SMS // blocks), k // MIN_SPLIT_K))
 
 
 def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
@@ -121,7 +165,7 @@ def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
             plan.append(0)
             continue
         eligible += p * o * k
-        plan.append(splits_for(p, o, k))
+        plan.append(splits_for(p, o, k, arch))
     return plan if eligible > 0 and 2 * eligible >= total else [0] * len(convs)
 
 
@@ -185,9 +229,9 @@ def _residual_prefetch(k: KernelCall, program: CompiledProgram, names: list[str]
 
 def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
               names: list[str], arch: int = 90) -> list[tuple[str, Launch]]:
-    """The kernel's source and launch, and for a K split across blocks the launch that sums the splits and applies
-    the epilogue. `signature(threads, min_blocks)` gives the declaration; `render_epilogue` and `names` render the
-    record's epilogue as the other library kernels do."""
+    """The kernel's source and launch, and for a K split across blocks outside a cluster the launch that sums the
+    splits and applies the epilogue. `signature(threads, min_blocks, cluster_z)` gives the declaration;
+    `render_epilogue` and `names` render the record's epilogue as the other library kernels do."""
     spec: Conv2dKernel = k.spec
     x, w, out = k.args[0], k.args[1], k.outs[0]
     _, c, h, wd = x.shape
@@ -206,7 +250,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
     bk = k_step(p_total, o_total, vec_a and vec_b, arch)
     row_h = bk + _PAD
-    smem = smem_bytes(p_total, o_total, bk)
+    splits = spec.splits
+    cluster = in_cluster(splits, arch)
+    smem = smem_bytes(p_total, o_total, bk, cluster)
     a_stage, b_stage = bm * row_h, bn * row_h
     cpr = bk // 8  # 16-byte copies per tile row
 
@@ -291,7 +337,6 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     }}
   }};"""
 
-    splits = spec.splits
     prefetch = _residual_prefetch(k, program, names, ityp, bm, bn, threads, (ho, wo)) if splits == 1 else ""
     kt_total = -(-k_total // bk)
     per_split = -(-kt_total // splits)
@@ -325,7 +370,49 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     else:
         store = (f"        for (int e = 0; e < 2; ++e) {{ const {ityp} co = co0 + e; "
                  f"if (co < {o_total}) out0[{o_at}] = sv[e]; }}")
-    if splits > 1:
+    # the epilogue of one output from its sum over the splits: the cluster's and the second launch's
+    one_output = f"""    const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+    {storage(od)} sv[1];
+    {{
+      const int e = 0;
+{epilogue}
+    }}
+    out0[{o_at}] = sv[0];"""
+    if cluster:
+        # each split's part of the tile goes to its own shared memory (the stages, done with); after the cluster's
+        # barrier every block sums a share of the tile's outputs over the parts of all splits, in split order (the
+        # sum of the scratch path, to the bit), and stores them; the second barrier keeps every block's shared
+        # memory alive until the others have read it
+        rw = bn + _RED_PAD
+        epilogue_src = f"""
+  tc_wait<0>();
+  __syncthreads();  // every warp is done with the stages: they hold this split's part now
+  float* part = reinterpret_cast<float*>(smem);
+  #pragma unroll
+  for (int i = 0; i < {mi_n}; ++i)
+    #pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {{
+      const int r = wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
+      #pragma unroll
+      for (int j = 0; j < {ni_n}; ++j) {{
+        const int cc = wn * {wn_} + j * 8 + (lane & 3) * 2;
+        *reinterpret_cast<float2*>(part + r * {rw} + cc) = make_float2(acc[i][j][hf * 2], acc[i][j][hf * 2 + 1]);
+      }}
+    }}
+  tc_cluster_sync();
+  const unsigned part_at = (unsigned)__cvta_generic_to_shared(part);
+  for (int idx = (int)tc_cluster_rank() * {threads} + tid; idx < {bm * bn}; idx += {splits * threads}) {{
+    const int r = idx / {bn}, cc = idx % {bn};
+    const {ityp} p = p0 + r, co = n0 + cc;
+    if (p >= {p_total} || co >= {o_total}) continue;
+    const unsigned at = part_at + (unsigned)(r * {rw} + cc) * 4u;
+    float v = 0.0f;
+    #pragma unroll
+    for (int z = 0; z < {splits}; ++z) v += tc_cluster_load(at, z);
+{one_output}
+  }}
+  tc_cluster_sync();"""
+    elif splits > 1:
         # this split's part of every output, in float32, to the scratch ([split][pixel][channel]); the second launch
         # sums the parts in split order (the same result on every run) and applies bias and epilogue
         two = o_total % 2 == 0
@@ -377,8 +464,8 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     }}"""
 
     src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}
-{signature(threads, 2 if threads > 128 else 4)} {{
+{tc_helpers(_OPERANDS[od])}{CLUSTER_HELPERS if cluster else ""}
+{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{
 {WAIT}
   extern __shared__ __align__(16) unsigned short smem[];
   const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
@@ -431,7 +518,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 """
     ptrs = [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
     main = (src, Launch((-(-o_total // bn), -(-p_total // bm), splits), threads, ptrs, smem))
-    if splits == 1:
+    if splits == 1 or cluster:
         return [main]
     n = p_total * o_total
     block = 256
@@ -444,13 +531,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     float v = 0.0f;
     #pragma unroll 4
     for (int z = 0; z < {splits}; ++z) v += out1[(long long)z * {n} + idx];
-    const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-    {storage(od)} sv[1];
-    {{
-      const int e = 0;
-{epilogue}
-    }}
-    out0[{o_at}] = sv[0];
+{one_output}
   }}
 }}
 """

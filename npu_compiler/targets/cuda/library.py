@@ -47,13 +47,14 @@ def _ptrs(k: KernelCall) -> list[tuple[str, int]]:
 
 
 def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None,
-               min_blocks: int = 0) -> str:
+               min_blocks: int = 0, cluster_z: int = 0) -> str:
     params = [f"{storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.outs)]
     for i, a in enumerate(k.args):
         name = names[i] if names else f"a{i}"
         params.append(f"const {storage(_dt(program, a))}* __restrict__ {name}")
     bounds = f"{block}, {min_blocks}" if min_blocks else f"{block}"
-    return f'extern "C" __global__ void __launch_bounds__({bounds}) {KERNEL_NAME}({", ".join(params)})'
+    cluster = f"__cluster_dims__(1, 1, {cluster_z}) " if cluster_z else ""
+    return f'extern "C" __global__ void {cluster}__launch_bounds__({bounds}) {KERNEL_NAME}({", ".join(params)})'
 
 
 def _ityp(*refs: TensorRef) -> str:
@@ -219,7 +220,8 @@ def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90)
     names = ["x", "w"] + (["bias"] if spec.bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,
                                                                                  len(k.args))]
     return conv2d_tc(k, program, render_epilogue, _ityp(*k.args, k.outs[0]),
-                     lambda threads, min_blocks: _signature(k, program, threads, names, min_blocks), names, arch)
+                     lambda threads, min_blocks, cluster_z=0: _signature(k, program, threads, names, min_blocks,
+                                                                         cluster_z), names, arch)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------
