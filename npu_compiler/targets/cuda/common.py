@@ -177,11 +177,15 @@ __device__ __forceinline__ long long npu_max(long long a, long long b) { return 
 __device__ __forceinline__ long long npu_min(long long a, long long b) { return a < b ? a : b; }
 // Programmatic dependent launch: a kernel may start before the one it follows has finished (its launch overlaps the
 // other's tail); it waits here, before anything that reads what an earlier kernel writes, until that kernel's writes
-// are visible. A no-op when launched normally. (A GEMV prefetches its weights into L2 before waiting: no kernel
-// writes a weight.)
+// are visible. Then it lets the kernel after it launch: that one's blocks are placed once every block of this one
+// has been (so they never take an SM this one still needs), and wait in turn, so that a chain of small kernels pays
+// its launches and prologues while the one before still runs. No-ops when launched normally. (A GEMV prefetches its
+// weights into L2 before waiting, a conv the weights of its first pixel tile: a prefetch is a hint, and the loads
+// that follow the wait see every write.)
 __device__ __forceinline__ void npu_wait_prior() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
