@@ -227,6 +227,24 @@ def _residual_prefetch(k: KernelCall, program: CompiledProgram, names: list[str]
     return "".join(dict.fromkeys(out))
 
 
+def _weight_prefetch(w: TensorRef, bn: int, bk: int, per_split: int, o_total: int, k_total: int, threads: int) -> str:
+    """Lines, before the wait on the kernel before, that bring into L2 the weights of this block's channel tile and K
+    split, in the blocks of the first pixel tile only (each weight line once): where the tiles are few (one image),
+    a conv is mostly the latency of its weight loads, and this overlaps them with the kernel before. For a weight
+    kept [O, kh, kw, C] (each output channel's K one run)."""
+    span = per_split * bk
+    return f"""
+  if (blockIdx.y == 0) {{  // this (channel tile, split)'s weights into L2 while the kernel before finishes
+    const int k_lo = blockIdx.z * {span}, k_hi = min({k_total}, k_lo + {span});
+    const int lines = (k_hi - k_lo + 63) / 64;
+    for (int q = threadIdx.x; q < {bn} * lines; q += {threads}) {{
+      const long long co = (long long)blockIdx.x * {bn} + q / lines;
+      if (co < {o_total})
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(w + {w.offset} + co * {w.strides[0]} + k_lo + (q % lines) * 64));
+    }}
+  }}"""
+
+
 def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
               names: list[str], arch: int = 90) -> list[tuple[str, Launch]]:
     """The kernel's source and launch, and for a K split across blocks outside a cluster the launch that sums the
@@ -340,6 +358,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     prefetch = _residual_prefetch(k, program, names, ityp, bm, bn, threads, (ho, wo)) if splits == 1 else ""
     kt_total = -(-k_total // bk)
     per_split = -(-kt_total // splits)
+    w_prefetch = _weight_prefetch(w, bn, bk, per_split, o_total, k_total, threads) if vec_b else ""
 
     # ---- epilogue: straight from the accumulators (staging the tile through shared memory, so that each warp
     # reads the residual and writes the output in 128-byte runs, measured slower on the H100: 251 against 166 us for
@@ -465,7 +484,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 
     src = f"""{PRELUDE}
 {tc_helpers(_OPERANDS[od])}{CLUSTER_HELPERS if cluster else ""}
-{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{
+{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}
 {WAIT}
   extern __shared__ __align__(16) unsigned short smem[];
   const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
