@@ -298,7 +298,10 @@ class _Reader:
         return list(v)
 
     def ints(self, v: Any, path: str, lo: int = 0, hi: int = MAX_ELEMENTS, limit: int = MAX_RANK) -> tuple[int, ...]:
-        return tuple(self.int_(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(self.list_(v, path, limit)))
+        items = self.list_(v, path, limit)
+        if all(type(x) is int and lo <= x <= hi for x in items):  # the common case, without a path per item
+            return tuple(items)
+        return tuple(self.int_(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(items))
 
     def strs(self, v: Any, path: str) -> list[str]:
         return [self.str_(x, f"{path}[{i}]") for i, x in enumerate(self.list_(v, path))]

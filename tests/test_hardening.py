@@ -77,7 +77,11 @@ def run_small(prog, weights) -> np.ndarray:
 
 @pytest.mark.parametrize("text, words", [
     ('{"nodes": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests deeper"),
+    # deeper than the limit but well inside what json.loads parses
+    ('{"nodes": ' + "[" * 64 + "]" * 64 + "}", "nests deeper than 64 levels"),
+    ('{"nodes": [], "x": ' + '{"a": ' * 70 + "1" + "}" * 70 + "}", "nests deeper than 64 levels"),
     ('{"graph_inputs": [{"name": "x", "shape": [' + "9" * 5000 + '], "dtype": "float32"}]}', "5000 digits"),
+    ('{"graph_inputs": [{"name": "x", "shape": [-' + "1" * 21 + '], "dtype": "float32"}]}', "of 22 digits"),
     ("[1, 2]", "must be a JSON object"),
     ('{"graph_inputs": [}', "malformed JSON"),
 ])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,10 @@ def load_ir_dict(source: str | os.PathLike | Mapping[str, Any], limits: Limits |
     else:
         where, text = _read_text(source, lim)
         data = _parse(text, where)
-    _check_json(data, where)
+    if isinstance(source, Mapping):
+        _check_json(data, where)
+    else:  # json.loads made only JSON types with string keys: the nesting is all there is to check
+        _check_depth(data, where)
     if not isinstance(data, Mapping):
         raise IRFormatError(f"{where}: the IR must be a JSON object, got {type(data).__name__}")
     return dict(data)
@@ -80,6 +84,9 @@ def _read_text(source: str | os.PathLike, lim: Limits) -> tuple[str, str]:
     return "<string>", text
 
 
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1}}}")
+
+
 def _parse(text: str, where: str) -> Any:
     def parse_int(s: str) -> int:
         if len(s.lstrip("-")) > MAX_DIGITS:
@@ -87,7 +94,9 @@ def _parse(text: str, where: str) -> Any:
         return int(s)
 
     try:
-        return json.loads(text, parse_int=parse_int)
+        # a hook per integer costs a Python call for each of a model's tens of thousands; only a text with a run of
+        # more digits than an int64 has (in a literal, or inside a string or a float) needs it
+        return json.loads(text, parse_int=parse_int) if _LONG_DIGITS.search(text) else json.loads(text)
     except json.JSONDecodeError as e:
         raise IRFormatError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:
@@ -128,6 +137,18 @@ def _check_json(data: Any, where: str) -> None:
                     stack.append((x, depth + 1))
                 elif not _is_scalar(x):
                     raise IRFormatError(f"{where}: a list holds a {type(x).__name__}, not JSON")
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Iteratively: at most MAX_JSON_DEPTH levels of objects and arrays (of what json.loads makes)."""
+    stack: list[tuple[Any, int]] = [(data, 0)] if type(data) is dict or type(data) is list else []
+    while stack:
+        v, depth = stack.pop()
+        if depth >= MAX_JSON_DEPTH:
+            raise IRFormatError(f"{where}: the JSON nests deeper than {MAX_JSON_DEPTH} levels")
+        for x in v.values() if type(v) is dict else v:
+            if type(x) is dict or type(x) is list:
+                stack.append((x, depth + 1))
 
 
 def _is_scalar(x: Any) -> bool:
