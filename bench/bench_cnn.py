@@ -1,6 +1,7 @@
 """ResNet fp16 inference: ours against PyTorch eager (channels-last) and torch.compile (reduce-overhead), in one
 process on one GPU. Prints median latency, images/s, ratios, and the fraction of the compute roof reached (model
-FLOPs over the fp16 GEMM rate measured in the same process).
+FLOPs over the fp16 GEMM rate measured in the same process), and checks our output against PyTorch eager's for the
+same input under the fp16 model tolerance (exit status 1 if it fails).
 
     python bench/bench_cnn.py [--model resnet50] [--batches 1,64] [--json out]
     python bench/bench_cnn.py --backends cuda,webgpu    # ours on each backend, beside the same peers
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import numpy as np
 import torch
 from bench_llm import _median_ms, print_profile
 
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from npu_export import resnet
     from npu_export.cnn import model_tensors
     from npu_export.ir_io import ir_to_dict
+    from npu_runtime.metrics import compare
 
     backends = [npu_runtime.get_backend(n) for n in (args.backends.split(",") if args.backends else [None])]
     # the peers run on the GPU wherever PyTorch has one, whichever backend runs ours
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             ir = ir_to_dict(torch_ir.extract_ir(m, (x_meta,), model_name=args.model))
         x = torch.randn(shape)
-        ours, kernels = {}, {}
+        ours, kernels, got = {}, {}, {}
         for backend in backends:
             prog = npu_compiler.compile(ir, backend.compile_target(), dtype="float16",
                                         disable_passes=[p for p in args.disable.split(",") if p])
@@ -79,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             # the program's device dtype; each run then copies it device-to-device.
             spec = prog.inputs[0]
             feeds = {spec.name: backend.upload(x.numpy(), spec.device_dtype)}
-            ex.run(feeds, ws)
+            out_spec = prog.outputs[0]
+            got[backend.name] = ex.run(feeds, ws)[out_spec.name].to_numpy(out_spec).astype(np.float32)
             ours[backend.name] = _median_ms(lambda ex=ex, feeds=feeds, ws=ws: ex.run(feeds, ws), backend.synchronize,
                                             args.iters)
             kernels[backend.name] = len(prog.kernels)
@@ -88,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                               lambda ex=ex, feeds=feeds, ws=ws: ex.profile(feeds, ws), args.profile)
         xt = x.half().to(device).to(memory_format=torch.channels_last)
         with torch.no_grad():
+            ref = peer(xt).float().cpu().numpy()
             eager = _median_ms(lambda xt=xt: peer(xt), sync, args.iters)
             comp = float("nan")
             if compiled is not None:
@@ -95,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                     compiled(xt)
                 comp = _median_ms(lambda xt=xt: compiled(xt), sync, args.iters)
         for name, ms in ours.items():
+            check = compare("logits", got[name], ref, "float16")
             rows.append({"backend": name, "batch": batch, "kernels": kernels[name], "ours_ms": ms,
+                         "max_rel": check.max_rel, "pearson": check.pearson, "check_passed": bool(check.passed),
                          "eager_ms": eager, "compile_ms": comp, "ours_img_s": batch / ms * 1e3, "vs_eager": eager / ms,
                          "vs_compile": comp / ms, "tflops": flops / (ms * 1e-3) / 1e12,
                          "fraction_of_peak": flops / (ms * 1e-3) / 1e12 / peak})
@@ -104,15 +111,20 @@ def main(argv: list[str] | None = None) -> int:
         if backend.describe():
             print(f"  {backend.name}: {backend.describe()}")
     print(f"{'backend':>8} {'batch':>5} {'kernels':>7} {'ours ms':>9} {'eager ms':>9} {'compile ms':>11} {'img/s':>9} "
-          f"{'x eager':>8} {'x compile':>10} {'TFLOP/s':>8} {'of peak':>8}")
+          f"{'x eager':>8} {'x compile':>10} {'TFLOP/s':>8} {'of peak':>8} {'vs eager: max_rel':>18}")
     for r in rows:
+        verdict = "ok" if r["check_passed"] else "FAILED"
         print(f"{r['backend']:>8} {r['batch']:>5} {r['kernels']:>7} {r['ours_ms']:>9.3f} {r['eager_ms']:>9.3f} "
               f"{r['compile_ms']:>11.3f} {r['ours_img_s']:>9.0f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} "
-              f"{r['tflops']:>8.1f} {r['fraction_of_peak']:>8.1%}")
+              f"{r['tflops']:>8.1f} {r['fraction_of_peak']:>8.1%} {r['max_rel']:>11.2e} {verdict:>6}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "backends": [b.name for b in backends], "gemm_tflops": peak,
                        "rows": rows}, f, indent=1)
+    failed = [f"{r['backend']} batch {r['batch']}" for r in rows if not r["check_passed"]]
+    if failed:
+        print(f"our output differs from PyTorch eager's beyond the fp16 model tolerance: {', '.join(failed)}")
+        return 1
     return 0
 
 
