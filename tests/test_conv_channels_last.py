@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
 from fused_cases import ir_dict, module_weights  # noqa: E402
+from helpers import assert_waits_first  # noqa: E402
 
 import npu_compiler  # noqa: E402
 import npu_runtime  # noqa: E402
@@ -168,6 +169,7 @@ def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
                     for st in steps}
     ptxas = nvrtc.ptxas_path()
     for name in sorted(sources):
+        assert_waits_first(r.sources[name])
         ptx = nvrtc.compile_source(r.sources[name], "compute_90", name=f"{name}.cu")
         if ptxas:
             path = tmp_path / f"{name}.ptx"

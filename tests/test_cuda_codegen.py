@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
 from fused_cases import build, op_cases  # noqa: E402
+from helpers import assert_waits_first  # noqa: E402
 
 import npu_compiler  # noqa: E402
 from npu_compiler.program import CompiledProgram, TensorRef  # noqa: E402
@@ -86,13 +87,15 @@ def model_programs() -> dict[str, CompiledProgram]:
 
 
 def _check_sources(sources: dict[str, str]) -> list[str]:
-    """Compile every source (deduplicated) to PTX and assemble it; returns the failures."""
+    """Compile every source (deduplicated) to PTX and assemble it, and check that it waits for the kernel before
+    it first; returns the failures."""
     unique = {text: name for name, text in sources.items()}
     ptxas = nvrtc.ptxas_path()
 
     def one(item):
         text, name = item
         try:
+            assert_waits_first(text)
             ptx = nvrtc.compile_source(text, "compute_90", name=f"{name}.cu")
             assert b".entry npu_kernel" in ptx, "no npu_kernel entry in the PTX"
             if ptxas:
