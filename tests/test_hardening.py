@@ -92,6 +92,21 @@ def test_malformed_json_texts(text: str, words: str, tmp_path) -> None:
         npu_compiler.compile(path)
 
 
+def test_long_integer_literals_where_python_converts_any_length(tmp_path) -> None:
+    """With Python's bound on converted digits switched off, every literal is checked before it is converted."""
+    import sys
+
+    path = tmp_path / "ir.json"
+    path.write_text('{"graph_inputs": [{"name": "x", "shape": [' + "9" * 50_000 + '], "dtype": "float32"}]}')
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        with pytest.raises(IRFormatError, match="50000 digits"):
+            npu_compiler.compile(path)
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
 def _mutated(fn) -> dict:
     ir = small_ir()
     fn(ir)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,8 +48,8 @@ def load_ir_dict(source: str | os.PathLike | Mapping[str, Any], limits: Limits |
         data = _parse(text, where)
     if isinstance(source, Mapping):
         _check_json(data, where)
-    else:  # json.loads made only JSON types with string keys: the nesting is all there is to check
-        _check_depth(data, where)
+    else:  # json.loads made only JSON types with string keys: the nesting and the integers are what is left
+        _check_parsed(data, where)
     if not isinstance(data, Mapping):
         raise IRFormatError(f"{where}: the IR must be a JSON object, got {type(data).__name__}")
     return dict(data)
@@ -84,7 +84,14 @@ def _read_text(source: str | os.PathLike, lim: Limits) -> tuple[str, str]:
     return "<string>", text
 
 
-_LONG_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1}}}")
+_INT_LIMIT = 10**MAX_DIGITS
+
+
+def _digits_bounded() -> bool:
+    """Whether Python refuses to convert long integer strings (3.11's default: 4,300 digits), so that json.loads
+    cannot be made to spend quadratic time on one literal."""
+    limit = sys.get_int_max_str_digits()
+    return 0 < limit <= 10_000
 
 
 def _parse(text: str, where: str) -> Any:
@@ -94,9 +101,17 @@ def _parse(text: str, where: str) -> Any:
         return int(s)
 
     try:
-        # a hook per integer costs a Python call for each of a model's tens of thousands; only a text with a run of
-        # more digits than an int64 has (in a literal, or inside a string or a float) needs it
-        return json.loads(text, parse_int=parse_int) if _LONG_DIGITS.search(text) else json.loads(text)
+        # A hook per integer costs a Python call for each of a model's tens of thousands: where Python bounds the
+        # digits it converts, parse without it (`_check_parsed` refuses literals longer than an int64 afterwards)
+        # and use it only to name a literal Python refused.
+        if _digits_bounded():
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                raise
+            except ValueError:
+                pass
+        return json.loads(text, parse_int=parse_int)
     except json.JSONDecodeError as e:
         raise IRFormatError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:
@@ -139,16 +154,28 @@ def _check_json(data: Any, where: str) -> None:
                     raise IRFormatError(f"{where}: a list holds a {type(x).__name__}, not JSON")
 
 
-def _check_depth(data: Any, where: str) -> None:
-    """Iteratively: at most MAX_JSON_DEPTH levels of objects and arrays (of what json.loads makes)."""
+def _check_parsed(data: Any, where: str) -> None:
+    """Of what json.loads made, iteratively: at most MAX_JSON_DEPTH levels of objects and arrays, and no integer
+    longer than MAX_DIGITS digits."""
+    if type(data) is int:
+        _check_int(data, where)
     stack: list[tuple[Any, int]] = [(data, 0)] if type(data) is dict or type(data) is list else []
     while stack:
         v, depth = stack.pop()
         if depth >= MAX_JSON_DEPTH:
             raise IRFormatError(f"{where}: the JSON nests deeper than {MAX_JSON_DEPTH} levels")
         for x in v.values() if type(v) is dict else v:
-            if type(x) is dict or type(x) is list:
+            t = type(x)
+            if t is dict or t is list:
                 stack.append((x, depth + 1))
+            elif t is int and not -_INT_LIMIT < x < _INT_LIMIT:
+                _check_int(x, where)
+
+
+def _check_int(x: int, where: str) -> None:
+    if not -_INT_LIMIT < x < _INT_LIMIT:
+        s = str(x)
+        raise IRFormatError(f"{where}: integer literal {s[:12]}... of {len(s)} digits (at most {MAX_DIGITS})")
 
 
 def _is_scalar(x: Any) -> bool:
