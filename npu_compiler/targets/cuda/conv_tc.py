@@ -50,8 +50,9 @@ MAX_SPLITS = 16
 # second launch sums them
 CLUSTER_ARCH = 90
 MAX_CLUSTER = 8
-_RED_PAD = 4  # floats of padding per row of a part tile in shared memory: the float2 stores of a half-warp (four
-# rows) fall in different banks
+# floats of padding per row of a part tile in shared memory: the four rows of a half-warp's float2 stores then
+# share half their banks pairwise instead of all of them (8 would separate them fully; not measured)
+_RED_PAD = 4
 MIN_SPLIT_K = 256  # a K split's length at least: shorter ones are mostly the pipeline's start and end
 MAX_GRID_Y = 65535
 
