@@ -6,7 +6,8 @@ GPU; then prints one table against the targets, writes all results to one JSON f
     python bench/bench_all.py --out bench-results [--no-compile]
 
 `--parts` runs some of them and reads the others' JSON files from an earlier call with the same --out (to fit each
-call inside a time limit): `--parts llm,cnn` then `--parts generate`.
+call inside a time limit): `--parts llm,cnn` then `--parts generate`; `--parts ""` runs none and makes the table and
+the chart from the JSON files in --out (llm.json, llm_8192.json, generate.json, cnn.json, as the scripts write them).
 """
 
 from __future__ import annotations
