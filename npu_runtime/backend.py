@@ -56,10 +56,12 @@ class Backend(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # what a caller reaches with its own program and arrays: anything not of the error hierarchy is a bug
-        for name, during in (("create_executor", "preparing the program to run"), ("upload", "uploading an array")):
+        # (building an executor renders and loads a program: the collector pauses as it does for compile and load)
+        for name, during, paused in (("create_executor", "preparing the program to run", True),
+                                     ("upload", "uploading an array", False)):
             fn = cls.__dict__.get(name)
             if fn is not None and not getattr(fn, "__wrapped_entry_point__", False):
-                setattr(cls, name, entry_point(during)(collector_paused()(fn) if name == "create_executor" else fn))
+                setattr(cls, name, entry_point(during)(collector_paused()(fn) if paused else fn))
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -18,6 +18,7 @@ the row's elements (norms, softmax). `Acc` stands for the result of a GEMM or co
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Container
 from dataclasses import dataclass
 
 UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "abs", "not", "floor", "trunc")
@@ -130,8 +131,9 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk(e: Expr):
-    """Post-order walk (children first), each distinct node object once."""
+def walk(e: Expr, known: Container[int] = ()):
+    """Post-order walk (children first), each distinct node object once; without the nodes whose id is in `known`
+    and without walking below them (a caller that asks about every subtree of a tree walks only what is new)."""
     seen: set[int] = set()
     stack: list[tuple[Expr, bool]] = [(e, False)]
     while stack:
@@ -139,7 +141,7 @@ def walk(e: Expr):
         if done:
             yield node
             continue
-        if id(node) in seen:
+        if id(node) in seen or id(node) in known:
             continue
         seen.add(id(node))
         stack.append((node, True))

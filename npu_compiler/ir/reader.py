@@ -157,8 +157,8 @@ def _check_json(data: Any, where: str) -> None:
 def _check_parsed(data: Any, where: str) -> None:
     """Of what json.loads made, iteratively: at most MAX_JSON_DEPTH levels of objects and arrays, and no integer
     longer than MAX_DIGITS digits."""
-    if type(data) is int:
-        _check_int(data, where)
+    if type(data) is int and not -_INT_LIMIT < data < _INT_LIMIT:
+        _refuse_long_int(data, where)
     stack: list[tuple[Any, int]] = [(data, 0)] if type(data) is dict or type(data) is list else []
     while stack:
         v, depth = stack.pop()
@@ -169,13 +169,12 @@ def _check_parsed(data: Any, where: str) -> None:
             if t is dict or t is list:
                 stack.append((x, depth + 1))
             elif t is int and not -_INT_LIMIT < x < _INT_LIMIT:
-                _check_int(x, where)
+                _refuse_long_int(x, where)
 
 
-def _check_int(x: int, where: str) -> None:
-    if not -_INT_LIMIT < x < _INT_LIMIT:
-        s = str(x)
-        raise IRFormatError(f"{where}: integer literal {s[:12]}... of {len(s)} digits (at most {MAX_DIGITS})")
+def _refuse_long_int(x: int, where: str) -> None:
+    s = str(x)
+    raise IRFormatError(f"{where}: integer literal {s[:12]}... of {len(s)} digits (at most {MAX_DIGITS})")
 
 
 def _is_scalar(x: Any) -> bool:

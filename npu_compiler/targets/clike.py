@@ -267,7 +267,7 @@ class ExprRenderer:
         hit = self.deps.get(id(e))
         if hit is not None:
             return hit
-        for n in _unknown(e, self.deps):
+        for n in X.walk(e, self.deps):
             if isinstance(n, X.Load):
                 d = 0
                 for k, s in enumerate(n.strides):
@@ -293,7 +293,7 @@ class ExprRenderer:
     def key(self, e: X.Expr) -> tuple:
         hit = self.keys.get(id(e))
         if hit is None:
-            for n in _unknown(e, self.keys):
+            for n in X.walk(e, self.keys):
                 self.keys[id(n)] = (n, _key(n, tuple(self.keys[id(c)][1] for c in X.children(n))))
             hit = self.keys[id(e)]
         return hit[1]
@@ -428,23 +428,6 @@ class ExprRenderer:
         if self.block_reduce:
             scope.lines += [ind + line for line in lang.block_reduce(acc, e.op, e.dtype, self.text)]
         return acc
-
-
-def _unknown(e: X.Expr, known: dict) -> list[X.Expr]:
-    """The nodes of `e` not in `known` (by id), children first, without walking below a known node: an emitter asks
-    about every subtree of a tree, so a full walk each time would make a render quadratic in the tree's depth."""
-    out: list[X.Expr] = []
-    seen: set[int] = set()
-    stack: list[tuple[X.Expr, bool]] = [(e, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            out.append(node)
-        elif id(node) not in known and id(node) not in seen:
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((c, False) for c in reversed(X.children(node)))
-    return out
 
 
 def _key(e: X.Expr, kids: tuple) -> tuple:
