@@ -30,7 +30,7 @@ from .targets.config import TargetConfig, default_config
 FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_softmax", "concat_linears",
                  "gemm_epilogue", "conv_epilogue", "elementwise_fusion")
 # Lowering choices that trade memory for speed on targets with a fast GEMM library.
-LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores")
+LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores", "gemm_prologue")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
 OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES, *LOWERING_OPTIONS)
 
@@ -120,7 +120,8 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
 
     lowering = Lowering(graph, codegen, greedy_fusion="elementwise_fusion" not in disable_passes,
                         conv_im2col="conv_im2col" not in disable_passes,
-                        conv_tensor_cores="conv_tensor_cores" not in disable_passes)
+                        conv_tensor_cores="conv_tensor_cores" not in disable_passes,
+                        gemm_prologue="gemm_prologue" not in disable_passes)
     lowering.run()
     arena = _run_pass("memory_plan", plan_memory, lowering.buffers, lowering.kernels)
     need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))

@@ -72,6 +72,33 @@ class LinearResidual(torch.nn.Module):
         return self.lin(x) + r
 
 
+class NormLinear(torch.nn.Module):
+    """lin(rmsnorm(x)) + r, RMSNorm written as Qwen2's (fp32 statistics, rounded back, times the weight): a GEMV
+    whose prologue is a row reduction where x has few rows."""
+
+    def __init__(self, k: int, n: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(k))
+        self.lin = torch.nn.Linear(k, n, bias=False)
+        self.eps = eps
+
+    def forward(self, x, r):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.lin(self.weight * h.to(x.dtype)) + r
+
+
+class GatedLinear(torch.nn.Module):
+    """lin(silu(g) * u) + r, an MLP's down projection: a GEMV whose prologue is elementwise."""
+
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n, bias=False)
+
+    def forward(self, g, u, r):
+        return self.lin(torch.nn.functional.silu(g) * u) + r
+
+
 def assert_waits_first(text: str) -> None:
     """A kernel launched with programmatic dependent launch may start while the kernel before it runs, and lets the
     one after it start once it has waited (common.py's prelude): it must wait (`npu_wait_prior`) exactly once, and
@@ -81,3 +108,4 @@ def assert_waits_first(text: str) -> None:
     before = body.split("npu_wait_prior();", 1)[0].splitlines()[1:]  # after the signature's line
     reads = [line for line in before if "[" in line and "prefetch" not in line and "__shared__" not in line]
     assert not reads, f"memory read before the wait for the kernel before: {reads[:3]}"
+

@@ -251,3 +251,33 @@ def test_cli_run_of_a_tampered_artifact_exits_cleanly(net, tmp_path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "invalid artifact" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out.npz").exists()
+
+
+def _first_load(e: list) -> list:
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if node[0] == "load":
+            return node
+        stack += [c for c in node[2:] if isinstance(c, list) and c and isinstance(c[0], str)]
+    raise AssertionError("no load")
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: s.update(prologue_reduce=[65]), "a gemm prologue reduces along a's rows of 64, not over \\[65\\]"),
+    (lambda s: s.update(prologue_reduce=[]), "a reduction in a kernel without a reduction space"),
+    (lambda s: _first_load(s["prologue"]).__setitem__(2, 0), "a gemm prologue reads argument 0, an operand"),
+    (lambda s: s.update(prologue=["const", "float16", 1.0]), "a gemm prologue of dtype float16 for operand b"),
+])
+def test_an_edited_gemm_prologue_is_refused(edit, message) -> None:
+    """A GEMV that computes its operand (an RMSNorm) in its prologue, as cuda compiles it: a prologue that reduces
+    over another extent, reads the weight operand, or makes another dtype than the weight's is refused by name."""
+    from helpers import NormLinear
+
+    ir = export_ir(lambda: NormLinear(64, 16), (torch.randn(3, 64), torch.randn(3, 16)))
+    prog = npu_compiler.compile(ir, "cuda", dtype="float32")
+    d = prog.to_dict()
+    (index,) = [i for i, k in enumerate(d["kernels"]) if k["spec"].get("prologue")]
+    edit(d["kernels"][index]["spec"])
+    with pytest.raises(ArtifactError, match=rf"kernel '{d['kernels'][index]['name']}'.*{message}"):
+        CompiledProgram.from_bytes(repack(d), "edited.npubin")

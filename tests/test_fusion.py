@@ -388,3 +388,40 @@ def test_attention_as_gemms_lowering(tiny_qwen, kind, pos, monkeypatch):
     b = run(plain, {k: v.copy() for k, v in inputs.items()}, hf)
     for k in a:
         assert_close(a[k], b[k], dtype, "accumulate", what="attention as GEMMs vs the attention kernel " + k)
+
+
+@pytest.mark.parametrize("kind,pos,disabled", [("decode", 9, ()), ("prefill", 0, ()),
+                                               ("decode", 9, ("concat_linears",))])
+def test_gemm_prologue_lowering(tiny_qwen, kind, pos, disabled, monkeypatch):
+    """On cuda, a GEMM of a few rows computes its operand in a prologue: the RMSNorm before a projection (a row
+    reduction) and SiLU-times-up before the down projection (elementwise) are not written out. The same lowering,
+    enabled for the cpu target here, equals the unfused program (the 8-row prefill runs it too; with the q, k, v
+    projections apart, three GEMMs compute the first norm of a layer and two the second)."""
+    from npu_compiler.targets.cpu import CpuTarget
+    from npu_compiler.targets.cuda.gemv import prologue_applies
+
+    dtype, exp, hf = tiny_qwen
+    path = getattr(exp, f"{kind}_path")
+    theta = exp.cache_map["rope"]["theta"]
+    monkeypatch.setattr(CpuTarget, "gemm_prologue_rows", 8)
+    monkeypatch.setattr(CpuTarget, "gemm_prologue", lambda self, *a: prologue_applies(*a[:-1]))
+    fused = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta, disable_passes=list(disabled))
+    kept = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta,
+                                disable_passes=[*disabled, "gemm_prologue"])
+    plain = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta, fusion=False)
+    pro = [k for k in fused.kernels if k.kind == "gemm" and k.spec.prologue is not None]
+    layers = len(exp.cache_map["graphs"][kind]["layers"])
+    norms = [k for k in pro if k.spec.prologue_reduce]
+    # every layer's two norms (read by 3 + 2 GEMMs without concat_linears) and the final one; each MLP's product
+    assert len(norms) == layers * (5 if disabled else 2) + 1 and len(pro) - len(norms) == layers
+    assert not [k for k in fused.kernels if k.group == "npu.rmsnorm"]
+    assert len(kept.kernels) - len(fused.kernels) == 2 * layers + 1 + layers
+    assert {"silu", "mul"} & {n.split("_")[0] for k in pro for n in k.nodes}
+    inputs = _qwen_inputs(exp, kind, dtype, pos)
+    a = run(fused, {k: v.copy() for k, v in inputs.items()}, hf)
+    b = run(plain, {k: v.copy() for k, v in inputs.items()}, hf)
+    for k in a:
+        if dtype == "float32":
+            assert_close(a[k], b[k], dtype, "accumulate", what="gemm prologues vs unfused " + k)
+        else:
+            assert compare(k, a[k], b[k], dtype).passed, compare(k, a[k], b[k], dtype)

@@ -2,6 +2,12 @@
 wrapping, for integer operands). `Acc` in the epilogue is the product rounded to the output dtype, as the unfused
 graph stores it before a residual add or an activation.
 
+A GEMM may compute its operand `a` instead of reading it: a prologue is an expression over a's index space
+[batch..., m, k] (the RMSNorm or the SiLU-times-up that produced it in the graph, with the graph's roundings), and
+with `prologue_reduce = (k,)` it may hold reductions along a's rows (a norm's mean of squares). Then `a` is not an
+argument: args are [b, bias?, then the buffers the epilogue and the prologue read, whole]. Decoding uses it to drop
+the kernel before each projection, whose only job was to write a few rows the GEMV reads back at once.
+
 Why a library kernel: a contraction over K reuses every operand element many times; its speed comes from tiling
 through on-chip memory onto tensor cores or a BLAS (cuBLAS), which the expression language does not describe.
 """
@@ -17,12 +23,14 @@ import numpy as np
 
 from ..dtypes import is_float
 from ..expr import nodes as X
+from ..expr.check import check_expr
 from ..expr.interpret import Evaluator, cast, dtype_name, store
 from .base import (
     Arrays,
     KernelCost,
     KernelSpec,
     Step,
+    arg_context,
     check_epilogue,
     dtype_of,
     epilogue_reads,
@@ -56,49 +64,96 @@ class GemmKernel(KernelSpec):
     bias: bool = False  # args[2] is a bias view broadcast to the output, scaled by beta
     beta: float = 1.0
     epilogue: X.Expr | None = None
+    prologue: X.Expr | None = None
+    prologue_reduce: tuple[int, ...] = bounded(0, default=())
 
     @property
     def batch_count(self) -> int:
         return math.prod(self.batch)
 
     @property
+    def b_arg(self) -> int:
+        """Where operand b is in the arguments (a computed by a prologue is not one)."""
+        return 0 if self.prologue is not None else 1
+
+    @property
     def first_epilogue_arg(self) -> int:
-        return 3 if self.bias else 2
+        return self.b_arg + 1 + int(self.bias)
+
+    @property
+    def a_shape(self) -> tuple[int, ...]:
+        return (*self.batch, self.m, self.k)
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         expect(len(call.outs) == 1, f"a gemm writes one output, this one {len(call.outs)}")
         expect(len(call.args) >= self.first_epilogue_arg,
-               f"a gemm{' with bias' if self.bias else ''} needs {self.first_epilogue_arg} arguments")
-        a, b, out = call.args[0], call.args[1], call.outs[0]
-        expect_shape(a, (*self.batch, self.m, self.k), "gemm operand a")
+               f"a gemm{' with bias' if self.bias else ''}{' with a prologue' if self.prologue else ''} needs "
+               f"{self.first_epilogue_arg} arguments")
+        b, out = call.args[self.b_arg], call.outs[0]
+        if self.prologue is None:
+            expect(not self.prologue_reduce, "prologue_reduce without a prologue")
+            expect_shape(call.args[0], self.a_shape, "gemm operand a")
+            a_dtype = dtype_of(buffers, call.args[0])
+        else:
+            a_dtype = self.prologue.dtype
+            self._check_prologue(call, buffers)
         expect_shape(b, (*self.batch, self.k, self.n), "gemm operand b")
         expect_shape(out, (*self.batch, self.m, self.n), "gemm output")
         if self.bias:
-            expect_shape(call.args[2], tuple(out.shape), "gemm bias view")
-        dts = [dtype_of(buffers, r) for r in (a, b, out)]
+            expect_shape(call.args[self.b_arg + 1], tuple(out.shape), "gemm bias view")
+        dts = [a_dtype, dtype_of(buffers, b), dtype_of(buffers, out)]
         expect(all(d != "bool" for d in dts), f"a gemm over {dts}")
         expect(is_float(dts[2]) or not (is_float(dts[0]) or is_float(dts[1])),
                f"a gemm of float operands {dts[:2]} into {dts[2]}")
         check_epilogue(self.epilogue, call, buffers, out)
+
+    def _check_prologue(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        expect(self.prologue_reduce in ((), (self.k,)),
+               f"a gemm prologue reduces along a's rows of {self.k}, not over {list(self.prologue_reduce)}")
+        expect(self.prologue.dtype == dtype_of(buffers, call.args[self.b_arg]),
+               f"a gemm prologue of dtype {self.prologue.dtype} for operand b of "
+               f"{dtype_of(buffers, call.args[self.b_arg])}")
+        for i, r in enumerate(call.args[self.first_epilogue_arg:], self.first_epilogue_arg):
+            expect(r.is_whole(buffers[r.buffer].numel),
+                   f"argument {i} of a gemm with a prologue must be its whole buffer (loads carry their own maps)")
+        for n in X.walk(self.prologue):
+            expect(not isinstance(n, X.Acc), "a gemm prologue reads no accumulator")
+            if isinstance(n, X.Load | X.Gather):
+                expect(n.arg >= self.first_epilogue_arg,
+                       f"a gemm prologue reads argument {n.arg}, an operand: it may read only arguments "
+                       f"{self.first_epilogue_arg} and later")
+        check_expr(self.prologue, arg_context(call, buffers, self.a_shape, tuple(self.prologue_reduce),
+                                              1 if self.prologue_reduce else 0))
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         out = call.outs[0]
         read = sum(ref_bytes(buffers, r) for r in call.args[:self.first_epilogue_arg])
         read += epilogue_reads(self.epilogue, call, buffers, tuple(out.shape))
         flops = gemm_flops(self.m, self.n, self.k, self.batch_count) + expr_flops(self.epilogue, out.numel)
+        if self.prologue is not None:
+            read += epilogue_reads(self.prologue, call, buffers, self.a_shape, tuple(self.prologue_reduce))
+            a_points = math.prod(self.a_shape)
+            flops += expr_flops(self.prologue, a_points, a_points if self.prologue_reduce else 0)
         return KernelCost(flops, read, ref_bytes(buffers, out))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
-        a, b = arrays.view(call.args[0]), arrays.view(call.args[1])
-        bias = arrays.view(call.args[2]) if self.bias else None
+        b = arrays.view(call.args[self.b_arg])
+        bias = arrays.view(call.args[self.b_arg + 1]) if self.bias else None
         out = arrays.view(call.outs[0])
         od = dtype_name(out.dtype)
-        ev = Evaluator(self.epilogue, out.shape, (), [arrays.buffer(r) for r in call.args]) \
-            if self.epilogue is not None else None
+        whole = [arrays.buffer(r) for r in call.args]
+        ev = Evaluator(self.epilogue, out.shape, (), whole) if self.epilogue is not None else None
+        if self.prologue is None:
+            a = arrays.view(call.args[0])
+        else:
+            pro = Evaluator(self.prologue, self.a_shape, tuple(self.prologue_reduce), whole)
+            a = np.empty(self.a_shape, b.dtype)
         alpha, beta = self.alpha, self.beta
         integer = not is_float(od)
 
         def run() -> None:
+            if self.prologue is not None:
+                store(a, pro.evaluate())
             if integer:
                 # exact in int64 (wrapping), as ATen's integer GEMMs: fp32 would round sums above 2^24
                 acc = np.matmul(a.astype(np.int64), b.astype(np.int64))

@@ -3,7 +3,11 @@ and every consumer that reads it through an affine index map (broadcast, transpo
 inlines it. It is written to memory only when a consumer cannot inline it (a library kernel, a layout that is
 not affine in the producer's index, an expression grown too large, a buffer about to be overwritten in place).
 
-Inlining is exact: the consumer computes the same expression, with the same roundings, on the same elements."""
+Inlining is exact: the consumer computes the same expression, with the same roundings, on the same elements.
+
+A row result (a norm: reductions along its last dim, then every element) may be pending too, where the target can
+fold it into a GEMV's operand (`CodegenTarget.gemm_prologue`); only a GEMM prologue inlines it, in its own rows
+(`compose` with `prologue=True`), and every other consumer has it written first."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ class Pending:
     shape: tuple[int, ...]
     origin: list[str]  # the IR nodes it stands for
     node: Node
+    reduce_shape: tuple[int, ...] = ()  # a row result: reductions over its last dim (row_dims 1)
     reads: set[int] = field(default_factory=set)
     size: int = 0
 
@@ -44,17 +49,23 @@ def _unravel(offset: int, shape: tuple[int, ...]) -> list[int] | None:
     return idx if offset == 0 else None
 
 
-def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int, ...], n_out: int) -> X.Expr | None:
+def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int, ...], n_out: int,
+            prologue: bool = False) -> X.Expr | None:
     """`p`'s expression as seen through a consumer's access (`strides` over the consumer's index space of `sizes`,
     the first `n_out` of them output dims, the rest reduction dims), or None when the access is not affine in
-    p's index space."""
+    p's index space. A row result composes only into a GEMM `prologue`, whose last dim is p's row, read whole and
+    in order, and whose reductions run along it."""
     shape = p.shape
+    rows = bool(p.reduce_shape)
+    if rows and not (prologue and n_out == len(sizes) and sizes and shape and sizes[-1] == shape[-1]
+                     == p.reduce_shape[-1] and strides[-1] == 1 and p.size <= 4 * MAX_INLINE_NODES):
+        return None
     if (n_out == len(sizes) and tuple(sizes) == tuple(shape) and offset == 0 and p.size <= 4 * MAX_INLINE_NODES
             and all(n == 1 or s == c for s, c, n in zip(strides, contiguous_strides(shape), sizes))):
         # the consumer reads p element for element in p's own index space: p's expression as it is, even one
         # that reads its own index (a gather, an iota)
         return p.expr
-    if p.has_index or p.size > MAX_INLINE_NODES:
+    if p.has_index or p.size > (4 * MAX_INLINE_NODES if rows else MAX_INLINE_NODES):
         return None
     cs = contiguous_strides(shape)
     base = _unravel(offset, shape)
@@ -73,10 +84,14 @@ def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int,
         else:
             return None
 
+    if rows and (base[-1] != 0 or [c[-1] for c in coef] != [0] * (len(shape) - 1) + [1]):
+        return None  # the consumer's last dim is not p's row, whole and in order
+
     def rewrite(e: X.Load) -> X.Load:
         new_off = e.offset + sum(t * b for t, b in zip(e.strides, base))
         st = [sum(e.strides[k] * coef[k][d] for k in range(len(shape))) for d in range(len(sizes))]
-        return X.Load(e.dtype, e.arg, tuple(st[:n_out]), new_off, tuple(st[n_out:]))
+        # a load inside p's reductions keeps its reduction strides: the consumer reduces along the same row
+        return X.Load(e.dtype, e.arg, tuple(st[:n_out]), new_off, tuple(e.rstrides) if rows else tuple(st[n_out:]))
 
     return X.map_loads(p.expr, rewrite)
 

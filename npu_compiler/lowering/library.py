@@ -52,18 +52,21 @@ def gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | 
         b2 = V.reshape(b, (b.shape[0], 1))
     batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
     m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
-    a2 = L.gemm_operand(V.expand(a2, (*batch, m, k)))
     b2 = L.gemm_operand(V.expand(b2, (*batch, k, n)))
+    origins: list[str] = []
+    a2 = V.expand(a2, (*batch, m, k))
+    prologue = L.prologue(a2, b2, tuple(batch), m, k, origins)  # a computed in the kernel, not read
     full = (*batch, m, n)
     buf = L.new_buffer(out_v.name, "arena", out_v.dtype, math.prod(full))
     out = TensorRef(buf.id, full, contiguous_strides(full), 0)
-    args = [a2, b2]
+    args = [b2] if prologue is not None else [L.gemm_operand(a2), b2]
     if bias is not None:
         args.append(V.expand(bias, full))
-    origins: list[str] = []
     res = V.expand(residual, full) if residual is not None else None
-    epilogue, extra = L.epilogue_args(epilogue_of(L, full, out_v.dtype, res, activation, origins), len(args))
-    spec = GemmKernel(m, n, k, tuple(batch), float(alpha), bias is not None, float(beta), epilogue)
+    epilogue, extra, prologue = L.epilogue_args(epilogue_of(L, full, out_v.dtype, res, activation, origins),
+                                                len(args), prologue)
+    spec = GemmKernel(m, n, k, tuple(batch), float(alpha), bias is not None, float(beta), epilogue, prologue,
+                      (k,) if prologue is not None and any(isinstance(e, X.Reduce) for e in X.walk(prologue)) else ())
     kcall = L.emit(spec, args + extra, [out])
     if origins:
         kcall.nodes = list(dict.fromkeys([*origins, *kcall.nodes]))
@@ -83,7 +86,7 @@ def _rows2d(L: Lowering, ref: TensorRef, rows: int, cols: int) -> TensorRef:
 
 @lowers("linear.default", kernels=("gemm",))
 def linear(L: Lowering, node: Node) -> None:
-    x, w = L.ref(node.inputs[0]), L.ref(node.inputs[1])
+    x, w = L.ref(node.inputs[0], pending_ok=True), L.ref(node.inputs[1])
     bias = L.ref(node.inputs[2]) if len(node.inputs) > 2 else None
     k = x.shape[-1]
     rows = math.prod(x.shape[:-1])
@@ -93,7 +96,7 @@ def linear(L: Lowering, node: Node) -> None:
 
 @lowers("matmul.default", "mm.default", "bmm.default", kernels=("gemm",))
 def matmul(L: Lowering, node: Node) -> None:
-    gemm(L, node, L.ref(node.inputs[0]), L.ref(node.inputs[1]))
+    gemm(L, node, L.ref(node.inputs[0], pending_ok=True), L.ref(node.inputs[1]))
 
 
 @lowers("addmm.default", kernels=("gemm",))
@@ -114,7 +117,7 @@ def baddbmm(L: Lowering, node: Node) -> None:
 def linear_epilogue(L: Lowering, node: Node) -> None:
     """A linear with its residual add (fuse_gemm_epilogue)."""
     a = node.attrs
-    x, w = L.ref(node.inputs[0]), L.ref(node.inputs[1])
+    x, w = L.ref(node.inputs[0], pending_ok=True), L.ref(node.inputs[1])
     bias = L.ref(node.inputs[2]) if a["has_bias"] else None
     residual = L.ref(node.inputs[-1], pending_ok=True) if a["has_residual"] else None
     k = x.shape[-1]
@@ -166,7 +169,7 @@ def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], outs: list[Tensor
     a = node.attrs
     origins: list[str] = []
     res = L.ref(node.inputs[-1], pending_ok=True) if has_residual else None
-    epilogue, extra = L.epilogue_args(epilogue_of(L, tuple(outs[0].shape), node.outputs[0].dtype, res, activation,
+    epilogue, extra, _ = L.epilogue_args(epilogue_of(L, tuple(outs[0].shape), node.outputs[0].dtype, res, activation,
                                                   origins), len(args))
     spec = Conv2dKernel(tuple(a["stride"]), tuple(_pair(a["padding"], node)), tuple(a["dilation"]), int(a["groups"]),
                         has_bias, epilogue, splits)

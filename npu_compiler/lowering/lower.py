@@ -35,9 +35,11 @@ Loader = Callable[..., X.Expr]
 
 class Lowering:
     def __init__(self, graph: Graph, target: CodegenTarget, greedy_fusion: bool = False,
-                 conv_im2col: bool = True, conv_tensor_cores: bool = True) -> None:
+                 conv_im2col: bool = True, conv_tensor_cores: bool = True, gemm_prologue: bool = True) -> None:
         self.graph = graph
         self.greedy_fusion = greedy_fusion
+        # norms and elementwise producers of a few rows computed by the GEMM that reads them (target permitting)
+        self.gemm_prologue_rows = target.gemm_prologue_rows if gemm_prologue and greedy_fusion else 0
         self.target = target
         # k x k convs as an im2col copy + GEMM: on targets whose GEMM library is much faster than a direct conv
         self.conv_im2col = conv_im2col and target.gemm_im2col
@@ -230,11 +232,42 @@ class Lowering:
         return k
 
     def materialize(self, buffer: int) -> None:
-        """Write a pending elementwise result to its buffer (a consumer needs it in memory)."""
+        """Write a pending result to its buffer (a consumer needs it in memory)."""
         p = self.pending.pop(buffer)
         saved, self._node = self._node, p.node
-        self._emit_generated(full_ref(self.buffers[buffer], p.shape), p.expr, (), p.origin)
+        self._emit_generated(full_ref(self.buffers[buffer], p.shape), p.expr, p.reduce_shape, p.origin,
+                             row_dims=1 if p.reduce_shape else 0)
         self._node = saved
+
+    def defer_row(self, out: TensorRef, n_rows: int) -> bool:
+        """Keep the row result the current node writes to `out` pending, for a GEMM prologue to compute (see
+        `CodegenTarget.gemm_prologue`): where greedy fusion is on, the target folds norms of this few rows into its
+        GEMMs, and the node writes one value that is not a graph output into a buffer of its own."""
+        node = self._node
+        return (node is not None and 0 < n_rows <= self.gemm_prologue_rows
+                and len(node.outputs) == 1 and id(node.outputs[0]) not in self._graph_outputs
+                and out.is_whole(self.buffers[out.buffer].numel) and out.is_contiguous()
+                and self.refs.get(id(node.outputs[0])) is out)
+
+    def prologue(self, a: TensorRef, b: TensorRef, batch: tuple[int, ...], m: int, k: int,
+                 origins: list[str]) -> X.Expr | None:
+        """The expression of a GEMM's operand `a` (a view [batch..., m, k]) where it is a pending result the target
+        computes in the GEMM's prologue; None where it is read from memory (written first if pending)."""
+        p = self.pending.get(a.buffer)
+        if p is None:
+            return None
+        e = None
+        if m <= self.gemm_prologue_rows and self.target.gemm_prologue(m, k, batch, self.dtype_of(a), b,
+                                                                       self.dtype_of(b), bool(p.reduce_shape)):
+            e = compose(p, tuple(a.strides), a.offset, tuple(a.shape), len(a.shape), prologue=True)
+        if e is None:
+            self.materialize(a.buffer)
+            return None
+        origins.extend(o for o in p.origin if o not in origins)
+        root = self._roots.get(id(p.node.outputs[0]), id(p.node.outputs[0]))
+        if self._last_read.get(root, -1) <= self._index and root not in self._root_is_output:
+            del self.pending[a.buffer]  # no later node reads it: it is never written
+        return e
 
     def flush_readers(self, buffer: int) -> None:
         """Before `buffer` is overwritten in place, write out every pending result that still reads it."""
@@ -487,13 +520,14 @@ class Lowering:
                 return ref
         return self.contiguous(ref)
 
-    def epilogue_args(self, epilogue: X.Expr | None, first: int) -> tuple[X.Expr | None, list[TensorRef]]:
-        """An epilogue built with buffer ids as load args -> one naming kernel arguments from `first` on, and those
-        arguments (whole buffers)."""
-        if epilogue is None:
-            return None, []
-        exprs, buffers = bind_args([epilogue], first)
-        return exprs[0], [full_ref(self.buffers[b]) for b in buffers]
+    def epilogue_args(self, epilogue: X.Expr | None, first: int, prologue: X.Expr | None = None
+                      ) -> tuple[X.Expr | None, list[TensorRef], X.Expr | None]:
+        """An epilogue (and a prologue) built with buffer ids as load args -> ones naming kernel arguments from
+        `first` on, and those arguments (whole buffers, one per buffer either reads)."""
+        if epilogue is None and prologue is None:
+            return None, [], None
+        exprs, buffers = bind_args([epilogue, prologue], first)
+        return exprs[0], [full_ref(self.buffers[b]) for b in buffers], exprs[1]
 
 
 def describe_node(node: Node) -> str:

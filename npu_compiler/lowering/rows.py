@@ -13,6 +13,7 @@ from ..expr.aten_table import cast, const
 from ..ir.graph import Node
 from ..program import TensorRef
 from . import views as V
+from .greedy import Pending
 from .registry import lowers
 
 if TYPE_CHECKING:
@@ -56,7 +57,11 @@ def row_kernel(L: Lowering, out: TensorRef, build: Callable[[Callable[[TensorRef
         lead = len(ref.strides) - k
         return load(ref, rstrides=tuple(ref.strides[lead:]), strides=tuple(ref.strides[:lead]) + (0,) * k)
 
-    L._emit_generated(out, build(at_elem, at_row), red, origins, row_dims=k)
+    expr = build(at_elem, at_row)
+    if k == 1 and L.defer_row(out, math.prod(out.shape[:-1]) if out.shape else 1):
+        L.pending[out.buffer] = Pending(expr, tuple(out.shape), [*origins, *L._node.origin], L._node, red)
+        return
+    L._emit_generated(out, expr, red, origins, row_dims=k)
 
 
 def softmax_expr(value: Callable[[Callable[[TensorRef], X.Expr]], X.Expr], at_elem, at_row, out_dtype: str,

@@ -168,7 +168,7 @@ def moving_bytes_per_mac(g: GemmWork, npu: NPUConfig) -> int:
 
 def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None) -> Estimate:
     cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch)
-    ops = g.epilogue_ops * g.batch * g.m * g.n
+    ops = g.epilogue_ops * g.batch * g.m * g.n + g.prologue_ops
     dram, tiles = gemm_dram(g, npu)
     sram = gemm_array_sram(g, npu) + dram
     reg = g.macs * moving_bytes_per_mac(g, npu)

@@ -44,6 +44,7 @@ class GemmWork:
     extra: tuple[Operand, ...] = ()  # epilogue operands (bias, residual), read once
     epilogue_ops: int = 0  # vector operations per output element (bias, residual add, activation, scaling)
     label: str = "gemm"
+    prologue_ops: int = 0  # vector operations that compute A (a norm or an activation folded in), all batches
 
     @property
     def macs(self) -> int:
@@ -170,10 +171,20 @@ def _epilogue_ops(bias: bool, alpha: float, epilogue: X.Expr | None) -> int:
 def _gemm_work(program: CompiledProgram, k: KernelCall, op, elem) -> GemmWork:
     """Orient the product so that B is the weight (C^T = B^T A^T when the weight is A, as in a 1x1 convolution
     lowered to a GEMM), and fold the batch into M when B is shared by every batch entry."""
-    a, b = k.args[0], k.args[1]
     spec: GemmKernel = k.spec
     m, n, kk = spec.m, spec.n, spec.k
     batch = spec.batch_count
+    b = k.args[spec.b_arg]
+    if spec.prologue is not None:
+        # A is computed by the vector unit from the operands it reads (extra) and handed on chip to the array
+        a_elem = itemsize(spec.prologue.dtype)
+        a_op = Operand(batch * m * kk * a_elem, on_chip=True)
+        points = batch * m * kk
+        extra = tuple(op(r) for r in k.args[spec.b_arg + 1:])
+        return GemmWork(m, n, kk, a_op, op(b), op(k.outs[0]), a_elem, elem(b), elem(k.outs[0]), batch, extra,
+                        _epilogue_ops(spec.bias, spec.alpha, spec.epilogue), k.name,
+                        expr_flops(spec.prologue, points, points if spec.prologue_reduce else 0))
+    a = k.args[0]
 
     def shared(ref: TensorRef) -> bool:
         return all(s == 0 or d == 1 for d, s in zip(ref.shape[:-2], ref.strides[:-2]))

@@ -238,9 +238,10 @@ class ExprRenderer:
     def __init__(self, lang: Language, text: KernelText, arg_names: list[str], arg_dtypes: list[str],
                  out_shape: tuple[int, ...], ityp: str, reduce_shape: tuple[int, ...] = (), row_dims: int = 0,
                  block_reduce: bool = False, flat_index: bool = False, acc: str | None = None,
-                 prefix: str = "") -> None:
+                 prefix: str = "", loop_hint: str = "") -> None:
         self.lang = lang
         self.prefix = prefix
+        self.loop_hint = loop_hint  # a line before each reduction loop (a language's unroll pragma), or none
         self.text = text
         self.arg_names = arg_names
         self.arg_dtypes = arg_dtypes
@@ -422,6 +423,8 @@ class ExprRenderer:
         body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
         start, step = (lang.thread_id, lang.block_dim) if self.block_reduce else ("0", "1")
         scope.lines.append(ind + lang.decl(acc, lang.reg(e.dtype), lang.reduce_init(e.op, e.dtype), mutable=True))
+        if self.loop_hint:
+            scope.lines.append(ind + self.loop_hint)
         scope.lines.append(ind + lang.loop("r", self.ityp, start, str(n), step))
         scope.lines += body.lines
         scope.lines.append(ind + lang.end())

@@ -31,6 +31,9 @@ class CodegenTarget:
     # expression kernels are evaluated over their whole iteration space (with the reduction) at once, so that space
     # is memory and is bounded like a tensor (the NumPy interpreter); a GPU thread grid is not
     materializes_iteration_space: ClassVar[bool] = False
+    # a GEMM of at most this many rows may compute its operand in a prologue (`gemm_prologue`); 0: never. Row results
+    # (norms) with at most this many rows are kept pending for one.
+    gemm_prologue_rows: ClassVar[int] = 0
 
     def attention_on_tensor_cores(self, dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head_dim: int,
                                   v_dim: int, refs: tuple) -> bool:
@@ -52,6 +55,13 @@ class CodegenTarget:
         residual through their strides; where any conv runs so, the lowering keeps image activations channels-last
         and those convs' weights as [O, kh, kw, C]. Default: none."""
         return [0] * len(convs)
+
+    def gemm_prologue(self, m: int, k: int, batch: tuple[int, ...], a_dtype: str, b, b_dtype: str,
+                      reduces: bool) -> bool:
+        """Whether a GEMM of [batch..., m, k] x `b` (a TensorRef [batch..., k, n] of `b_dtype`) may compute its operand
+        a (of `a_dtype`) in a prologue instead of reading it: an elementwise producer, or a row producer (a norm;
+        `reduces`), folded into the kernel (`GemmKernel.prologue`). Default: no."""
+        return False
 
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""

@@ -1,7 +1,8 @@
 """Decode GEMVs (targets/cuda/gemv.py) against PyTorch eager on the CPU in the same dtype: a few rows times a weight
 matrix with its bias and a residual add in the epilogue, in the shapes that choose each layout: one warp per column
 (a wide projection), each column's row split over 2, 4 or 8 warps (few columns, long rows: a decode step's down
-projection), and a row length that 16-byte loads do not tile (the scalar loop, split the same way)."""
+projection), and a row length that 16-byte loads do not tile (the scalar loop, split the same way). The same GEMVs
+computing their operand in a prologue: an RMSNorm (a row reduction) and SiLU-times-up (elementwise)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
-from helpers import LinearResidual
+from helpers import GatedLinear, LinearResidual, NormLinear
 from tolerances import assert_close
 
 import npu_compiler
@@ -44,3 +45,41 @@ def test_gemv_matches_torch(m, k, n, dtype, cuda_backend) -> None:
         ref = module(*args)
     what = f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8)} warp(s) per column"
     assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=what)
+
+
+PROLOGUE_SHAPES = [(1, 1536, 2048), (1, 8960, 1536), (3, 1001, 300), (8, 512, 130)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("kind", ["rmsnorm", "silu_mul"])
+@pytest.mark.parametrize("m,k,n", PROLOGUE_SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in PROLOGUE_SHAPES])
+def test_gemv_prologue_matches_torch(m, k, n, kind, dtype, cuda_backend, monkeypatch) -> None:
+    """The target folds norms only; an elementwise prologue (which an artifact may hold) is asked for here."""
+    from npu_compiler.targets.cuda.target import CudaTarget
+
+    if kind == "silu_mul":
+        monkeypatch.setattr(CudaTarget, "gemm_prologue", lambda self, *a: G.prologue_applies(*a[:-1]))
+    tdt = TORCH_DTYPES[dtype]
+    gen = torch.Generator().manual_seed(k + n + m)
+    module = NormLinear(k, n) if kind == "rmsnorm" else GatedLinear(k, n)
+    with torch.no_grad():
+        module.lin.weight.copy_(torch.randn((n, k), generator=gen) * k ** -0.5)
+        if kind == "rmsnorm":
+            module.weight.copy_(1 + 0.1 * torch.randn((k,), generator=gen))
+    module = module.to(tdt).eval()
+    operands = 1 if kind == "rmsnorm" else 2
+    args = [(torch.randn((m, k), generator=gen) * 2).to(tdt) for _ in range(operands)]
+    args.append(torch.randn((m, n), generator=gen).to(tdt))
+    program = npu_compiler.compile(ir_dict(module, args, "gemv_prologue"), "cuda", dtype=dtype)
+    (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
+    assert len(program.kernels) == 1 and gemm.spec.prologue is not None and G.gemv_applies(gemm, program), \
+        [c.name for c in program.kernels]
+    assert bool(gemm.spec.prologue_reduce) == (kind == "rmsnorm")
+    weights = npu_runtime.load_weights(program, model_tensors(module), cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
+    with torch.no_grad():
+        ref = module(*args)
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda",
+                 what=f"{m}x{k}x{n} {dtype}, {kind} prologue")

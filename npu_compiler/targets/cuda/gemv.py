@@ -10,6 +10,12 @@ in a decode step's down projection): their lanes stride over k with 16-byte load
 L1) and of the activation rows (cached), accumulate in fp32 and reduce with shuffles, then across the column's warps
 in shared memory; the epilogue runs on the lanes that hold the sum. Each warp prefetches its weight row into L2
 before waiting for the previous kernel (programmatic dependent launch), since no kernel writes a weight.
+
+A GEMM whose operand comes from a prologue (`GemmKernel.prologue`: the RMSNorm before a projection) computes the
+operand's rows into shared memory first, every block all of them (a norm's sum of squares as a block reduction, then
+each element as the graph rounds it), and its warps read them from there. Blocks are then PROLOGUE_WARPS warps, at
+most one wave of them, each running column group after column group, so that the rows are computed once a block.
+The target asks for norms only (see `CudaTarget.gemm_prologue`); any prologue renders.
 """
 
 from __future__ import annotations
@@ -18,33 +24,53 @@ import math
 
 from ...dtypes import itemsize
 from ...kernels import GemmKernel
-from ...program import CompiledProgram, KernelCall
-from ..clike import Launch
+from ...program import CompiledProgram, KernelCall, TensorRef
+from ..clike import ExprRenderer, KernelText, Launch, Scope, decompose
 from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr, unpack16
 
 GEMV_MAX_M = 8
 WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block)
+PROLOGUE_WARPS = 16  # with a prologue: each block computes the operand's rows once for 16 / splits columns
+PROLOGUE_BYTES = 40 * 1024  # the computed rows live in static shared memory (48 KB a block, with the reductions')
+PROLOGUE_UNROLL = 8
+SMS = 132  # a large GPU's SMs (H100): a prologue GEMV runs at most one wave of blocks on it
 UNROLL = 8
 MAX_SPLITS = 8
 TARGET_WARPS = 132 * 64  # enough warps in flight to stream weights on a large GPU (132 SMs)
 _VEC = {"bfloat16": 8, "float16": 8, "float32": 4}  # elements per 16-byte load
 
 
+def _fits(m: int, n: int, k: int, batch: int, ad: str, bd: str, b: TensorRef) -> bool:
+    return (batch == 1 and 1 <= m <= GEMV_MAX_M and n >= 1 and k >= 1 and ad == bd and ad in _VEC
+            and (b.strides[-2] == 1 or k == 1))
+
+
+def prologue_applies(m: int, k: int, batch: tuple[int, ...], ad: str, b: TensorRef, bd: str) -> bool:
+    """A GEMM whose operand this kernel can compute in a prologue: one it runs, with the operand's rows fitting in
+    shared memory."""
+    return _fits(m, b.shape[-1], k, math.prod(batch), ad, bd, b) and m * k * itemsize(ad) <= PROLOGUE_BYTES
+
+
 def gemv_applies(k: KernelCall, program: CompiledProgram) -> bool:
     """A GEMM this kernel runs: one batch, at most GEMV_MAX_M rows, the weight read along k with unit stride, the
-    activations too, float operands of one dtype."""
+    activations too (or computed by a prologue that fits), float operands of one dtype."""
     spec: GemmKernel = k.spec
-    a, b, out = k.args[0], k.args[1], k.outs[0]
-    ad, bd, od = (program.dtype_of(r) for r in (a, b, out))
-    return (spec.batch_count == 1 and 1 <= spec.m <= GEMV_MAX_M and spec.n >= 1 and spec.k >= 1
-            and ad == bd and ad in _VEC and od in _VEC
-            and (b.strides[-2] == 1 or spec.k == 1) and (a.strides[-1] == 1 or spec.k == 1))
+    b, out = k.args[spec.b_arg], k.outs[0]
+    bd, od = program.dtype_of(b), program.dtype_of(out)
+    if spec.prologue is not None:
+        return od in _VEC and prologue_applies(spec.m, spec.k, tuple(spec.batch), spec.prologue.dtype, b, bd)
+    a = k.args[0]
+    return (_fits(spec.m, spec.n, spec.k, spec.batch_count, program.dtype_of(a), bd, b) and od in _VEC
+            and (a.strides[-1] == 1 or spec.k == 1))
 
 
 def _vectorizable(k: KernelCall, program: CompiledProgram, vec: int) -> bool:
     spec: GemmKernel = k.spec
-    a, b = k.args[0], k.args[1]
+    b = k.args[spec.b_arg]
     ldw = b.strides[-1] if spec.n > 1 else spec.k
+    if spec.prologue is not None:  # the rows are in shared memory, each 16-byte aligned when k is a multiple of vec
+        return spec.k % vec == 0 and b.offset % vec == 0 and ldw % vec == 0
+    a = k.args[0]
     lda = a.strides[-2] if spec.m > 1 else spec.k
     return spec.k % vec == 0 and b.offset % vec == 0 and a.offset % vec == 0 and ldw % vec == 0 and lda % vec == 0
 
@@ -64,11 +90,11 @@ def _prefetch(k: KernelCall, program: CompiledProgram, ityp: str, ldw: int, spli
     weight, so this may come before the wait). Decode alternates weight-streaming GEMVs with short latency-bound
     kernels (norms, RoPE, attention), and this lets the weight stream start during those."""
     spec: GemmKernel = k.spec
-    b = k.args[1]
+    b = k.args[spec.b_arg]
     row_bytes = spec.k * itemsize(program.dtype_of(b))
     return [
         f"  if (({ityp})blockIdx.x * {cpb} + (threadIdx.x >> 5) / {splits} < {spec.n}) {{",
-        f"    const char* wp = reinterpret_cast<const char*>(a1 + {b.offset} + (({ityp})blockIdx.x * {cpb}"
+        f"    const char* wp = reinterpret_cast<const char*>(a{spec.b_arg} + {b.offset} + (({ityp})blockIdx.x * {cpb}"
         f" + (threadIdx.x >> 5) / {splits}) * {ldw});",
         f"    for (long long o = ((threadIdx.x >> 5) % {splits} * 32 + (threadIdx.x & 31)) * 128; o < {row_bytes};"
         f" o += {32 * splits * 128})",
@@ -78,35 +104,84 @@ def _prefetch(k: KernelCall, program: CompiledProgram, ityp: str, ldw: int, spli
     ]
 
 
+def _prologue_rows(k: KernelCall, program: CompiledProgram, names: list[str], ityp: str, text: KernelText
+                    ) -> list[str]:
+    """Lines computing the operand's rows into shared memory `xs` ([m][k], the operand dtype): the whole block runs
+    each row (its reductions block-wide, then its elements), as a generated row kernel does."""
+    spec: GemmKernel = k.spec
+    expr, shape = spec.prologue, spec.a_shape
+    outer = shape[:-1]
+    # unrolled loops: each thread's loads of a row issue together (a row is a few loads a thread, and every block
+    # waits for its rows before it streams its weights)
+    hint = f"#pragma unroll {PROLOGUE_UNROLL}"
+    r = ExprRenderer(CUDA, text, names, [program.dtype_of(a) for a in k.args], shape, ityp,
+                     tuple(spec.prologue_reduce), row_dims=1, block_reduce=True, prefix="p_", loop_hint=hint)
+    row = Scope("      ")
+    r.row_scope = row
+    row.lines += decompose(CUDA, "row", outer, "o", ityp, row.indent)
+    elem = Scope("        ", parent=row)
+    r.elem_scope = elem
+    elem.lines += decompose(CUDA, "e", shape[-1:], "o", ityp, elem.indent, first=len(outer))
+    value = r.emit(expr, elem)
+    elem.lines.append(f"{elem.indent}xs[row * {spec.k} + e] = {store_expr(expr.dtype, value, expr.dtype)};")
+    return [
+        f"  __shared__ __align__(16) {CUDA.storage(expr.dtype)} xs[{spec.m * spec.k}];",
+        "  {",
+        f"    for ({ityp} row = 0; row < {spec.m}; ++row) {{",
+        *row.lines,
+        f"      {hint}",
+        f"      for ({ityp} e = threadIdx.x; e < {spec.k}; e += blockDim.x) {{",
+        *elem.lines,
+        "      }",
+        "    }",
+        "  }",
+        "  __syncthreads();",
+    ]
+
+
 def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str, Launch]:
     spec: GemmKernel = k.spec
-    a, b, out = k.args[0], k.args[1], k.outs[0]
-    dt, od = program.dtype_of(a), program.dtype_of(out)
+    b, out = k.args[spec.b_arg], k.outs[0]
+    pro = spec.prologue is not None
+    dt, od = program.dtype_of(b), program.dtype_of(out)
     m_rows, n_cols, kk = spec.m, spec.n, spec.k
     ldw = b.strides[-1] if n_cols > 1 else kk
-    lda = a.strides[-2] if m_rows > 1 else kk
+    # the operand's rows: read from memory, or computed into shared memory by the prologue (`xs`, rows of k)
+    a_ptr, a_off, lda = ("xs", 0, kk) if pro else ("a0", k.args[0].offset, k.args[0].strides[-2] if m_rows > 1 else kk)
+    w_ptr = f"a{spec.b_arg}"
     vec = _VEC[dt]
     vectorized = _vectorizable(k, program, vec)
     splits = splits_for(n_cols, kk // vec if vectorized else kk // 8)
-    warps = max(WARPS, splits)
+    warps = max(PROLOGUE_WARPS if pro else WARPS, splits)
     cpb = warps // splits  # columns per block
     extents = [max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in (*k.args, out)]
     ityp = "long long" if max(extents) >= 2**31 - 1 else "int"
     rank = len(out.shape)
     names = [f"a{i}" for i in range(len(k.args))]
-    lines = [
+    text = KernelText([], 32 * warps)
+    lines = _prologue_rows(k, program, names, ityp, text) if pro else []
+    n_groups = math.ceil(n_cols / cpb)
+    # with a prologue a block computes its rows once and then runs column group after column group (one wave of
+    # blocks); without, one group a block
+    grid = min(n_groups, SMS * (2048 // (32 * warps))) if pro else n_groups
+    lines += [
         "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
         f"  const int part = warp % {splits};  // this warp sums every {splits}-th chunk of the row",
-        f"  const {ityp} n = ({ityp})blockIdx.x * {cpb} + warp / {splits};",
+    ]
+    if grid < n_groups:
+        lines.append(f"  for ({ityp} grp = blockIdx.x; grp < {n_groups}; grp += gridDim.x) {{")
+    lines += [
+        f"  const {ityp} n = {'grp' if grid < n_groups else f'({ityp})blockIdx.x'} * {cpb} + warp / {splits};",
         f"  const bool live = n < {n_cols};",
         f"  float acc[{m_rows}];",
         "  #pragma unroll",
         f"  for (int m = 0; m < {m_rows}; ++m) acc[m] = 0.0f;",
         f"  const {ityp} wrow = {b.offset} + min(n, ({ityp}){n_cols - 1}) * {ldw};",
     ]
+    x_load = "*" if pro else "__ldg"  # shared memory, or the read-only cache
     if vectorized:
         lines += [
-            "  const uint4* w4 = reinterpret_cast<const uint4*>(a1 + wrow);",
+            f"  const uint4* w4 = reinterpret_cast<const uint4*>({w_ptr} + wrow);",
             f"  #pragma unroll {UNROLL}",
             f"  for ({ityp} v = part * 32 + lane; live && v < {kk // vec}; v += {32 * splits}) {{",
             "    const uint4 wv = __ldcs(w4 + v);",
@@ -114,7 +189,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
             *[f"    {ln}" for ln in unpack16(dt, "wv", "wf")],
             "    #pragma unroll",
             f"    for (int m = 0; m < {m_rows}; ++m) {{",
-            f"      const uint4 xv = __ldg(reinterpret_cast<const uint4*>(a0 + {a.offset} + m * {lda}) + v);",
+            f"      const uint4 xv = {x_load}(reinterpret_cast<const uint4*>({a_ptr} + {a_off} + m * {lda}) + v);",
             f"      float xf[{vec}];",
             *[f"      {ln}" for ln in unpack16(dt, "xv", "xf")],
             "      #pragma unroll",
@@ -125,10 +200,10 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     else:
         lines += [
             f"  for ({ityp} kk = part * 32 + lane; live && kk < {kk}; kk += {32 * splits}) {{",
-            f"    const float wv = {load_expr(dt, 'a1[wrow + kk]')};",
+            f"    const float wv = {load_expr(dt, f'{w_ptr}[wrow + kk]')};",
             "    #pragma unroll",
             f"    for (int m = 0; m < {m_rows}; ++m)",
-            f"      acc[m] = fmaf({load_expr(dt, f'a0[{a.offset} + m * {lda} + kk]')}, wv, acc[m]);",
+            f"      acc[m] = fmaf({load_expr(dt, f'{a_ptr}[{a_off} + m * {lda} + kk]')}, wv, acc[m]);",
             "  }",
         ]
     lines += [
@@ -143,9 +218,8 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
             f"  __shared__ float red[{warps}][{m_rows}];",
             f"  if (lane < {m_rows}) red[warp][lane] = acc[lane];",
             "  __syncthreads();",
-            "  if (part != 0) return;",
             "  #pragma unroll",
-            f"  for (int m = 0; m < {m_rows}; ++m) {{",
+            f"  for (int m = 0; part == 0 && m < {m_rows}; ++m) {{",
             "    float t = 0.0f;",
             "    #pragma unroll",
             f"    for (int p = 0; p < {splits}; ++p) t += red[warp + p][m];",
@@ -153,9 +227,8 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
             "  }",
         ]
     lines += [
-        "  if (!live) return;",
         "  #pragma unroll",
-        f"  for (int m = 0; m < {m_rows}; ++m) {{",
+        f"  for (int m = 0; live && part == 0 && m < {m_rows}; ++m) {{",
         "    if (lane != m) continue;  // every lane holds every sum: lane m finishes row m",
         "    float v = acc[m];",
     ]
@@ -163,10 +236,10 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
         lines.append(f"    v = v * {literal(spec.alpha, 'float32')};")
     idx = {rank - 2: "m", rank - 1: "n"}
     if spec.bias:
-        bias = k.args[2]
+        bias = k.args[spec.b_arg + 1]
         at = " + ".join([str(bias.offset)] + [f"({idx[d]}) * {s}" for d, s in enumerate(bias.strides)
                                               if s and d in idx])
-        bv = load_expr(program.dtype_of(bias), f"a2[{at}]")
+        bv = load_expr(program.dtype_of(bias), f"a{spec.b_arg + 1}[{at}]")
         lines.append(f"    v = v + {bv}" + (f" * {literal(spec.beta, 'float32')};" if spec.beta != 1.0 else ";"))
     value, value_dtype = "v", "float32"
     if spec.epilogue is not None:
@@ -179,13 +252,18 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
                                            if s and d in idx])
     lines.append(f"    out0[{o_at}] = {store_expr(od, value, value_dtype)};")
     lines.append("  }")
+    if grid < n_groups:
+        if splits > 1:
+            lines.append("  __syncthreads();  // `red` is written again by the next group")
+        lines.append("  }")
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
-    src = "\n".join([PRELUDE, f'extern "C" __global__ void __launch_bounds__({32 * warps}) npu_kernel('
-                     f'{", ".join(params)}) {{', *_prefetch(k, program, ityp, ldw, splits, cpb),
+    shared = [f"  __shared__ {ty} {name}[{count}];" for name, (ty, count) in sorted(text.shared.items())]
+    src = "\n".join([PRELUDE, *sorted(text.helpers),
+                     f'extern "C" __global__ void __launch_bounds__({32 * warps}) npu_kernel('
+                     f'{", ".join(params)}) {{', *shared, *_prefetch(k, program, ityp, ldw, splits, cpb),
                       "  npu_wait_prior();", *lines, "}"]) + "\n"
-    grid = math.ceil(n_cols / cpb)
     return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
 
 
-__all__ = ["gemv", "gemv_applies", "GEMV_MAX_M"]
+__all__ = ["gemv", "gemv_applies", "prologue_applies", "GEMV_MAX_M"]

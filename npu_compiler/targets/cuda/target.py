@@ -25,7 +25,7 @@ from .conv_tc import convs_on_tensor_cores
 from .flash_attention import applies as tiles_fit
 from .flash_attention import tile_splits, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
-from .gemv import gemv, gemv_applies
+from .gemv import GEMV_MAX_M, PROLOGUE_BYTES, gemv, gemv_applies, prologue_applies
 from .library import (
     attention,
     attention_split,
@@ -87,6 +87,7 @@ class CudaTarget(CodegenTarget):
     gemm_im2col = True
     decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)
     attention_gemm_min_rows = 64  # prefill without tiled attention: QK^T and PV on tensor cores (cuBLAS)
+    gemm_prologue_rows = GEMV_MAX_M  # decode's norms computed by the GEMV that reads them
 
     def __init__(self, arch: int = 90) -> None:
         # the device's compute capability (major * 10 + minor): which tensor-core instructions the kernels may use.
@@ -102,6 +103,12 @@ class CudaTarget(CodegenTarget):
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
         return convs_on_tensor_cores(convs, self.arch)
 
+    def gemm_prologue(self, m, k, batch, a_dtype, b, b_dtype, reduces) -> bool:
+        # Norms only: every block computes the prologue for itself, and an elementwise producer then costs all
+        # blocks together more than its own small kernel (measured on the H100: SiLU-times-up in the down
+        # projection's prologue made it 31 us against about 12 us plus a 3 us kernel)
+        return reduces and prologue_applies(m, k, batch, a_dtype, b, b_dtype)
+
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
         spec = k.spec
@@ -110,6 +117,11 @@ class CudaTarget(CodegenTarget):
         if isinstance(spec, GemmKernel):
             if gemv_applies(k, program):
                 return [("launch", gemv(k, program, render_epilogue))]
+            if spec.prologue is not None:
+                raise NPUCompileError(f"kernel {k.name}: a gemm that computes its operand in a prologue runs on the "
+                                      f"cuda target only as a GEMV (at most {GEMV_MAX_M} rows, one batch, a weight "
+                                      f"of the operand's float dtype read along k, rows of at most "
+                                      f"{PROLOGUE_BYTES} bytes); this one is {spec.m} x {spec.k} x {spec.n}")
             if not _cublas_can(k, program):
                 return [("launch", gemm_direct(k, program))]
             steps: list[tuple[str, Any]] = []
