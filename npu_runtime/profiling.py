@@ -26,6 +26,8 @@ class KernelTiming:
     index: int
     start_s: float
     dur_s: float
+    launched_with: int | None = None  # run by another kernel's launch (merged), its time counted there
+
 
 
 @dataclass
@@ -42,6 +44,7 @@ class KernelProfile:
     total_s: float  # over every timed iteration
     bytes: int
     flops: int
+    launched_with: int | None = None  # the kernel whose launch runs this one (its time is counted there)
 
     @property
     def gbps(self) -> float:
@@ -95,16 +98,20 @@ def kernel_cost(program: CompiledProgram, k: KernelCall) -> KernelCost:
 def summarize(program: CompiledProgram, runs: list[list[KernelTiming]], backend: str) -> ProfileReport:
     """Per-kernel statistics over the timed runs (medians resist the odd preempted launch)."""
     per: dict[int, list[float]] = {}
+    merged: dict[int, int] = {}
     for run in runs:
         for t in run:
             per.setdefault(t.index, []).append(t.dur_s)
+            if t.launched_with is not None:
+                merged[t.index] = t.launched_with
     kernels = []
     for i, k in enumerate(program.kernels):
         ds = per.get(i, [])
         cost = kernel_cost(program, k)
         kernels.append(KernelProfile(
             i, k.name, k.kind, k.group, list(k.nodes), len(ds), statistics.fmean(ds) if ds else 0.0,
-            statistics.median(ds) if ds else 0.0, min(ds) if ds else 0.0, sum(ds), cost.bytes, cost.flops))
+            statistics.median(ds) if ds else 0.0, min(ds) if ds else 0.0, sum(ds), cost.bytes, cost.flops,
+            merged.get(i)))
     totals = [sum(t.dur_s for t in run) for run in runs]
     return ProfileReport(program.model_name, backend, len(runs), kernels, totals, runs)
 
@@ -137,8 +144,9 @@ def chrome_trace(program: CompiledProgram, report: ProfileReport) -> dict[str, A
     for it, run in enumerate(report.runs):
         for t in run:
             kp = costs[t.index]
+            extra = {} if t.launched_with is None else {"launched_with": program.kernels[t.launched_with].name}
             events.append(kernel_event(program.kernels[t.index], t.index, 0, t.start_s - t0, t.dur_s,
-                                       {"iteration": it, "bytes": kp.bytes, "flops": kp.flops}))
+                                       {"iteration": it, "bytes": kp.bytes, "flops": kp.flops, **extra}))
     return trace_document(events, {"model": program.model_name, "backend": report.backend,
                                    "iterations": report.iterations})
 
@@ -181,6 +189,8 @@ def format_table(report: ProfileReport, top: int | None = None) -> str:
              f"{'GB/s':>8} {'GFLOP/s':>8}  nodes"]
     for k in rows:
         nodes = ", ".join(k.nodes[:3]) + (" ..." if len(k.nodes) > 3 else "")
+        if k.launched_with is not None:
+            nodes = f"[in {report.kernels[k.launched_with].name}'s launch] {nodes}"
         lines.append(f"{k.index:>4} {k.name:<{kw}} {k.group:<{gw}} {k.median_s * 1e6:>10.1f} "
                      f"{100 * k.median_s / total:>6.1f} {k.bytes / 1e6:>9.3f} {k.flops / 1e6:>10.3f} "
                      f"{k.gbps:>8.2f} {k.gflops:>8.2f}  {nodes}")

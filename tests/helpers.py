@@ -109,3 +109,12 @@ def assert_waits_first(text: str) -> None:
     reads = [line for line in before if "[" in line and "prefetch" not in line and "__shared__" not in line]
     assert not reads, f"memory read before the wait for the kernel before: {reads[:3]}"
 
+
+class ThreeSmallOps(torch.nn.Module):
+    """Two independent small elementwise results and one that reads both: with elementwise fusion off, the first two
+    may share a launch (cuda merges small independent kernels) and the third may not."""
+
+    def forward(self, x, y, z):
+        a = x * 2.0 + z
+        b = torch.sin(y)
+        return a, b, a * b[..., :1]

@@ -118,8 +118,9 @@ def test_op_sources_compile(name: str, dtype: str) -> None:
     assert program.target == "cuda"
     r = rendered(program)
     assert len(r.steps) == len(program.kernels)
-    for k, steps in zip(program.kernels, r.steps):
-        assert steps, k.name
+    for i, (k, steps) in enumerate(zip(program.kernels, r.steps)):
+        # a kernel without steps runs in the launch of an earlier one (merged: small, independent, elementwise)
+        assert steps or r.merged_into.get(i, i) < i, k.name
         for step in steps:
             assert isinstance(step, Cublas) or step.source in r.sources
     failures = _check_sources(r.sources)
@@ -468,3 +469,48 @@ def test_new_op_cases_compile() -> None:
     assert len(sources) > 100
     failures = _check_sources(sources)
     assert not failures, "\n\n".join(failures[:3])
+
+
+@needs_nvrtc
+def test_small_independent_kernels_share_one_launch() -> None:
+    """A run of small elementwise kernels that neither read nor write what another of the run writes runs as one
+    launch on the first of them (the others get no steps); a kernel that reads one of their results starts a new
+    run. Decoding's q RoPE and k, v cache writes are such a run."""
+    from fused_cases import ir_dict
+    from helpers import ThreeSmallOps
+
+    from npu_compiler.targets.cuda import merge
+
+    args = [torch.randn(4, 16), torch.randn(4, 16), torch.randn(4, 16)]
+    program = npu_compiler.compile(ir_dict(ThreeSmallOps(), args, "three"), "cuda", dtype="float32",
+                                   disable_passes=["elementwise_fusion"])
+    writes = [k.outs[0].buffer for k in program.kernels]
+    reads_earlier = [i for i, k in enumerate(program.kernels) if {a.buffer for a in k.args} & set(writes[:i])]
+    r = rendered(program)
+    assert r.merged_into and all(first < i for i, first in r.merged_into.items())
+    alone = {i: merge.part_text(k, program)[1] for i, k in enumerate(program.kernels) if k.kind == "generated"}
+    for run in merge.groups(program, alone):
+        assert not [i for i in run[1:] if i in reads_earlier and
+                    {a.buffer for a in program.kernels[i].args} & {writes[j] for j in run if j < i}]
+        assert r.steps[run[0]] and not any(r.steps[i] for i in run[1:])
+        (launch,) = [s.launch for s in r.steps[run[0]]]
+        assert launch.grid[0] == sum(alone[i].grid[0] for i in run)
+    assert not _check_sources(r.sources)
+    prog = npu_compiler.compile(exp_qwen_decode(), "cuda", rope_theta=1e6)
+    rq = rendered(prog)
+    runs = [[prog.kernels[i].group for i in [first, *[j for j, f in rq.merged_into.items() if f == first]]]
+            for first in sorted(set(rq.merged_into.values()))]
+    assert ["index_copy.default", "index_copy.default", "npu.rope"] in runs, runs
+
+
+def exp_qwen_decode() -> dict:
+    """The decode graph of a 2-layer Qwen2 (meta weights)."""
+    import tempfile
+
+    from npu_export.qwen2 import export_qwen2, qwen2_config
+
+    cfg = qwen2_config("qwen2.5-0.5b")
+    cfg.num_hidden_layers, cfg.vocab_size = 2, 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = export_qwen2(cfg, tmp, max_cache_len=256, prefill_len=16, dtype="bfloat16")
+        return json.loads(open(exp.decode_path).read())

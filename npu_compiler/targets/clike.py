@@ -498,6 +498,18 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
                       ptrs: list[tuple[str, int]], restrict: bool = True) -> tuple[str, Launch]:
     """The source of one expression kernel and its launch. `iteration` is the index space (the output's shape, or
     a scatter's source shape); `restrict=False` when an argument may be the output buffer itself."""
+    text, launch = expression_text(lang, expr, arg_dtypes, arg_extents, store, iteration, reduce_shape, row_dims, ptrs,
+                                   restrict)
+    return lang.kernel(text), launch
+
+
+def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_extents: list[int], store: Store,
+                    iteration: tuple[int, ...], reduce_shape: tuple[int, ...], row_dims: int,
+                    ptrs: list[tuple[str, int]], restrict: bool = True, names: str = "",
+                    blocks: tuple[str, str] | None = None) -> tuple[KernelText, Launch]:
+    """`render_expression`'s kernel before the language wraps it: its parameters (named with the prefix `names`),
+    body, helpers and shared arrays. `blocks` (elementwise kernels only): the block index and the grid size the
+    body runs over, where it is one part of a larger grid."""
     shape = tuple(iteration)
     n_out = math.prod(shape)
     n_red = math.prod(reduce_shape) if reduce_shape else 1
@@ -507,8 +519,8 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
     rows_mode = has_reduce and (row_dims > 0 or n_red > SERIAL_REDUCE_MAX)
     if store.scatter_dim is not None and rows_mode:
         raise NPUCompileError(f"{lang.name} target: a scatter kernel with a reduction")
-    params = [("out0", store.dtype, True)] + [(f"a{i}", dt, False) for i, dt in enumerate(arg_dtypes)]
-    arg_names = [f"a{i}" for i in range(len(arg_dtypes))]
+    params = [(f"{names}out0", store.dtype, True)] + [(f"{names}a{i}", dt, False) for i, dt in enumerate(arg_dtypes)]
+    arg_names = [f"{names}a{i}" for i in range(len(arg_dtypes))]
     outer = shape[:len(shape) - row_dims]
     row = shape[len(shape) - row_dims:]
     n_rows, row_n = math.prod(outer), math.prod(row)
@@ -527,6 +539,8 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
                      block_reduce=rows_mode, flat_index=not rows_mode and order is None)
     body: list[str] = []
     if rows_mode:
+        if blocks is not None:
+            raise NPUCompileError(f"{lang.name} target: a row kernel as part of a larger grid")
         grid = grid_for(n_rows, 1, lang.max_grid)
         body.append("  " + lang.loop("row", ityp, lang.block_id, str(n_rows), lang.grid_dim))
         row_scope = Scope("    ")
@@ -537,7 +551,7 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
             r.elem_scope = elem
             elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
             value = r.emit(expr, elem)
-            elem.lines.append(elem.indent + _store_line(lang, r, store, value, expr.dtype, elem))
+            elem.lines.append(elem.indent + _store_line(lang, r, store, value, expr.dtype, elem, names))
             body += row_scope.lines
             body.append("    " + lang.loop("e", ityp, lang.thread_id, str(row_n), lang.block_dim))
             body += elem.lines
@@ -546,32 +560,34 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
             value = r.emit(expr, row_scope)
             body += row_scope.lines
             body.append("    " + lang.if_(f"{lang.thread_id} == 0") + " "
-                        + _store_line(lang, r, store, value, expr.dtype, row_scope).strip() + " " + lang.end())
+                        + _store_line(lang, r, store, value, expr.dtype, row_scope, names).strip() + " " + lang.end())
         body.append("  " + lang.end())
     else:
         grid = grid_for(n_out, block, lang.max_grid)
-        start = f"{lang.to_index(lang.block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
-        step = f"{lang.to_index(lang.grid_dim, ityp)} * {lang.block_dim}"
+        block_id, grid_dim = blocks or (lang.block_id, lang.grid_dim)
+        start = f"{lang.to_index(block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
+        step = f"{lang.to_index(grid_dim, ityp)} * {lang.block_dim}"
         body.append("  " + lang.loop("i", ityp, start, str(n_out), step))
         scope = Scope("    ")
         r.row_scope = scope  # one element per thread: its scope is the row's (a reduction is computed before use)
         scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent, order=order)
         value = r.emit(expr, scope)
-        scope.lines.append(scope.indent + _store_line(lang, r, store, value, expr.dtype, scope))
+        scope.lines.append(scope.indent + _store_line(lang, r, store, value, expr.dtype, scope, names))
         body += scope.lines
         body.append("  " + lang.end())
     text.body = body
     launch = Launch((grid if n_out else 0, 1, 1), block, ptrs)
-    return lang.kernel(text), launch
+    return text, launch
 
 
-def _store_line(lang: Language, r: ExprRenderer, store: Store, value: str, value_dtype: str, scope: Scope) -> str:
+def _store_line(lang: Language, r: ExprRenderer, store: Store, value: str, value_dtype: str, scope: Scope,
+                names: str = "") -> str:
     if store.scatter_dim is None:
         if r.flat_index and is_flat_map(store.shape, store.strides) and tuple(store.shape) == r.out_shape:
             where = f"i + {store.offset}" if store.offset else "i"
         else:
             where = affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
-        return lang.store("out0", where, store.dtype, value, value_dtype)
+        return lang.store(f"{names}out0", where, store.dtype, value, value_dtype)
     dim = store.scatter_dim
     pos = r.emit(store.scatter_index, scope)
     ltyp = lang.reg("int64")
@@ -581,5 +597,5 @@ def _store_line(lang: Language, r: ExprRenderer, store: Store, value: str, value
     stride = store.strides[dim]
     where = lang.to_index(f"{pv} * {lang.literal(stride, 'int64')}", ltyp) if stride != 1 else lang.to_index(pv, ltyp)
     cond = f"{pv} >= {lang.literal(0, 'int64')} && {pv} < {lang.literal(store.scatter_size, 'int64')}"
-    return (lang.if_(cond) + " " + lang.store("out0", f"{base} + {where}", store.dtype, value, value_dtype) + " "
-            + lang.end())
+    stored = lang.store(f"{names}out0", f"{base} + {where}", store.dtype, value, value_dtype)
+    return lang.if_(cond) + " " + stored + " " + lang.end()

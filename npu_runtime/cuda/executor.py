@@ -110,6 +110,8 @@ class CudaExecutor(Executor):
         self._steps = [s for i in range(len(self.program.kernels)) for s in self._kernel_steps(i)]
 
     def _pointer(self, k, which: str, i: int) -> int:
+        if which == "buffer":  # a launch that runs several kernels (merged) names buffers directly
+            return self._ptr[i]
         ref = k.outs[i] if which == "out" else k.args[i]
         return self._ptr[ref.buffer]
 
@@ -287,8 +289,9 @@ class CudaExecutor(Executor):
                 e1.record(self.stream)
                 marks.append((e0, e1))
             self.stream.synchronize()
-        return [KernelTiming(i, cp.cuda.get_elapsed_time(start, e0) * 1e-3, cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-                for i, (e0, e1) in enumerate(marks)]
+        merged = self.rendered.merged_into
+        return [KernelTiming(i, cp.cuda.get_elapsed_time(start, e0) * 1e-3, cp.cuda.get_elapsed_time(e0, e1) * 1e-3,
+                             merged.get(i)) for i, (e0, e1) in enumerate(marks)]
 
     def outputs(self) -> dict[str, CudaBuffer]:
         out: dict[str, CudaBuffer] = {}

@@ -112,3 +112,20 @@ def test_profile_times_every_kernel_with_cuda_events(cuda_backend, tmp_path, cap
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
     assert len(events) == 3 * len(prog.kernels)
     print(capsys.readouterr().out.splitlines()[0])
+
+
+def test_merged_launch_computes_every_part(cuda_backend) -> None:
+    """Small independent elementwise kernels launched as one (targets/cuda/merge.py) against PyTorch: every part
+    over its own blocks, and the kernel after them reading their results."""
+    from fused_cases import ir_dict
+    from helpers import ThreeSmallOps
+    from tolerances import assert_close
+
+    args = [torch.randn(64, 1000), torch.randn(64, 1000), torch.randn(64, 1000)]
+    program = npu_compiler.compile(ir_dict(ThreeSmallOps(), args, "three"), "cuda", dtype="float32",
+                                   disable_passes=["elementwise_fusion"])
+    ex = cuda_backend.create_executor(program)
+    assert ex.rendered.merged_into, "no kernels were merged"
+    got = ex.run_numpy({s.name: a.numpy() for s, a in zip(program.inputs, args, strict=True)})
+    for spec, want in zip(program.outputs, ThreeSmallOps()(*args), strict=True):
+        assert_close(got[spec.name], want.numpy(), "float32", "elementwise", "cuda", what=spec.name)

@@ -17,7 +17,7 @@ from typing import Any
 from ...errors import NPUCompileError
 from ...kernels import AttentionKernel, GemmKernel, GeneratedKernel
 from ...program import CompiledProgram, KernelCall
-from ..clike import Launch, Store, render_expression
+from ..clike import Launch
 from ..codegen import CodegenTarget
 from .common import CUDA
 from .conv_tc import applies as conv_tc_applies
@@ -37,6 +37,8 @@ from .library import (
     gemm_epilogue,
     render_epilogue,
 )
+from .merge import groups as merge_groups
+from .merge import merged, part_text
 
 
 @dataclass
@@ -59,21 +61,12 @@ class RenderedProgram:
 
     sources: dict[str, str] = field(default_factory=dict)
     steps: list[list[Step]] = field(default_factory=list)
+    merged_into: dict[int, int] = field(default_factory=dict)  # kernel -> the kernel whose launch runs it
 
 
 def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    spec: GeneratedKernel = k.spec
-    out = k.outs[0]
-    od = program.dtype_of(out)
-    store = Store(tuple(out.shape), tuple(out.strides), out.offset, od)
-    if spec.scatter is not None:
-        store.scatter_dim = spec.scatter.dim
-        store.scatter_index = spec.scatter.index
-        store.scatter_size = out.shape[spec.scatter.dim]
-    dts = [program.dtype_of(a) for a in k.args]
-    extents = [program.buffers[a.buffer].numel for a in k.args]
-    return render_expression(CUDA, spec.expr, dts, extents, store, spec.iteration_shape(k), tuple(spec.reduce_shape),
-                             spec.row_dims, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
+    text, launch = part_text(k, program)
+    return CUDA.kernel(text), launch
 
 
 def _cublas_can(k: KernelCall, program: CompiledProgram) -> bool:
@@ -150,7 +143,17 @@ class CudaTarget(CodegenTarget):
             raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
         out = RenderedProgram()
         by_text: dict[str, str] = {}
-        for k in program.kernels:
+
+        def source(src: str) -> str:
+            name = by_text.get(src)
+            if name is None:
+                name = f"src{len(by_text)}"
+                by_text[src] = name
+                out.sources[name] = src
+            return name
+
+        alone: dict[int, Launch] = {}  # each generated kernel's launch, rendered alone
+        for index, k in enumerate(program.kernels):
             try:
                 rendered = self.render_kernel(k, program)
             except NPUCompileError:
@@ -164,13 +167,19 @@ class CudaTarget(CodegenTarget):
                     steps.append(Cublas(what))
                     continue
                 src, launch = what
-                name = by_text.get(src)
-                if name is None:
-                    name = f"src{len(by_text)}"
-                    by_text[src] = name
-                    out.sources[name] = src
-                steps.append(SourceLaunch(name, launch))
+                steps.append(SourceLaunch(source(src), launch))
+                if isinstance(k.spec, GeneratedKernel):
+                    alone[index] = launch
             out.steps.append(steps)
+        for run in merge_groups(program, alone):
+            src, launch = merged(program, run, alone)
+            out.steps[run[0]] = [SourceLaunch(source(src), launch)]
+            for i in run[1:]:
+                out.steps[i] = []
+                out.merged_into[i] = run[0]
+        # sources only the merged launches use now
+        used = {s.source for steps in out.steps for s in steps if isinstance(s, SourceLaunch)}
+        out.sources = {n: t for n, t in out.sources.items() if n in used}
         return out
 
     def kernel_sources(self, k: KernelCall, program: CompiledProgram) -> list[str]:
