@@ -188,6 +188,15 @@ def _qwen_inputs(exp, kind: str, dtype: str, pos: int) -> dict:
     return inputs
 
 
+def _assert_agree(a: dict, b: dict, dtype: str, what: str) -> None:
+    """Two programs' outputs: fp32 within the accumulation tolerance, half dtypes by the output comparison."""
+    for k in a:
+        if dtype == "float32":
+            assert_close(a[k], b[k], dtype, "accumulate", what=f"{what} {k}")
+        else:
+            assert compare(k, a[k], b[k], dtype).passed, compare(k, a[k], b[k], dtype)
+
+
 @pytest.mark.parametrize("kind,pos", [("prefill", 0), ("decode", 9)])
 def test_qwen_fused_equals_unfused(tiny_qwen, kind, pos):
     dtype, exp, hf = tiny_qwen
@@ -199,11 +208,7 @@ def test_qwen_fused_equals_unfused(tiny_qwen, kind, pos):
     inputs = _qwen_inputs(exp, kind, dtype, pos)
     a = run(fused, {k: v.copy() for k, v in inputs.items()}, hf)
     b = run(plain, {k: v.copy() for k, v in inputs.items()}, hf)
-    for k in a:
-        if dtype == "float32":
-            assert_close(a[k], b[k], dtype, "accumulate", what="fused vs unfused " + k)
-        else:
-            assert compare(k, a[k], b[k], dtype).passed, compare(k, a[k], b[k], dtype)
+    _assert_agree(a, b, dtype, "fused vs unfused")
 
 
 @pytest.mark.parametrize("name", OPTIONAL_PASSES)
@@ -420,8 +425,4 @@ def test_gemm_prologue_lowering(tiny_qwen, kind, pos, disabled, monkeypatch):
     inputs = _qwen_inputs(exp, kind, dtype, pos)
     a = run(fused, {k: v.copy() for k, v in inputs.items()}, hf)
     b = run(plain, {k: v.copy() for k, v in inputs.items()}, hf)
-    for k in a:
-        if dtype == "float32":
-            assert_close(a[k], b[k], dtype, "accumulate", what="gemm prologues vs unfused " + k)
-        else:
-            assert compare(k, a[k], b[k], dtype).passed, compare(k, a[k], b[k], dtype)
+    _assert_agree(a, b, dtype, "gemm prologues vs unfused")

@@ -37,13 +37,18 @@ def test_gemv_matches_torch(m, k, n, dtype, cuda_backend) -> None:
     program = npu_compiler.compile(ir_dict(module, args, "gemv"), "cuda", dtype=dtype)
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
     assert G.gemv_applies(gemm, program) and gemm.spec.epilogue is not None, "the GEMV kernel was not chosen"
-    weights = npu_runtime.load_weights(program, model_tensors(module), cuda_backend)
-    ex = cuda_backend.create_executor(program)
+    _check_against_torch(program, module, args, dtype, cuda_backend,
+                         f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8)} warp(s) per column")
+
+
+def _check_against_torch(program, module, args, dtype: str, backend, what: str) -> None:
+    """The program's one output on the GPU against the module's in PyTorch eager (CPU, same dtype)."""
+    weights = npu_runtime.load_weights(program, model_tensors(module), backend)
+    ex = backend.create_executor(program)
     feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
     got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
     with torch.no_grad():
         ref = module(*args)
-    what = f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8)} warp(s) per column"
     assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=what)
 
 
@@ -75,11 +80,4 @@ def test_gemv_prologue_matches_torch(m, k, n, kind, dtype, cuda_backend, monkeyp
     assert len(program.kernels) == 1 and gemm.spec.prologue is not None and G.gemv_applies(gemm, program), \
         [c.name for c in program.kernels]
     assert bool(gemm.spec.prologue_reduce) == (kind == "rmsnorm")
-    weights = npu_runtime.load_weights(program, model_tensors(module), cuda_backend)
-    ex = cuda_backend.create_executor(program)
-    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
-    got = ex.run_numpy(feeds, weights)[program.outputs[0].name]
-    with torch.no_grad():
-        ref = module(*args)
-    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda",
-                 what=f"{m}x{k}x{n} {dtype}, {kind} prologue")
+    _check_against_torch(program, module, args, dtype, cuda_backend, f"{m}x{k}x{n} {dtype}, {kind} prologue")
