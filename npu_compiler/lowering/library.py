@@ -410,7 +410,16 @@ def attention(L: Lowering, node: Node) -> None:
         args.append(V.expand(L.ref(m_v), (b, h, t, lk)))
     if a.get("valid_len"):
         args.append(L.contiguous(L.ref(node.inputs[-1])))
-    out = L.fresh(node.outputs[0])
+    out_v = node.outputs[0]
+    if tiled and _read_head_last(L, out_v):
+        # kept [b, t, h, dv] in memory (the tiled kernel stores through the output's strides): the transpose that
+        # reads it back to [b, t, h * dv] for the output projection is then a view, not a copy
+        buf = L.new_buffer(out_v.name, "arena", out_v.dtype, out_v.type.numel)
+        dv = v.shape[-1]
+        out = TensorRef(buf.id, (b, h, t, dv), (t * h * dv, dv, h * dv, 1), 0)
+        L.bind(out_v, out)
+    else:
+        out = L.fresh(out_v)
     outs = [out]
     if tiled:
         splits, extra = L.target.attention_tile_splits(b, h, t, lk, bool(a["has_mask"] or a.get("is_causal")
@@ -424,6 +433,24 @@ def attention(L: Lowering, node: Node) -> None:
     L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
                            a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"), bool(a.get("valid_len")),
                            splits, extra), args, outs)
+
+
+def _read_head_last(L: Lowering, v: Value) -> bool:
+    """Is every reader of the attention output `v` ([b, h, t, dv], not a graph output) a swap of its heads and rows
+    (`transpose(1, 2)`, `permute(0, 2, 1, 3)`), as the models put the heads back together?"""
+    users = L.users(v)
+    if not users or len(v.shape) != 4 or L.is_graph_output(v):
+        return False
+    for n in users:
+        if n.op == "transpose.int":
+            if sorted(d % 4 for d in (n.attrs["dim0"], n.attrs["dim1"])) != [1, 2]:
+                return False
+        elif n.op == "permute.default":
+            if [d % 4 for d in n.attrs["dims"]] != [0, 2, 1, 3]:
+                return False
+        else:
+            return False
+    return True
 
 
 def _attention_as_gemms(L: Lowering, node: Node, q: TensorRef, k: TensorRef, v: TensorRef, mask: TensorRef | None,

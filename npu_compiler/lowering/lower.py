@@ -55,6 +55,7 @@ class Lowering:
         self._roots, self._last_read, self._root_is_output = self._view_roots()
         self.pending: dict[int, Pending] = {}
         self._graph_outputs = {id(v) for v in graph.outputs}
+        self._users: dict[int, list[Node]] | None = None
         # Where convs run as implicit GEMMs on matrix units, image activations are channels-last ([N, H, W, C] in
         # memory: a pixel's channels are one contiguous run, which the GEMM's K walks) and conv weights are kept as
         # [O, kh, kw, C] (their K in the same order), made so at load (WeightSpec.layout).
@@ -96,6 +97,18 @@ class Lowering:
         r = full_ref(b, v.shape)
         self.bind(v, r)
         return r
+
+    def users(self, v: Value) -> list[Node]:
+        """The nodes that read `v` (an index over the graph built on first use)."""
+        if self._users is None:
+            self._users = {}
+            for n in self.graph.nodes:
+                for x in dict.fromkeys(id(i) for i in n.inputs):
+                    self._users.setdefault(x, []).append(n)
+        return self._users.get(id(v), [])
+
+    def is_graph_output(self, v: Value) -> bool:
+        return id(v) in self._graph_outputs
 
     def conv_on_tensor_cores(self, node: Node) -> int:
         """0 where this conv2d node does not run as the target's implicit-GEMM kernel on matrix units, else across

@@ -42,6 +42,19 @@ class Sdpa(torch.nn.Module):
                                               enable_gqa=True)
 
 
+class HeadsBack(torch.nn.Module):
+    """Attention whose heads are put back together as the models do (transpose(1, 2), then reshape): the kernel
+    writes its output [b, t, h, d] in memory, so that the transpose is a view and no copy follows."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        o = self.inner(*args).transpose(1, 2)
+        return o.reshape(o.shape[0], o.shape[1], -1) * 1.0
+
+
 def _causal(t: int, lk: int, start: int) -> np.ndarray:
     """Query i (at position start + i) sees keys 0..start + i."""
     return np.arange(lk)[None, :] <= (start + np.arange(t))[:, None]
@@ -70,6 +83,9 @@ CASES = {
     "split_sdpa_is_causal_bf16": ("bfloat16", Sdpa(True), 1, 4, 2, 1040, 1040, 64, None),
     # no mask, but too few blocks to fill the GPU
     "split_sdpa_nomask_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 40, 1100, 64, None),
+    # the output stored head-last, as the heads are read back (one launch; three with splits)
+    "heads_back_eager_causal_bf16": ("bfloat16", HeadsBack(Eager()), 2, 6, 2, 150, 150, 64, "causal_finfo"),
+    "split_heads_back_sdpa_is_causal_fp16": ("float16", HeadsBack(Sdpa(True)), 1, 4, 2, 1040, 1040, 128, None),
 }
 
 
@@ -104,6 +120,9 @@ def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     assert len(attn) == 1 and not any(k.kind == "gemm" for k in program.kernels), [k.kind for k in program.kernels]
     assert "mma.sync" in CudaTarget().kernel_sources(attn[0], program)[0], "the tiled kernel was not chosen"
     assert (attn[0].spec.splits > 0) == name.startswith("split_"), attn[0].spec
+    out = attn[0].outs[0]
+    assert (out.strides[1] < out.strides[2]) == ("heads_back" in name), out  # [b, t, h, d] in memory
+    assert len(program.kernels) == 1 + ("heads_back" in name), [k.group for k in program.kernels]
     ex = cuda_backend.create_executor(program)
     feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
     got = ex.run_numpy(feeds, {})[program.outputs[0].name]
