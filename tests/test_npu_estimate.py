@@ -487,3 +487,27 @@ def test_scalesim_column_slices_add_up_to_one_run(monkeypatch):
     parts = V._slices(layer, 4, 4, "ws")
     assert len(parts) > 1 and sum(p.n for p in parts) == 40
     assert abs(sum(V._scalesim_run(p, 4, 4, "ws") for p in parts) - whole) <= len(parts)
+
+
+def test_a_gemm_prologue_is_vector_work_before_the_array():
+    """A GEMV that computes its operand (RMSNorm folded in, as cuda compiles decode's projections): the NPU's
+    vector unit makes A from the operands the prologue reads and hands it to the array on chip, so A costs no DRAM
+    bytes, the prologue's operations count as vector work, and the norm's input and weight are read once."""
+    from conftest import export_ir
+    from helpers import NormLinear
+
+    k_, n_, m_ = 64, 48, 2
+    ir = export_ir(lambda: NormLinear(k_, n_), [torch.empty(m_, k_), torch.empty(m_, n_)])
+    prog = npu_compiler.compile(ir, "cuda", dtype="float32")
+    (k,) = [k for k in prog.kernels if k.kind == "gemm"]
+    assert k.spec.prologue is not None
+    w = kernel_work(prog, k)
+    assert isinstance(w, GemmWork) and (w.m, w.n, w.k) == (m_, n_, k_)
+    assert w.a.on_chip and w.a.bytes == m_ * k_ * 4 and w.b.bytes == n_ * k_ * 4
+    # the prologue reads x [m, k] and the norm's weight [k]; the epilogue the residual [m, n]
+    assert sorted(o.bytes for o in w.extra) == sorted([m_ * k_ * 4, k_ * 4, m_ * n_ * 4])
+    assert w.prologue_ops >= 4 * m_ * k_  # square, sum, divide, scale by the weight: per element of A
+    npu = load_npu("tpu-v1")
+    with_prologue = estimate(w, npu)
+    without = estimate(dataclasses.replace(w, prologue_ops=0), npu)
+    assert with_prologue.vector_ops - without.vector_ops == w.prologue_ops
