@@ -514,3 +514,25 @@ def exp_qwen_decode() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         exp = export_qwen2(cfg, tmp, max_cache_len=256, prefill_len=16, dtype="bfloat16")
         return json.loads(open(exp.decode_path).read())
+
+
+def test_tiled_attention_output_is_head_last_where_the_heads_are_put_back() -> None:
+    """Where every reader of a tiled attention's output swaps heads and rows back (transpose(1, 2), as the models do
+    before the output projection), the output is [b, t, h, d] in memory and no copy kernel follows it; an output
+    read otherwise (a graph output here) stays [b, h, t, d]."""
+    import torch
+    from fused_cases import ir_dict
+
+    class HeadsBack(torch.nn.Module):
+        def forward(self, q, k, v):
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+            return o.reshape(o.shape[0], o.shape[1], -1) * 2.0
+
+    args = [torch.randn(1, 4, 80, 64).bfloat16() for _ in range(3)]
+    program = npu_compiler.compile(ir_dict(HeadsBack(), args, "heads_back"), "cuda", dtype="bfloat16")
+    (att,) = [k for k in program.kernels if k.kind == "attention"]
+    assert att.outs[0].shape == (1, 4, 80, 64) and att.outs[0].strides == (80 * 4 * 64, 64, 4 * 64, 1)
+    assert [k.kind for k in program.kernels] == ["attention", "generated"]  # the scale, no copy
+    sdpa = _eager_attention_program("bfloat16", 80, 64)
+    (att,) = [k for k in sdpa.kernels if k.kind == "attention"]
+    assert att.outs[0].strides[1] > att.outs[0].strides[2]

@@ -99,12 +99,9 @@ class Lowering:
         return r
 
     def users(self, v: Value) -> list[Node]:
-        """The nodes that read `v` (an index over the graph built on first use)."""
+        """The nodes that read `v` (the graph's index of them, built on first use)."""
         if self._users is None:
-            self._users = {}
-            for n in self.graph.nodes:
-                for x in dict.fromkeys(id(i) for i in n.inputs):
-                    self._users.setdefault(x, []).append(n)
+            self._users = self.graph.users()
         return self._users.get(id(v), [])
 
     def is_graph_output(self, v: Value) -> bool:

@@ -177,7 +177,7 @@ class CudaTarget(CodegenTarget):
             for i in run[1:]:
                 out.steps[i] = []
                 out.merged_into[i] = run[0]
-        # sources only the merged launches use now
+        # drop the sources of kernels that now run only inside a merged launch
         used = {s.source for steps in out.steps for s in steps if isinstance(s, SourceLaunch)}
         out.sources = {n: t for n, t in out.sources.items() if n in used}
         return out
