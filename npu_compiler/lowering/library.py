@@ -425,9 +425,11 @@ def attention(L: Lowering, node: Node) -> None:
         splits, extra = L.target.attention_tile_splits(b, h, t, lk, bool(a["has_mask"] or a.get("is_causal")
                                                                         or a.get("valid_len")))
     else:
-        splits, extra = decode_splits(L, b * hk * t, lk, v.shape[-1]), 0
+        splits = decode_splits(L, b * hk * t, lk, v.shape[-1])
+        extra = L.target.decode_attention_scratch(b, h, t, lk) if splits else 0
     if splits:
-        # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output.
+        # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output, then what the
+        # target keeps beside them.
         outs.append(L.scratch(f"{node.name}.split_scratch", "float32",
                               (b * h * t * splits * (2 + v.shape[-1]) + extra,)))
     L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],

@@ -48,6 +48,11 @@ class CodegenTarget:
         valid length may hide some keys. Default: (0, 0), no splits."""
         return 0, 0
 
+    def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int) -> int:
+        """For an attention split across blocks by `decode_attention_blocks`: how many float32 scratch entries the
+        target keeps beside the split record. Default: 0."""
+        return 0
+
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
         """Which of a program's conv2d nodes run as one implicit-GEMM kernel on matrix units, each given as (dtypes of
         input, weight and output, groups, input shape, weight shape, output shape): 0 for not, else across how many

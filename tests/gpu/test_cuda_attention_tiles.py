@@ -89,8 +89,24 @@ CASES = {
 }
 
 
+# decode: one query row per head over many keys, split across blocks with the query heads of a KV head in one block
+# (decode_attention.py: UNROLL key groups loaded at once, the scores kept in the scratch for the second launch)
+DECODE_CASES = {
+    "decode_eager_finfo_bf16": ("bfloat16", Eager(), 1, 12, 2, 1, 1100, 128, "finfo_offset"),  # Qwen2.5-1.5B's heads
+    "decode_sdpa_nomask_fp16": ("float16", Sdpa(False), 2, 8, 2, 1, 700, 64, None),
+    "decode_sdpa_bool_bf16": ("bfloat16", Sdpa(False), 1, 4, 4, 1, 1200, 128, "bool_blocks"),
+    # eight query heads a KV head, 17 keys a split: most of a round of loads is past the split's end
+    "decode_eager_short_bf16": ("bfloat16", Eager(), 1, 16, 2, 1, 600, 64, "finfo_offset"),
+    # the scores' reduce-scatter over a key's lanes with more heads than lanes (head dim 32: 4 lanes, 8 heads), a
+    # head dim of 32 lanes and a group of 3 (padded to 4), and one query head a KV head
+    "decode_eager_d32_bf16": ("bfloat16", Eager(), 1, 16, 2, 1, 600, 32, "finfo_offset"),
+    "decode_sdpa_d256_fp16": ("float16", Sdpa(False), 1, 6, 2, 1, 700, 256, None),
+    "decode_sdpa_g1_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 1, 700, 64, None),
+}
+
+
 def _inputs(name: str, gen: torch.Generator):
-    dtype, _, b, h, hk, t, lk, d, mask = CASES[name]
+    dtype, _, b, h, hk, t, lk, d, mask = CASES[name] if name in CASES else DECODE_CASES[name]
     tdt = getattr(torch, dtype)
     q, k, v = (torch.randn(shape, generator=gen).to(tdt) for shape in ((b, h, t, d), (b, hk, lk, d), (b, hk, lk, d)))
     if mask is None:
@@ -150,3 +166,21 @@ def test_fully_masked_bool_rows_give_zeros(cuda_backend) -> None:
         ref = module(q, k, v, torch.from_numpy(vis)[None, None]).float().numpy()
     rows = np.arange(40) != 7
     assert_close(got[:, :, rows], ref[:, :, rows], "bfloat16", "accumulate", "cuda")
+
+
+@pytest.mark.parametrize("name", sorted(DECODE_CASES))
+def test_grouped_decode_attention_matches_torch(name, cuda_backend) -> None:
+    from npu_compiler.targets.cuda.decode_attention import grouped_decode_applies
+
+    dtype, module, b, h, _, _, lk = DECODE_CASES[name][:7]
+    args = _inputs(name, torch.Generator().manual_seed(0))
+    program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
+    attn = [k for k in program.kernels if k.kind == "attention"]
+    assert len(attn) == 1 and attn[0].spec.splits >= 2, [k.kind for k in program.kernels]
+    assert attn[0].spec.scratch_extra == b * h * lk and grouped_decode_applies(attn[0], program)
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, {})[program.outputs[0].name]
+    with torch.no_grad():
+        ref = module(*args)
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=name)

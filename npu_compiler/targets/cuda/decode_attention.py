@@ -4,10 +4,13 @@ per KV head and not once per query head.
 
 A block owns (batch, kv head, key split). Its lanes are grouped `LPK` to a key (each lane one 16-byte chunk of the
 head dim, so a key row is one coalesced load), a warp holds 32 / LPK keys at a time, and every lane keeps the
-query chunks of all the group's heads in registers. Three launches over the float32 scratch of the record
-([rows, splits, 2 + v_dim]), as in `library.attention_split`: (1) each split's max and sum of exponentials per head,
-(2) the probabilities (rounded to `probs_dtype` after the row's max and sum are known, as the graph rounds them)
-times v, (3) the sum over the splits. Scores are rounded exactly as the graph stores them.
+query chunks of all the group's heads in registers. Each warp issues the loads of UNROLL key groups before it uses
+any (a split's keys are a few round trips to memory, so a round trip per key group was the kernel's time), and the
+running sum of exponentials costs one (SFU) exponential a score, as in flash_attention.py. Three
+launches over the float32 scratch of the record ([rows, splits, 2 + v_dim], then the scores [b, kv heads, kv_len,
+group]): (1) each split's max and sum of exponentials per head, its scores (rounded exactly as the graph stores
+them) kept in the scratch; (2) the probabilities (rounded to `probs_dtype` after the row's max and sum are known, as
+the graph rounds them) times v, reading the kept scores instead of the keys again; (3) the sum over the splits.
 """
 
 from __future__ import annotations
@@ -19,12 +22,21 @@ from .common import NEG_INF_F, PRELUDE, REDUCE_HELPERS, WAIT, literal, load_expr
 
 WARPS = 4
 MAX_GROUP = 8
+UNROLL = 8  # key groups whose loads a warp issues before it uses the first
 _VEC = 8  # 2-byte elements per 16-byte load
+
+
+def scores_scratch(batch: int, heads: int, q_len: int, kv_len: int) -> int:
+    """The float32 entries after the split record where a decode attention keeps its scores (one per query head and
+    key), for the second launch to read instead of computing them again; 0 where it is not decode."""
+    return batch * heads * kv_len if q_len == 1 else 0
 
 
 def grouped_decode_applies(k: KernelCall, program: CompiledProgram) -> bool:
     p: AttentionKernel = k.spec
     if not p.splits or len(k.outs) < 2 or p.q_len != 1 or p.v_dim != p.head_dim:
+        return False
+    if p.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len):
         return False
     d = p.head_dim
     if d % _VEC or d > 32 * _VEC or 32 % (d // _VEC) or p.heads // p.kv_heads > MAX_GROUP:
@@ -46,8 +58,9 @@ def _unpack(dtype: str, word: str, out: str) -> str:
 
 
 def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) -> list[tuple[str, Launch]]:
-    """The three launches. `a` is the shared attention setup of library.py (`_attention_setup`): the valid-length
-    prologue, the loop bound, the dtypes and the output map; `signature(block)` the kernel's parameter list."""
+    """The first two launches (the third is `library._split_combine`). `a` is the shared attention setup of
+    library.py (`_attention_setup`): the valid-length prologue, the loop bound, the dtypes and the output map;
+    `signature(block)` the kernel's parameter list."""
     p: AttentionKernel = k.spec
     q, kk, v = k.args[:3]
     mask = k.args[3] if p.mask != "none" else None
@@ -70,81 +83,124 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
             mask_lines = f"        if (!a3[{at}]) s = {NEG_INF_F};"
         else:
             mask_lines = (f"        s = {round_expr('s + ' + load_expr(program.dtype_of(mask), f'a3[{at}]'), sd)};")
+    G = 1 << (g - 1).bit_length()  # the group padded to a power of two (heads past g are zeros)
+    NV = max(1, G // lpk)  # scores a lane holds after the reduce-scatter
+    PV = -(-g // lpk)  # probabilities a lane computes in the second launch
+    reduce, hb_terms, n, o = [], [], G, lpk // 2
+    while o >= 1:
+        if n > 1:  # keep one half of the values (the upper where this lane's bit o is set), add the partner's
+            half = n // 2
+            reduce += [f"    {{ const bool up = (li & {o}) != 0;",
+                       "      #pragma unroll",
+                       f"      for (int i = 0; i < {half}; ++i) {{",
+                       f"        const float send = up ? acc[i] : acc[{half} + i];",
+                       f"        acc[i] = (up ? acc[{half} + i] : acc[i]) + __shfl_xor_sync(0xffffffffu, send, {o});",
+                       "      }", "    }"]
+            hb_terms.append(f"((li & {o}) ? {half} : 0)")
+            n = half
+        else:  # one value left: every lane of the level gets the sum
+            reduce.append(f"    acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], {o});")
+        o //= 2
+    reduce_text = "\n".join(reduce)
+    dup = max(lpk // G, 1) - 1  # lanes differing only in these bits hold the same scores
+    step = WARPS * kpw * UNROLL  # keys a block covers per round of loads
+    # the key of load u of this warp in the round from `base`; a warp past the split's end stops (warp-uniform)
+    key = f"(base + ({ityp})(u * {WARPS} + warp) * {kpw} + sub)"
+    past = f"if (base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je) break;"
     head = f"""{PRELUDE}{REDUCE_HELPERS}
 {signature(32 * WARPS)} {{
 {WAIT}
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int li = lane % {lpk}, sub = lane / {lpk};{a.valid}
+  const int hb = {" + ".join(hb_terms) or "0"};  // this lane's first head of the group after the reduce-scatter
+  const bool owner = (li & {dup}) == 0;  // one lane of those holding the same heads writes them
   const {ityp} bi = blockIdx.x / {hk}, kvh = blockIdx.x % {hk}, split = blockIdx.y;
   const {ityp} ti = 0;
   const {ityp} jend = {a.jmax};
   const {ityp} per = (jend + {splits} - 1) / {splits};
   const {ityp} jb = split * per, je = min(jend, jb + per);
-  float qf[{g}][{_VEC}];
+  // this KV head's scores, [key][group head], after the split record
+  float* sc = out1 + {p.rows * splits * stride} + (bi * {hk} + kvh) * {p.kv_len * g};
+  const uint4* krow = reinterpret_cast<const uint4*>(a1 + {kk.offset} + bi * {ks[0]} + kvh * {ks[1]} + li * {_VEC});
+  const uint4* vrow = reinterpret_cast<const uint4*>(a2 + {v.offset} + bi * {vs[0]} + kvh * {vs[1]} + li * {_VEC});
+"""
+    stats = head + f"""  float qf[{g}][{_VEC}];
   #pragma unroll
   for (int gi = 0; gi < {g}; ++gi) {{
     const uint4 w = *reinterpret_cast<const uint4*>(a0 + {q.offset} + bi * {qs[0]} + (kvh * {g} + gi) * {qs[1]}
                                                       + li * {_VEC});
     {_unpack(dt, 'w', 'qf[gi]')}
   }}
-  const uint4* krow = reinterpret_cast<const uint4*>(a1 + {kk.offset} + bi * {ks[0]} + kvh * {ks[1]} + li * {_VEC});
-  const uint4* vrow = reinterpret_cast<const uint4*>(a2 + {v.offset} + bi * {vs[0]} + kvh * {vs[1]} + li * {_VEC});
-  // the scores of key j for the group's heads, rounded as the graph stores them, in s_[]
-  auto scores = [&](const {ityp} j, float* s_) {{
-    const uint4 w = __ldg(krow + j * {ks[2] // _VEC});
+  // the scores of key j (its row in w): the group's dot products summed over the key's lanes as a reduce-scatter
+  // (each lane ends with NV of them, heads hb.., instead of all), then rounded as the graph stores them, in s_[]
+  auto scores = [&](const uint4 w, const {ityp} j, float* s_) {{
     float kf[{_VEC}];
     {_unpack(dt, 'w', 'kf')}
+    float acc[{G}];
     #pragma unroll
-    for (int gi = 0; gi < {g}; ++gi) {{
+    for (int gi = 0; gi < {G}; ++gi) {{
       float s = 0.0f;
       #pragma unroll
-      for (int e = 0; e < {_VEC}; ++e) s = fmaf(qf[gi][e], kf[e], s);
-      #pragma unroll
-      for (int o = {lpk // 2}; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      const {ityp} head = kvh * {g} + gi;
+      for (int e = 0; gi < {g} && e < {_VEC}; ++e) s = fmaf(qf[gi < {g} ? gi : 0][e], kf[e], s);
+      acc[gi] = s;
+    }}
+{reduce_text}
+    #pragma unroll
+    for (int i = 0; i < {NV}; ++i) {{
+      const {ityp} head = kvh * {g} + min(hb + i, {g - 1});
+      float s = acc[i];
       s = {round_expr('s', sd)};
       s = {round_expr(f's * {scale}', sd)};
 {mask_lines}
-      s_[gi] = s;
+      s_[i] = s;
     }}
   }};
-"""
-    combine_ml = f"""    auto merge = [](float& m, float& l, const float m2, const float l2) {{
-      const float mn = npu_max(m, m2);
-      if (mn == {NEG_INF_F}) return;
-      l = ((m == {NEG_INF_F}) ? 0.0f : l * expf(m - mn)) + ((m2 == {NEG_INF_F}) ? 0.0f : l2 * expf(m2 - mn));
-      m = mn;
-    }};"""
-    stats = head + f"""  float m[{g}], l[{g}];
+  float m[{NV}], l[{NV}];
   #pragma unroll
-  for (int gi = 0; gi < {g}; ++gi) {{ m[gi] = {NEG_INF_F}; l[gi] = 0.0f; }}
-  // the loop is warp-uniform (the score's shuffles need every lane); a key group past the end scores -inf
-  #pragma unroll 2
-  for ({ityp} jj = jb + warp * {kpw}; jj < je; jj += {WARPS * kpw}) {{
-    const {ityp} j = jj + sub;
-    float s_[{g}];
-    scores(min(j, je - 1), s_);
+  for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
+  for ({ityp} base = jb; base < je; base += {step}) {{
+    uint4 kw[{UNROLL}];
     #pragma unroll
-    for (int gi = 0; gi < {g}; ++gi) {{
-      if (j >= je) s_[gi] = {NEG_INF_F};
-      const float mn = npu_max(m[gi], s_[gi]);
-      if (mn == {NEG_INF_F}) continue;
-      l[gi] = l[gi] * ((m[gi] == {NEG_INF_F}) ? 0.0f : expf(m[gi] - mn)) + ((s_[gi] == {NEG_INF_F}) ? 0.0f
-              : expf(s_[gi] - mn));
-      m[gi] = mn;
+    for (int u = 0; u < {UNROLL}; ++u) kw[u] = __ldg(krow + min({key}, je - 1) * {ks[2] // _VEC});
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) {{
+      {past}
+      const {ityp} j = {key};
+      float s_[{NV}];
+      scores(kw[u], min(j, je - 1), s_);
+      // one exponential a score: the running sum is rescaled only where the max grows (a NaN score turns the sum
+      // into NaN, and so the row, as the graph's softmax does)
+      #pragma unroll
+      for (int i = 0; i < {NV}; ++i) {{
+        if (j >= je || hb + i >= {g}) continue;
+        const float sv = s_[i];
+        if (owner) sc[j * {g} + hb + i] = sv;
+        if (sv > m[i]) {{
+          l[i] = ((m[i] == {NEG_INF_F}) ? 0.0f : l[i] * __expf(m[i] - sv)) + 1.0f;
+          m[i] = sv;
+        }} else if (sv != {NEG_INF_F}) {{
+          l[i] += __expf(sv - m[i]);
+        }}
+      }}
     }}
   }}
-  {combine_ml}
-  // across the keys a warp holds, then across the warps
+  auto merge = [](float& m, float& l, const float m2, const float l2) {{
+    const float mn = npu_max(m, m2);
+    if (mn == {NEG_INF_F}) return;
+    l = ((m == {NEG_INF_F}) ? 0.0f : l * expf(m - mn)) + ((m2 == {NEG_INF_F}) ? 0.0f : l2 * expf(m2 - mn));
+    m = mn;
+  }};
+  // across the keys a warp holds (the lanes of the same heads), then across the warps
   #pragma unroll
-  for (int gi = 0; gi < {g}; ++gi)
+  for (int i = 0; i < {NV}; ++i)
     #pragma unroll
     for (int o = {lpk}; o < 32; o <<= 1)
-      merge(m[gi], l[gi], __shfl_xor_sync(0xffffffffu, m[gi], o), __shfl_xor_sync(0xffffffffu, l[gi], o));
+      merge(m[i], l[i], __shfl_xor_sync(0xffffffffu, m[i], o), __shfl_xor_sync(0xffffffffu, l[i], o));
   __shared__ float sm[{WARPS}][{g}], sl[{WARPS}][{g}];
-  if (lane == 0) {{
+  if (sub == 0 && owner) {{
     #pragma unroll
-    for (int gi = 0; gi < {g}; ++gi) {{ sm[warp][gi] = m[gi]; sl[warp][gi] = l[gi]; }}
+    for (int i = 0; i < {NV}; ++i)
+      if (hb + i < {g}) {{ sm[warp][hb + i] = m[i]; sl[warp][hb + i] = l[i]; }}
   }}
   __syncthreads();
   if (threadIdx.x < {g}) {{
@@ -175,32 +231,38 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     if (lane == 0) {{ smx[gi] = mm; stot[gi] = tt; }}
   }}
   __syncthreads();
-  float mx[{g}], tot[{g}], o[{g}][{_VEC}];
+  float o[{g}][{_VEC}];
   #pragma unroll
-  for (int gi = 0; gi < {g}; ++gi) {{
-    mx[gi] = smx[gi];
-    tot[gi] = stot[gi];
+  for (int gi = 0; gi < {g}; ++gi)
     #pragma unroll
     for (int e = 0; e < {_VEC}; ++e) o[gi][e] = 0.0f;
-  }}
-  #pragma unroll 2
-  for ({ityp} jj = jb + warp * {kpw}; jj < je; jj += {WARPS * kpw}) {{
-    const {ityp} j = min(jj + sub, je - 1);
-    float s_[{g}];
-    scores(j, s_);
-    if (jj + sub >= je) {{
-      #pragma unroll
-      for (int gi = 0; gi < {g}; ++gi) s_[gi] = {NEG_INF_F};
-    }}
-    const uint4 w = __ldg(vrow + j * {vs[2] // _VEC});
-    float vf[{_VEC}];
-    {_unpack(dt, 'w', 'vf')}
+  for ({ityp} base = jb; base < je; base += {step}) {{
+    uint4 vw[{UNROLL}];
     #pragma unroll
-    for (int gi = 0; gi < {g}; ++gi) {{
-      const float pj = (s_[gi] == {NEG_INF_F} || mx[gi] == {NEG_INF_F}) ? 0.0f
-                       : {round_expr('expf(s_[gi] - mx[gi]) / tot[gi]', pd)};
+    for (int u = 0; u < {UNROLL}; ++u) vw[u] = __ldg(vrow + min({key}, je - 1) * {vs[2] // _VEC});
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) {{
+      {past}
+      const {ityp} j = {key};
+      // lane li of the key computes the probabilities of heads li, li + {lpk}, ..; the shuffles hand them around
+      float pr[{PV}];
       #pragma unroll
-      for (int e = 0; e < {_VEC}; ++e) o[gi][e] = fmaf(pj, vf[e], o[gi][e]);
+      for (int i = 0; i < {PV}; ++i) {{
+        const int hh = li + i * {lpk};
+        pr[i] = 0.0f;
+        if (j < je && hh < {g}) {{
+          const float s = sc[j * {g} + hh], mx = smx[hh];
+          if (s != {NEG_INF_F} && mx != {NEG_INF_F}) pr[i] = {round_expr('expf(s - mx) / stot[hh]', pd)};
+        }}
+      }}
+      float vf[{_VEC}];
+      {_unpack(dt, 'vw[u]', 'vf')}
+      #pragma unroll
+      for (int gi = 0; gi < {g}; ++gi) {{
+        const float pj = __shfl_sync(0xffffffffu, pr[gi / {lpk}], sub * {lpk} + gi % {lpk});
+        #pragma unroll
+        for (int e = 0; e < {_VEC}; ++e) o[gi][e] = fmaf(pj, vf[e], o[gi][e]);
+      }}
     }}
   }}
   // across the keys a warp holds, then across the warps

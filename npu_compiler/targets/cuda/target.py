@@ -22,6 +22,7 @@ from ..codegen import CodegenTarget
 from .common import CUDA
 from .conv_tc import applies as conv_tc_applies
 from .conv_tc import convs_on_tensor_cores
+from .decode_attention import scores_scratch
 from .flash_attention import applies as tiles_fit
 from .flash_attention import tile_splits, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
@@ -92,6 +93,9 @@ class CudaTarget(CodegenTarget):
 
     def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip) -> tuple[int, int]:
         return tile_splits(batch, heads, q_len, kv_len, may_skip)
+
+    def decode_attention_scratch(self, batch, heads, q_len, kv_len) -> int:
+        return scores_scratch(batch, heads, q_len, kv_len)
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
         return convs_on_tensor_cores(convs, self.arch)
