@@ -10,6 +10,10 @@ plan) and on every artifact load (a crafted plan is refused, never run).
    Inputs, weights and constants start written. A scatter writes positions read from data: it marks nothing (its
    target was written before, as the cache copy or the input it updates).
 
+3. Weights are read-only: no kernel writes one. A backend may read a weight before the kernel ahead of it has
+   finished (the cuda GEMV loads its first weights before it waits for its predecessor), which only holds if no
+   kernel writes one. (Constants may be written: a one-kernel repro program holds its output's old contents as one.)
+
 Without 2, a plan whose views are each in bounds could still read what another buffer (or another run) left in the
 arena: a result that depends on memory no kernel wrote.
 """
@@ -203,5 +207,16 @@ def check_memory(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], o
                  max_bytes: int | None = None, iteration_space: bool = True) -> None:
     if max_bytes is not None:
         check_sizes(buffers, kernels, max_bytes, iteration_space)
+    check_read_only(buffers, kernels)
     check_overlap(buffers, kernels)
     check_initialized(buffers, kernels, outputs)
+
+
+def check_read_only(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall]) -> None:
+    """ValueError when a kernel writes a weight."""
+    for i, k in enumerate(kernels):
+        for j, r in enumerate(k.outs):
+            b = buffers[r.buffer]
+            if b.kind == "weight":
+                raise ValueError(f"kernel {i} '{k.name}': output {j} writes buffer {b.id} '{b.name}', a weight: "
+                                 "weights are read-only")

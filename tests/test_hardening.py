@@ -354,6 +354,20 @@ def test_an_artifact_reading_unwritten_memory_is_refused() -> None:
         npu_compiler.CompiledProgram.from_dict(d)
 
 
+def test_an_artifact_writing_a_weight_is_refused() -> None:
+    """Weights are read-only (the cuda GEMV reads them before the kernel ahead of it finishes): a kernel whose output
+    is a weight buffer is refused at load, naming the kernel and the buffer."""
+    prog = npu_compiler.compile(small_ir(), dtype="float32")
+    d = prog.to_dict()
+    weight = next(b for b in d["buffers"] if b["kind"] == "weight")
+    last = d["kernels"][-1]["outs"][0]
+    assert last["buffer"] != weight["id"]
+    last["buffer"], last["offset"] = weight["id"], 0
+    assert list(last["strides"]) == [4, 1] and weight["numel"] >= 8  # the [2, 4] output still inside the weight
+    with pytest.raises(ArtifactError, match=rf"writes buffer {weight['id']} .*a weight: weights are read-only"):
+        npu_compiler.CompiledProgram.from_dict(d)
+
+
 def test_an_artifact_whose_live_buffers_share_bytes_is_refused() -> None:
     ir = small_ir()
     # relu -> neg -> relu: two intermediates live at once

@@ -8,8 +8,11 @@ GEMM's b operand [K, N] is the weight read row by row (w[n, k] = b[k, n], unit s
 n gets `splits_for` warps (1 for a wide GEMV; 2-8 where there are too few columns to keep enough loads in flight, as
 in a decode step's down projection): their lanes stride over k with 16-byte loads of the weight row (streamed past
 L1) and of the activation rows (cached), accumulate in fp32 and reduce with shuffles, then across the column's warps
-in shared memory; the epilogue runs on the lanes that hold the sum. Each warp prefetches its weight row into L2
-before waiting for the previous kernel (programmatic dependent launch), since no kernel writes a weight.
+in shared memory; the epilogue runs on the lanes that hold the sum. A lane loads up to UNROLL chunks of its share
+of the row before it uses any (a 1,536-long row is 6 chunks a lane: one wait for memory a column), and the first
+batch of its block's first column before it waits for the previous kernel (programmatic dependent launch) and
+before any prologue, since no kernel writes a weight: the weight stream starts while those run. Where a row share
+is longer than one batch, each warp also prefetches its first row into L2 before the wait.
 
 A GEMM whose operand comes from a prologue (`GemmKernel.prologue`: the RMSNorm before a projection) computes the
 operand's rows into shared memory first, every block all of them (a norm's sum of squares as a block reduction, then
@@ -33,6 +36,11 @@ WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block
 PROLOGUE_WARPS = 16  # with a prologue: each block computes the operand's rows once for 16 / splits columns
 PROLOGUE_BYTES = 40 * 1024  # the computed rows live in static shared memory (48 KB a block, with the reductions')
 PROLOGUE_UNROLL = 8
+# blocks of PROLOGUE_WARPS an SM: the grid is one wave of them, and the launch bounds hold the registers to that.
+# ncu on the H100 (Qwen2.5-1.5B's gate/up projection): at 36 registers a thread three blocks fit where the grid
+# assumed four, and a second wave of 132 blocks ran; three with the weights loaded before the prologue spill (40
+# registers), and the decode step got slower (1.94 -> 2.12 ms); two spill nothing
+PROLOGUE_BLOCKS_PER_SM = 2
 SMS = 132  # a large GPU's SMs (H100): a prologue GEMV runs at most one wave of blocks on it
 UNROLL = 8
 MAX_SPLITS = 8
@@ -163,11 +171,36 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     n_groups = math.ceil(n_cols / cpb)
     # with a prologue a block computes its rows once and then runs column group after column group (one wave of
     # blocks); without, one group a block
-    grid = min(n_groups, SMS * (2048 // (32 * warps))) if pro else n_groups
-    lines += [
+    # (as many blocks as fit on the GPU at once: the launch bounds hold the registers to that many)
+    per_sm = max(1, min(PROLOGUE_BLOCKS_PER_SM, 2048 // (32 * warps)))
+    grid = min(n_groups, SMS * per_sm) if pro else n_groups
+    head = [
         "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
         f"  const int part = warp % {splits};  // this warp sums every {splits}-th chunk of the row",
     ]
+    n_vec = kk // vec
+    batch = max(1, min(UNROLL, -(-n_vec // (32 * splits))))
+    whole_row = batch * 32 * splits >= n_vec  # one batch is the lane's whole share of a row
+    # (a weight only: no kernel writes one, memory_check.check_read_only; b may also be an activation or a KV cache
+    # that the kernel before is still writing)
+    preload = vectorized and program.buffers[b.buffer].kind == "weight"
+    if preload:
+        # the first batch of the block's first column group, loaded before the wait for the kernel before (no kernel
+        # writes a weight) and before the prologue: the weight stream starts while those run
+        head += [
+            f"  uint4 wpre[{batch}];",
+            "  {",
+            f"    const {ityp} n = ({ityp})blockIdx.x * {cpb} + warp / {splits};",
+            f"    const uint4* w4 = reinterpret_cast<const uint4*>({w_ptr} + {b.offset} + min(n, ({ityp}){n_cols - 1})"
+            f" * {ldw});",
+            "    #pragma unroll",
+            f"    for (int b = 0; b < {batch}; ++b) {{",
+            f"      const {ityp} v = part * 32 + lane + b * {32 * splits};",
+            f"      wpre[b] = (n < {n_cols} && v < {n_vec}) ? __ldcs(w4 + v) : make_uint4(0u, 0u, 0u, 0u);",
+            "    }",
+            "  }",
+            "  bool first = true;",
+        ]
     if grid < n_groups:
         lines.append(f"  for ({ityp} grp = blockIdx.x; grp < {n_groups}; grp += gridDim.x) {{")
     lines += [
@@ -180,20 +213,33 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     ]
     x_load = "*" if pro else "__ldg"  # shared memory, or the read-only cache
     if vectorized:
+        # a batch of the lane's 16-byte weight chunks is loaded before any is used: the whole row share where it is
+        # at most UNROLL chunks (a wide GEMV's 1,536-long rows: 6), so a warp waits for memory once a column
         lines += [
             f"  const uint4* w4 = reinterpret_cast<const uint4*>({w_ptr} + wrow);",
-            f"  #pragma unroll {UNROLL}",
-            f"  for ({ityp} v = part * 32 + lane; live && v < {kk // vec}; v += {32 * splits}) {{",
-            "    const uint4 wv = __ldcs(w4 + v);",
-            f"    float wf[{vec}];",
-            *[f"    {ln}" for ln in unpack16(dt, "wv", "wf")],
+            f"  for ({ityp} v0 = part * 32 + lane; live && v0 < {n_vec}; v0 += {32 * splits * batch}) {{",
+            f"    uint4 wv[{batch}];",
             "    #pragma unroll",
-            f"    for (int m = 0; m < {m_rows}; ++m) {{",
-            f"      const uint4 xv = {x_load}(reinterpret_cast<const uint4*>({a_ptr} + {a_off} + m * {lda}) + v);",
-            f"      float xf[{vec}];",
-            *[f"      {ln}" for ln in unpack16(dt, "xv", "xf")],
+            f"    for (int b = 0; b < {batch}; ++b) {{",
+            f"      const {ityp} v = v0 + b * {32 * splits};",
+            f"      wv[b] = {'first ? wpre[b] : ' if preload else ''}v < {n_vec} ? __ldcs(w4 + v) : "
+            "make_uint4(0u, 0u, 0u, 0u);",
+            "    }",
+            *(["    first = false;"] if preload else []),
+            "    #pragma unroll",
+            f"    for (int b = 0; b < {batch}; ++b) {{",
+            f"      const {ityp} v = v0 + b * {32 * splits};",
+            f"      if (v >= {n_vec}) break;",
+            f"      float wf[{vec}];",
+            *[f"      {ln}" for ln in unpack16(dt, "wv[b]", "wf")],
             "      #pragma unroll",
-            f"      for (int e = 0; e < {vec}; ++e) acc[m] = fmaf(xf[e], wf[e], acc[m]);",
+            f"      for (int m = 0; m < {m_rows}; ++m) {{",
+            f"        const uint4 xv = {x_load}(reinterpret_cast<const uint4*>({a_ptr} + {a_off} + m * {lda}) + v);",
+            f"        float xf[{vec}];",
+            *[f"        {ln}" for ln in unpack16(dt, "xv", "xf")],
+            "        #pragma unroll",
+            f"        for (int e = 0; e < {vec}; ++e) acc[m] = fmaf(xf[e], wf[e], acc[m]);",
+            "      }",
             "    }",
             "  }",
         ]
@@ -252,6 +298,8 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
                                            if s and d in idx])
     lines.append(f"    out0[{o_at}] = {store_expr(od, value, value_dtype)};")
     lines.append("  }")
+    if preload:
+        lines.append("  first = false;")
     if grid < n_groups:
         if splits > 1:
             lines.append("  __syncthreads();  // `red` is written again by the next group")
@@ -259,10 +307,12 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
     shared = [f"  __shared__ {ty} {name}[{count}];" for name, (ty, count) in sorted(text.shared.items())]
+    bounds = f"{32 * warps}, {per_sm}" if pro else f"{32 * warps}"
     src = "\n".join([PRELUDE, *sorted(text.helpers),
-                     f'extern "C" __global__ void __launch_bounds__({32 * warps}) npu_kernel('
-                     f'{", ".join(params)}) {{', *shared, *_prefetch(k, program, ityp, ldw, splits, cpb),
-                      "  npu_wait_prior();", *lines, "}"]) + "\n"
+                     f'extern "C" __global__ void __launch_bounds__({bounds}) npu_kernel('
+                     f'{", ".join(params)}) {{', *shared,
+                     *([] if preload and whole_row else _prefetch(k, program, ityp, ldw, splits, cpb)),
+                     *head, "  npu_wait_prior();", *lines, "}"]) + "\n"
     return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
 
 
