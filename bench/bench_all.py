@@ -107,8 +107,9 @@ def chart(r: dict, path: Path) -> None:
     g = r["generate"]
     names = ["prefill 2048", "first token"]
     axes[1].bar([n + "\nours" for n in names], [g["prefill_ms"], g["ttft_ms"]], color="C0")
+    # (the colours of the other panels: eager C1, torch.compile C2)
     axes[1].bar(["prefill 2048\ntorch eager", "prefill 2048\ntorch.compile"],
-                [g["eager_prefill_ms"], g.get("compile_prefill_ms", float("nan"))], color="C1")
+                [g["eager_prefill_ms"], g.get("compile_prefill_ms", float("nan"))], color=["C1", "C2"])
     axes[1].set(title=f"prefill and generate (decode {g['decode_tokens_per_s']:.0f} tokens/s)", ylabel="ms")
     cnn = r["cnn"]["rows"]
     width = 0.25

@@ -127,6 +127,16 @@ def _inputs(name: str, gen: torch.Generator):
     return [q, k, v, torch.from_numpy(vis)[None, None]]
 
 
+def _assert_matches_torch(program, module, args, dtype: str, name: str, backend) -> None:
+    """The program's output on the GPU against the module's in PyTorch eager (CPU, same dtype)."""
+    ex = backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, {})[program.outputs[0].name]
+    with torch.no_grad():
+        ref = module(*args)
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=name)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     dtype, module = CASES[name][:2]
@@ -139,12 +149,7 @@ def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     out = attn[0].outs[0]
     assert (out.strides[1] < out.strides[2]) == ("heads_back" in name), out  # [b, t, h, d] in memory
     assert len(program.kernels) == 1 + ("heads_back" in name), [k.group for k in program.kernels]
-    ex = cuda_backend.create_executor(program)
-    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
-    got = ex.run_numpy(feeds, {})[program.outputs[0].name]
-    with torch.no_grad():
-        ref = module(*args)
-    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=name)
+    _assert_matches_torch(program, module, args, dtype, name, cuda_backend)
 
 
 def test_fully_masked_bool_rows_give_zeros(cuda_backend) -> None:
@@ -178,9 +183,4 @@ def test_grouped_decode_attention_matches_torch(name, cuda_backend) -> None:
     attn = [k for k in program.kernels if k.kind == "attention"]
     assert len(attn) == 1 and attn[0].spec.splits >= 2, [k.kind for k in program.kernels]
     assert attn[0].spec.scratch_extra == b * h * lk and grouped_decode_applies(attn[0], program)
-    ex = cuda_backend.create_executor(program)
-    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
-    got = ex.run_numpy(feeds, {})[program.outputs[0].name]
-    with torch.no_grad():
-        ref = module(*args)
-    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=name)
+    _assert_matches_torch(program, module, args, dtype, name, cuda_backend)
