@@ -93,6 +93,31 @@ def test_a_batch_runs_its_convs_on_tensor_cores_channels_last() -> None:
                                                                           "repeat.default"]
 
 
+class _ConvOfInputs(torch.nn.Module):
+    def forward(self, x, w):
+        return torch.nn.functional.conv2d(x, w, padding=1)
+
+
+def test_only_weight_buffers_are_copied_before_the_wait() -> None:
+    """A tensor-core conv copies its first weight tiles to shared memory before it waits for the kernel ahead only
+    where the weight is a weight buffer (read-only); a conv over two activations copies nothing early."""
+    from npu_compiler.targets.cuda.common import WEIGHTS_BEGIN
+
+    _, _, prog = _program()
+    convs = [k for k in prog.kernels if k.kind == "conv2d"]
+    for k in convs:
+        text = CudaTarget().kernel_sources(k, prog)[0]
+        wide = len(k.args[1].shape) == 4 and k.args[1].shape[1] % 8 == 0  # 16-byte weight copies
+        assert (WEIGHTS_BEGIN in text) == wide, k.name
+        assert_waits_first(text)
+    args = [torch.randn(2, 64, 40, 40), torch.randn(64, 64, 3, 3)]
+    prog = npu_compiler.compile(ir_dict(_ConvOfInputs(), args, "conv_of_inputs"), "cuda", dtype="float16")
+    for k in prog.kernels:
+        for text in CudaTarget().kernel_sources(k, prog):
+            assert WEIGHTS_BEGIN not in text, k.name
+            assert_waits_first(text, weights=False)
+
+
 def test_one_image_splits_the_long_k_of_its_deep_convs() -> None:
     """One image: the deep convs have a few tiles each and a long K, split across blocks."""
     _, _, prog = _program(1, 64)

@@ -16,6 +16,10 @@ from ..clike import KernelText, Language, affine, decompose, grid_for, is_flat_m
 
 KERNEL_NAME = "npu_kernel"  # every source defines exactly one `extern "C" __global__` function of this name
 WAIT = "  npu_wait_prior();"  # every kernel's first statement (see the prelude)
+# What a kernel may read before WAIT besides L2 prefetches: weights, which no kernel writes (memory_check.
+# check_read_only), between these two lines (the tests check that nothing else is read there)
+WEIGHTS_BEGIN = "  // weights (read-only) before the wait: {"
+WEIGHTS_END = "  // } weights"
 
 STORAGE: dict[str, str] = {
     "float32": "float",

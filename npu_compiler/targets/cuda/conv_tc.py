@@ -31,7 +31,17 @@ from ...expr import nodes as X
 from ...kernels import Conv2dKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine
-from .common import PRELUDE, WAIT, load_expr, round_expr, storage, store_expr, tc_helpers
+from .common import (
+    PRELUDE,
+    WAIT,
+    WEIGHTS_BEGIN,
+    WEIGHTS_END,
+    load_expr,
+    round_expr,
+    storage,
+    store_expr,
+    tc_helpers,
+)
 
 MIN_ARCH = 80  # mma.sync with bf16 operands, ldmatrix, cp.async
 BK = 32  # K per stage where a tile is read element by element
@@ -483,17 +493,34 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       }}
     }}"""
 
-    src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}{CLUSTER_HELPERS if cluster else ""}
-{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}
-{WAIT}
+    # the weight tiles of the first stages are copied before the wait for the kernel ahead, where the weight is a
+    # weight buffer (no kernel writes one: memory_check.check_read_only): one image's convs are latency-bound, and
+    # their weights' trip to shared memory then overlaps the kernel before (their first stage commits with A's)
+    early_b = vec_b and program.buffers[w.buffer].kind == "weight"
+    head = f"""
   extern __shared__ __align__(16) unsigned short smem[];
   const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
   const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / {warps_n}, wn = warp % {warps_n};
   const int n0 = blockIdx.x * {bn};
-  const {ityp} p0 = ({ityp})blockIdx.y * {bm};{prefetch}{a_setup}{a_load}{b_load}
+  const {ityp} p0 = ({ityp})blockIdx.y * {bm};
+  // this block's K tiles: all of them, or its split's run
+  const int kt_b = blockIdx.z * {per_split};
+  const int kt_n = max(0, min({kt_total}, kt_b + {per_split}) - kt_b);"""
+    early = ""
+    if early_b:
+        early = f"""
+{WEIGHTS_BEGIN}{b_load}
+  #pragma unroll
+  for (int s = 0; s < {STAGES - 1}; ++s)
+    if (s < kt_n) load_b(s, (kt_b + s) * {bk});
+{WEIGHTS_END}"""
+    first_b = "" if early_b else f" load_b(s, (kt_b + s) * {bk});"
+    src = f"""{PRELUDE}
+{tc_helpers(_OPERANDS[od])}{CLUSTER_HELPERS if cluster else ""}
+{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}
+{WAIT}{prefetch}{a_setup}{a_load}{"" if early_b else b_load}
   float acc[{mi_n}][{ni_n}][4];
   #pragma unroll
   for (int i = 0; i < {mi_n}; ++i)
@@ -501,12 +528,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     for (int j = 0; j < {ni_n}; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-  // this block's K tiles: all of them, or its split's run
-  const int kt_b = blockIdx.z * {per_split};
-  const int kt_n = max(0, min({kt_total}, kt_b + {per_split}) - kt_b);
   #pragma unroll
   for (int s = 0; s < {STAGES - 1}; ++s) {{
-    if (s < kt_n) {{ load_a(s, (kt_b + s) * {bk}); load_b(s, (kt_b + s) * {bk}); }}
+    if (s < kt_n) {{ load_a(s, (kt_b + s) * {bk});{first_b} }}
     tc_commit();
   }}
   for (int kt = 0; kt < kt_n; ++kt) {{

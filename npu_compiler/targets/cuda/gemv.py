@@ -29,7 +29,18 @@ from ...dtypes import itemsize
 from ...kernels import GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import ExprRenderer, KernelText, Launch, Scope, decompose
-from .common import CUDA, PRELUDE, literal, load_expr, max_extent, round_expr, store_expr, unpack16
+from .common import (
+    CUDA,
+    PRELUDE,
+    WEIGHTS_BEGIN,
+    WEIGHTS_END,
+    literal,
+    load_expr,
+    max_extent,
+    round_expr,
+    store_expr,
+    unpack16,
+)
 
 GEMV_MAX_M = 8
 WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block)
@@ -188,6 +199,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
         # the first batch of the block's first column group, loaded before the wait for the kernel before (no kernel
         # writes a weight) and before the prologue: the weight stream starts while those run
         head += [
+            WEIGHTS_BEGIN,
             f"  uint4 wpre[{batch}];",
             "  {",
             f"    const {ityp} n = ({ityp})blockIdx.x * {cpb} + warp / {splits};",
@@ -199,6 +211,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
             f"      wpre[b] = (n < {n_cols} && v < {n_vec}) ? __ldcs(w4 + v) : make_uint4(0u, 0u, 0u, 0u);",
             "    }",
             "  }",
+            WEIGHTS_END,
             "  bool first = true;",
         ]
     if grid < n_groups:
