@@ -113,9 +113,21 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     reduce_text = "\n".join(reduce)
     dup = max(lpk // G, 1) - 1  # lanes differing only in these bits hold the same scores
     step = WARPS * kpw * UNROLL  # keys a block covers per round of loads
-    # the key of load u of this warp in the round from `base`; a warp past the split's end stops (warp-uniform)
+    # the key of load u of this warp in the round from `base`
     key = f"(base + ({ityp})(u * {WARPS} + warp) * {kpw} + sub)"
-    past = f"if (base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je) break;"
+
+    def rounds(word: str, row: str, row_stride: int) -> str:
+        """The split's keys in rounds of UNROLL key groups a warp: the round's loads of `row` into `word[]` first,
+        then the body for each key group (key `j`, its row `word[u]`), which the caller goes on to close with two
+        braces; a warp past the split's end stops (warp-uniform: the body's shuffles need every lane)."""
+        return f"""  for ({ityp} base = jb; base < je; base += {step}) {{
+    uint4 {word}[{UNROLL}];
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) {word}[u] = __ldg({row} + min({key}, je - 1) * {row_stride});
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) {{
+      if (base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je) break;
+      const {ityp} j = {key};"""
     head = f"""{PRELUDE}{REDUCE_HELPERS}
 {signature(32 * WARPS)} {{
 {WAIT}
@@ -167,14 +179,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   float m[{NV}], l[{NV}];
   #pragma unroll
   for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
-  for ({ityp} base = jb; base < je; base += {step}) {{
-    uint4 kw[{UNROLL}];
-    #pragma unroll
-    for (int u = 0; u < {UNROLL}; ++u) kw[u] = __ldg(krow + min({key}, je - 1) * {ks[2] // _VEC});
-    #pragma unroll
-    for (int u = 0; u < {UNROLL}; ++u) {{
-      {past}
-      const {ityp} j = {key};
+{rounds("kw", "krow", ks[2] // _VEC)}
       float s_[{NV}];
       scores(kw[u], min(j, je - 1), s_);
       // one exponential a score: the running sum is rescaled only where the max grows (a NaN score turns the sum
@@ -245,14 +250,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   for (int gi = 0; gi < {g}; ++gi)
     #pragma unroll
     for (int e = 0; e < {_VEC}; ++e) o[gi][e] = 0.0f;
-  for ({ityp} base = jb; base < je; base += {step}) {{
-    uint4 vw[{UNROLL}];
-    #pragma unroll
-    for (int u = 0; u < {UNROLL}; ++u) vw[u] = __ldg(vrow + min({key}, je - 1) * {vs[2] // _VEC});
-    #pragma unroll
-    for (int u = 0; u < {UNROLL}; ++u) {{
-      {past}
-      const {ityp} j = {key};
+{rounds("vw", "vrow", vs[2] // _VEC)}
       // lane li of the key computes the probabilities of heads li, li + {lpk}, ..; the shuffles hand them around
       float pr[{PV}];
       #pragma unroll
