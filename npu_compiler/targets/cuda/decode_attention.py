@@ -116,14 +116,16 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     # the key of load u of this warp in the round from `base`
     key = f"(base + ({ityp})(u * {WARPS} + warp) * {kpw} + sub)"
 
-    def rounds(word: str, row: str, row_stride: int) -> str:
-        """The split's keys in rounds of UNROLL key groups a warp: the round's loads of `row` into `word[]` first,
-        then the body for each key group (key `j`, its row `word[u]`), which the caller goes on to close with two
-        braces; a warp past the split's end stops (warp-uniform: the body's shuffles need every lane)."""
+    def rounds(word: str, row: str, row_stride: int, more: str = "") -> str:
+        """The split's keys in rounds of UNROLL key groups a warp: the round's loads of `row` into `word[]` first
+        (and the lines `more`, more loads of the round), then the body for each key group (key `j`, its row
+        `word[u]`), which the caller goes on to close with two braces; a warp past the split's end stops
+        (warp-uniform: the body's shuffles need every lane). The loads come first because the body's early exit
+        keeps the compiler from issuing a later group's loads before an earlier group's body has run."""
         return f"""  for ({ityp} base = jb; base < je; base += {step}) {{
     uint4 {word}[{UNROLL}];
     #pragma unroll
-    for (int u = 0; u < {UNROLL}; ++u) {word}[u] = __ldg({row} + min({key}, je - 1) * {row_stride});
+    for (int u = 0; u < {UNROLL}; ++u) {word}[u] = __ldg({row} + min({key}, je - 1) * {row_stride});{more}
     #pragma unroll
     for (int u = 0; u < {UNROLL}; ++u) {{
       if (base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je) break;
@@ -227,22 +229,48 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   }}
 }}
 """
-    accumulate = head + f"""  // each head's max and sum over all splits: one warp per head, its lanes over the splits
+    nh, ns = -(-g // WARPS), -(-splits // 32)  # heads a warp merges the splits of; splits a lane reads
+    # the kept scores of the round's keys (this lane's heads), loaded with the round's value rows
+    scores_of_round = f"""
+    float scv[{UNROLL}][{PV}];
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) {{
+      const {ityp} jj = min({key}, je - 1);
+      #pragma unroll
+      for (int i = 0; i < {PV}; ++i) scv[u][i] = (li + i * {lpk} < {g}) ? sc[jj * {g} + li + i * {lpk}] : 0.0f;
+    }}"""
+    accumulate = head + f"""  // each head's max and sum over all splits: warp w merges heads w, w + {WARPS}, ..,
+  // its lanes over the splits; every (max, sum) the warp needs is loaded before any is used (one wait for memory,
+  // not two a head; the sums add up in the same order as one head at a time)
   __shared__ float smx[{g}], stot[{g}];
-  for (int gi = warp; gi < {g}; gi += {WARPS}) {{
-    const float* base = out1 + (bi * {h} + kvh * {g} + gi) * {splits} * {stride};
-    float mm = {NEG_INF_F};
-    for (int s2 = lane; s2 < {splits}; s2 += 32) mm = npu_max(mm, base[s2 * {stride}]);
+  {{
+    float ms[{nh}][{ns}], ls[{nh}][{ns}];
     #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mm = npu_max(mm, __shfl_xor_sync(0xffffffffu, mm, o));
-    float tt = 0.0f;
-    for (int s2 = lane; s2 < {splits}; s2 += 32) {{
-      const float ms = base[s2 * {stride}];
-      tt += (ms == {NEG_INF_F}) ? 0.0f : base[s2 * {stride} + 1] * expf(ms - mm);
+    for (int r = 0; r < {nh}; ++r)
+      #pragma unroll
+      for (int i = 0; i < {ns}; ++i) {{
+        const int gi = warp + r * {WARPS}, s2 = lane + i * 32;
+        const bool in = gi < {g} && s2 < {splits};
+        const float* st = out1 + ((bi * {h} + kvh * {g} + min(gi, {g - 1})) * {splits}
+                                  + min(s2, {splits - 1})) * {stride};
+        ms[r][i] = in ? st[0] : {NEG_INF_F};
+        ls[r][i] = in ? st[1] : 0.0f;
+      }}
+    #pragma unroll
+    for (int r = 0; r < {nh}; ++r) {{
+      float mm = {NEG_INF_F};
+      #pragma unroll
+      for (int i = 0; i < {ns}; ++i) mm = npu_max(mm, ms[r][i]);
+      #pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mm = npu_max(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+      float tt = 0.0f;
+      #pragma unroll
+      for (int i = 0; i < {ns}; ++i) tt += (ms[r][i] == {NEG_INF_F}) ? 0.0f : ls[r][i] * expf(ms[r][i] - mm);
+      #pragma unroll
+      for (int o = 16; o > 0; o >>= 1) tt += __shfl_xor_sync(0xffffffffu, tt, o);
+      const int gi = warp + r * {WARPS};
+      if (lane == 0 && gi < {g}) {{ smx[gi] = mm; stot[gi] = tt; }}
     }}
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) tt += __shfl_xor_sync(0xffffffffu, tt, o);
-    if (lane == 0) {{ smx[gi] = mm; stot[gi] = tt; }}
   }}
   __syncthreads();
   float o[{g}][{_VEC}];
@@ -250,7 +278,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   for (int gi = 0; gi < {g}; ++gi)
     #pragma unroll
     for (int e = 0; e < {_VEC}; ++e) o[gi][e] = 0.0f;
-{rounds("vw", "vrow", vs[2] // _VEC)}
+{rounds("vw", "vrow", vs[2] // _VEC, scores_of_round)}
       // lane li of the key computes the probabilities of heads li, li + {lpk}, ..; the shuffles hand them around
       float pr[{PV}];
       #pragma unroll
@@ -258,7 +286,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
         const int hh = li + i * {lpk};
         pr[i] = 0.0f;
         if (j < je && hh < {g}) {{
-          const float s = sc[j * {g} + hh], mx = smx[hh];
+          const float s = scv[u][i], mx = smx[hh];
           if (s != {NEG_INF_F} && mx != {NEG_INF_F}) pr[i] = {round_expr('expf(s - mx) / stot[hh]', pd)};
         }}
       }}
