@@ -562,3 +562,34 @@ def test_tiled_attention_output_is_head_last_where_the_heads_are_put_back() -> N
     sdpa = _eager_attention_program("bfloat16", 80, 64)
     (att,) = [k for k in sdpa.kernels if k.kind == "attention"]
     assert att.outs[0].strides[1] > att.outs[0].strides[2]
+
+
+def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
+    """Past a large GPU's resident threads an elementwise kernel's thread works on `elementwise_ilp` elements a grid
+    stride apart in an unrolled loop, its grid shrunk to match; below that one element a thread, as every row
+    kernel's loops over a row are unrolled (their trip counts are only known at run time). The sources compile."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, ILP_MIN_THREADS, elementwise_ilp
+    from npu_compiler.targets.cuda.common import CUDA
+
+    class Silu(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.silu(x) * 2.0
+
+    ilp = CUDA.elementwise_ilp
+    assert ilp > 1 and elementwise_ilp(CUDA, ILP_MIN_THREADS * ilp - 1) == 1
+    least = -(-ILP_MIN_THREADS * ilp // 1000)  # the fewest rows of 1000 that reach the unrolled loop
+    for rows, unrolled in ((least, True), (least - 1, False)):
+        x = torch.empty(rows, 1000)
+        program = npu_compiler.compile(ir_dict(Silu(), [x], "silu"), "cuda", dtype="float32")
+        (k,) = program.kernels
+        (step,) = rendered(program).steps[0]
+        src = rendered(program).sources[step.source]
+        assert ("i0 + e *" in src) == unrolled, src
+        per_thread = ilp if unrolled else 1
+        assert step.launch.grid[0] == -(-rows * 1000 // (per_thread * ELEMENTWISE_BLOCK)), step.launch
+        assert not _check_sources(rendered(program).sources)
+    program = case_program("rmsnorm_pattern", "float32")
+    assert CUDA.row_loop_hint and all(CUDA.row_loop_hint in s for s in rendered(program).sources.values()
+                                      if "npu_block_reduce(" in s)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 SERIAL_REDUCE_MAX = 32  # a reduction this small (with no row) runs inside one thread per output element
 ELEMENTWISE_BLOCK = 256
+ILP_MIN_THREADS = 132 * 2048  # an elementwise kernel with more elements than a large GPU's resident threads (H100)
 
 OUTER, ROW, RED = 1, 2, 4  # what a value depends on: the row's index, the element's index in the row, the reduction
 
@@ -49,6 +50,13 @@ class Language:
     kernel_name = "npu_kernel"
     max_grid = 65535
     max_block = 256  # threads per block a row kernel may take (WebGPU's guaranteed workgroup size)
+    # elements a thread of a large elementwise kernel works on at once, a grid stride apart (each warp's accesses stay
+    # coalesced): a thread's loads of them are in flight together. 1: one at a time
+    elementwise_ilp = 1
+    unroll_hint = ""  # a line before a loop the compiler should unroll, or none
+    # a line before a row kernel's loops over a row (strided by the block: a trip count unknown at compile time), so
+    # that a thread's loads of several elements issue together, or none
+    row_loop_hint = ""
 
     def reg(self, dtype: str) -> str: raise NotImplementedError
     def storage(self, dtype: str) -> str: raise NotImplementedError
@@ -503,6 +511,14 @@ def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_e
     return lang.kernel(text), launch
 
 
+def elementwise_ilp(lang: Language, n_out: int) -> int:
+    """Elements a thread of an elementwise kernel of `n_out` elements works on at once: the language's count where
+    the kernel is large enough to fill the GPU many times over (ILP_MIN_THREADS threads each), else 1 (a small
+    kernel is latency-bound: its elements spread over as many threads as there are)."""
+    ilp = lang.elementwise_ilp
+    return ilp if ilp > 1 and n_out >= ILP_MIN_THREADS * ilp else 1
+
+
 def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_extents: list[int], store: Store,
                     iteration: tuple[int, ...], reduce_shape: tuple[int, ...], row_dims: int,
                     ptrs: list[tuple[str, int]], restrict: bool = True, names: str = "",
@@ -514,7 +530,8 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     n_out = math.prod(shape)
     n_red = math.prod(reduce_shape) if reduce_shape else 1
     has_reduce = any(isinstance(x, X.Reduce) for x in X.walk(expr))
-    extents = [n_out * max(n_red, 1), max_extent(store.shape, store.strides, store.offset), *arg_extents]
+    extents = [n_out * max(n_red, 1), max_extent(store.shape, store.strides, store.offset), *arg_extents,
+               n_out + elementwise_ilp(lang, n_out) * ELEMENTWISE_BLOCK * lang.max_grid]
     ityp = lang.index_type(max(extents))
     rows_mode = has_reduce and (row_dims > 0 or n_red > SERIAL_REDUCE_MAX)
     if store.scatter_dim is not None and rows_mode:
@@ -536,7 +553,8 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     if not rows_mode and store.scatter_dim is None and tuple(store.shape) == shape:
         order = memory_order(shape, tuple(store.strides))
     r = ExprRenderer(lang, text, arg_names, arg_dtypes, shape, ityp, tuple(reduce_shape), row_dims,
-                     block_reduce=rows_mode, flat_index=not rows_mode and order is None)
+                     block_reduce=rows_mode, flat_index=not rows_mode and order is None,
+                     loop_hint=lang.row_loop_hint if rows_mode else "")
     body: list[str] = []
     if rows_mode:
         if blocks is not None:
@@ -553,6 +571,7 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
             value = r.emit(expr, elem)
             elem.lines.append(elem.indent + _store_line(lang, r, store, value, expr.dtype, elem, names))
             body += row_scope.lines
+            body += ["    " + lang.row_loop_hint] if lang.row_loop_hint else []
             body.append("    " + lang.loop("e", ityp, lang.thread_id, str(row_n), lang.block_dim))
             body += elem.lines
             body.append("    " + lang.end())
@@ -563,17 +582,36 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
                         + _store_line(lang, r, store, value, expr.dtype, row_scope, names).strip() + " " + lang.end())
         body.append("  " + lang.end())
     else:
-        grid = grid_for(n_out, block, lang.max_grid)
+        ilp = elementwise_ilp(lang, n_out)
+        grid = grid_for(-(-n_out // ilp), block, lang.max_grid)
         block_id, grid_dim = blocks or (lang.block_id, lang.grid_dim)
         start = f"{lang.to_index(block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
         step = f"{lang.to_index(grid_dim, ityp)} * {lang.block_dim}"
-        body.append("  " + lang.loop("i", ityp, start, str(n_out), step))
-        scope = Scope("    ")
+        if ilp == 1:
+            body.append("  " + lang.loop("i", ityp, start, str(n_out), step))
+            scope = Scope("    ")
+        else:
+            # `ilp` elements a grid stride apart, the loop over them unrolled. An element past the end computes the
+            # last one again and stores nothing: its loads need no guard, so the compiler can issue every element's
+            # loads before the first element's store (guarded loads stay in their branches, one element at a time)
+            last = lang.index_literal(n_out - 1, ityp)
+            body.append("  " + lang.loop("i0", ityp, start, str(n_out), f"{step} * {lang.index_literal(ilp, ityp)}"))
+            body += ["    " + lang.unroll_hint] if lang.unroll_hint else []
+            body.append("    " + lang.loop("e", ityp, lang.index_literal(0, ityp), lang.index_literal(ilp, ityp),
+                                           lang.index_literal(1, ityp)))
+            body.append("      " + lang.decl("ie", ityp, f"i0 + e * {step}"))
+            body.append("      " + lang.decl("i", ityp, lang.select(f"ie < {last}", "ie", last)))
+            scope = Scope("      ")
         r.row_scope = scope  # one element per thread: its scope is the row's (a reduction is computed before use)
         scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent, order=order)
         value = r.emit(expr, scope)
-        scope.lines.append(scope.indent + _store_line(lang, r, store, value, expr.dtype, scope, names))
+        stored = _store_line(lang, r, store, value, expr.dtype, scope, names)
+        if ilp > 1:
+            stored = f"{lang.if_(f'ie <= {last}')} {stored} {lang.end()}"
+        scope.lines.append(scope.indent + stored)
         body += scope.lines
+        if ilp > 1:
+            body.append("    " + lang.end())
         body.append("  " + lang.end())
     text.body = body
     launch = Launch((grid if n_out else 0, 1, 1), block, ptrs)

@@ -311,6 +311,11 @@ class CudaLanguage(Language):
     kernel_name = KERNEL_NAME
     max_grid = 65536
     max_block = 1024
+    # measured on the H100 (Qwen2.5-1.5B prefill, SiLU-times-up into 2,048 x 8,960 bf16, the kernel alone): 87 us at
+    # one element a thread (its two 2-byte loads the only ones in flight), 61 us at four, 58 us at eight
+    elementwise_ilp = 4
+    unroll_hint = "#pragma unroll"
+    row_loop_hint = "#pragma unroll 4"
     block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
 
     def reg(self, dtype: str) -> str:

@@ -1,0 +1,61 @@
+"""Large elementwise kernels on the cuda target: with more elements than a large GPU has resident threads, a thread
+works on several elements a grid stride apart (`Language.elementwise_ilp`), and the loop's tail and the capped grid
+(more elements than the grid's threads times that count) must still cover every element exactly once. Against
+PyTorch eager on the CPU in the same dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fused_cases import ir_dict
+from tolerances import assert_close
+
+import npu_compiler
+from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, elementwise_ilp
+from npu_compiler.targets.cuda import CudaTarget
+from npu_compiler.targets.cuda.common import CUDA
+
+from .util import to_np
+
+
+class SiluTimesUp(torch.nn.Module):
+    """The MLP's SiLU(gate) * up over one [rows, 2 x n] tensor (its halves read a row apart, as in a decode graph)."""
+
+    def forward(self, x):
+        n = x.shape[-1] // 2
+        return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
+
+
+class BroadcastAdd(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+CASES = {
+    # 1,134,100 outputs: just past the threshold, a ragged tail in the last grid stride
+    "silu_mul_bf16": ("bfloat16", SiluTimesUp(), [(1100, 2 * 1031)], "elementwise"),
+    # 68,891,420 outputs: more than the capped grid covers in one pass of its unrolled loop
+    "broadcast_add_fp32": ("float32", BroadcastAdd(), [(257, 1, 1031), (1, 260, 1031)], "exact"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_large_elementwise_matches_torch(name, cuda_backend) -> None:
+    dtype, module, shapes, kind = CASES[name]
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(s, generator=gen).to(getattr(torch, dtype)) for s in shapes]
+    program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
+    (k,) = program.kernels
+    n = int(np.prod(k.outs[0].shape))
+    assert elementwise_ilp(CUDA, n) > 1, "the case does not reach the unrolled loop"
+    src = CudaTarget().kernel_sources(k, program)[0]
+    assert "i0 + e *" in src and CUDA.unroll_hint in src, src
+    if name.startswith("broadcast"):
+        assert n > elementwise_ilp(CUDA, n) * ELEMENTWISE_BLOCK * CUDA.max_grid  # several passes of the grid
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    got = ex.run_numpy(feeds, {})[program.outputs[0].name]
+    with torch.no_grad():
+        ref = module(*args)
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, kind, "cuda", what=name)
