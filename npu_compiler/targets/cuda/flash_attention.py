@@ -252,6 +252,33 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         }}
       }}
       __syncthreads();"""
+    mask_load = mask_apply = ""
+    if mask is not None:
+        # the mask of a mixed tile, loaded before the products so that its latency hides behind them; every other
+        # tile's mask values are all 0 (or all true): it loads none, and its scores skip the mask's add and rounding
+        mask_load = f"""    // the mask of a mixed tile (others: all 0 or all true, so not loaded, nor added)
+    float mk[{BN // 8}][4];
+    if (mixed) {{
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+          const {ityp} ti = (e < 2) ? row0 : row1;
+          const {ityp} j = j0 + nb * 8 + 2 * t4 + (e & 1);
+          mk[nb][e] = (!edge || (ti < {t} && j < jend)) ? {mask_pre} : 0.0f;
+        }}
+    }}"""
+        mask_apply = f"""
+    if (mixed) {{
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+          float s = sacc[nb][e];
+          {mask_use}
+          sacc[nb][e] = s;
+        }}
+    }}"""
     n_tiles = max(1, -(-lk // BN))
     live_default = 0 if mask is not None else 1
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
@@ -494,16 +521,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   auto scores = [&](const {ityp} j0, const unsigned short* kb) {{
     const bool edge = m0 + {BM} > {t} || j0 + {BN} > jend{edge_causal};
     const bool mixed = tmixed[j0 / {BN}];
-    float mk[{BN // 8}][4];  // the mask, loaded before the products so that its latency hides behind them
+{mask_load}
     #pragma unroll
     for (int nb = 0; nb < {BN // 8}; ++nb)
       #pragma unroll
-      for (int e = 0; e < 4; ++e) {{
-        const {ityp} ti = (e < 2) ? row0 : row1;
-        const {ityp} j = j0 + nb * 8 + 2 * t4 + (e & 1);
-        mk[nb][e] = (mixed && (!edge || (ti < {t} && j < jend))) ? {mask_pre} : 0.0f;
-        sacc[nb][e] = 0.0f;
-      }}
+      for (int e = 0; e < 4; ++e) sacc[nb][e] = 0.0f;
     #pragma unroll
     for (int s = 0; s < {ks}; ++s) {{
       #pragma unroll
@@ -522,14 +544,18 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         s = {round_expr('s', sd)};
         s = {round_expr(f's * {scale}', sd)};
         {"big = fmaxf(big, fabsf(s));" if additive else ""}
-        {mask_use}
-        if (edge) {{
+        sacc[nb][e] = s;
+      }}{mask_apply}
+    if (edge) {{
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
           const {ityp} ti = (e < 2) ? row0 : row1;
           const {ityp} j = j0 + nb * 8 + 2 * t4 + (e & 1);
-          if (!(ti < {t} && j < jend{causal_test})) s = {NEG_INF_F};
+          if (!(ti < {t} && j < jend{causal_test})) sacc[nb][e] = {NEG_INF_F};
         }}
-        sacc[nb][e] = s;
-      }}
+    }}
   }};
 
   // pass 1: each row's max and sum of exponentials (per thread over its columns, then over the 4 threads of a row);
