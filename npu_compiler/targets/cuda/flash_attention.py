@@ -155,7 +155,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     b, h, t, d, lk, group = g.b, g.h, g.t, g.d, g.kv_len, g.group
     dt = program.dtype_of(q)
     od = program.dtype_of(g.out)
-    sd, pd = p.scores_dtype, p.probs_dtype
+    sd = p.scores_dtype  # (the probabilities: the operand dtype or float32, see the P V packing below)
     ks = d // 16  # k-steps of Q K^T
     dp_ = d // 16  # pairs of 8-wide output column blocks
     cpr = d // _VEC  # 16-byte chunks per row
@@ -324,13 +324,16 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     tc_wait<1>();
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks);
+    // the probabilities packed in the operand dtype for P V: the packing rounds them to nearest even, which is the
+    // graph's rounding when they are stored in that dtype (tiles_apply: the operand dtype or float32), so no
+    // rounding of their own comes before it
     unsigned pf[{BN // 16}][4];
     #pragma unroll
     for (int nb = 0; nb < {BN // 8}; ++nb) {{
       float pr[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e)
-        pr[e] = {round_expr('__expf(sacc[nb][e] - ((e >> 1) ? mu1 : mu0)) * ((e >> 1) ? inv1 : inv0)', pd)};
+        pr[e] = __expf(sacc[nb][e] - ((e >> 1) ? mu1 : mu0)) * ((e >> 1) ? inv1 : inv0);
       pf[nb >> 1][(nb & 1) * 2] = fa_pack(pr[0], pr[1]);
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
