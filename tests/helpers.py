@@ -99,6 +99,13 @@ class GatedLinear(torch.nn.Module):
         return self.lin(torch.nn.functional.silu(g) * u) + r
 
 
+class MatmulOfInputs(torch.nn.Module):
+    """x @ y^T with both operands inputs: a GEMM (a GEMV for few rows of x) whose matrix is no weight."""
+
+    def forward(self, x, y):
+        return x @ y.t()
+
+
 def assert_waits_first(text: str, weights: bool = True) -> None:
     """A kernel launched with programmatic dependent launch may start while the kernel before it runs, and lets the
     one after it start once it has waited (common.py's prelude): it must wait (`npu_wait_prior`) exactly once, and

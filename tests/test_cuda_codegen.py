@@ -319,22 +319,17 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
     assert {1, 2, 8} <= seen  # (the shapes above exercise no split, a short split of a scalar row, and the widest)
 
 
-class _Matmul(torch.nn.Module):
-    def forward(self, x, y):
-        return x @ y.t()
-
-
 def test_gemv_loads_only_weights_before_its_wait() -> None:
     """A GEMV loads its first weight chunks before it waits for the kernel ahead (weights are read-only); one whose
     matrix is an activation the kernel ahead may still be writing waits first."""
     from fused_cases import ir_dict
-    from helpers import LinearResidual
+    from helpers import LinearResidual, MatmulOfInputs
 
     from npu_compiler.targets.cuda import gemv as G
 
     x = torch.zeros(1, 1536, dtype=torch.bfloat16)
     cases = {"weight": (LinearResidual(1536, 512).to(torch.bfloat16), [x, torch.zeros(1, 512, dtype=torch.bfloat16)]),
-             "activation": (_Matmul(), [x, torch.zeros(512, 1536, dtype=torch.bfloat16)])}
+             "activation": (MatmulOfInputs(), [x, torch.zeros(512, 1536, dtype=torch.bfloat16)])}
     for what, (module, args) in cases.items():
         program = npu_compiler.compile(ir_dict(module, args, what), "cuda", dtype="bfloat16")
         (gemm,) = [c for c in program.kernels if c.kind == "gemm"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
-from helpers import GatedLinear, LinearResidual, NormLinear
+from helpers import GatedLinear, LinearResidual, MatmulOfInputs, NormLinear
 from tolerances import assert_close
 
 import npu_compiler
@@ -83,18 +83,13 @@ def test_gemv_prologue_matches_torch(m, k, n, kind, dtype, cuda_backend, monkeyp
     _check_against_torch(program, module, args, dtype, cuda_backend, f"{m}x{k}x{n} {dtype}, {kind} prologue")
 
 
-class _MatmulT(torch.nn.Module):
-    def forward(self, x, y):
-        return x @ y.t()
-
-
 @pytest.mark.parametrize("m", [1, 3])
 def test_gemv_of_two_activations_matches_torch(m, cuda_backend) -> None:
     """A GEMV whose matrix is an input (not a weight) waits for the kernel ahead before it loads any of it."""
     gen = torch.Generator().manual_seed(m)
     args = [torch.randn((m, 1536), generator=gen).to(torch.bfloat16),
             (torch.randn((700, 1536), generator=gen) * 0.03).to(torch.bfloat16)]
-    module = _MatmulT()
+    module = MatmulOfInputs()
     program = npu_compiler.compile(ir_dict(module, args, "gemv_act"), "cuda", dtype="bfloat16")
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
     assert G.gemv_applies(gemm, program)
