@@ -448,6 +448,8 @@ def attention_tiles(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
 
 
 SPLIT_WARPS = 4
+COMBINE_WARPS = 8
+COMBINE_UNROLL = 4
 
 
 def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
@@ -553,26 +555,39 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
 
 
 def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn) -> tuple[str, Launch]:
-    """The last launch of split attention: each row's output is the sum of its splits' partial outputs."""
+    """The last launch of split attention: each row's output is the sum of its splits' partial outputs. A block
+    owns (row, 32 output columns); its COMBINE_WARPS warps each sum every COMBINE_WARPS-th split with COMBINE_UNROLL
+    loads in flight, then one warp adds the warps' sums in a fixed order. One thread a column summing every split in
+    turn (12 blocks for a decode step's 12 heads) was a chain of 100-odd dependent loads a layer."""
     p: AttentionKernel = k.spec
     rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, p.splits, 2 + a.dv, a.ityp, a.dv, a.od
-    block = 32 * SPLIT_WARPS
+    nw, un = COMBINE_WARPS, COMBINE_UNROLL
     src = f"""{PRELUDE}
-{_signature(k, program, block)} {{
+{_signature(k, program, 32 * nw)} {{
 {WAIT}
+  __shared__ float part[{nw}][33];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const {ityp} dd = ({ityp})blockIdx.y * 32 + lane;
   for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
     const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
     const {ityp} hi = t1 % {a.h}; const {ityp} bi = t1 / {a.h};
-    const float* base = out1 + row * {splits} * {stride};
-    for ({ityp} dd = threadIdx.x; dd < {dv}; dd += blockDim.x) {{
-      float r = 0.0f;
-      for (int s2 = 0; s2 < {splits}; ++s2) r += base[s2 * {stride} + 2 + dd];
-      out0[{a.o_at}] = {store_expr(od, 'r', 'float32')};
+    const float* base = out1 + row * {splits} * {stride} + 2 + min(dd, ({ityp}){dv - 1});
+    float r = 0.0f;
+    #pragma unroll {un}
+    for (int s2 = warp; s2 < {splits}; s2 += {nw}) r += base[s2 * {stride}];
+    part[warp][lane] = r;
+    __syncthreads();
+    if (warp == 0 && dd < {dv}) {{
+      float t = part[0][lane];
+      #pragma unroll
+      for (int w = 1; w < {nw}; ++w) t += part[w][lane];
+      out0[{a.o_at}] = {store_expr(od, 't', 'float32')};
     }}
+    __syncthreads();
   }}
 }}
 """
-    return src, Launch((_grid(rows, 1), 1, 1), block, _ptrs(k))
+    return src, Launch((_grid(rows, 1), -(-dv // 32), 1), 32 * nw, _ptrs(k))
 
 
 # ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
