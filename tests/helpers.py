@@ -99,6 +99,22 @@ class GatedLinear(torch.nn.Module):
         return self.lin(torch.nn.functional.silu(g) * u) + r
 
 
+class GluProjection(torch.nn.Module):
+    """act(a) * b over the two halves of one linear's output (SwiGLU with silu, GeGLU with gelu, ReGLU with relu;
+    `swap` multiplies the other way round): a GEMM whose epilogue combines two column groups where x has few rows."""
+
+    def __init__(self, k: int, n: int, act: str = "silu", bias: bool = False, swap: bool = False) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, 2 * n, bias=bias)
+        self.act = {"silu": torch.nn.functional.silu, "relu": torch.nn.functional.relu,
+                    "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[act]
+        self.swap = swap
+
+    def forward(self, x):
+        a, b = self.lin(x).chunk(2, dim=-1)
+        return b * self.act(a) if self.swap else self.act(a) * b
+
+
 class MatmulOfInputs(torch.nn.Module):
     """x @ y^T with both operands inputs: a GEMM (a GEMV for few rows of x) whose matrix is no weight."""
 

@@ -253,20 +253,21 @@ def test_cli_run_of_a_tampered_artifact_exits_cleanly(net, tmp_path) -> None:
     assert not (tmp_path / "out.npz").exists()
 
 
-def _first_load(e: list) -> list:
+def _first(e: list, kind: str = "load") -> list:
+    """The first node of `kind` in an expression's data form."""
     stack = [e]
     while stack:
         node = stack.pop()
-        if node[0] == "load":
+        if node[0] == kind:
             return node
         stack += [c for c in node[2:] if isinstance(c, list) and c and isinstance(c[0], str)]
-    raise AssertionError("no load")
+    raise AssertionError(f"no {kind}")
 
 
 @pytest.mark.parametrize("edit,message", [
     (lambda s: s.update(prologue_reduce=[65]), "a gemm prologue reduces along a's rows of 64, not over \\[65\\]"),
     (lambda s: s.update(prologue_reduce=[]), "a reduction in a kernel without a reduction space"),
-    (lambda s: _first_load(s["prologue"]).__setitem__(2, 0), "a gemm prologue reads argument 0, an operand"),
+    (lambda s: _first(s["prologue"]).__setitem__(2, 0), "a gemm prologue reads argument 0, an operand"),
     (lambda s: s.update(prologue=["const", "float16", 1.0]), "a gemm prologue of dtype float16 for operand b"),
 ])
 def test_an_edited_gemm_prologue_is_refused(edit, message) -> None:
@@ -278,6 +279,30 @@ def test_an_edited_gemm_prologue_is_refused(edit, message) -> None:
     prog = npu_compiler.compile(ir, "cuda", dtype="float32")
     d = prog.to_dict()
     (index,) = [i for i, k in enumerate(d["kernels"]) if k["spec"].get("prologue")]
+    edit(d["kernels"][index]["spec"])
+    with pytest.raises(ArtifactError, match=rf"kernel '{d['kernels'][index]['name']}'.*{message}"):
+        CompiledProgram.from_bytes(repack(d), "edited.npubin")
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: s.update(acc_groups=3), "a gemm of 32 columns in 3 groups"),
+    (lambda s: s.update(acc_groups=1), "gemm output has shape \\[1, 16\\], expected \\[1, 32\\]"),
+    (lambda s: s.update(acc_groups=0), "acc_groups"),
+    (lambda s: s.update(epilogue=None), "a gemm of 2 column groups needs an epilogue"),
+    (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), [2]), "'acc' of group 2 in an epilogue of 2"),
+    (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), ["1"]), "group"),
+    (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), [1, 1]), "'acc' has 4 fields, expected 2"),
+])
+def test_an_edited_column_epilogue_is_refused(edit, message) -> None:
+    """A GEMV whose epilogue combines its product's two column groups (SiLU(gate) * up), as cuda compiles it: groups
+    that do not divide the columns or do not match the output, and an epilogue reading a group there is not, are
+    refused by name."""
+    from helpers import GluProjection
+
+    ir = export_ir(lambda: GluProjection(64, 16), (torch.randn(1, 64),))
+    prog = npu_compiler.compile(ir, "cuda", dtype="float32")
+    d = prog.to_dict()
+    (index,) = [i for i, k in enumerate(d["kernels"]) if k["spec"].get("acc_groups", 1) > 1]
     edit(d["kernels"][index]["spec"])
     with pytest.raises(ArtifactError, match=rf"kernel '{d['kernels'][index]['name']}'.*{message}"):
         CompiledProgram.from_bytes(repack(d), "edited.npubin")

@@ -588,3 +588,23 @@ def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
     program = case_program("rmsnorm_pattern", "float32")
     assert CUDA.row_loop_hint and all(CUDA.row_loop_hint in s for s in rendered(program).sources.values()
                                       if "npu_block_reduce(" in s)
+
+
+@needs_nvrtc
+def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
+    """Qwen2.5-1.5B's decode step at its real widths (two layers): every GEMM is a GEMV, each norm folded into the
+    projection after it, SiLU-times-up the gate/up projection's epilogue over its two column groups, and the
+    program renders and compiles."""
+    from npu_compiler.targets.cuda import gemv as G
+    from npu_export.qwen2 import export_qwen2, qwen2_config
+
+    cfg = qwen2_config("qwen2.5-1.5b")
+    cfg.num_hidden_layers = 2
+    exp = export_qwen2(cfg, tmp_path, max_cache_len=256, prefill_len=16, dtype="bfloat16", attn_implementation="sdpa")
+    program = npu_compiler.compile(exp.decode_path, "cuda", rope_theta=exp.cache_map["rope"]["theta"])
+    gemms = [k for k in program.kernels if k.kind == "gemm"]
+    assert gemms and all(G.gemv_applies(k, program) for k in gemms), [k.name for k in gemms]
+    assert [k.spec.acc_groups for k in gemms].count(2) == 2
+    assert not [k for k in program.kernels if k.kind == "generated" and "silu" in k.nodes]
+    assert sum(k.spec.prologue is not None for k in gemms) == 5  # two norms a layer and the final one
+    assert not _check_sources(rendered(program).sources)

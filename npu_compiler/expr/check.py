@@ -20,7 +20,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 @dataclass(frozen=True)
 class ExprContext:
     """What a kernel offers its expression: its arguments' buffers (elements, dtype), its iteration space, its
-    reduction space, how many trailing output dims form a row, and the dtype of `Acc` in an epilogue."""
+    reduction space, how many trailing output dims form a row, and the dtype of `Acc` in an epilogue and how many
+    groups of it there are."""
 
     arg_numels: tuple[int, ...]
     arg_dtypes: tuple[str, ...]
@@ -28,6 +29,7 @@ class ExprContext:
     reduce_shape: tuple[int, ...] = ()
     row_dims: int = 0
     acc_dtype: str | None = None
+    acc_groups: int = 1
 
 
 def extent(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> int:
@@ -73,6 +75,8 @@ def check_expr(e: X.Expr, ctx: ExprContext) -> None:
                 raise ValueError("'acc' outside a GEMM or convolution epilogue")
             if node.dtype != ctx.acc_dtype:
                 raise ValueError(f"'acc' of dtype {node.dtype}, the epilogue's result is {ctx.acc_dtype}")
+            if not 0 <= node.group < ctx.acc_groups:
+                raise ValueError(f"'acc' of group {node.group} in an epilogue of {ctx.acc_groups} group(s)")
         elif isinstance(node, X.Unary):
             if node.op not in X.UNARY_OPS:
                 raise ValueError(f"unknown unary op {node.op!r}")

@@ -129,7 +129,8 @@ COMPARE: dict[str, Callable] = {
 
 class Evaluator:
     """One expression bound to the arrays it reads: `evaluate(acc)` returns its value for every output element
-    (shaped `out_shape`); `acc` is the GEMM/conv result in an epilogue."""
+    (shaped `out_shape`); `acc` is the GEMM/conv result in an epilogue (a sequence of them, one per group, where the
+    epilogue reads `Acc` groups)."""
 
     def __init__(self, expr: X.Expr, out_shape: Sequence[int], reduce_shape: Sequence[int],
                  args: Sequence[np.ndarray]) -> None:
@@ -139,7 +140,7 @@ class Evaluator:
         self.red_axes = tuple(range(len(self.out_shape), self.rank))
         self.args = list(args)
         self.steps: list[tuple[Callable, tuple[int, ...]]] = []
-        self.acc_slot: int | None = None
+        self.acc_slots: dict[int, int] = {}  # slot -> Acc group
         slots: dict[int, int] = {}
         keys: dict[tuple, int] = {}
         for node in X.walk(expr):
@@ -153,7 +154,7 @@ class Evaluator:
             keys[key] = slot
             slots[id(node)] = slot
             if isinstance(node, X.Acc):
-                self.acc_slot = slot
+                self.acc_slots[slot] = node.group
         self.result = slots[id(expr)]
 
     # ---- building ------------------------------------------------------------------------------------------------
@@ -257,11 +258,12 @@ class Evaluator:
         return lambda b: np.max(full(b), axis=axes, keepdims=True)
 
     # ---- running --------------------------------------------------------------------------------------------------
-    def evaluate(self, acc: np.ndarray | None = None):
+    def evaluate(self, acc: np.ndarray | Sequence[np.ndarray] | None = None):
+        groups = acc if isinstance(acc, list | tuple) else [acc]
         vals: list = [None] * len(self.steps)
         for i, (fn, kids) in enumerate(self.steps):
-            if i == self.acc_slot:
-                vals[i] = acc
+            if i in self.acc_slots:
+                vals[i] = groups[self.acc_slots[i]]
             else:
                 vals[i] = fn(*[vals[k] for k in kids])
         return self.shaped(vals[self.result])

@@ -79,7 +79,11 @@ class RIndex(Expr):
 
 @dataclass(frozen=True)
 class Acc(Expr):
-    """The value a GEMM or convolution computed for this output element (in its epilogue only)."""
+    """The value a GEMM or convolution computed for this output element (in its epilogue only). A GEMM whose product's
+    columns are `acc_groups` groups (a gate and an up projection side by side) gives its epilogue one value per group
+    at the output's column: `group` picks one."""
+
+    group: int = 0
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,7 @@ def to_data(e: Expr) -> list:
     if isinstance(e, RIndex):
         return ["rindex", e.dtype, e.dim]
     if isinstance(e, Acc):
-        return ["acc", e.dtype]
+        return ["acc", e.dtype] if e.group == 0 else ["acc", e.dtype, e.group]
     if isinstance(e, Unary):
         return ["unary", e.dtype, e.op, to_data(e.x)]
     if isinstance(e, Binary):
@@ -240,7 +244,7 @@ def from_data(d: object, _depth: int = 0) -> Expr:
     kind, dtype = d[0], d[1]
     if kind not in _ARITY:
         raise ValueError(f"unknown expression kind {kind!r}")
-    if len(d) != _ARITY[kind]:
+    if len(d) != _ARITY[kind] and not (kind == "acc" and len(d) == 3):  # ["acc", dtype, group]: group 0 omitted
         raise ValueError(f"expression node {kind!r} has {len(d)} fields, expected {_ARITY[kind]}")
     if not isinstance(dtype, str):
         raise ValueError(f"expression node {kind!r}: dtype must be a string, got {_short(dtype)}")
@@ -259,7 +263,7 @@ def from_data(d: object, _depth: int = 0) -> Expr:
     if kind == "rindex":
         return RIndex(dtype, _int(d[2], "dim"))
     if kind == "acc":
-        return Acc(dtype)
+        return Acc(dtype, _int(d[2], "group") if len(d) == 3 else 0)
     if kind == "unary":
         return Unary(dtype, _str(d[2], "op"), sub(d[3]))
     if kind == "binary":

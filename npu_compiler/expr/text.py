@@ -35,7 +35,7 @@ def format_expr(e: X.Expr) -> str:
     if isinstance(e, X.RIndex):
         return f"r{e.dim}"
     if isinstance(e, X.Acc):
-        return "acc"
+        return f"acc{e.group}" if e.group else "acc"
     if isinstance(e, X.Unary):
         return f"{e.op}({format_expr(e.x)})"
     if isinstance(e, X.Binary):

@@ -113,18 +113,21 @@ def expect_shape(ref: TensorRef, shape: tuple[int, ...], what: str) -> None:
 
 
 def arg_context(call: KernelCall, buffers: Sequence[BufferSpec], out_shape: tuple[int, ...],
-                reduce_shape: tuple[int, ...] = (), row_dims: int = 0, acc_dtype: str | None = None) -> ExprContext:
+                reduce_shape: tuple[int, ...] = (), row_dims: int = 0, acc_dtype: str | None = None,
+                acc_groups: int = 1) -> ExprContext:
     """What an expression of this call may read: the whole buffer of each argument."""
     return ExprContext(tuple(buffers[a.buffer].numel for a in call.args),
                        tuple(buffers[a.buffer].dtype for a in call.args), tuple(out_shape), tuple(reduce_shape),
-                       row_dims, acc_dtype)
+                       row_dims, acc_dtype, acc_groups)
 
 
-def check_epilogue(epilogue: X.Expr | None, call: KernelCall, buffers: Sequence[BufferSpec], out: TensorRef) -> None:
-    """An epilogue maps `Acc` (the result, rounded to the output dtype) and loads of argument buffers at the output
-    index to the stored value."""
+def check_epilogue(epilogue: X.Expr | None, call: KernelCall, buffers: Sequence[BufferSpec], out: TensorRef,
+                   acc_groups: int = 1) -> None:
+    """An epilogue maps `Acc` (the result, rounded to the output dtype; one per column group) and loads of argument
+    buffers at the output index to the stored value."""
     if epilogue is not None:
-        check_expr(epilogue, arg_context(call, buffers, tuple(out.shape), acc_dtype=dtype_of(buffers, out)))
+        check_expr(epilogue, arg_context(call, buffers, tuple(out.shape), acc_dtype=dtype_of(buffers, out),
+                                         acc_groups=acc_groups))
 
 
 def expr_flops(e: X.Expr | None, points: int, reduce_points: int = 0) -> int:

@@ -8,6 +8,11 @@ with `prologue_reduce = (k,)` it may hold reductions along a's rows (a norm's me
 argument: args are [b, bias?, then the buffers the epilogue and the prologue read, whole]. Decoding uses it to drop
 the kernel before each projection, whose only job was to write a few rows the GEMV reads back at once.
 
+Column groups (`acc_groups` G > 1): the product's n columns are G groups of n / G side by side (a gate and an up
+projection concatenated), the output has n / G columns, and the epilogue reads each group's value at the output's
+column as `Acc(group=g)`: SiLU(gate) * up written once, where the product would be written and read back by a
+kernel of its own (lowering/column_epilogues.py builds these).
+
 Why a library kernel: a contraction over K reuses every operand element many times; its speed comes from tiling
 through on-chip memory onto tensor cores or a BLAS (cuBLAS), which the expression language does not describe.
 """
@@ -66,6 +71,7 @@ class GemmKernel(KernelSpec):
     epilogue: X.Expr | None = None
     prologue: X.Expr | None = None
     prologue_reduce: tuple[int, ...] = bounded(0, default=())
+    acc_groups: int = bounded(1, 2**16, default=1)
 
     @property
     def batch_count(self) -> int:
@@ -84,6 +90,11 @@ class GemmKernel(KernelSpec):
     def a_shape(self) -> tuple[int, ...]:
         return (*self.batch, self.m, self.k)
 
+    @property
+    def out_n(self) -> int:
+        """The output's columns: the product's, or one group's of them."""
+        return self.n // self.acc_groups
+
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         expect(len(call.outs) == 1, f"a gemm writes one output, this one {len(call.outs)}")
         expect(len(call.args) >= self.first_epilogue_arg,
@@ -98,14 +109,17 @@ class GemmKernel(KernelSpec):
             a_dtype = self.prologue.dtype
             self._check_prologue(call, buffers)
         expect_shape(b, (*self.batch, self.k, self.n), "gemm operand b")
-        expect_shape(out, (*self.batch, self.m, self.n), "gemm output")
+        expect(self.n % self.acc_groups == 0, f"a gemm of {self.n} columns in {self.acc_groups} groups")
+        expect(self.acc_groups == 1 or self.epilogue is not None,
+               f"a gemm of {self.acc_groups} column groups needs an epilogue to combine them")
+        expect_shape(out, (*self.batch, self.m, self.out_n), "gemm output")
         if self.bias:
-            expect_shape(call.args[self.b_arg + 1], tuple(out.shape), "gemm bias view")
+            expect_shape(call.args[self.b_arg + 1], (*self.batch, self.m, self.n), "gemm bias view")
         dts = [a_dtype, dtype_of(buffers, b), dtype_of(buffers, out)]
         expect(all(d != "bool" for d in dts), f"a gemm over {dts}")
         expect(is_float(dts[2]) or not (is_float(dts[0]) or is_float(dts[1])),
                f"a gemm of float operands {dts[:2]} into {dts[2]}")
-        check_epilogue(self.epilogue, call, buffers, out)
+        check_epilogue(self.epilogue, call, buffers, out, self.acc_groups)
 
     def _check_prologue(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         expect(self.prologue_reduce in ((), (self.k,)),
@@ -141,6 +155,7 @@ class GemmKernel(KernelSpec):
         bias = arrays.view(call.args[self.b_arg + 1]) if self.bias else None
         out = arrays.view(call.outs[0])
         od = dtype_name(out.dtype)
+        groups = self.acc_groups
         whole = [arrays.buffer(r) for r in call.args]
         ev = Evaluator(self.epilogue, out.shape, (), whole) if self.epilogue is not None else None
         if self.prologue is None:
@@ -170,7 +185,9 @@ class GemmKernel(KernelSpec):
                     acc = acc + (bf * np.float32(beta) if beta != 1.0 else bf)
             if ev is None:
                 store(out, acc)
-            else:
+            elif groups == 1:
                 store(out, ev.evaluate(cast(acc, od)))
+            else:
+                store(out, ev.evaluate(np.split(cast(acc, od), groups, axis=-1)))
 
         return run

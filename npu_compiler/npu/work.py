@@ -163,9 +163,10 @@ def footprint(ref: TensorRef) -> int:
     return math.prod(d for d, s in zip(ref.shape, ref.strides) if s != 0) if ref.shape else 1
 
 
-def _epilogue_ops(bias: bool, alpha: float, epilogue: X.Expr | None) -> int:
-    """Vector operations per output element after the product: the bias, a scale, and the epilogue expression."""
-    return int(bias) + int(alpha != 1.0) + (expr_flops(epilogue, 1) if epilogue is not None else 0)
+def _epilogue_ops(bias: bool, alpha: float, epilogue: X.Expr | None, groups: int = 1) -> int:
+    """Vector operations per element of the product: the bias, a scale, and the epilogue expression (which runs once
+    for every `groups` product elements where it combines column groups)."""
+    return int(bias) + int(alpha != 1.0) + (-(-expr_flops(epilogue, 1) // groups) if epilogue is not None else 0)
 
 
 def _gemm_work(program: CompiledProgram, k: KernelCall, op, elem) -> GemmWork:
@@ -182,7 +183,7 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, op, elem) -> GemmWork:
         points = batch * m * kk
         extra = tuple(op(r) for r in k.args[spec.b_arg + 1:])
         return GemmWork(m, n, kk, a_op, op(b), op(k.outs[0]), a_elem, elem(b), elem(k.outs[0]), batch, extra,
-                        _epilogue_ops(spec.bias, spec.alpha, spec.epilogue), k.name,
+                        _epilogue_ops(spec.bias, spec.alpha, spec.epilogue, spec.acc_groups), k.name,
                         expr_flops(spec.prologue, points, points if spec.prologue_reduce else 0))
     a = k.args[0]
 
@@ -198,7 +199,7 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, op, elem) -> GemmWork:
         m, batch = m * batch, 1
     extra = tuple(op(r) for r in k.args[2:])
     return GemmWork(m, n, kk, op(a), op(b), op(k.outs[0]), elem(a), elem(b), elem(k.outs[0]), batch, extra,
-                    _epilogue_ops(spec.bias, spec.alpha, spec.epilogue), k.name)
+                    _epilogue_ops(spec.bias, spec.alpha, spec.epilogue, spec.acc_groups), k.name)
 
 
 def _generated_work(program: CompiledProgram, k: KernelCall, op) -> VectorWork:

@@ -13,6 +13,7 @@ A generated kernel runs in one of three shapes:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -245,7 +246,7 @@ class ExprRenderer:
 
     def __init__(self, lang: Language, text: KernelText, arg_names: list[str], arg_dtypes: list[str],
                  out_shape: tuple[int, ...], ityp: str, reduce_shape: tuple[int, ...] = (), row_dims: int = 0,
-                 block_reduce: bool = False, flat_index: bool = False, acc: str | None = None,
+                 block_reduce: bool = False, flat_index: bool = False, acc: str | Sequence[str] | None = None,
                  prefix: str = "", loop_hint: str = "") -> None:
         self.lang = lang
         self.prefix = prefix
@@ -259,7 +260,7 @@ class ExprRenderer:
         self.reduce_shape = reduce_shape
         self.block_reduce = block_reduce
         self.flat_index = flat_index
-        self.acc = acc
+        self.acc = [acc] if isinstance(acc, str) else acc  # the value of each Acc group
         self.count = 0
         self.deps: dict[int, int] = {}
         # structural keys by node identity, each subtree's built once; the node is held so that its id stays its own
@@ -344,7 +345,10 @@ class ExprRenderer:
         if isinstance(e, X.Acc):
             if self.acc is None:
                 raise NPUCompileError(f"{lang.name} target: 'acc' outside an epilogue")
-            return self.acc
+            if not 0 <= e.group < len(self.acc):
+                raise NPUCompileError(f"{lang.name} target: 'acc' of group {e.group} in a kernel that computes "
+                                      f"{len(self.acc)}")
+            return self.acc[e.group]
         if isinstance(e, X.Unary):
             return lang.unary(e.op, e.x.dtype, self.emit(e.x, scope, in_reduce))
         if isinstance(e, X.Binary):

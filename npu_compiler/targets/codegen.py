@@ -68,6 +68,11 @@ class CodegenTarget:
         `reduces`), folded into the kernel (`GemmKernel.prologue`). Default: no."""
         return False
 
+    def gemm_column_groups(self, call, buffers) -> bool:
+        """Whether the target runs this GEMM call (a KernelCall over `buffers`) whose epilogue combines groups of the
+        product's columns (`GemmKernel.acc_groups`, lowering/column_epilogues.py). Default: no."""
+        return False
+
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 

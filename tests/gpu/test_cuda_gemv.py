@@ -2,7 +2,8 @@
 matrix with its bias and a residual add in the epilogue, in the shapes that choose each layout: one warp per column
 (a wide projection), each column's row split over 2, 4 or 8 warps (few columns, long rows: a decode step's down
 projection), and a row length that 16-byte loads do not tile (the scalar loop, split the same way). The same GEMVs
-computing their operand in a prologue: an RMSNorm (a row reduction) and SiLU-times-up (elementwise)."""
+computing their operand in a prologue: an RMSNorm (a row reduction) and SiLU-times-up (elementwise). GEMVs whose
+epilogue combines two column groups (act(a) * b over the halves of one projection)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
-from helpers import GatedLinear, LinearResidual, MatmulOfInputs, NormLinear
+from helpers import GatedLinear, GluProjection, LinearResidual, MatmulOfInputs, NormLinear
 from tolerances import assert_close
 
 import npu_compiler
@@ -94,3 +95,28 @@ def test_gemv_of_two_activations_matches_torch(m, cuda_backend) -> None:
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
     assert G.gemv_applies(gemm, program)
     _check_against_torch(program, module, args, "bfloat16", cuda_backend, f"{m}x1536x700 activations")
+
+
+GLU_SHAPES = [(1, 1536, 8960, "silu", False), (3, 1001, 300, "gelu", True), (8, 512, 130, "relu", False),
+              (1, 8960, 64, "silu", True)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("m,k,n,act,bias", GLU_SHAPES, ids=[f"{m}x{k}x{n}_{a}{'_bias' if b else ''}"
+                                                            for m, k, n, a, b in GLU_SHAPES])
+def test_gemv_column_groups_match_torch(m, k, n, act, bias, dtype, cuda_backend) -> None:
+    """One GEMV computes both halves and writes act(a) * b: a wide projection, rows 16-byte loads do not tile (the
+    scalar loop), 8 rows, and few columns with long rows (each row split over several warps)."""
+    tdt = TORCH_DTYPES[dtype]
+    gen = torch.Generator().manual_seed(k + n + m)
+    module = GluProjection(k, n, act, bias)
+    with torch.no_grad():
+        module.lin.weight.copy_(torch.randn((2 * n, k), generator=gen) * k ** -0.5)
+        if bias:
+            module.lin.bias.copy_(torch.randn((2 * n,), generator=gen) * 0.5)
+    module = module.to(tdt).eval()
+    args = [torch.randn((m, k), generator=gen).to(tdt)]
+    program = npu_compiler.compile(ir_dict(module, args, "gemv_glu"), "cuda", dtype=dtype)
+    (gemm,) = program.kernels
+    assert gemm.spec.acc_groups == 2 and G.gemv_applies(gemm, program)
+    _check_against_torch(program, module, args, dtype, cuda_backend, f"{m}x{k}x{n} {act} {dtype}")

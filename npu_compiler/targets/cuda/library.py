@@ -65,10 +65,10 @@ def _grid(n: int, block: int) -> int:
     return grid_for(n, block, CUDA.max_grid)
 
 
-def render_epilogue(expr: X.Expr, k: KernelCall, program: CompiledProgram, names: list[str], acc: str,
+def render_epilogue(expr: X.Expr, k: KernelCall, program: CompiledProgram, names: list[str], acc: str | list[str],
                     ityp: str, indent: str) -> tuple[list[str], str]:
-    """Lines computing an epilogue inline (output indices `o{d}` and the accumulator `acc` already defined) and
-    the name of its value."""
+    """Lines computing an epilogue inline (output indices `o{d}` and the accumulator `acc` already defined: one name
+    per column group where there are several) and the name of its value."""
     r = ExprRenderer(CUDA, KernelText([], 0), names, [_dt(program, a) for a in k.args], tuple(k.outs[0].shape),
                      ityp, acc=acc, prefix="ep_")
     scope = Scope(indent)

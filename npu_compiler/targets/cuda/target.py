@@ -26,7 +26,7 @@ from .decode_attention import scores_scratch
 from .flash_attention import applies as tiles_fit
 from .flash_attention import tile_splits, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
-from .gemv import GEMV_MAX_M, PROLOGUE_BYTES, gemv, gemv_applies, prologue_applies
+from .gemv import GEMV_MAX_M, PROLOGUE_BYTES, gemv, gemv_applies, gemv_fits, prologue_applies
 from .library import (
     attention,
     attention_split,
@@ -106,6 +106,10 @@ class CudaTarget(CodegenTarget):
         # projection's prologue made it 31 us against about 12 us plus a 3 us kernel)
         return reduces and prologue_applies(m, k, batch, a_dtype, b, b_dtype)
 
+    def gemm_column_groups(self, call, buffers) -> bool:
+        # the GEMV only: a decode step's gate/up projection with SiLU(gate) * up as its epilogue
+        return gemv_fits(call, buffers)
+
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
         spec = k.spec
@@ -114,6 +118,11 @@ class CudaTarget(CodegenTarget):
         if isinstance(spec, GemmKernel):
             if gemv_applies(k, program):
                 return [("launch", gemv(k, program, render_epilogue))]
+            if spec.acc_groups != 1:
+                raise NPUCompileError(f"kernel {k.name}: a gemm whose epilogue combines {spec.acc_groups} column "
+                                      f"groups runs on the cuda target only as a GEMV (at most {GEMV_MAX_M} rows, one "
+                                      f"batch, float operands of one dtype); this one is {spec.m} x {spec.k} x "
+                                      f"{spec.n}")
             if spec.prologue is not None:
                 raise NPUCompileError(f"kernel {k.name}: a gemm that computes its operand in a prologue runs on the "
                                       f"cuda target only as a GEMV (at most {GEMV_MAX_M} rows, one batch, a weight "

@@ -1,0 +1,112 @@
+"""Column-group epilogues (lowering/column_epilogues.py): act(a) * b over the two halves of one GEMM's result becomes
+that GEMM's epilogue where the target runs it (the cpu reference always; cuda for GEMVs of at most 8 rows), checked
+against PyTorch eager and against the same program compiled without the fold, which must agree to the bit (the
+epilogue reads the same rounded values the elementwise kernel read from memory). Where the result is read by
+anything else, or not at its own row, nothing is folded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fused_cases import TORCH_DTYPES, ir_dict
+from gpu.util import to_np
+from helpers import GluProjection
+from tolerances import assert_close
+
+import npu_compiler
+import npu_runtime
+from npu_export.cnn import model_tensors
+
+CPU = npu_runtime.get_backend("cpu")
+
+
+def _run(program, module, args) -> np.ndarray:
+    weights = npu_runtime.load_weights(program, model_tensors(module), CPU)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    return CPU.create_executor(program).run_numpy(feeds, weights)[program.outputs[0].name]
+
+
+def _folded(program) -> list:
+    return [k for k in program.kernels if k.kind == "gemm" and k.spec.acc_groups > 1]
+
+
+CASES = [("silu", False, False, 1), ("gelu", True, False, 3), ("relu", False, True, 8), ("silu", True, True, 16)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("act,bias,swap,m", CASES, ids=[f"{a}{'_bias' if b else ''}{'_swap' if s else ''}_m{m}"
+                                                         for a, b, s, m in CASES])
+def test_glu_folds_and_matches_torch(act, bias, swap, m, dtype) -> None:
+    tdt = TORCH_DTYPES[dtype]
+    gen = torch.Generator().manual_seed(m)
+    module = GluProjection(96, 40, act, bias, swap)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    module = module.to(tdt).eval()
+    args = [torch.randn((m, 96), generator=gen).to(tdt)]
+    ir = ir_dict(module, args, "glu")
+    folded = npu_compiler.compile(ir, "cpu", dtype=dtype)
+    plain = npu_compiler.compile(ir, "cpu", dtype=dtype, disable_passes=["column_epilogue"])
+    (gemm,) = _folded(folded)
+    assert len(folded.kernels) == 1 and gemm.spec.acc_groups == 2 and gemm.spec.n == 80
+    assert tuple(gemm.outs[0].shape) == (m, 40) and {"mul"} <= {n.split("_")[0] for n in gemm.nodes}
+    assert not _folded(plain) and len(plain.kernels) == 2
+    assert any(p.startswith("column_epilogue(1)") for p in folded.passes)
+    got, unfolded = _run(folded, module, args), _run(plain, module, args)
+    np.testing.assert_array_equal(got, unfolded)
+    with torch.no_grad():
+        ref = module(*args).float().numpy()
+    assert_close(got.astype(np.float32), ref, dtype, "accumulate", what=f"{act} glu {dtype}")
+
+
+def test_cuda_folds_only_gemvs() -> None:
+    """On cuda the fold needs the GEMV (at most 8 rows): a prefill's GEMM runs on cuBLAS and keeps its kernel after."""
+    for m, folds in ((1, True), (8, True), (9, False), (64, False)):
+        ir = ir_dict(GluProjection(256, 128), [torch.randn(m, 256)], "glu")
+        prog = npu_compiler.compile(ir, "cuda", dtype="bfloat16")
+        assert bool(_folded(prog)) == folds, (m, [k.name for k in prog.kernels])
+        assert len(prog.kernels) == (1 if folds else 2)
+
+
+def test_webgpu_keeps_the_kernel() -> None:
+    ir = ir_dict(GluProjection(64, 32), [torch.randn(1, 64)], "glu")
+    prog = npu_compiler.compile(ir, "webgpu", dtype="float32")
+    assert not _folded(prog) and len(prog.kernels) == 2
+
+
+class _AlsoReturnsProduct(GluProjection):
+    def forward(self, x):
+        h = self.lin(x)
+        a, b = h.chunk(2, dim=-1)
+        return self.act(a) * b, h
+
+
+class _OtherRows(GluProjection):
+    def forward(self, x):
+        a, b = self.lin(x).chunk(2, dim=-1)
+        return self.act(a[1:]) * b[:-1]  # row i with row i + 1: not at the output's own row
+
+
+class _Unequal(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 48, bias=False)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return torch.nn.functional.silu(h[:, :16]) * h[:, 16:32] + h[:, 32:]  # three groups of 16: folds into 3
+
+
+@pytest.mark.parametrize("make,groups", [(_AlsoReturnsProduct, 0), (_OtherRows, 0), (_Unequal, 3)])
+def test_fold_only_where_the_result_is_read_at_its_own_row(make, groups) -> None:
+    module = make(64, 24) if make is not _Unequal else make()
+    module = module.eval()
+    args = [torch.randn(4, 64)]
+    prog = npu_compiler.compile(ir_dict(module, args, "glu"), "cpu", dtype="float32")
+    assert [k.spec.acc_groups for k in _folded(prog)] == ([groups] if groups else [])
+    with torch.no_grad():
+        ref = module(*args)
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    assert_close(_run(prog, module, args), ref.numpy(), "float32", "accumulate", what=make.__name__)
