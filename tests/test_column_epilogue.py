@@ -1,5 +1,6 @@
 """Column-group epilogues (lowering/column_epilogues.py): act(a) * b over the two halves of one GEMM's result becomes
-that GEMM's epilogue where the target runs it (the cpu reference always; cuda for GEMVs of at most 8 rows), checked
+that GEMM's epilogue where the target runs it (the cpu reference always; cuda for GEMVs of at most 8 rows; webgpu
+for skinny GEMMs of at most 4 rows of two groups), checked
 against PyTorch eager and against the same program compiled without the fold, which must agree to the bit (the
 epilogue reads the same rounded values the elementwise kernel read from memory). Where the result is read by
 anything else, or not at its own row, nothing is folded."""
@@ -70,10 +71,12 @@ def test_cuda_folds_only_gemvs() -> None:
         assert len(prog.kernels) == (1 if folds else 2)
 
 
-def test_webgpu_keeps_the_kernel() -> None:
-    ir = ir_dict(GluProjection(64, 32), [torch.randn(1, 64)], "glu")
-    prog = npu_compiler.compile(ir, "webgpu", dtype="float32")
-    assert not _folded(prog) and len(prog.kernels) == 2
+def test_webgpu_folds_what_its_skinny_gemm_holds() -> None:
+    """The skinny GEMM keeps rows x groups x 4 columns of partial sums in 16 KB of workgroup memory: 4 rows of 2."""
+    for m, folds in ((1, True), (4, True), (5, False), (64, False)):
+        prog = npu_compiler.compile(ir_dict(GluProjection(64, 32), [torch.randn(m, 64)], "glu"), "webgpu",
+                                    dtype="float32")
+        assert bool(_folded(prog)) == folds and len(prog.kernels) == (1 if folds else 2), m
 
 
 class _AlsoReturnsProduct(GluProjection):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...errors import NPUCompileError
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import (
@@ -64,20 +65,29 @@ def _round(x: str, dtype: str) -> str:
     return WGSL.cast(x, "float32", dtype) if dtype in ("float16", "bfloat16") else x
 
 
-def epilogue_fn(k: KernelCall, program: CompiledProgram, spec, acc_dtype: str, pre: list[str]) -> str:
+def epilogue_fn(k: KernelCall, program: CompiledProgram, spec, acc_dtype: str, pre: list[str] | list[list[str]]
+                ) -> str:
     """`fn npu_epi(o0, ..., acc)`: the lines `pre` (alpha, bias: they read `v`), the epilogue expression over `Acc`
-    (the result rounded to the output dtype, as the unfused graph stores it) and the store of one output element."""
+    (the result rounded to the output dtype, as the unfused graph stores it) and the store of one output element.
+    A GEMM over column groups takes one value a group (`v0`, `v1`, ..) and `pre` as one list of lines a group."""
     out = k.outs[0]
     od = _dt(program, out)
     rank = len(out.shape)
     ar = reg(acc_dtype)
-    args = ", ".join([f"o{d}: i32" for d in range(rank)] + [f"v0: {ar}"])
-    lines = [f"fn npu_epi({args}) {{", f"  var v: {ar} = v0;"] + [f"  {ln}" for ln in pre]
+    groups = getattr(spec, "acc_groups", 1)
+    pres = pre if groups > 1 else [pre]
+    args = ", ".join([f"o{d}: i32" for d in range(rank)] + [f"v{g}: {ar}" for g in range(groups)])
+    lines = [f"fn npu_epi({args}) {{", f"  var v: {ar} = v0;"] + [f"  {ln}" for ln in pres[0]]
+    for g in range(1, groups):  # each group's value after its alpha and bias, rounded as the graph stores it
+        lines.append(f"  let acc{g - 1}: {reg(od)} = {WGSL.cast('v', acc_dtype, od)};")
+        lines += [f"  v = v{g};"] + [f"  {ln}" for ln in pres[g]]
     value, value_dtype = "v", acc_dtype
     if spec.epilogue is not None:
-        lines.append(f"  let accv: {reg(od)} = {WGSL.cast('v', acc_dtype, od)};")
+        lines.append(f"  let {'accv' if groups == 1 else f'acc{groups - 1}'}: {reg(od)} = "
+                     f"{WGSL.cast('v', acc_dtype, od)};")
+        accs = "accv" if groups == 1 else [f"acc{g}" for g in range(groups)]
         r = ExprRenderer(WGSL, KernelText([], 0), [f"a{i}" for i in range(len(k.args))],
-                         [_dt(program, a) for a in k.args], tuple(out.shape), "i32", acc="accv", prefix="ep_")
+                         [_dt(program, a) for a in k.args], tuple(out.shape), "i32", acc=accs, prefix="ep_")
         scope = Scope("  ")
         value = r.emit(spec.epilogue, scope)
         lines += scope.lines
@@ -103,6 +113,12 @@ TILE, TK, THREADS = 64, 16, 256  # 64 x 64 output tiles, K in steps of 16, each 
 def gemm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     out = k.outs[0]
     _check_extent(*k.args, out)
+    if k.spec.acc_groups != 1:
+        if not skinny_groups_fit(k.spec, _dt(program, out)):
+            raise NPUCompileError(f"kernel {k.name}: the webgpu target runs a gemm whose epilogue combines "
+                                  f"{k.spec.acc_groups} column groups only for at most {SKINNY_M} rows times groups, "
+                                  f"float output; this one is {k.spec.m} x {k.spec.k} x {k.spec.n}")
+        return _gemm_skinny(k, program)
     if reg(_dt(program, out)) == "i32":
         return _gemm_int(k, program)
     if k.spec.m <= SKINNY_M:
@@ -116,21 +132,30 @@ def gemm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 SKINNY_M, SKINNY_N, SKINNY_THREADS = 8, 4, 128
 
 
-def _skinny_reduce(rows: int, store: str) -> str:
-    """Lines that add the invocations' partial sums `p{m}_{j}` through workgroup memory and run `store` (WGSL with
-    the placeholders {m}, {j}, {v}: row, column in the tile, value) in invocation m * SKINNY_N + j."""
-    T, nv = SKINNY_THREADS, rows * SKINNY_N
+def skinny_groups_fit(spec: GemmKernel, out_dtype: str) -> bool:
+    """A GEMM over column groups runs as the skinny kernel, each workgroup with the groups of its columns: its
+    partial sums (rows x groups x SKINNY_N x SKINNY_THREADS floats) in WebGPU's 16 KB of workgroup memory."""
+    return (spec.prologue is None and reg(out_dtype) == "f32" and spec.acc_groups >= 1
+            and spec.m * spec.acc_groups <= SKINNY_M)
+
+
+def _skinny_reduce(rows: int, store: str, groups: int = 1) -> str:
+    """Lines that add the invocations' partial sums `p{m}_{c}` (column c of the tile's groups x SKINNY_N) through
+    workgroup memory and run `store` (WGSL with the placeholders {m}, {j}, {v}: row, column in the tile, the values
+    of the column's groups, comma-separated) in invocation m * SKINNY_N + j."""
+    T, nv, C = SKINNY_THREADS, rows * SKINNY_N, groups * SKINNY_N
     lines = ["        workgroupBarrier();"]
-    lines += [f"        npu_part[{(m * SKINNY_N + j) * T} + npu_tid] = p{m}_{j};" for m in range(rows)
-              for j in range(SKINNY_N)]
+    lines += [f"        npu_part[{(m * C + c) * T} + npu_tid] = p{m}_{c};" for m in range(rows) for c in range(C)]
     lines += ["        workgroupBarrier();",
               f"        if (npu_tid < {nv}) {{",
-              "          var v = 0.0f;",
-              f"          for (var t: i32 = 0; t < {T}; t++) {{ v = v + npu_part[npu_tid * {T} + t]; }}",
               f"          let m = npu_tid / {SKINNY_N};",
-              f"          let j = npu_tid % {SKINNY_N};",
-              "          " + store.replace("{m}", "m").replace("{j}", "j").replace("{v}", "v"),
-              "        }"]
+              f"          let j = npu_tid % {SKINNY_N};"]
+    for g in range(groups):
+        lines += [f"          var v{g} = 0.0f;",
+                  f"          for (var t: i32 = 0; t < {T}; t++) {{ v{g} = v{g} + "
+                  f"npu_part[(m * {C} + {g * SKINNY_N} + j) * {T} + t]; }}"]
+    values = ", ".join(f"v{g}" for g in range(groups))
+    lines += ["          " + store.replace("{m}", "m").replace("{j}", "j").replace("{v}", values), "        }"]
     return "\n".join(lines)
 
 
@@ -139,21 +164,26 @@ def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     neighbouring elements of K, contiguous in a linear layer's weight), then adds the partial sums."""
     spec: GemmKernel = k.spec
     a, b = k.args[0], k.args[1]
-    m, n, kk = spec.m, spec.n, spec.k
+    groups = spec.acc_groups
+    m, n, kk = spec.m, spec.out_n, spec.k  # n: the output's columns (each with `groups` columns of the product)
     nb = len(spec.batch)
-    epi = epilogue_fn(k, program, spec, "float32", _gemm_pre(k, program))
+    pre = [_gemm_pre(k, program, g * n) for g in range(groups)] if groups > 1 else _gemm_pre(k, program)
+    epi = epilogue_fn(k, program, spec, "float32", pre)
     blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
     sam, sak = a.strides[-2], a.strides[-1]
     sbk, sbn = b.strides[-2], b.strides[-1]
+    C = groups * SKINNY_N  # the tile's product columns: column j of the output in each group
     loads = []
-    for j in range(SKINNY_N):
-        at = affine([("bbase", 1), ("kk", sbk), (f"(n0 + {j})", sbn)])
-        loads.append(f"          var b{j} = 0.0f;")
-        loads.append(f"          if (n0 + {j} < {n}) {{ b{j} = {_load_f32(program, b, 'a1', at)}; }}")
+    for g in range(groups):
+        for j in range(SKINNY_N):
+            c = g * SKINNY_N + j
+            at = affine([("bbase", 1), ("kk", sbk), (f"(n0 + {j + g * n})", sbn)])
+            loads.append(f"          var b{c} = 0.0f;")
+            loads.append(f"          if (n0 + {j} < {n}) {{ b{c} = {_load_f32(program, b, 'a1', at)}; }}")
     for i in range(m):
         at = affine([("abase", 1), (str(i), sam), ("kk", sak)]) if sam else affine([("abase", 1), ("kk", sak)])
         loads.append(f"          let x{i} = {_load_f32(program, a, 'a0', at)};")
-    fma = [f"          p{i}_{j} = p{i}_{j} + x{i} * b{j};" for i in range(m) for j in range(SKINNY_N)]
+    fma = [f"          p{i}_{c} = p{i}_{c} + x{i} * b{c};" for i in range(m) for c in range(C)]
     idx = [f"o{d}" for d in range(nb)]
     store = "if (n0 + {j} < " + str(n) + ") { npu_epi(" + ", ".join(idx + ["{m}", "n0 + {j}"]) + ", {v}); }"
     body = f"""  for (var tz: i32 = i32(npu_wid.y); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.y)) {{
@@ -162,29 +192,30 @@ def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     let bbase = {bases['b']};
     for (var tx: i32 = i32(npu_wid.x); tx < {-(-n // SKINNY_N)}; tx += i32(npu_nwgs.x)) {{
       let n0 = tx * {SKINNY_N};
-{chr(10).join(f'      var p{i}_{j} = 0.0f;' for i in range(m) for j in range(SKINNY_N))}
+{chr(10).join(f'      var p{i}_{c} = 0.0f;' for i in range(m) for c in range(C))}
       for (var kk: i32 = npu_tid; kk < {kk}; kk += {SKINNY_THREADS}) {{
 {chr(10).join(loads)}
 {chr(10).join(fma)}
       }}
-{_skinny_reduce(m, store)}
+{_skinny_reduce(m, store, groups)}
     }}
   }}"""
-    shared = {"npu_part": ("f32", max(m, 1) * SKINNY_N * SKINNY_THREADS)}
+    shared = {"npu_part": ("f32", max(m, 1) * C * SKINNY_THREADS)}
     src = epi + "\n" + entry_point(SKINNY_THREADS, [body], shared)
     grid = _grid3(-(-n // SKINNY_N), max(spec.batch_count, 1), 1) if m else (0, 1, 1)
     return src, Launch(grid, SKINNY_THREADS, ptrs_of(k))
 
 
-def _gemm_pre(k: KernelCall, program: CompiledProgram) -> list[str]:
-    """alpha and the bias, applied to the product `v` before the epilogue."""
+def _gemm_pre(k: KernelCall, program: CompiledProgram, shift: int = 0) -> list[str]:
+    """alpha and the bias, applied to the product `v` before the epilogue (the bias `shift` columns to the right of
+    the output's column: a column group's)."""
     spec: GemmKernel = k.spec
     pre = []
     if spec.alpha != 1.0:
         pre.append(f"v = v * {f32_literal(spec.alpha)};")
     if spec.bias:
         bias = k.args[2]
-        bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset)
+        bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset + shift * bias.strides[-1])
         bv = _load_f32(program, bias, "a2", bat)
         pre.append(f"v = v + {bv}" + (f" * {f32_literal(spec.beta)};" if spec.beta != 1.0 else ";"))
     return pre
