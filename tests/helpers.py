@@ -115,6 +115,17 @@ class GluProjection(torch.nn.Module):
         return b * self.act(a) if self.swap else self.act(a) * b
 
 
+def glu_case(k: int, n: int, m: int, act: str, bias: bool, swap: bool, dtype: torch.dtype, scale: float = 0.3
+             ) -> tuple[GluProjection, torch.Tensor]:
+    """A GluProjection with random parameters (N(0, scale)) in `dtype` and an input of m rows, seeded by m."""
+    gen = torch.Generator().manual_seed(m)
+    module = GluProjection(k, n, act, bias, swap)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    return module.to(dtype).eval(), torch.randn((m, k), generator=gen).to(dtype)
+
+
 class MatmulOfInputs(torch.nn.Module):
     """x @ y^T with both operands inputs: a GEMM (a GEMV for few rows of x) whose matrix is no weight."""
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
 from gpu.util import to_np
-from helpers import GluProjection
+from helpers import GluProjection, glu_case
 from tolerances import assert_close
 
 import npu_compiler
@@ -39,14 +39,8 @@ CASES = [("silu", False, False, 1), ("gelu", True, False, 3), ("relu", False, Tr
 @pytest.mark.parametrize("act,bias,swap,m", CASES, ids=[f"{a}{'_bias' if b else ''}{'_swap' if s else ''}_m{m}"
                                                          for a, b, s, m in CASES])
 def test_glu_folds_and_matches_torch(act, bias, swap, m, dtype) -> None:
-    tdt = TORCH_DTYPES[dtype]
-    gen = torch.Generator().manual_seed(m)
-    module = GluProjection(96, 40, act, bias, swap)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-    module = module.to(tdt).eval()
-    args = [torch.randn((m, 96), generator=gen).to(tdt)]
+    module, x = glu_case(96, 40, m, act, bias, swap, TORCH_DTYPES[dtype], scale=0.2)
+    args = [x]
     ir = ir_dict(module, args, "glu")
     folded = npu_compiler.compile(ir, "cpu", dtype=dtype)
     plain = npu_compiler.compile(ir, "cpu", dtype=dtype, disable_passes=["column_epilogue"])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
 from gpu.util import to_np
-from helpers import GluProjection
+from helpers import GluProjection, glu_case
 from tolerances import assert_close
 
 import npu_compiler
@@ -24,14 +24,7 @@ CASES = [("silu", False, False, 1, "float32"), ("gelu", True, False, 3, "float32
 
 @pytest.mark.parametrize("act,bias,swap,m,dtype", CASES, ids=[f"{a}_m{m}_{d}" for a, _, _, m, d in CASES])
 def test_column_groups_match_torch(webgpu, act, bias, swap, m, dtype) -> None:
-    tdt = TORCH_DTYPES[dtype]
-    gen = torch.Generator().manual_seed(m)
-    module = GluProjection(96, 40, act, bias, swap)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
-    module = module.to(tdt).eval()
-    x = torch.randn((m, 96), generator=gen).to(tdt)
+    module, x = glu_case(96, 40, m, act, bias, swap, TORCH_DTYPES[dtype])
     program = npu_compiler.compile(ir_dict(module, [x], "glu"), "webgpu", dtype=dtype)
     (gemm,) = program.kernels
     assert gemm.spec.acc_groups == 2
