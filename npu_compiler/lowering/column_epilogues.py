@@ -48,6 +48,9 @@ def fold_column_epilogues(kernels: list[KernelCall], buffers: Sequence[BufferSpe
             count += 1
             i += 2
     kernels[:] = out
+    if count:  # names stay each kernel's position, as the lowering gave them (profiles list kernels by it)
+        for i, k in enumerate(kernels):
+            k.name = f"k{i}_{k.kind}"
     return count
 
 
