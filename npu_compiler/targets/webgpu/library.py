@@ -65,29 +65,26 @@ def _round(x: str, dtype: str) -> str:
     return WGSL.cast(x, "float32", dtype) if dtype in ("float16", "bfloat16") else x
 
 
-def epilogue_fn(k: KernelCall, program: CompiledProgram, spec, acc_dtype: str, pre: list[str] | list[list[str]]
-                ) -> str:
-    """`fn npu_epi(o0, ..., acc)`: the lines `pre` (alpha, bias: they read `v`), the epilogue expression over `Acc`
-    (the result rounded to the output dtype, as the unfused graph stores it) and the store of one output element.
-    A GEMM over column groups takes one value a group (`v0`, `v1`, ..) and `pre` as one list of lines a group."""
+def epilogue_fn(k: KernelCall, program: CompiledProgram, spec, acc_dtype: str, pres: list[list[str]]) -> str:
+    """`fn npu_epi(o0, ..., v0, ..)`: for each value (one, or one a column group of a GEMM's product) its lines of
+    `pres` (alpha, bias: they read `v`), then the epilogue expression over `Acc` (each value rounded to the output
+    dtype, as the unfused graph stores it) and the store of one output element."""
     out = k.outs[0]
     od = _dt(program, out)
     rank = len(out.shape)
     ar = reg(acc_dtype)
-    groups = getattr(spec, "acc_groups", 1)
-    pres = pre if groups > 1 else [pre]
-    args = ", ".join([f"o{d}: i32" for d in range(rank)] + [f"v{g}: {ar}" for g in range(groups)])
-    lines = [f"fn npu_epi({args}) {{", f"  var v: {ar} = v0;"] + [f"  {ln}" for ln in pres[0]]
-    for g in range(1, groups):  # each group's value after its alpha and bias, rounded as the graph stores it
-        lines.append(f"  let acc{g - 1}: {reg(od)} = {WGSL.cast('v', acc_dtype, od)};")
-        lines += [f"  v = v{g};"] + [f"  {ln}" for ln in pres[g]]
+    args = ", ".join([f"o{d}: i32" for d in range(rank)] + [f"v{g}: {ar}" for g in range(len(pres))])
+    lines = [f"fn npu_epi({args}) {{", f"  var v: {ar} = v0;"]
+    for g, pre in enumerate(pres):
+        if g:  # the value before is done: rounded as the graph stores it
+            lines += [f"  let acc{g - 1}: {reg(od)} = {WGSL.cast('v', acc_dtype, od)};", f"  v = v{g};"]
+        lines += [f"  {ln}" for ln in pre]
     value, value_dtype = "v", acc_dtype
     if spec.epilogue is not None:
-        lines.append(f"  let {'accv' if groups == 1 else f'acc{groups - 1}'}: {reg(od)} = "
-                     f"{WGSL.cast('v', acc_dtype, od)};")
-        accs = "accv" if groups == 1 else [f"acc{g}" for g in range(groups)]
+        lines.append(f"  let acc{len(pres) - 1}: {reg(od)} = {WGSL.cast('v', acc_dtype, od)};")
         r = ExprRenderer(WGSL, KernelText([], 0), [f"a{i}" for i in range(len(k.args))],
-                         [_dt(program, a) for a in k.args], tuple(out.shape), "i32", acc=accs, prefix="ep_")
+                         [_dt(program, a) for a in k.args], tuple(out.shape), "i32",
+                         acc=[f"acc{g}" for g in range(len(pres))], prefix="ep_")
         scope = Scope("  ")
         value = r.emit(spec.epilogue, scope)
         lines += scope.lines
@@ -135,8 +132,7 @@ SKINNY_M, SKINNY_N, SKINNY_THREADS = 8, 4, 128
 def skinny_groups_fit(spec: GemmKernel, out_dtype: str) -> bool:
     """A GEMM over column groups runs as the skinny kernel, each workgroup with the groups of its columns: its
     partial sums (rows x groups x SKINNY_N x SKINNY_THREADS floats) in WebGPU's 16 KB of workgroup memory."""
-    return (spec.prologue is None and reg(out_dtype) == "f32" and spec.acc_groups >= 1
-            and spec.m * spec.acc_groups <= SKINNY_M)
+    return spec.prologue is None and reg(out_dtype) == "f32" and spec.m * spec.acc_groups <= SKINNY_M
 
 
 def _skinny_reduce(rows: int, store: str, groups: int = 1) -> str:
@@ -167,8 +163,7 @@ def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     groups = spec.acc_groups
     m, n, kk = spec.m, spec.out_n, spec.k  # n: the output's columns (each with `groups` columns of the product)
     nb = len(spec.batch)
-    pre = [_gemm_pre(k, program, g * n) for g in range(groups)] if groups > 1 else _gemm_pre(k, program)
-    epi = epilogue_fn(k, program, spec, "float32", pre)
+    epi = epilogue_fn(k, program, spec, "float32", [_gemm_pre(k, program, g * n) for g in range(groups)])
     blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
     sam, sak = a.strides[-2], a.strides[-1]
     sbk, sbn = b.strides[-2], b.strides[-1]
@@ -239,7 +234,7 @@ def _gemm_tiled(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     a, b = k.args[0], k.args[1]
     m, n, kk = spec.m, spec.n, spec.k
     nb = len(spec.batch)
-    epi = epilogue_fn(k, program, spec, "float32", _gemm_pre(k, program))
+    epi = epilogue_fn(k, program, spec, "float32", [_gemm_pre(k, program)])
     blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
     sam, sak = a.strides[-2], a.strides[-1]
     sbk, sbn = b.strides[-2], b.strides[-1]
@@ -329,7 +324,7 @@ def _gemm_int(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
         bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset)
         bv = ld(bias, "a2", bat)
         pre.append(f"v = {add('v', mul(bv, WGSL.literal(int(spec.beta), od)) if spec.beta != 1 else bv)};")
-    epi = epilogue_fn(k, program, spec, od, pre)
+    epi = epilogue_fn(k, program, spec, od, [pre])
     body = [f"  for (var i: i32 = npu_bid * NPU_BLOCK + npu_tid; i < {n_out}; i += npu_nwg * NPU_BLOCK) {{"]
     body += decompose(WGSL, "i", tuple(out.shape), "o", "i32", "    ")
     body += ["    var acc: i32 = 0i;",
@@ -367,7 +362,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     if spec.bias:
         bias = k.args[2]
         pre.append(f"v = v + {_load_f32(program, bias, 'a2', affine([('o1', bias.strides[0])], bias.offset))};")
-    epi = epilogue_fn(k, program, spec, "float32", pre)
+    epi = epilogue_fn(k, program, spec, "float32", [pre])
     x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
     w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
     if m_total <= SKINNY_M:
