@@ -251,19 +251,24 @@ def test_cublas_plan_matches_numpy(name: str) -> None:
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_split_decode_attention_sources_compile(dtype: str, tmp_path) -> None:
-    """Decode attention over a long enough cache gets its keys split across blocks (three launches over a scratch
-    output); every one of those sources compiles and assembles."""
+@pytest.mark.parametrize("dtype,attn", [("bfloat16", "eager"), ("float32", "eager"), ("bfloat16", "sdpa"),
+                                        ("float32", "sdpa")])
+def test_split_decode_attention_sources_compile(dtype: str, attn: str, tmp_path) -> None:
+    """Decode attention over a long enough cache gets its keys split across blocks: three launches over a scratch
+    output where the graph rounds the probabilities itself (eager), two where it is SDPA and the grouped 16-bit
+    kernel runs the splits online (the generic float32 kernel keeps three); every one of those sources compiles
+    and assembles."""
     from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
 
-    exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=256, prefill_len=8, dtype=dtype)
+    exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=256, prefill_len=8, dtype=dtype,
+                       attn_implementation=attn)
     program = npu_compiler.compile(exp.decode_path, "cuda", dtype=dtype, rope_theta=10000.0)
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 for k in att)
+    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 and k.spec.online == (attn == "sdpa") for k in att)
     r = rendered(program)
     steps = r.steps[program.kernels.index(att[0])]
-    assert [s.launch.grid[1] for s in steps] == [att[0].spec.splits] * 2 + [1]
+    one_pass = attn == "sdpa" and dtype == "bfloat16"
+    assert [s.launch.grid[1] for s in steps] == [att[0].spec.splits] * (1 if one_pass else 2) + [1]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps if isinstance(s, SourceLaunch)})
     assert not failures, "\n\n".join(failures[:3])
     # the cpu target has no such scratch: one launch per row there

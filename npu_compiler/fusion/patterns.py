@@ -228,7 +228,8 @@ def _rewrite_sdpa(graph: Graph, gi: GraphIndex, node: Node, bound_by_valid_len: 
     scale = node.attrs.get("scale")
     attrs = {"scale": float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
              "is_causal": bool(node.attrs.get("is_causal")), "has_mask": mask is not None, "kv_groups": gk,
-             "scores_dtype": "float32", "softmax_dtype": "float32", "probs_dtype": q.dtype, "valid_len": False}
+             "scores_dtype": "float32", "softmax_dtype": "float32", "probs_dtype": q.dtype, "valid_len": False,
+             "online_softmax": True}
     inputs = [q, k, v] + ([mask] if mask is not None else [])
     _bound(gi, attrs, inputs, k, v, bound_by_valid_len)
     group = [node] + [n for n in k_nodes + v_nodes if gi.only_used_by(n.outputs[0], [node] + k_nodes + v_nodes)]

@@ -57,6 +57,11 @@ class AttentionKernel(KernelSpec):
     # float32 entries of the scratch after the [rows, splits, 2 + v_dim] record (the target's bookkeeping: which
     # blocks of a tiled split attention computed something)
     scratch_extra: int = bounded(0, default=0)
+    # True where the graph's attention is one fused op (scaled_dot_product_attention), which does not say where its
+    # probabilities are rounded: a kernel may then compute them online (against a running max, in one pass over the
+    # keys) and keep them at least as precise as `probs_dtype`. False: the graph rounds the normalised probabilities
+    # itself (a softmax, then a cast) and every kernel rounds exactly there. The reference rounds exactly either way.
+    online: bool = False
 
     @property
     def rows(self) -> int:

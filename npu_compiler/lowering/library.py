@@ -421,12 +421,13 @@ def attention(L: Lowering, node: Node) -> None:
     else:
         out = L.fresh(out_v)
     outs = [out]
+    online = bool(a.get("online_softmax"))
     if tiled:
         splits, extra = L.target.attention_tile_splits(b, h, t, lk, bool(a["has_mask"] or a.get("is_causal")
                                                                         or a.get("valid_len")))
     else:
         splits = decode_splits(L, b * hk * t, lk, v.shape[-1])
-        extra = L.target.decode_attention_scratch(b, h, t, lk) if splits else 0
+        extra = L.target.decode_attention_scratch(b, h, t, lk, online) if splits else 0
     if splits:
         # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output, then what the
         # target keeps beside them.
@@ -434,7 +435,7 @@ def attention(L: Lowering, node: Node) -> None:
                               (b * h * t * splits * (2 + v.shape[-1]) + extra,)))
     L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
                            a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"), bool(a.get("valid_len")),
-                           splits, extra), args, outs)
+                           splits, extra, online), args, outs)
 
 
 def _read_head_last(L: Lowering, v: Value) -> bool:

@@ -48,9 +48,9 @@ class CodegenTarget:
         valid length may hide some keys. Default: (0, 0), no splits."""
         return 0, 0
 
-    def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int) -> int:
+    def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int, online: bool) -> int:
         """For an attention split across blocks by `decode_attention_blocks`: how many float32 scratch entries the
-        target keeps beside the split record. Default: 0."""
+        target keeps beside the split record (`online`: the record's, see AttentionKernel). Default: 0."""
         return 0
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:

@@ -102,6 +102,10 @@ DECODE_CASES = {
     "decode_eager_d32_bf16": ("bfloat16", Eager(), 1, 16, 2, 1, 600, 32, "finfo_offset"),
     "decode_sdpa_d256_fp16": ("float16", Sdpa(False), 1, 6, 2, 1, 700, 256, None),
     "decode_sdpa_g1_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 1, 700, 64, None),
+    # SDPA is online (one launch, each split at its own running max): Qwen2.5-1.5B's heads under HF's causal mask,
+    # and a -inf mask that leaves one key visible, so that all splits but the first see nothing
+    "decode_sdpa_finfo_bf16": ("bfloat16", Sdpa(False), 1, 12, 2, 1, 1100, 128, "finfo_offset"),
+    "decode_sdpa_neg_inf_bf16": ("bfloat16", Sdpa(False), 1, 12, 2, 1, 900, 128, "neg_inf"),
 }
 
 
@@ -182,5 +186,24 @@ def test_grouped_decode_attention_matches_torch(name, cuda_backend) -> None:
     program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
     attn = [k for k in program.kernels if k.kind == "attention"]
     assert len(attn) == 1 and attn[0].spec.splits >= 2, [k.kind for k in program.kernels]
-    assert attn[0].spec.scratch_extra == b * h * lk and grouped_decode_applies(attn[0], program)
+    online = isinstance(module, Sdpa)
+    assert attn[0].spec.online == online and grouped_decode_applies(attn[0], program)
+    assert attn[0].spec.scratch_extra == (0 if online else b * h * lk)
+    assert len(CudaTarget().kernel_sources(attn[0], program)) == (2 if online else 3)
     _assert_matches_torch(program, module, args, dtype, name, cuda_backend)
+
+
+def test_online_decode_with_no_visible_key_gives_zeros(cuda_backend) -> None:
+    """Online decode attention where the mask hides every key: each split's max stays -inf and the combine must give
+    zeros (as ATen's attention does for a row with no visible key), not the NaN of 0/0."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn((1, 12, 1, 128), generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn((1, 2, 700, 128), generator=gen).to(torch.bfloat16) for _ in range(2))
+    m = torch.zeros((1, 1, 1, 700), dtype=torch.bool)
+    program = npu_compiler.compile(ir_dict(Sdpa(False), [q, k, v, m], "no_key"), "cuda", dtype="bfloat16")
+    (attn,) = [k for k in program.kernels if k.kind == "attention"]
+    assert attn.spec.online and attn.spec.splits >= 2
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, [q, k, v, m], strict=True)}
+    got = ex.run_numpy(feeds, {})[program.outputs[0].name].astype(np.float32)
+    assert np.all(got == 0)

@@ -20,6 +20,13 @@ loads of UNROLL key groups before it uses any. Measured on the H100 (Qwen2.5-1.5
 kernel): 0.96 -> 0.67 ms at KV position 8192, 0.53 -> 0.49 ms at 1024. A split of at least one round of loads (64
 keys: fewer, longer splits for short rows) was slower at 1024 (0.54 ms): a split's keys are then a chain of
 dependent work in one block where many blocks did a few keys each.
+
+Where the record is `online` (the graph's attention is one fused op, which leaves the probabilities' rounding to the
+kernel) one launch does both passes' work: each split keeps a running max per head (uniform across the warp: the
+scores of its keys are handed around by shuffles), rescales its sum and partial output only where that max grows,
+and leaves the split's (max, sum, unnormalised output) in the record, the probabilities kept in float32; the
+combining launch (`library._split_combine`, online) weighs each split by exp(max - the row's max) over the row's sum.
+Keys and values load together, in one round of loads, and the scores are not kept.
 """
 
 from __future__ import annotations
@@ -33,19 +40,25 @@ WARPS = 4
 MAX_GROUP = 8
 UNROLL = 8  # key groups whose loads a warp issues before it uses the first
 _VEC = 8  # 2-byte elements per 16-byte load
+# the online combine keeps every split's weight of a row in shared memory (the lowering gives at most
+# decode_attention_blocks splits; an artifact may say more, and those run the exact launches)
+MAX_ONLINE_SPLITS = 4096
 
 
-def scores_scratch(batch: int, heads: int, q_len: int, kv_len: int) -> int:
+def scores_scratch(batch: int, heads: int, q_len: int, kv_len: int, online: bool) -> int:
     """The float32 entries after the split record where a decode attention keeps its scores (one per query head and
-    key), for the second launch to read instead of computing them again; 0 where it is not decode."""
-    return batch * heads * kv_len if q_len == 1 else 0
+    key), for the second launch to read instead of computing them again; 0 where it is not decode, or online (one
+    launch: nothing kept)."""
+    return batch * heads * kv_len if q_len == 1 and not online else 0
 
 
 def grouped_decode_applies(k: KernelCall, program: CompiledProgram) -> bool:
     p: AttentionKernel = k.spec
     if not p.splits or len(k.outs) < 2 or p.q_len != 1 or p.v_dim != p.head_dim:
         return False
-    if p.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len):
+    if p.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len, p.online):
+        return False
+    if p.online and p.splits > MAX_ONLINE_SPLITS:
         return False
     d = p.head_dim
     if d % _VEC or d > 32 * _VEC or 32 % (d // _VEC) or p.heads // p.kv_heads > MAX_GROUP:
@@ -67,9 +80,9 @@ def _unpack(dtype: str, word: str, out: str) -> str:
 
 
 def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) -> list[tuple[str, Launch]]:
-    """The first two launches (the third is `library._split_combine`). `a` is the shared attention setup of
-    library.py (`_attention_setup`): the valid-length prologue, the loop bound, the dtypes and the output map;
-    `signature(block)` the kernel's parameter list."""
+    """The launches before `library._split_combine`: two, or one where the record is online. `a` is the shared
+    attention setup of library.py (`_attention_setup`): the valid-length prologue, the loop bound, the dtypes and
+    the output map; `signature(block)` the kernel's parameter list."""
     p: AttentionKernel = k.spec
     q, kk, v = k.args[:3]
     mask = k.args[3] if p.mask != "none" else None
@@ -95,10 +108,11 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     G = 1 << (g - 1).bit_length()  # the group padded to a power of two (heads past g are zeros)
     NV = max(1, G // lpk)  # scores a lane holds after the reduce-scatter
     PV = -(-g // lpk)  # probabilities a lane computes in the second launch
-    reduce, hb_terms, n, o = [], [], G, lpk // 2
+    reduce, hb_terms, levels, n, o = [], [], [], G, lpk // 2
     while o >= 1:
         if n > 1:  # keep one half of the values (the upper where this lane's bit o is set), add the partner's
             half = n // 2
+            levels.append((o, half))
             reduce += [f"    {{ const bool up = (li & {o}) != 0;",
                        "      #pragma unroll",
                        f"      for (int i = 0; i < {half}; ++i) {{",
@@ -130,6 +144,8 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     for (int u = 0; u < {UNROLL}; ++u) {{
       if (base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je) break;
       const {ityp} j = {key};"""
+    keep_scores = f"""  // this KV head's scores, [key][group head], after the split record
+  float* sc = out1 + {p.rows * splits * stride} + (bi * {hk} + kvh) * {p.kv_len * g};"""
     head = f"""{PRELUDE}{REDUCE_HELPERS}
 {signature(32 * WARPS)} {{
 {WAIT}
@@ -142,8 +158,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   const {ityp} jend = {a.jmax};
   const {ityp} per = (jend + {splits} - 1) / {splits};
   const {ityp} jb = split * per, je = min(jend, jb + per);
-  // this KV head's scores, [key][group head], after the split record
-  float* sc = out1 + {p.rows * splits * stride} + (bi * {hk} + kvh) * {p.kv_len * g};
+{"" if p.online else keep_scores}
   const uint4* krow = reinterpret_cast<const uint4*>(a1 + {kk.offset} + bi * {ks[0]} + kvh * {ks[1]} + li * {_VEC});
   const uint4* vrow = reinterpret_cast<const uint4*>(a2 + {v.offset} + bi * {vs[0]} + kvh * {vs[1]} + li * {_VEC});
 """
@@ -178,7 +193,12 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
       s_[i] = s;
     }}
   }};
-  float m[{NV}], l[{NV}];
+"""
+    b = p.batch
+    if p.online:
+        return [(stats + _online_split(p, dt, ityp, levels, rounds, key, ks[2] // _VEC, vs[2] // _VEC, stride),
+                 Launch((b * hk, splits, 1), 32 * WARPS, ptrs))]
+    stats += f"""  float m[{NV}], l[{NV}];
   #pragma unroll
   for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
 {rounds("kw", "krow", ks[2] // _VEC)}
@@ -324,6 +344,134 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   }}
 }}
 """
-    b = p.batch
     return [(stats, Launch((b * hk, splits, 1), 32 * WARPS, ptrs)),
             (accumulate, Launch((b * hk, splits, 1), 32 * WARPS, ptrs))]
+
+
+def _online_split(p: AttentionKernel, dt: str, ityp: str, levels: list[tuple[int, int]], rounds, key: str,
+                  k_stride: int, v_stride: int, stride: int) -> str:
+    """The rest of the online launch, after the query and the `scores` helper. Each round of loads (keys and values
+    together) first computes the scores of all its key groups, then the warp's running max of each head over them
+    (one rescale of the sum and the output a round, none where the max holds), then the probabilities (each lane its
+    own heads' exponentials, as after the reduce-scatter; shuffles hand them to the lanes of the head dim) times v.
+    The warps' parts merge at the block's max into the split's record (max, sum, unnormalised output). `levels` are
+    the reduce-scatter's (lane bit, half) steps: which lane holds which head's score afterwards."""
+    d, g = p.head_dim, p.heads // p.kv_heads
+    lpk = d // _VEC
+    G = 1 << (g - 1).bit_length()
+    NV = max(1, G // lpk)
+    # the lane (of a key's lanes) and the register holding head gi's values: the first lane whose heads hb..
+    # hb + NV - 1 include it (lanes differing only in the bits the reduce-scatter did not use hold the same)
+    holder = {}
+    for li in range(lpk):
+        hb = sum(half for bit, half in levels if li & bit)
+        for i in range(NV):
+            holder.setdefault(hb + i, (li, i))
+
+    def each_head(body: str) -> str:
+        return "\n".join(body.format(gi=gi, li=holder[gi][0], i=holder[gi][1], lpk=lpk, vec=_VEC) for gi in range(g))
+
+    values = f"""
+    uint4 vw[{UNROLL}];
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) vw[u] = __ldg(vrow + min({key}, je - 1) * {v_stride});
+    float sv[{UNROLL}][{NV}];
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u)
+      #pragma unroll
+      for (int i = 0; i < {NV}; ++i) sv[u][i] = {NEG_INF_F};"""
+    rescale = each_head("""    {{ const float f = __shfl_sync(0xffffffffu, fr[{i}], sub * {lpk} + {li});
+      #pragma unroll
+      for (int e = 0; e < {vec}; ++e) o[{gi}][e] *= f; }}""")
+    accumulate = each_head("""      {{ const float pj = __shfl_sync(0xffffffffu, pr[{i}], sub * {lpk} + {li});
+        #pragma unroll
+        for (int e = 0; e < {vec}; ++e) o[{gi}][e] = fmaf(pj, vf[e], o[{gi}][e]); }}""")
+    holders = each_head("""    if (sub == 0 && li == {li}) {{ wm[warp][{gi}] = mr[{i}]; wl[warp][{gi}] = ls[{i}]; }}""")
+    return f"""  // this lane's heads (as after the reduce-scatter): the running max, uniform across its keys, and
+  // the sum of exponentials of this lane's keys at it; every head's output for this lane's chunk of the head dim
+  float mr[{NV}], ls[{NV}], o[{g}][{_VEC}];
+  #pragma unroll
+  for (int i = 0; i < {NV}; ++i) {{ mr[i] = {NEG_INF_F}; ls[i] = 0.0f; }}
+  #pragma unroll
+  for (int gi = 0; gi < {g}; ++gi)
+    #pragma unroll
+    for (int e = 0; e < {_VEC}; ++e) o[gi][e] = 0.0f;
+{rounds("kw", "krow", k_stride, values)}
+      float s_[{NV}];
+      scores(kw[u], min(j, je - 1), s_);
+      #pragma unroll
+      for (int i = 0; i < {NV}; ++i) sv[u][i] = (j < je) ? s_[i] : {NEG_INF_F};
+    }}
+    // the round's max over the warp's keys; where it grows, the factor that takes the sum and output to it (0 from
+    // -inf: nothing summed yet; a NaN score makes the max NaN, and the row NaN, as the graph's softmax does)
+    float fr[{NV}];
+    #pragma unroll
+    for (int i = 0; i < {NV}; ++i) {{
+      float mx = sv[0][i];
+      #pragma unroll
+      for (int u = 1; u < {UNROLL}; ++u) mx = npu_max(mx, sv[u][i]);
+      #pragma unroll
+      for (int o2 = {lpk}; o2 < 32; o2 <<= 1) mx = npu_max(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+      mx = npu_max(mr[i], mx);
+      fr[i] = (mr[i] == {NEG_INF_F}) ? 0.0f : ((mx == mr[i]) ? 1.0f : __expf(mr[i] - mx));
+      ls[i] *= fr[i];
+      mr[i] = mx;
+    }}
+{rescale}
+    #pragma unroll
+    for (int u = 0; u < {UNROLL}; ++u) {{
+      if (base + ({ityp})(u * {WARPS} + warp) * {_kpw(lpk)} >= je) break;
+      float pr[{NV}];
+      #pragma unroll
+      for (int i = 0; i < {NV}; ++i) {{
+        pr[i] = (sv[u][i] == {NEG_INF_F}) ? 0.0f : __expf(sv[u][i] - mr[i]);
+        ls[i] += pr[i];
+      }}
+      float vf[{_VEC}];
+      {_unpack(dt, 'vw[u]', 'vf')}
+{accumulate}
+    }}
+  }}
+  // the warp's keys share its max: their sums and outputs add up
+  #pragma unroll
+  for (int i = 0; i < {NV}; ++i)
+    #pragma unroll
+    for (int o2 = {lpk}; o2 < 32; o2 <<= 1) ls[i] += __shfl_xor_sync(0xffffffffu, ls[i], o2);
+  #pragma unroll
+  for (int gi = 0; gi < {g}; ++gi)
+    #pragma unroll
+    for (int e = 0; e < {_VEC}; ++e)
+      #pragma unroll
+      for (int o2 = {lpk}; o2 < 32; o2 <<= 1) o[gi][e] += __shfl_xor_sync(0xffffffffu, o[gi][e], o2);
+  __shared__ float wm[{WARPS}][{g}], wl[{WARPS}][{g}], wo[{WARPS}][{g}][{d}];
+{holders}
+  if (sub == 0) {{
+    #pragma unroll
+    for (int gi = 0; gi < {g}; ++gi)
+      #pragma unroll
+      for (int e = 0; e < {_VEC}; ++e) wo[warp][gi][li * {_VEC} + e] = o[gi][e];
+  }}
+  __syncthreads();
+  // the split's record per head: the warps' parts at the block's max
+  for (int t = threadIdx.x; t < {g * d}; t += blockDim.x) {{
+    const int gi = t / {d}, dd = t % {d};
+    float mb = wm[0][gi];
+    #pragma unroll
+    for (int w = 1; w < {WARPS}; ++w) mb = npu_max(mb, wm[w][gi]);
+    float acc = 0.0f, lb = 0.0f;
+    #pragma unroll
+    for (int w = 0; w < {WARPS}; ++w) {{
+      const float f = (wm[w][gi] == {NEG_INF_F}) ? 0.0f : __expf(wm[w][gi] - mb);
+      acc = fmaf(wo[w][gi][dd], f, acc);
+      lb = fmaf(wl[w][gi], f, lb);
+    }}
+    float* part = out1 + ((bi * {p.heads} + kvh * {g} + gi) * {p.splits} + split) * {stride};
+    part[2 + dd] = acc;
+    if (dd == 0) {{ part[0] = mb; part[1] = lb; }}
+  }}
+}}
+"""
+
+
+def _kpw(lpk: int) -> int:
+    return 32 // lpk  # keys a warp holds at a time

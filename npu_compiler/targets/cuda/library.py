@@ -463,7 +463,7 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     if grouped_decode_applies(k, program):
         # one block per (KV head, split) for the whole query-head group: each key and value row read once
         launches = grouped_decode(k, program, a, lambda block: _signature(k, program, block), _ptrs(k))
-        return launches + [_split_combine(k, program, a)]
+        return launches + [_split_combine(k, program, a, online=k.spec.online)]
     p: AttentionKernel = k.spec
     ityp, d, dv, dpl, vpl, vd, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.pd
     rows = a.b * a.h * a.t
@@ -554,27 +554,49 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
             _split_combine(k, program, a)]
 
 
-def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn) -> tuple[str, Launch]:
+def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn, online: bool = False) -> tuple[str, Launch]:
     """The last launch of split attention: each row's output is the sum of its splits' partial outputs. A block
     owns (row, 32 output columns); its COMBINE_WARPS warps each sum every COMBINE_WARPS-th split with COMBINE_UNROLL
     loads in flight, then one warp adds the warps' sums in a fixed order. One thread a column summing every split in
-    turn (12 blocks for a decode step's 12 heads) was a chain of 100-odd dependent loads a layer."""
+    turn (12 blocks for a decode step's 12 heads) was a chain of 100-odd dependent loads a layer. `online`: the
+    splits' outputs are at their own max, unnormalised (decode_attention.py); each is weighed by exp(its max - the
+    row's max) / the row's sum, the weights computed once a row into shared memory (a row none of whose keys is
+    visible gives zeros)."""
     p: AttentionKernel = k.spec
     rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, p.splits, 2 + a.dv, a.ityp, a.dv, a.od
     nw, un = COMBINE_WARPS, COMBINE_UNROLL
-    src = f"""{PRELUDE}
+    weights, weigh = "", ""
+    if online:
+        weights = f"""
+    const float* stats = out1 + row * {splits} * {stride};
+    float mx = {NEG_INF_F};
+    for (int s2 = threadIdx.x; s2 < {splits}; s2 += blockDim.x) mx = npu_max(mx, stats[s2 * {stride}]);
+    mx = npu_block_reduce(mx, NpuMax(), red);
+    float tot = 0.0f;
+    for (int s2 = threadIdx.x; s2 < {splits}; s2 += blockDim.x) {{
+      const float m2 = stats[s2 * {stride}];
+      tot += (m2 == {NEG_INF_F}) ? 0.0f : stats[s2 * {stride} + 1] * __expf(m2 - mx);
+    }}
+    tot = npu_block_reduce(tot, NpuSum(), red);
+    for (int s2 = threadIdx.x; s2 < {splits}; s2 += blockDim.x) {{
+      const float m2 = stats[s2 * {stride}];
+      wt[s2] = (m2 == {NEG_INF_F}) ? 0.0f : __expf(m2 - mx) / tot;
+    }}
+    __syncthreads();"""
+        weigh = " * wt[s2]"
+    src = f"""{PRELUDE}{REDUCE_HELPERS if online else ""}
 {_signature(k, program, 32 * nw)} {{
 {WAIT}
-  __shared__ float part[{nw}][33];
+  __shared__ float part[{nw}][33];{f"{chr(10)}  __shared__ float wt[{splits}], red[32];" if online else ""}
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const {ityp} dd = ({ityp})blockIdx.y * 32 + lane;
   for ({ityp} row = blockIdx.x; row < {rows}; row += gridDim.x) {{
     const {ityp} ti = row % {a.t}; const {ityp} t1 = row / {a.t};
-    const {ityp} hi = t1 % {a.h}; const {ityp} bi = t1 / {a.h};
+    const {ityp} hi = t1 % {a.h}; const {ityp} bi = t1 / {a.h};{weights}
     const float* base = out1 + row * {splits} * {stride} + 2 + min(dd, ({ityp}){dv - 1});
     float r = 0.0f;
     #pragma unroll {un}
-    for (int s2 = warp; s2 < {splits}; s2 += {nw}) r += base[s2 * {stride}];
+    for (int s2 = warp; s2 < {splits}; s2 += {nw}) r += base[s2 * {stride}]{weigh};
     part[warp][lane] = r;
     __syncthreads();
     if (warp == 0 && dd < {dv}) {{

@@ -94,8 +94,8 @@ class CudaTarget(CodegenTarget):
     def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip) -> tuple[int, int]:
         return tile_splits(batch, heads, q_len, kv_len, may_skip)
 
-    def decode_attention_scratch(self, batch, heads, q_len, kv_len) -> int:
-        return scores_scratch(batch, heads, q_len, kv_len)
+    def decode_attention_scratch(self, batch, heads, q_len, kv_len, online) -> int:
+        return scores_scratch(batch, heads, q_len, kv_len, online)
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
         return convs_on_tensor_cores(convs, self.arch)
