@@ -4,10 +4,11 @@ timed as a user sees it, beside PyTorch eager and torch.compile on the same GPU 
 Rows: compile of both programs and load (kernel cache warm), one prefill call of `--prefill-len` tokens keeping the
 last token's logits, `npusim generate` of a `--prompt`-token prompt (time to first token, decode rate at that
 context). Peers: the Hugging Face model's whole forward over the same tokens (logits of the last token only), eager
-and torch.compile (default mode).
+and torch.compile (default mode). Both sides use the attention `--attn` names (transformers' default, SDPA, unless
+told otherwise).
 
     python bench/bench_generate.py [--config qwen2.5-1.5b] [--prefill-len 2048] [--prompt 2000] [--new 256]
-        [--json out.json]
+        [--attn sdpa] [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=2000, help="prompt length for generate")
     ap.add_argument("--new", type=int, default=256, help="new tokens for generate")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--attn", default="sdpa", choices=["eager", "sdpa"], help="attention implementation to export")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -50,12 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     backend = npu_runtime.get_backend()
     device = "cuda" if backend.name == "cuda" else "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    row: dict = {"config": args.config, "backend": backend.name, "prefill_len": args.prefill_len}
+    row: dict = {"config": args.config, "backend": backend.name, "prefill_len": args.prefill_len, "attn": args.attn}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "llm"
         t = time.perf_counter()
         export_llm(out, config=args.config, random_weights=True, max_cache_len=args.max_cache_len,
-                   prefill_len=args.prefill_len, target=backend.compile_target())
+                   prefill_len=args.prefill_len, target=backend.compile_target(), attn_implementation=args.attn)
         row["export_and_compile_s"] = time.perf_counter() - t
         LLM.load(out, backend)  # warms the kernel cache
         import npu_compiler
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         # peers: the same model (the folder's random weights) in PyTorch, last-token logits only
         from transformers import Qwen2ForCausalLM
 
-        model = Qwen2ForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(device).eval()
+        model = Qwen2ForCausalLM.from_pretrained(out, dtype=torch.bfloat16, attn_implementation=args.attn)
+        model = model.to(device).eval()
         x = torch.from_numpy(ids)[None].to(device)
         with torch.no_grad():
             row["eager_prefill_ms"] = _median_ms(lambda: model(x, logits_to_keep=1), sync, args.iters)
