@@ -417,6 +417,36 @@ def test_long_masked_prefill_attention_splits_its_keys() -> None:
 
 
 @needs_nvrtc
+def test_online_split_attention_sources_compile() -> None:
+    """SDPA over many rows and keys under a causal mask given as a tensor is an online record: its key splits run one
+    pass each, then the combining launch (which marks the row blocks whose combined max fails the skipping's guard),
+    then the repair launch that recomputes those exactly, one block a row block; all three assemble."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.cuda import flash_attention as FA
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, m):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+
+    t = lk = 1100
+    vis = torch.arange(lk)[None, :] <= torch.arange(t)[:, None]
+    mask = torch.where(vis, 0.0, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)[None, None]
+    args = [torch.zeros(1, 4, t, 64, dtype=torch.bfloat16), torch.zeros(1, 2, lk, 64, dtype=torch.bfloat16),
+            torch.zeros(1, 2, lk, 64, dtype=torch.bfloat16), mask]
+    program = npu_compiler.compile(ir_dict(Sdpa(), args, "sdpa_attention"), "cuda", dtype="bfloat16")
+    att = next(k for k in program.kernels if k.kind == "attention")
+    assert att.spec.online and att.spec.splits >= 2
+    row_blocks = -(-t // FA.BM)
+    r = rendered(program)
+    steps = r.steps[program.kernels.index(att)]
+    assert [s.launch.grid for s in steps][::2] == [(row_blocks, 4, att.spec.splits), (row_blocks, 4, 1)]
+    assert "mma.sync" in r.sources[steps[0].source] and "atomicOr" in r.sources[steps[1].source]
+    failures = _check_sources({s.source: r.sources[s.source] for s in steps})
+    assert not failures, failures[0]
+
+
+@needs_nvrtc
 def test_masked_softmax_sources_compile() -> None:
     """npu.softmax (scale and mask read with the row) renders and assembles in every dtype."""
     from helpers import export_ir

@@ -75,7 +75,8 @@ CASES = {
     "sdpa_is_causal_bf16": ("bfloat16", Sdpa(True), 2, 8, 2, 150, 150, 128, None),
     "sdpa_bool_blocks_fp16": ("float16", Sdpa(False), 1, 4, 1, 96, 200, 128, "bool_blocks"),
     "sdpa_nomask_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 17, 33, 16, None),
-    # rows that see many key tiles: the keys split across blocks (stats, accumulate, combine launches)
+    # rows that see many key tiles: the keys split across blocks (stats, accumulate, combine launches; online records:
+    # one pass, combine, repair)
     "split_eager_causal_finfo_bf16": ("bfloat16", Eager(), 1, 4, 2, 1100, 1100, 128, "causal_finfo"),
     # a row that sees nothing under a finfo.min mask: every split computes every tile (the guard of the skipping)
     "split_eager_dead_row_bf16": ("bfloat16", Eager(), 1, 2, 1, 1030, 1100, 64, "finfo_dead_row"),
@@ -83,6 +84,10 @@ CASES = {
     "split_sdpa_is_causal_bf16": ("bfloat16", Sdpa(True), 1, 4, 2, 1040, 1040, 64, None),
     # no mask, but too few blocks to fill the GPU
     "split_sdpa_nomask_bf16": ("bfloat16", Sdpa(False), 1, 2, 2, 40, 1100, 64, None),
+    # SDPA is online (one pass a split, the splits combined at the row's max): HF's causal mask as a tensor (the
+    # dead tiles skipped), and a row that sees nothing under it, which the repair launch computes again exactly
+    "split_sdpa_causal_finfo_bf16": ("bfloat16", Sdpa(False), 1, 4, 2, 1100, 1100, 128, "causal_finfo"),
+    "split_sdpa_dead_row_bf16": ("bfloat16", Sdpa(False), 1, 2, 1, 1030, 1100, 64, "finfo_dead_row"),
     # the output stored head-last, as the heads are read back (one launch; three with splits)
     "heads_back_eager_causal_bf16": ("bfloat16", HeadsBack(Eager()), 2, 6, 2, 150, 150, 64, "causal_finfo"),
     "split_heads_back_sdpa_is_causal_fp16": ("float16", HeadsBack(Sdpa(True)), 1, 4, 2, 1040, 1040, 128, None),
@@ -150,6 +155,7 @@ def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     assert len(attn) == 1 and not any(k.kind == "gemm" for k in program.kernels), [k.kind for k in program.kernels]
     assert "mma.sync" in CudaTarget().kernel_sources(attn[0], program)[0], "the tiled kernel was not chosen"
     assert (attn[0].spec.splits > 0) == name.startswith("split_"), attn[0].spec
+    assert attn[0].spec.online == ("sdpa" in name), attn[0].spec  # eager graphs round the probabilities themselves
     out = attn[0].outs[0]
     assert (out.strides[1] < out.strides[2]) == ("heads_back" in name), out  # [b, t, h, d] in memory
     assert len(program.kernels) == 1 + ("heads_back" in name), [k.group for k in program.kernels]

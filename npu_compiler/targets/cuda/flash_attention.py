@@ -143,6 +143,11 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
         grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
         return [(_source(k, program, signature, ityp, "single"), Launch(grid, 32 * WARPS, ptrs))]
     grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
+    if p.online:
+        rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
+        return [(_source(k, program, signature, ityp, "online"), Launch(grid, 32 * WARPS, ptrs)),
+                _combine(k, program, signature, ptrs, ityp),
+                (_source(k, program, signature, ityp, "repair"), Launch(rows_grid, 32 * WARPS, ptrs))]
     return [(_source(k, program, signature, ityp, "stats"), Launch(grid, 32 * WARPS, ptrs)),
             (_source(k, program, signature, ityp, "accumulate"), Launch(grid, 32 * WARPS, ptrs)),
             _combine(k, program, signature, ptrs, ityp)]
@@ -284,7 +289,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
     causal_test = " && j <= ti" if p.is_causal else ""
 
-    split = p.splits > 0
+    split = p.splits > 0 and mode != "repair"
     rbs = -(-t // BM)  # row blocks per (batch, head)
     tps = -(-n_tiles // p.splits) if split else n_tiles  # key tiles per split
     stride = 2 + d
@@ -299,7 +304,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   const long long rowbase = (long long)blockIdx.y * {t};  // this (batch, head)'s first row in the record
   int* const flags = reinterpret_cast<int*>(out1 + {flag_base}LL)
                      + ((long long)blockIdx.y * {rbs} + blockIdx.x) * {p.splits};"""
-        if mode == "accumulate":
+        if mode in ("accumulate", "online"):
             split_head += f"\n  int* const used = flags + {flag_count}LL;"
     pass2_loop = f"""
   // pass 2: probabilities rounded as the graph rounds them, in the operand dtype, times V. K of the next tile is
@@ -355,6 +360,86 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
     cur = nx;
   }}"""
+    online_loop = f"""
+  // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
+  // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
+  // the operand dtype for P V (as ATen's fused kernels do), the sum adds them before that rounding. K of the next
+  // tile is copied during this tile's P V, V of the next during the next tile's Q K^T.
+  float oacc[{d // 8}][4];
+  #pragma unroll
+  for (int nb = 0; nb < {d // 8}; ++nb) oacc[nb][0] = oacc[nb][1] = oacc[nb][2] = oacc[nb][3] = 0.0f;
+  mx[0] = mx[1] = {NEG_INF_F};
+  sum[0] = sum[1] = 0.0f;
+  int cur = next_tile(tile_lo - 1);
+  if (cur < tile_hi) {{
+    load_tile(Ks, a1, ({ityp})cur * {BN}, false);
+    load_tile(Vs, a2, ({ityp})cur * {BN}, true);
+  }} else {{
+    tc_commit();
+    tc_commit();
+  }}
+  while (cur < tile_hi) {{
+    const int nx = next_tile(cur);
+    tc_wait<1>();
+    __syncthreads();
+    scores(({ityp})cur * {BN}, Ks);
+    float mu[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {{
+      float tm = {NEG_INF_F};
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb) tm = fmaxf(tm, fmaxf(sacc[nb][2 * r], sacc[nb][2 * r + 1]));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+      const float mn = fmaxf(mx[r], tm);
+      if (mn != mx[r]) {{  // (exp(-inf) is 0: nothing summed yet)
+        const float f = __expf(mx[r] - mn);
+        sum[r] *= f;
+        #pragma unroll
+        for (int nb = 0; nb < {d // 8}; ++nb) {{
+          oacc[nb][2 * r] *= f;
+          oacc[nb][2 * r + 1] *= f;
+        }}
+        mx[r] = mn;
+      }}
+      mu[r] = (mx[r] == {NEG_INF_F}) ? 0.0f : mx[r];  // a row with every key so far hidden: exp(-inf - 0) = 0
+    }}
+    unsigned pf[{BN // 16}][4];
+    #pragma unroll
+    for (int nb = 0; nb < {BN // 8}; ++nb) {{
+      float pr[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {{
+        pr[e] = __expf(sacc[nb][e] - mu[e >> 1]);
+        sum[e >> 1] += pr[e];
+      }}
+      pf[nb >> 1][(nb & 1) * 2] = fa_pack(pr[0], pr[1]);
+      pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
+    }}
+    __syncthreads();
+    if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
+    tc_wait<1>();  // V of this tile (K of the next may still be in flight)
+    __syncthreads();
+    #pragma unroll
+    for (int s = 0; s < {BN // 16}; ++s) {{
+      #pragma unroll
+      for (int dp = 0; dp < {dp_}; ++dp) {{
+        unsigned r[4];
+        tc_ldsm_t(r, &Vs[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
+        tc_mma(oacc[2 * dp], pf[s], r[0], r[1]);
+        tc_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
+      }}
+    }}
+    __syncthreads();
+    if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
+    cur = nx;
+  }}
+  // each row's sum over its four threads (their max is the same)
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {{
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+  }}"""
     store = f"""
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb)
@@ -365,7 +450,50 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       if (ti < {t}) out0[{g.o_at}] = {store_expr(od, 'oacc[nb][e]', 'float32')};
     }}"""
     guard_rows = f"(row0 < {t} && !(mx[0] > {dead} / 4.0f)) || (row1 < {t} && !(mx[1] > {dead} / 4.0f))"
-    if not split:
+    # this split's share of the rows' outputs, in float32, for the combining launch
+    partial_out = f"""
+  #pragma unroll
+  for (int nb = 0; nb < {d // 8}; ++nb)
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {{
+      const {ityp} ti = r ? row1 : row0;
+      if (ti < {t})
+        *reinterpret_cast<float2*>(out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2 + nb * 8 + 2 * t4) =
+            make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
+    }}"""
+    if mode == "online":
+        # one pass over this split's live tiles (their choice as in the stats launch); the record gets each row's max
+        # and sum and its output at that max, the flags whether the block computed anything and whether a score was
+        # of absurd size (the combining launch checks the skipping's guard on the combined max)
+        tile_choice = live_scan
+        middle = """  int bits = 0;
+  for (int i = tile_lo; i < tile_hi; ++i)
+    bits |= (tlive[i] ? 1 << (i - tile_lo) : 0) | (tmixed[i] ? 1 << (i - tile_lo + 16) : 0);
+  if (!(bits & 0x7fff)) {
+    if (tid == 0) {
+      flags[z] = bits;
+      used[z] = 0;
+    }
+    return;
+  }
+  load_q();
+"""
+        tail = online_loop + f"""
+  if (__syncthreads_or({str(additive).lower()} && big >= {guard})) bits |= 1 << 15;
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {{
+    const {ityp} row = r ? row1 : row0;
+    if (t4 == 0 && row < {t}) {{
+      float* st = out1 + (rowbase + row) * {p.splits * stride} + z * {stride};
+      st[0] = mx[r];
+      st[1] = sum[r];
+    }}
+  }}""" + partial_out + """
+  if (tid == 0) {
+    flags[z] = bits;
+    used[z] = 1;
+  }"""
+    elif not split:
         tile_choice, tail = live_scan, pass2_loop + store
         middle = f"""  for (int attempt = 0; attempt < 2; ++attempt) {{
     pass1();
@@ -444,25 +572,23 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     tile_hi = min(ntiles, tile_lo + {tps});
   }}
 """
-        tail = pass2_loop + f"""
-  // this split's share of the rows' outputs, in float32, for the combining launch
-  #pragma unroll
-  for (int nb = 0; nb < {d // 8}; ++nb)
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {{
-      const {ityp} ti = r ? row1 : row0;
-      if (ti < {t})
-        *reinterpret_cast<float2*>(out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2 + nb * 8 + 2 * t4) =
-            make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
-    }}
+        tail = pass2_loop + partial_out + """
   if (tid == 0) used[z] = 1;"""
+    repair_exit = ""
+    if mode == "repair":
+        # the row blocks whose combined max (or a score of absurd size) said the online launch's skipping cannot be
+        # trusted, marked by the combining launch (bit 31 of the block's first split flags): those run again here,
+        # exactly and as one block each; the others stop at once
+        repair_exit = f"""
+  if (!((reinterpret_cast<const int*>(out1 + {flag_base}LL)[((long long)blockIdx.y * {rbs} + blockIdx.x) * {p.splits}]
+         >> 31) & 1)) return;"""
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
   return *reinterpret_cast<const unsigned*>(&v);
 }}
 {signature(32 * WARPS, MIN_BLOCKS)} {{
-{WAIT}
+{WAIT}{repair_exit}
   __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
   __shared__ __align__(16) unsigned short Vs[{BN * dpad}];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -613,7 +739,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
 
 def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str) -> tuple[str, Launch]:
     """The last launch of split attention: each row's output is the sum, in split order, of the partial outputs of
-    the splits whose accumulate block computed something."""
+    the splits whose accumulate block computed something. Online: each split's output is at its own max,
+    unnormalised; they add up weighed by exp(its max - the row's max), over the row's sum (a row with no visible key
+    gives zeros). Where the row's max is at or below the skipping's threshold, or a split saw a score of absurd size,
+    the skipped tiles may not add zero: the row block is marked for the repair launch (bit 31 of its first split's
+    flags)."""
     p: AttentionKernel = k.spec
     g = attention_geometry(k, "cuda")
     b, h, t, dv = g.b, g.h, g.t, p.v_dim
@@ -623,23 +753,51 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     pairs = dv // 2
     n = rows * pairs
     block = 128
-    src = f"""{PRELUDE}
-{signature(block, 0)} {{
-{WAIT}
-  const int* const used = reinterpret_cast<const int*>(out1 + {rows * splits * stride}LL) + {b * h * rbs * splits}LL;
-  for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; i < {n}LL; i += (long long)gridDim.x * {block}) {{
-    const long long row = i / {pairs};
-    const {ityp} d0 = (i % {pairs}) * 2;
-    const {ityp} ti = row % {t}; const long long bh = row / {t};
-    const {ityp} hi = bh % {h}, bi = bh / {h};
-    const int* u = used + (bh * {rbs} + ti / {BM}) * {splits};
+    additive = g.mask is not None and p.mask == "additive"
+    dead = literal(dead_threshold(program.dtype_of(g.mask)) if additive else -1e30, "float32")
+    if p.online:
+        gather = f"""
+    float mx = {NEG_INF_F};
+    for (int zz = 0; zz < {splits}; ++zz)
+      if (u[zz]) mx = fmaxf(mx, out1[(row * {splits} + zz) * {stride}]);
+    float2 acc = make_float2(0.0f, 0.0f);
+    float tot = 0.0f;
+    bool huge = false;
+    for (int zz = 0; zz < {splits}; ++zz)
+      if (u[zz]) {{
+        const float* st = out1 + (row * {splits} + zz) * {stride};
+        const float f = (st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx);
+        const float2 v = *reinterpret_cast<const float2*>(st + 2 + d0);
+        tot += st[1] * f;
+        acc.x += v.x * f;
+        acc.y += v.y * f;
+        huge |= (fl[zz] >> 15) & 1;
+      }}
+    const float inv = (mx == {NEG_INF_F}) ? 0.0f : 1.0f / tot;
+    acc.x *= inv;
+    acc.y *= inv;
+    if ({str(additive).lower()} && d0 == 0 && (huge || !(mx > {dead} / 4.0f))) atomicOr(fl, 1 << 31);"""
+    else:
+        gather = f"""
     float2 acc = make_float2(0.0f, 0.0f);
     for (int zz = 0; zz < {splits}; ++zz)
       if (u[zz]) {{
         const float2 v = *reinterpret_cast<const float2*>(out1 + (row * {splits} + zz) * {stride} + 2 + d0);
         acc.x += v.x;
         acc.y += v.y;
-      }}
+      }}"""
+    src = f"""{PRELUDE}
+{signature(block, 0)} {{
+{WAIT}
+  int* const flags = reinterpret_cast<int*>(out1 + {rows * splits * stride}LL);
+  const int* const used = flags + {b * h * rbs * splits}LL;
+  for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; i < {n}LL; i += (long long)gridDim.x * {block}) {{
+    const long long row = i / {pairs};
+    const {ityp} d0 = (i % {pairs}) * 2;
+    const {ityp} ti = row % {t}; const long long bh = row / {t};
+    const {ityp} hi = bh % {h}, bi = bh / {h};
+    const int* u = used + (bh * {rbs} + ti / {BM}) * {splits};
+    int* const fl = flags + (bh * {rbs} + ti / {BM}) * {splits};{gather}
     #pragma unroll
     for (int e = 0; e < 2; ++e) {{
       const {ityp} dd = d0 + e;
