@@ -40,6 +40,17 @@ block, head, split), in three launches over the record's float32 scratch:
 3. combine: each row's output is the sum, in split order, of the partial outputs that were written.
 Measured on the H100 (bf16, 12 heads over 2 KV heads, head dim 128, 2048 rows): 0.178 -> 0.157 ms with `is_causal`,
 0.246 -> 0.225 ms with an additive causal mask; runs of 4 tiles instead of 8 were slower (0.198 ms).
+
+An online record (SDPA: the graph leaves the probabilities' rounding to the kernel) with key splits makes one pass:
+1. online: a split block chooses its tiles as the stats launch does and keeps each row's running max over them,
+   rescaling the row's sum and output where it grows; the probabilities against it are rounded to the operand dtype
+   for P V (as ATen's fused kernels do); the record gets the split's max, sum and unnormalised output;
+2. combine: the splits added at the row's max, over the row's sum. The skipping's guard needs the combined max, so
+   this launch checks it: a row block with a row at or below the threshold, or a score of absurd size, is marked;
+3. repair: one block a row block, stopping at once unless marked; a marked one computes its rows again with the
+   exact single-block kernel above (every tile where its guard fails).
+Qwen2.5-1.5B's prefill (2048 rows, HF's causal mask as a tensor): 250 -> 191 us a layer against the three exact
+launches.
 """
 
 from __future__ import annotations
