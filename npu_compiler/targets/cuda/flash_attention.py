@@ -317,17 +317,13 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
                      + ((long long)blockIdx.y * {rbs} + blockIdx.x) * {p.splits};"""
         if mode in ("accumulate", "online"):
             split_head += f"\n  int* const used = flags + {flag_count}LL;"
-    pass2_loop = f"""
-  // pass 2: probabilities rounded as the graph rounds them, in the operand dtype, times V. K of the next tile is
-  // copied during this tile's P V, V of the next tile during the next tile's Q K^T.
-  float oacc[{d // 8}][4];
+    # the P V loop's pieces, shared by pass 2 and the online pass: the accumulators; the first tiles' copies and the
+    # loop's head up to the tile's scores; after the probabilities (pf), their product with V and the next copies
+    acc_init = f"""  float oacc[{d // 8}][4];
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb) oacc[nb][0] = oacc[nb][1] = oacc[nb][2] = oacc[nb][3] = 0.0f;
-  // a row with every key hidden attends to nothing: exp(-inf - 0) * 0 gives its zeros with no test per score
-  const float inv0 = (mx[0] == {NEG_INF_F}) ? 0.0f : 1.0f / sum[0];
-  const float inv1 = (mx[1] == {NEG_INF_F}) ? 0.0f : 1.0f / sum[1];
-  const float mu0 = (mx[0] == {NEG_INF_F}) ? 0.0f : mx[0], mu1 = (mx[1] == {NEG_INF_F}) ? 0.0f : mx[1];
-  int cur = next_tile(tile_lo - 1);
+"""
+    loop_start = f"""  int cur = next_tile(tile_lo - 1);
   if (cur < tile_hi) {{
     load_tile(Ks, a1, ({ityp})cur * {BN}, false);
     load_tile(Vs, a2, ({ityp})cur * {BN}, true);
@@ -339,21 +335,8 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     const int nx = next_tile(cur);
     tc_wait<1>();
     __syncthreads();
-    scores(({ityp})cur * {BN}, Ks);
-    // the probabilities packed in the operand dtype for P V: the packing rounds them to nearest even, which is the
-    // graph's rounding when they are stored in that dtype (tiles_apply: the operand dtype or float32), so no
-    // rounding of their own comes before it
-    unsigned pf[{BN // 16}][4];
-    #pragma unroll
-    for (int nb = 0; nb < {BN // 8}; ++nb) {{
-      float pr[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        pr[e] = __expf(sacc[nb][e] - ((e >> 1) ? mu1 : mu0)) * ((e >> 1) ? inv1 : inv0);
-      pf[nb >> 1][(nb & 1) * 2] = fa_pack(pr[0], pr[1]);
-      pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
-    }}
-    __syncthreads();
+    scores(({ityp})cur * {BN}, Ks);"""
+    loop_end = f"""    __syncthreads();
     if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
     tc_wait<1>();  // V of this tile (K of the next may still be in flight)
     __syncthreads();
@@ -371,29 +354,36 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
     cur = nx;
   }}"""
+    pass2_loop = f"""
+  // pass 2: probabilities rounded as the graph rounds them, in the operand dtype, times V. K of the next tile is
+  // copied during this tile's P V, V of the next tile during the next tile's Q K^T.
+{acc_init}  // a row with every key hidden attends to nothing: exp(-inf - 0) * 0 gives its zeros with no test per score
+  const float inv0 = (mx[0] == {NEG_INF_F}) ? 0.0f : 1.0f / sum[0];
+  const float inv1 = (mx[1] == {NEG_INF_F}) ? 0.0f : 1.0f / sum[1];
+  const float mu0 = (mx[0] == {NEG_INF_F}) ? 0.0f : mx[0], mu1 = (mx[1] == {NEG_INF_F}) ? 0.0f : mx[1];
+{loop_start}
+    // the probabilities packed in the operand dtype for P V: the packing rounds them to nearest even, which is the
+    // graph's rounding when they are stored in that dtype (tiles_apply: the operand dtype or float32), so no
+    // rounding of their own comes before it
+    unsigned pf[{BN // 16}][4];
+    #pragma unroll
+    for (int nb = 0; nb < {BN // 8}; ++nb) {{
+      float pr[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e)
+        pr[e] = __expf(sacc[nb][e] - ((e >> 1) ? mu1 : mu0)) * ((e >> 1) ? inv1 : inv0);
+      pf[nb >> 1][(nb & 1) * 2] = fa_pack(pr[0], pr[1]);
+      pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
+    }}
+{loop_end}"""
     online_loop = f"""
   // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
   // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
   // the operand dtype for P V (as ATen's fused kernels do), the sum adds them before that rounding. K of the next
   // tile is copied during this tile's P V, V of the next during the next tile's Q K^T.
-  float oacc[{d // 8}][4];
-  #pragma unroll
-  for (int nb = 0; nb < {d // 8}; ++nb) oacc[nb][0] = oacc[nb][1] = oacc[nb][2] = oacc[nb][3] = 0.0f;
-  mx[0] = mx[1] = {NEG_INF_F};
+{acc_init}  mx[0] = mx[1] = {NEG_INF_F};
   sum[0] = sum[1] = 0.0f;
-  int cur = next_tile(tile_lo - 1);
-  if (cur < tile_hi) {{
-    load_tile(Ks, a1, ({ityp})cur * {BN}, false);
-    load_tile(Vs, a2, ({ityp})cur * {BN}, true);
-  }} else {{
-    tc_commit();
-    tc_commit();
-  }}
-  while (cur < tile_hi) {{
-    const int nx = next_tile(cur);
-    tc_wait<1>();
-    __syncthreads();
-    scores(({ityp})cur * {BN}, Ks);
+{loop_start}
     float mu[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {{
@@ -427,24 +417,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2] = fa_pack(pr[0], pr[1]);
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
-    __syncthreads();
-    if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
-    tc_wait<1>();  // V of this tile (K of the next may still be in flight)
-    __syncthreads();
-    #pragma unroll
-    for (int s = 0; s < {BN // 16}; ++s) {{
-      #pragma unroll
-      for (int dp = 0; dp < {dp_}; ++dp) {{
-        unsigned r[4];
-        tc_ldsm_t(r, &Vs[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
-        tc_mma(oacc[2 * dp], pf[s], r[0], r[1]);
-        tc_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
-      }}
-    }}
-    __syncthreads();
-    if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
-    cur = nx;
-  }}
+{loop_end}
   // each row's sum over its four threads (their max is the same)
   #pragma unroll
   for (int r = 0; r < 2; ++r) {{
@@ -472,15 +445,29 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         *reinterpret_cast<float2*>(out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2 + nb * 8 + 2 * t4) =
             make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
     }}"""
+    # which of this split's tiles are live and mixed (bits 0-14 and 16-30; bit 15: a score of absurd size)
+    tile_bits = """  int bits = 0;
+  for (int i = tile_lo; i < tile_hi; ++i)
+    bits |= (tlive[i] ? 1 << (i - tile_lo) : 0) | (tmixed[i] ? 1 << (i - tile_lo + 16) : 0);
+"""
+    # the flag of a score of absurd size (the skipping's guard fails), and each row's max and sum to the record
+    split_stats = f"""    if (__syncthreads_or({str(additive).lower()} && big >= {guard})) bits |= 1 << 15;
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {{
+      const {ityp} row = r ? row1 : row0;
+      if (t4 == 0 && row < {t}) {{
+        float* st = out1 + (rowbase + row) * {p.splits * stride} + z * {stride};
+        st[0] = mx[r];
+        st[1] = sum[r];
+      }}
+    }}
+"""
     if mode == "online":
         # one pass over this split's live tiles (their choice as in the stats launch); the record gets each row's max
         # and sum and its output at that max, the flags whether the block computed anything and whether a score was
         # of absurd size (the combining launch checks the skipping's guard on the combined max)
         tile_choice = live_scan
-        middle = """  int bits = 0;
-  for (int i = tile_lo; i < tile_hi; ++i)
-    bits |= (tlive[i] ? 1 << (i - tile_lo) : 0) | (tmixed[i] ? 1 << (i - tile_lo + 16) : 0);
-  if (!(bits & 0x7fff)) {
+        middle = tile_bits + """  if (!(bits & 0x7fff)) {
     if (tid == 0) {
       flags[z] = bits;
       used[z] = 0;
@@ -489,17 +476,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   }
   load_q();
 """
-        tail = online_loop + f"""
-  if (__syncthreads_or({str(additive).lower()} && big >= {guard})) bits |= 1 << 15;
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {{
-    const {ityp} row = r ? row1 : row0;
-    if (t4 == 0 && row < {t}) {{
-      float* st = out1 + (rowbase + row) * {p.splits * stride} + z * {stride};
-      st[0] = mx[r];
-      st[1] = sum[r];
-    }}
-  }}""" + partial_out + """
+        tail = online_loop + "\n" + split_stats + partial_out + """
   if (tid == 0) {
     flags[z] = bits;
     used[z] = 1;
@@ -518,23 +495,10 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # each row's max and sum over this split's live tiles, and which tiles those were (bits 0-14: live, 16-30:
         # mixed, 15: a score of absurd size, so the skipping's guard fails)
         tile_choice, tail = live_scan, ""
-        middle = f"""  int bits = 0;
-  for (int i = tile_lo; i < tile_hi; ++i)
-    bits |= (tlive[i] ? 1 << (i - tile_lo) : 0) | (tmixed[i] ? 1 << (i - tile_lo + 16) : 0);
-  if (bits & 0x7fff) {{
+        middle = tile_bits + """  if (bits & 0x7fff) {
     load_q();
     pass1();
-    if (__syncthreads_or({str(additive).lower()} && big >= {guard})) bits |= 1 << 15;
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {{
-      const {ityp} row = r ? row1 : row0;
-      if (t4 == 0 && row < {t}) {{
-        float* st = out1 + (rowbase + row) * {p.splits * stride} + z * {stride};
-        st[0] = mx[r];
-        st[1] = sum[r];
-      }}
-    }}
-  }}
+""" + split_stats + """  }
   if (tid == 0) flags[z] = bits;
 """
     else:
