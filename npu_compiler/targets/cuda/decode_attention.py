@@ -127,6 +127,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     reduce_text = "\n".join(reduce)
     dup = max(lpk // G, 1) - 1  # lanes differing only in these bits hold the same scores
     step = WARPS * kpw * UNROLL  # keys a block covers per round of loads
+    past_end = f"base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je"  # key group u of the round: past the split
     # the key of load u of this warp in the round from `base`
     key = f"(base + ({ityp})(u * {WARPS} + warp) * {kpw} + sub)"
 
@@ -142,7 +143,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     for (int u = 0; u < {UNROLL}; ++u) {word}[u] = __ldg({row} + min({key}, je - 1) * {row_stride});{more}
     #pragma unroll
     for (int u = 0; u < {UNROLL}; ++u) {{
-      if (base + ({ityp})(u * {WARPS} + warp) * {kpw} >= je) break;
+      if ({past_end}) break;
       const {ityp} j = {key};"""
     keep_scores = f"""  // this KV head's scores, [key][group head], after the split record
   float* sc = out1 + {p.rows * splits * stride} + (bi * {hk} + kvh) * {p.kv_len * g};"""
@@ -196,7 +197,8 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
 """
     b = p.batch
     if p.online:
-        return [(stats + _online_split(p, dt, ityp, levels, rounds, key, ks[2] // _VEC, vs[2] // _VEC, stride),
+        return [(stats + _online_split(p, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
+                                       stride),
                  Launch((b * hk, splits, 1), 32 * WARPS, ptrs))]
     stats += f"""  float m[{NV}], l[{NV}];
   #pragma unroll
@@ -348,18 +350,17 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
             (accumulate, Launch((b * hk, splits, 1), 32 * WARPS, ptrs))]
 
 
-def _online_split(p: AttentionKernel, dt: str, ityp: str, levels: list[tuple[int, int]], rounds, key: str,
-                  k_stride: int, v_stride: int, stride: int) -> str:
+def _online_split(p: AttentionKernel, g: int, NV: int, dt: str, levels: list[tuple[int, int]], rounds, key: str,
+                  past_end: str, k_stride: int, v_stride: int, stride: int) -> str:
     """The rest of the online launch, after the query and the `scores` helper. Each round of loads (keys and values
     together) first computes the scores of all its key groups, then the warp's running max of each head over them
     (one rescale of the sum and the output a round, none where the max holds), then the probabilities (each lane its
     own heads' exponentials, as after the reduce-scatter; shuffles hand them to the lanes of the head dim) times v.
     The warps' parts merge at the block's max into the split's record (max, sum, unnormalised output). `levels` are
-    the reduce-scatter's (lane bit, half) steps: which lane holds which head's score afterwards."""
-    d, g = p.head_dim, p.heads // p.kv_heads
+    the reduce-scatter's (lane bit, half) steps: which lane holds which head's score afterwards; g, NV, `rounds`,
+    `key` and `past_end` are grouped_decode's."""
+    d = p.head_dim
     lpk = d // _VEC
-    G = 1 << (g - 1).bit_length()
-    NV = max(1, G // lpk)
     # the lane (of a key's lanes) and the register holding head gi's values: the first lane whose heads hb..
     # hb + NV - 1 include it (lanes differing only in the bits the reduce-scatter did not use hold the same)
     holder = {}
@@ -420,7 +421,7 @@ def _online_split(p: AttentionKernel, dt: str, ityp: str, levels: list[tuple[int
 {rescale}
     #pragma unroll
     for (int u = 0; u < {UNROLL}; ++u) {{
-      if (base + ({ityp})(u * {WARPS} + warp) * {_kpw(lpk)} >= je) break;
+      if ({past_end}) break;
       float pr[{NV}];
       #pragma unroll
       for (int i = 0; i < {NV}; ++i) {{
@@ -471,7 +472,3 @@ def _online_split(p: AttentionKernel, dt: str, ityp: str, levels: list[tuple[int
   }}
 }}
 """
-
-
-def _kpw(lpk: int) -> int:
-    return 32 // lpk  # keys a warp holds at a time

@@ -306,6 +306,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     stride = 2 + d
     flag_count = b * h * rbs * p.splits  # ints after the split record: the stats launch's, then the accumulate's
     flag_base = b * h * t * p.splits * stride
+    # this row block's flags, one int a split, after the split record
+    block_flags = (f"reinterpret_cast<int*>(out1 + {flag_base}LL) + ((long long)blockIdx.y * {rbs} + blockIdx.x) * "
+                   f"{p.splits}")
     split_head = ""
     if split:
         split_head = f"""
@@ -313,8 +316,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   tile_hi = min(ntiles, tile_lo + {tps});
   const int z = blockIdx.z;
   const long long rowbase = (long long)blockIdx.y * {t};  // this (batch, head)'s first row in the record
-  int* const flags = reinterpret_cast<int*>(out1 + {flag_base}LL)
-                     + ((long long)blockIdx.y * {rbs} + blockIdx.x) * {p.splits};"""
+  int* const flags = {block_flags};"""
         if mode in ("accumulate", "online"):
             split_head += f"\n  int* const used = flags + {flag_count}LL;"
     # the P V loop's pieces, shared by pass 2 and the online pass: the accumulators; the first tiles' copies and the
@@ -554,9 +556,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # the row blocks whose combined max (or a score of absurd size) said the online launch's skipping cannot be
         # trusted, marked by the combining launch (bit 31 of the block's first split flags): those run again here,
         # exactly and as one block each; the others stop at once
-        repair_exit = f"""
-  if (!((reinterpret_cast<const int*>(out1 + {flag_base}LL)[((long long)blockIdx.y * {rbs} + blockIdx.x) * {p.splits}]
-         >> 31) & 1)) return;"""
+        repair_exit = f"\n  if (!(({block_flags})[0] >> 31 & 1)) return;"
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
@@ -732,6 +732,7 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     dead = literal(dead_threshold(program.dtype_of(g.mask)) if additive else -1e30, "float32")
     if p.online:
         gather = f"""
+    int* const fl = reinterpret_cast<int*>(out1 + {rows * splits * stride}LL) + (bh * {rbs} + ti / {BM}) * {splits};
     float mx = {NEG_INF_F};
     for (int zz = 0; zz < {splits}; ++zz)
       if (u[zz]) mx = fmaxf(mx, out1[(row * {splits} + zz) * {stride}]);
@@ -764,15 +765,13 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     src = f"""{PRELUDE}
 {signature(block, 0)} {{
 {WAIT}
-  int* const flags = reinterpret_cast<int*>(out1 + {rows * splits * stride}LL);
-  const int* const used = flags + {b * h * rbs * splits}LL;
+  const int* const used = reinterpret_cast<const int*>(out1 + {rows * splits * stride}LL) + {b * h * rbs * splits}LL;
   for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; i < {n}LL; i += (long long)gridDim.x * {block}) {{
     const long long row = i / {pairs};
     const {ityp} d0 = (i % {pairs}) * 2;
     const {ityp} ti = row % {t}; const long long bh = row / {t};
     const {ityp} hi = bh % {h}, bi = bh / {h};
-    const int* u = used + (bh * {rbs} + ti / {BM}) * {splits};
-    int* const fl = flags + (bh * {rbs} + ti / {BM}) * {splits};{gather}
+    const int* u = used + (bh * {rbs} + ti / {BM}) * {splits};{gather}
     #pragma unroll
     for (int e = 0; e < 2; ++e) {{
       const {ityp} dd = d0 + e;
