@@ -136,18 +136,20 @@ class MatmulOfInputs(torch.nn.Module):
 def assert_waits_first(text: str, weights: bool = True) -> None:
     """A kernel launched with programmatic dependent launch may start while the kernel before it runs, and lets the
     one after it start once it has waited (common.py's prelude): it must wait (`npu_wait_prior`) exactly once, and
-    read no memory before that except by L2 prefetches (a hint, never a stale value) and, between the WEIGHTS_BEGIN
-    and WEIGHTS_END lines, weights (no kernel writes one: memory_check.check_read_only). `weights`: whether the
+    read no memory before that except by L2 prefetches (a hint, never a stale value), between the WEIGHTS_BEGIN and
+    WEIGHTS_END lines weights (no kernel writes one: memory_check.check_read_only) and between INPUTS_BEGIN and
+    INPUTS_END inputs that no kernel writes (the renderer asks `common.unwritten_input`). `weights`: whether the
     kernel's weight operand is a weight buffer (only then may that region be there)."""
-    from npu_compiler.targets.cuda.common import WEIGHTS_BEGIN, WEIGHTS_END
+    from npu_compiler.targets.cuda.common import INPUTS_BEGIN, INPUTS_END, WEIGHTS_BEGIN, WEIGHTS_END
 
-    body = text.split("npu_kernel(", 1)[1]
+    body = text.split("npu_kernel(", 1)[1].replace("npu_wait_prior_early();", "npu_wait_prior();")
     assert body.count("npu_wait_prior();") == 1, "the kernel does not wait for the one before exactly once"
     before = body.split("npu_wait_prior();", 1)[0].splitlines()[1:]  # after the signature's line
-    if WEIGHTS_BEGIN in before:
-        assert weights, "weights read before the wait from a buffer that is not a weight"
-        a = before.index(WEIGHTS_BEGIN)
-        before = before[:a] + before[before.index(WEIGHTS_END, a) + 1:]
+    for begin, end, allowed in ((WEIGHTS_BEGIN, WEIGHTS_END, weights), (INPUTS_BEGIN, INPUTS_END, True)):
+        if begin in before:
+            assert allowed, "weights read before the wait from a buffer that is not a weight"
+            a = before.index(begin)
+            before = before[:a] + before[before.index(end, a) + 1:]
     reads = [line for line in before if "[" in line and "prefetch" not in line and "__shared__" not in line]
     assert not reads, f"memory read before the wait for the kernel before: {reads[:3]}"
 

@@ -276,6 +276,74 @@ def test_split_decode_attention_sources_compile(dtype: str, attn: str, tmp_path)
     assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
 
 
+def _launches(program: CompiledProgram) -> list[tuple[int, str, SourceLaunch]]:
+    """Every launch of the rendered program in order: (kernel index, its source's text, the launch)."""
+    r = rendered(program)
+    return [(i, r.sources[s.source], s) for i, steps in enumerate(r.steps) for s in steps
+            if isinstance(s, SourceLaunch)]
+
+
+def test_decode_attention_prefetches_its_split_before_the_wait(tmp_path) -> None:
+    """A split decode attention whose valid length comes from an input that no kernel writes (the cache positions)
+    reads that input and prefetches its split's key and value rows before it waits, and asks to launch early; the
+    launch before each such launch and before each GEMV that loads its weights early lets it launch before waiting
+    itself, and no other launch does. Where the positions could be written by a kernel, nothing is read before the
+    wait."""
+    from npu_compiler.targets.cuda import decode_attention
+    from npu_compiler.targets.cuda.common import EARLY_WAIT, INPUTS_BEGIN, WAIT, unwritten_input
+    from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
+
+    exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=256, prefill_len=8, dtype="bfloat16",
+                       attn_implementation="eager")
+    program = npu_compiler.compile(exp.decode_path, "cuda", dtype="bfloat16", rope_theta=10000.0)
+    att = [k for k in program.kernels if k.kind == "attention"]
+    assert att and all(k.spec.splits >= 2 for k in att)
+    names = exp.cache_map["graphs"]["decode"]
+    inputs = {s.name: s.buffer for s in program.inputs}
+    # the positions: an input no kernel writes; a KV cache input (index_copy writes it) and an arena buffer are not
+    assert unwritten_input(program, inputs[names["inputs"]["cache_position"]])
+    assert not unwritten_input(program, inputs[names["layers"][0]["k_input"]])
+    assert not unwritten_input(program, next(b.id for b in program.buffers if b.kind == "arena"))
+    launches = _launches(program)
+    splits = [(text, s) for i, text, s in launches if program.kernels[i].kind == "attention" and s.launch.grid[1] > 1]
+    assert len(splits) == 2 * len(att)  # the exact kernel's two launches over the keys
+    for text, s in splits:
+        before = text.split("npu_kernel(", 1)[1].split(WAIT, 1)[0]
+        assert s.launch.early and INPUTS_BEGIN in before and before.count("prefetch.L2") == 1, before
+        assert_waits_first(text)
+    for (_, a_text, _), (_, _, b) in zip(launches, launches[1:], strict=False):
+        assert (EARLY_WAIT in a_text) == b.launch.early
+    assert any(s.launch.early for i, _, s in launches if program.kernels[i].kind == "gemm")
+    # with the positions possibly written by a kernel, the split waits first and prefetches nothing
+    orig = decode_attention.unwritten_input
+    decode_attention.unwritten_input = lambda program, buffer: False
+    try:
+        plain = CudaTarget().render_program(program)
+    finally:
+        decode_attention.unwritten_input = orig
+    for i, steps in enumerate(plain.steps):
+        for s in steps:
+            if isinstance(s, SourceLaunch) and program.kernels[i].kind == "attention" and s.launch.grid[1] > 1:
+                text = plain.sources[s.source]
+                assert not s.launch.early
+                assert text.split("npu_kernel(", 1)[1].split("\n", 2)[1] == WAIT  # the body's first line
+
+
+def test_convolutions_do_not_launch_early() -> None:
+    """Convolutions load weights before their wait too but do not ask to launch early (beside the conv before them
+    that made ResNet-50 at batch 1 slower): no launch before a convolution's lets it launch first."""
+    from npu_compiler.targets.cuda.common import EARLY_WAIT
+
+    program = model_programs()["resnet18"]
+    launches = _launches(program)
+    convs = [n for n, (i, _, _) in enumerate(launches) if program.kernels[i].kind == "conv2d"]
+    assert convs
+    for n in convs:
+        assert not launches[n][2].launch.early
+        if n:
+            assert EARLY_WAIT not in launches[n - 1][1]
+
+
 @needs_nvrtc
 def test_llm_step_programs_compile() -> None:
     """The greedy step's argmax over Qwen2's 151,936 logits: the chunk stages launch one block per chunk (1,187), not

@@ -35,12 +35,16 @@ OUTER, ROW, RED = 1, 2, 4  # what a value depends on: the row's index, the eleme
 @dataclass
 class Launch:
     """How the runtime launches one source: grid (blocks or workgroups per dim), threads per block, dynamic shared
-    memory, and the pointer arguments in order (each ("out", i) or ("arg", i): the base of that buffer)."""
+    memory, the pointer arguments in order (each ("out", i) or ("arg", i): the base of that buffer), and whether it
+    should start early (`early`)."""
 
     grid: tuple[int, int, int]
     block: int
     ptrs: list[tuple[str, int]]
     smem: int = 0
+    # work before the wait for the launch before it (weights, L2 prefetches) that pays off when this launch starts
+    # early: the launch before it then lets it launch before waiting itself (cuda: target._early_triggers)
+    early: bool = False
 
 
 class Language:

@@ -16,10 +16,22 @@ from ..clike import KernelText, Language, affine, decompose, grid_for, is_flat_m
 
 KERNEL_NAME = "npu_kernel"  # every source defines exactly one `extern "C" __global__` function of this name
 WAIT = "  npu_wait_prior();"  # every kernel's first statement (see the prelude)
+EARLY_WAIT = "  npu_wait_prior_early();"  # WAIT where the next kernel may launch first (target.render_program)
 # What a kernel may read before WAIT besides L2 prefetches: weights, which no kernel writes (memory_check.
 # check_read_only), between these two lines (the tests check that nothing else is read there)
 WEIGHTS_BEGIN = "  // weights (read-only) before the wait: {"
 WEIGHTS_END = "  // } weights"
+# ... and inputs that no kernel of the program writes (`unwritten_input`): the host, or a program run before this one
+# on the stream, wrote them before the program's first kernel started
+INPUTS_BEGIN = "  // inputs no kernel writes, before the wait: {"
+INPUTS_END = "  // } inputs"
+
+
+def unwritten_input(program, buffer: int) -> bool:
+    """Whether `buffer` is an input of `program` that none of its kernels writes, so that a kernel may read it before
+    it waits for the kernel before (a KV cache input, which index_copy writes, is not one)."""
+    return (program.buffers[buffer].kind == "input"
+            and all(r.buffer != buffer for k in program.kernels for r in k.outs))
 
 STORAGE: dict[str, str] = {
     "float32": "float",
@@ -183,13 +195,22 @@ __device__ __forceinline__ long long npu_min(long long a, long long b) { return 
 // other's tail); it waits here, before anything that reads what an earlier kernel writes, until that kernel's writes
 // are visible. Then it lets the kernel after it launch: that one's blocks are placed once every block of this one
 // has been (so they never take an SM this one still needs), and wait in turn, so that a chain of small kernels pays
-// its launches and prologues while the one before still runs. No-ops when launched normally. (A GEMV prefetches its
-// weights into L2 before waiting, a conv the weights of its first pixel tile: a prefetch is a hint, and the loads
-// that follow the wait see every write.)
+// its launches and prologues while the one before still runs. No-ops when launched normally. (A GEMV loads its first
+// weights and prefetches its rows into L2 before waiting, a conv the weights of its first pixel tile, a split decode
+// attention its keys and values: a prefetch is a hint, and the loads that follow the wait see every write.)
 __device__ __forceinline__ void npu_wait_prior() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// The same, with the kernel after it let launch first: for a kernel whose successor does work before its own wait
+// (prefetches its operands into L2), so that the work overlaps the kernel this one waits for. Only the successor's
+// launch moves; its wait still returns once this kernel has finished.
+__device__ __forceinline__ void npu_wait_prior_early() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ long long npu_ipow(long long a, long long e) {

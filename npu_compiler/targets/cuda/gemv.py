@@ -398,7 +398,9 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
                      f'{", ".join(params)}) {{', *shared,
                      *([] if preload and whole_row else _prefetch(k, program, ityp, ldw, splits, cpo)),
                      *head, "  npu_wait_prior();", *lines, "}"]) + "\n"
-    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))])
+    # with its weights loaded before the wait, it starts early (target._early_triggers)
+    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))],
+                       early=preload)
 
 
 __all__ = ["gemv", "gemv_applies", "gemv_fits", "prologue_applies", "GEMV_MAX_M"]

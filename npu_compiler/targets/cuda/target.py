@@ -19,7 +19,7 @@ from ...kernels import AttentionKernel, GemmKernel, GeneratedKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
 from ..codegen import CodegenTarget
-from .common import CUDA
+from .common import CUDA, EARLY_WAIT, WAIT
 from .conv_tc import applies as conv_tc_applies
 from .conv_tc import convs_on_tensor_cores
 from .decode_attention import scores_scratch
@@ -190,6 +190,7 @@ class CudaTarget(CodegenTarget):
             for i in run[1:]:
                 out.steps[i] = []
                 out.merged_into[i] = run[0]
+        _early_triggers(out, source)
         # drop the sources of kernels that now run only inside a merged launch
         used = {s.source for steps in out.steps for s in steps if isinstance(s, SourceLaunch)}
         out.sources = {n: t for n, t in out.sources.items() if n in used}
@@ -198,6 +199,23 @@ class CudaTarget(CodegenTarget):
     def kernel_sources(self, k: KernelCall, program: CompiledProgram) -> list[str]:
         """The CUDA C of one kernel (for inspection)."""
         return [what[0] for kind, what in self.render_kernel(k, program) if kind == "launch"]
+
+
+def _early_triggers(out: RenderedProgram, source) -> None:
+    """A launch followed by one that works before its wait (`Launch.early`: a GEMV loading its first weights and
+    prefetching its rows into L2, a split decode attention prefetching its keys and values) lets that one launch
+    before it waits itself (common.EARLY_WAIT), so that the work overlaps the kernel this launch waits for; the
+    successor's own wait still returns only once this launch has finished. Measured on the H100 (Qwen2.5-1.5B decode
+    step, graph replay): 1.63 -> 1.57 ms at KV position 1024, 1.83 -> 1.71 ms at 8192. Convolutions load their
+    weights before the wait too but do not ask: launched early beside the conv before them, ResNet-50 at batch 1 went
+    from 0.40 to 0.48 ms."""
+    flat = [(i, j) for i, steps in enumerate(out.steps) for j in range(len(steps))]
+    for (i, j), (i2, j2) in zip(flat, flat[1:], strict=False):
+        a, b = out.steps[i][j], out.steps[i2][j2]
+        if isinstance(a, SourceLaunch) and isinstance(b, SourceLaunch) and b.launch.early:
+            text = out.sources[a.source]
+            if WAIT in text:
+                out.steps[i][j] = SourceLaunch(source(text.replace(WAIT, EARLY_WAIT, 1)), a.launch)
 
 
 TARGET = CudaTarget
