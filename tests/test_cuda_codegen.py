@@ -710,4 +710,21 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
     assert [k.spec.acc_groups for k in gemms].count(2) == 2
     assert not [k for k in program.kernels if k.kind == "generated" and "silu" in k.nodes]
     assert sum(k.spec.prologue is not None for k in gemms) == 5  # two norms a layer and the final one
-    assert not _check_sources(rendered(program).sources)
+    r = rendered(program)
+    assert not _check_sources(r.sources)
+    # a norm GEMV's blocks (at most one wave) share its column groups out evenly, and take one round where fewer
+    # warps a column make them fit: q/k/v's 2,048 columns in 256 blocks of 8 (not two rounds of 4 a block), the
+    # gate/up projection's 8,960 in 1,120 groups of 8 over 224 blocks, five each (not 264 blocks, 64 of them with five)
+    wave = G.SMS * G.PROLOGUE_BLOCKS_PER_SM
+    for k in gemms:
+        if k.spec.prologue is None:
+            continue
+        launch = r.steps[program.kernels.index(k)][0].launch
+        _, _, cpo = G._layout(k.spec, program.buffers, k)
+        groups = -(-k.spec.out_n // cpo)
+        rounds = -(-groups // wave)  # the fewest a wave allows
+        assert launch.grid[0] == -(-groups // rounds), (k.name, groups, launch.grid)  # every block `rounds` or one less
+        if k.spec.out_n == 2048:
+            assert groups <= wave and launch.grid[0] == groups == 256
+        if k.spec.acc_groups == 2:
+            assert (groups, launch.grid[0]) == (1120, 224)
