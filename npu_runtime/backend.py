@@ -37,6 +37,11 @@ class DeviceBuffer(ABC):
     def native_handle(self) -> Any:
         """The backend's own object (a NumPy array, a CuPy array, a wgpu buffer)."""
 
+    def memory_span(self) -> tuple[Any, int, int]:
+        """(the allocation, its first byte, one past its last) this buffer occupies, for telling whether two
+        buffers overlap. A backend that cannot tell says each buffer is alone."""
+        return (id(self), 0, self.nbytes)
+
     @abstractmethod
     def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
         """A host copy; with a spec, converted to the user-facing dtype the spec names."""

@@ -88,6 +88,25 @@ class Executor(ABC):
                                   f"{buf.dtype}{list(buf.shape)}")
         return spec
 
+    def _check_bindings(self, bound: Mapping[str, DeviceBuffer], new: Mapping[str, DeviceBuffer]
+                        ) -> dict[str, TensorSpec]:
+        """Before binding `new` beside the inputs already `bound`: each one's spec (`_binding_spec`), and no two
+        inputs on overlapping memory where a kernel writes either. The program takes its inputs for distinct
+        tensors: an in-place write (a KV cache's index_copy) would change the other under it, and a cuda kernel may
+        read an input no kernel writes before it waits for the kernel before. Nothing is bound when this raises."""
+        specs = {name: self._binding_spec(name, buf) for name, buf in new.items()}
+        every = {**bound, **new}
+        if len(every) > 1:
+            written_ids = {r.buffer for k in self.program.kernels for r in k.outs}
+            written = {n for n, s in self._input_specs.items() if s.buffer in written_ids}
+            spans = sorted((buf.memory_span(), name) for name, buf in every.items() if buf.nbytes)
+            for (a_span, a), (b_span, b) in ((x, y) for i, x in enumerate(spans) for y in spans[i + 1:]):
+                if a_span[0] == b_span[0] and b_span[1] < a_span[2] and (a in written or b in written):
+                    w = a if a in written else b
+                    raise NPURuntimeError(f"cannot bind '{a}' and '{b}' to overlapping memory: the program writes "
+                                          f"'{w}' in place and takes its inputs for distinct tensors")
+        return specs
+
     def _weight_buffers(self, weights: WeightSet) -> Iterator[tuple[int, DeviceBuffer]]:
         """Each weight buffer id of the program with its device buffer in `weights` (presence, kind, dtype and
         size checked)."""

@@ -101,6 +101,44 @@ def test_bound_inputs_need_not_be_given_but_are_checked_when_given(small):
         ex.run({name: np.zeros((3, 6), np.float32)}, ws)
 
 
+def test_inputs_bound_to_overlapping_memory_are_refused_where_a_kernel_writes_one(tmp_path):
+    """Two inputs on overlapping memory where a kernel writes one (a KV cache, which index_copy updates in place)
+    would change each other under the program: binding them is refused, naming both, at once or one call after the
+    other, and nothing of the refused call is bound. Inputs that no kernel writes may share memory."""
+    import re
+
+    from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
+    from npu_runtime import NPURuntimeError
+    from npu_runtime.cpu.backend import CpuBuffer
+
+    exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=32, prefill_len=8, dtype="float32")
+    prog = npu_compiler.compile(exp.decode_path, "cpu", dtype="float32", rope_theta=10000.0)
+    g = exp.cache_map["graphs"]["decode"]
+    k0, v0, k1 = g["layers"][0]["k_input"], g["layers"][0]["v_input"], g["layers"][1]["k_input"]
+    spec = {s.name: s for s in prog.inputs}
+    be = npu_runtime.get_backend("cpu")
+    cache = be.zeros(tuple(spec[k0].shape), spec[k0].device_dtype)
+    refused = re.escape(f"cannot bind '{min(k0, v0)}' and '{max(k0, v0)}' to overlapping memory")
+    ex = be.create_executor(prog)
+    with pytest.raises(NPURuntimeError, match=refused):
+        ex.bind_buffers({k0: cache, v0: cache})
+    with pytest.raises(InputError, match="missing input"):  # neither was bound
+        ex.run({})
+    ex.bind_buffers({k0: cache})
+    with pytest.raises(NPURuntimeError, match=refused):
+        ex.bind_buffers({v0: cache})
+    # a view of the other half of an array whose first half is bound still overlaps where the ranges meet
+    two = np.zeros((2, *spec[k1].shape), np.float32)
+    ex.bind_buffers({k1: CpuBuffer(two[0], "float32")})
+    ex.bind_buffers({v0: CpuBuffer(two[1], "float32")})  # disjoint halves: fine
+    with pytest.raises(NPURuntimeError, match="overlapping memory"):
+        be.create_executor(prog, bindings={k0: CpuBuffer(two[0], "float32"), v0: CpuBuffer(two[0], "float32")})
+    # the step's positions, which no kernel writes, may be one array seen twice
+    pos = np.array([5], np.int64)
+    pid, cpos = g["inputs"]["position_ids"], g["inputs"]["cache_position"]
+    ex.bind_buffers({pid: CpuBuffer(pos.reshape(1, 1), "int64"), cpos: CpuBuffer(pos, "int64")})
+
+
 def test_missing_and_misshaped_weights(small):
     ir, model = small
     prog = npu_compiler.compile(ir, "cpu", dtype="float32")

@@ -22,6 +22,15 @@ class CpuBuffer(DeviceBuffer):
     def native_handle(self) -> np.ndarray:
         return self.array
 
+    def memory_span(self) -> tuple[str, int, int]:
+        a = self.array  # (what np.lib.array_utils.byte_bounds gives, on NumPy 1 as on 2)
+        lo = hi = a.__array_interface__["data"][0]
+        if a.size:
+            for n, st in zip(a.shape, a.strides, strict=True):
+                lo, hi = lo + min(0, (n - 1) * st), hi + max(0, (n - 1) * st)
+            hi += a.itemsize
+        return ("host", lo, hi)
+
     def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
         out = self.array.copy()
         return convert(out, spec.dtype) if spec is not None else out

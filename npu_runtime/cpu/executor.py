@@ -52,17 +52,17 @@ class CpuExecutor(Executor):
         self._weights_bound: int | None = None
         self._steps: list[Callable[[], None]] = []
         # Inputs bound to caller-owned buffers (shared KV cache, shared weights): no copy per run.
-        self._bound_inputs: set[str] = set()
+        self._bound_inputs: dict[str, DeviceBuffer] = {}
         if bindings:
             self.bind_buffers(bindings)
 
     # ---- binding --------------------------------------------------------------------------------------------------
     def bind_buffers(self, bindings: Mapping[str, DeviceBuffer]) -> None:
         """Make inputs (by input name) read and write caller-owned buffers directly."""
+        specs = self._check_bindings(self._bound_inputs, bindings)
         for name, buf in bindings.items():
-            spec = self._binding_spec(name, buf)
-            self.flat[spec.buffer] = buf.native_handle.reshape(-1)
-            self._bound_inputs.add(name)
+            self.flat[specs[name].buffer] = buf.native_handle.reshape(-1)
+            self._bound_inputs[name] = buf
         self._steps = []
 
     def bind_weights(self, weights: WeightSet) -> None:

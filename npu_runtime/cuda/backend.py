@@ -99,6 +99,9 @@ class CudaBuffer(DeviceBuffer):
     def ptr(self) -> int:
         return int(self.array.data.ptr)
 
+    def memory_span(self) -> tuple[str, int, int]:
+        return (f"cuda:{self._state.index}", self.ptr, self.ptr + int(self.array.nbytes))
+
     def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
         stream = self._state.stream
         with self._state.device:

@@ -87,11 +87,12 @@ class CudaExecutor(Executor):
         """Make inputs (by name) read and write caller-owned device buffers directly (a KV cache shared by the
         prefill and decode programs): no copy per run, and in-place updates land in the caller's buffer."""
         for name, buf in bindings.items():
-            spec = self._binding_spec(name, buf)
-            if not buf.array.flags.c_contiguous:
+            if isinstance(buf, CudaBuffer) and not buf.array.flags.c_contiguous:
                 raise NPURuntimeError(f"cannot bind '{name}': the buffer is not contiguous")
+        specs = self._check_bindings(self._bound, bindings)
+        for name, buf in bindings.items():
             self._bound[name] = buf
-            self._ptr[spec.buffer] = buf.ptr
+            self._ptr[specs[name].buffer] = buf.ptr
         self._invalidate()
 
     def bind_weights(self, weights: WeightSet) -> None:

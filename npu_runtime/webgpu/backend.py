@@ -342,6 +342,9 @@ class WebGPUBuffer(DeviceBuffer):
     def native_handle(self) -> Any:
         return self.buffer
 
+    def memory_span(self) -> tuple[int, int, int]:
+        return (id(self.buffer), self.offset, self.offset + self.nbytes)
+
     def to_numpy(self, spec: TensorSpec | None = None) -> np.ndarray:
         host = read_bytes(self._state, self.buffer, self.offset, self.nbytes)
         arr = np.frombuffer(host, dtype=np_dtype(self.dtype)).reshape(self.shape).copy()

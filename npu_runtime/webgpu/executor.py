@@ -112,10 +112,10 @@ class WebGPUExecutor(Executor):
     def bind_buffers(self, bindings: Mapping[str, DeviceBuffer]) -> None:
         """Make inputs (by name) read and write caller-owned device buffers directly (a KV cache shared by the
         prefill and decode programs): no copy per run, and in-place updates land in the caller's buffer."""
+        specs = self._check_bindings(self._bound, bindings)
         for name, buf in bindings.items():
-            spec = self._binding_spec(name, buf)
             self._bound[name] = buf
-            self._where[spec.buffer] = (buf.buffer, buf.offset)
+            self._where[specs[name].buffer] = (buf.buffer, buf.offset)
         self._groups = None
 
     def bind_weights(self, weights: WeightSet) -> None:
