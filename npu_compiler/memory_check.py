@@ -212,6 +212,11 @@ def check_memory(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], o
     check_initialized(buffers, kernels, outputs)
 
 
+def written_buffers(kernels: Sequence[KernelCall]) -> set[int]:
+    """The buffers some kernel writes (an input among them is updated in place: a KV cache's index_copy)."""
+    return {r.buffer for k in kernels for r in k.outs}
+
+
 def check_read_only(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall]) -> None:
     """ValueError when a kernel writes a weight."""
     for i, k in enumerate(kernels):

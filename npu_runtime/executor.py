@@ -11,6 +11,7 @@ import numpy as np
 
 from npu_compiler.errors import entry_point
 from npu_compiler.limits import MAX_BYTES_ENV, Limits, format_bytes
+from npu_compiler.memory_check import written_buffers
 from npu_compiler.program import CompiledProgram, TensorSpec
 
 from .backend import Backend, DeviceBuffer
@@ -97,7 +98,7 @@ class Executor(ABC):
         specs = {name: self._binding_spec(name, buf) for name, buf in new.items()}
         every = {**bound, **new}
         if len(every) > 1:
-            written_ids = {r.buffer for k in self.program.kernels for r in k.outs}
+            written_ids = written_buffers(self.program.kernels)
             written = {n for n, s in self._input_specs.items() if s.buffer in written_ids}
             spans = sorted((buf.memory_span(), name) for name, buf in every.items() if buf.nbytes)
             for (a_span, a), (b_span, b) in ((x, y) for i, x in enumerate(spans) for y in spans[i + 1:]):

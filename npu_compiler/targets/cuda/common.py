@@ -12,6 +12,7 @@ import numpy as np
 
 from ...dtypes import itemsize
 from ...errors import NPUCompileError
+from ...memory_check import written_buffers
 from ..clike import KernelText, Language, affine, decompose, grid_for, is_flat_map, max_extent  # noqa: F401
 
 KERNEL_NAME = "npu_kernel"  # every source defines exactly one `extern "C" __global__` function of this name
@@ -30,8 +31,7 @@ INPUTS_END = "  // } inputs"
 def unwritten_input(program, buffer: int) -> bool:
     """Whether `buffer` is an input of `program` that none of its kernels writes, so that a kernel may read it before
     it waits for the kernel before (a KV cache input, which index_copy writes, is not one)."""
-    return (program.buffers[buffer].kind == "input"
-            and all(r.buffer != buffer for k in program.kernels for r in k.outs))
+    return program.buffers[buffer].kind == "input" and buffer not in written_buffers(program.kernels)
 
 STORAGE: dict[str, str] = {
     "float32": "float",

@@ -105,6 +105,11 @@ def gemv_fits(k: KernelCall, buffers: Sequence[BufferSpec]) -> bool:
             and (a.strides[-1] == 1 or spec.k == 1))
 
 
+def _blocks_per_sm(warps: int) -> int:
+    """A prologue GEMV's blocks of `warps` warps an SM (its launch bounds): SMS times this is its one wave."""
+    return max(1, min(PROLOGUE_BLOCKS_PER_SM, 2048 // (32 * warps)))
+
+
 def _layout(spec: GemmKernel, buffers: Sequence[BufferSpec], k: KernelCall) -> tuple[int, int, int]:
     """(warps a column, warps a block, output columns a block): a block's weight rows are `acc_groups` groups of its
     output columns, each row `splits` warps."""
@@ -122,9 +127,11 @@ def _layout(spec: GemmKernel, buffers: Sequence[BufferSpec], k: KernelCall) -> t
         # where that makes the groups fit the wave (one round of loads a block instead of two). Measured on the
         # H100 (Qwen2.5-1.5B decode: q/k/v in 256 blocks of 8 columns, not 264 blocks with two rounds of 4 each):
         # the step 1.566 -> 1.539 ms at KV position 1024, 1.690 -> 1.681 ms at 8192
-        wave = SMS * PROLOGUE_BLOCKS_PER_SM
-        while splits > 1 and -(-spec.out_n // (rows_for(splits) // g)) > wave \
-                and -(-spec.out_n // (rows_for(splits // 2) // g)) <= wave:
+        def groups_over_wave(s: int) -> bool:
+            rows = rows_for(s)
+            return -(-spec.out_n // (rows // g)) > SMS * _blocks_per_sm(rows * s)
+
+        while splits > 1 and groups_over_wave(splits) and not groups_over_wave(splits // 2):
             splits //= 2
     rows = rows_for(splits)
     return splits, rows * splits, rows // g
@@ -230,7 +237,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     # with a prologue a block computes its rows once and then runs column group after column group (one wave of
     # blocks); without, one group a block
     # (as many blocks as fit on the GPU at once: the launch bounds hold the registers to that many)
-    per_sm = max(1, min(PROLOGUE_BLOCKS_PER_SM, 2048 // (32 * warps)))
+    per_sm = _blocks_per_sm(warps)
     grid = min(n_groups, SMS * per_sm) if pro else n_groups
     if pro:
         # the groups shared out evenly: as few blocks as take the same number of rounds (the gate/up projection's
