@@ -485,10 +485,13 @@ def test_long_masked_prefill_attention_splits_its_keys() -> None:
 
 
 @needs_nvrtc
-def test_online_split_attention_sources_compile() -> None:
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (12, 2)])
+def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> None:
     """SDPA over many rows and keys under a causal mask given as a tensor is an online record: its key splits run one
     pass each, then the combining launch (which marks the row blocks whose combined max fails the skipping's guard),
-    then the repair launch that recomputes those exactly, one block a row block; all three assemble."""
+    then the repair launch that recomputes those exactly, one block a row block; all three assemble. Where a KV
+    head's group of query heads is a multiple of 3, a block of the first launch computes three of them (12 warps,
+    the key and value tiles and Q in dynamic shared memory)."""
     from fused_cases import ir_dict
 
     from npu_compiler.targets.cuda import flash_attention as FA
@@ -500,15 +503,18 @@ def test_online_split_attention_sources_compile() -> None:
     t = lk = 1100
     vis = torch.arange(lk)[None, :] <= torch.arange(t)[:, None]
     mask = torch.where(vis, 0.0, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)[None, None]
-    args = [torch.zeros(1, 4, t, 64, dtype=torch.bfloat16), torch.zeros(1, 2, lk, 64, dtype=torch.bfloat16),
-            torch.zeros(1, 2, lk, 64, dtype=torch.bfloat16), mask]
+    args = [torch.zeros(1, heads, t, 64, dtype=torch.bfloat16), torch.zeros(1, kv_heads, lk, 64, dtype=torch.bfloat16),
+            torch.zeros(1, kv_heads, lk, 64, dtype=torch.bfloat16), mask]
     program = npu_compiler.compile(ir_dict(Sdpa(), args, "sdpa_attention"), "cuda", dtype="bfloat16")
     att = next(k for k in program.kernels if k.kind == "attention")
     assert att.spec.online and att.spec.splits >= 2
     row_blocks = -(-t // FA.BM)
+    hb = 3 if (heads // kv_heads) % 3 == 0 else 1
+    assert FA.heads_per_block(att.spec, "online") == hb
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
-    assert [s.launch.grid for s in steps][::2] == [(row_blocks, 4, att.spec.splits), (row_blocks, 4, 1)]
+    assert [s.launch.grid for s in steps][::2] == [(row_blocks, heads // hb, att.spec.splits), (row_blocks, heads, 1)]
+    assert steps[0].launch.block == 128 * hb and steps[0].launch.smem == (64 * hb + 4 * 64) * (64 + 8) * 2
     assert "mma.sync" in r.sources[steps[0].source] and "atomicOr" in r.sources[steps[1].source]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]

@@ -424,7 +424,7 @@ def attention(L: Lowering, node: Node) -> None:
     online = bool(a.get("online_softmax"))
     if tiled:
         splits, extra = L.target.attention_tile_splits(b, h, t, lk, bool(a["has_mask"] or a.get("is_causal")
-                                                                        or a.get("valid_len")))
+                                                                        or a.get("valid_len")), online)
     else:
         splits = decode_splits(L, b * hk * t, lk, v.shape[-1])
         extra = L.target.decode_attention_scratch(b, h, t, lk, online) if splits else 0

@@ -42,10 +42,11 @@ class CodegenTarget:
         return False
 
     def attention_tile_splits(self, batch: int, heads: int, q_len: int, kv_len: int,
-                              may_skip: bool) -> tuple[int, int]:
+                              may_skip: bool, online: bool = False) -> tuple[int, int]:
         """For a tiled attention (see attention_on_tensor_cores): into how many key splits its blocks go, and how
         many float32 scratch entries the target keeps beside the split record; `may_skip`: a mask, causal or a
-        valid length may hide some keys. Default: (0, 0), no splits."""
+        valid length may hide some keys; `online`: the record's probabilities may be rounded against a running
+        max. Default: (0, 0), no splits."""
         return 0, 0
 
     def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int, online: bool) -> int:

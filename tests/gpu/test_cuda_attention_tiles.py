@@ -88,6 +88,14 @@ CASES = {
     # dead tiles skipped), and a row that sees nothing under it, which the repair launch computes again exactly
     "split_sdpa_causal_finfo_bf16": ("bfloat16", Sdpa(False), 1, 4, 2, 1100, 1100, 128, "causal_finfo"),
     "split_sdpa_dead_row_bf16": ("bfloat16", Sdpa(False), 1, 2, 1, 1030, 1100, 64, "finfo_dead_row"),
+    # query heads in threes a block (a KV head's group a multiple of 3): Qwen2.5-1.5B's 12 heads over 2 under HF's
+    # mask over a longer cache, a row that sees nothing, a bool mask, is_causal over two batches, and a mask of its own
+    # for every head (each head's warps scan their own rows)
+    "split_sdpa_causal_finfo_g6_bf16": ("bfloat16", Sdpa(False), 1, 12, 2, 1100, 1700, 128, "causal_finfo"),
+    "split_sdpa_dead_row_g3_bf16": ("bfloat16", Sdpa(False), 1, 6, 2, 1030, 1100, 64, "finfo_dead_row"),
+    "split_sdpa_bool_blocks_g3_fp16": ("float16", Sdpa(False), 1, 3, 1, 96, 1200, 128, "bool_blocks"),
+    "split_sdpa_is_causal_b2_g3_bf16": ("bfloat16", Sdpa(True), 2, 6, 2, 1040, 1040, 64, None),
+    "split_sdpa_per_head_g3_bf16": ("bfloat16", Sdpa(False), 1, 6, 2, 1030, 1100, 64, "per_head"),
     # the output stored head-last, as the heads are read back (one launch; three with splits)
     "heads_back_eager_causal_bf16": ("bfloat16", HeadsBack(Eager()), 2, 6, 2, 150, 150, 64, "causal_finfo"),
     "split_heads_back_sdpa_is_causal_fp16": ("float16", HeadsBack(Sdpa(True)), 1, 4, 2, 1040, 1040, 128, None),
@@ -130,6 +138,8 @@ def _inputs(name: str, gen: torch.Generator):
         return [q, k, v, _additive(_causal(t, lk, 0), tdt, float("-inf"))]
     if mask == "finfo_offset":
         return [q, k, v, _additive(_causal(t, lk, 180), tdt)]
+    if mask == "per_head":  # head i: queries at positions 40 i.., so each head's tiles differ
+        return [q, k, v, torch.cat([_additive(_causal(t, lk, 40 * i), tdt) for i in range(h)], dim=1)]
     vis = np.ones((t, lk), bool)  # bool_blocks: whole 64-key tiles hidden from every row, and scattered holes
     vis[:, 64:128] = False
     vis[::3, 150:160] = False
@@ -153,7 +163,10 @@ def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
     attn = [k for k in program.kernels if k.kind == "attention"]
     assert len(attn) == 1 and not any(k.kind == "gemm" for k in program.kernels), [k.kind for k in program.kernels]
-    assert "mma.sync" in CudaTarget().kernel_sources(attn[0], program)[0], "the tiled kernel was not chosen"
+    first = CudaTarget().kernel_sources(attn[0], program)[0]
+    assert "mma.sync" in first, "the tiled kernel was not chosen"
+    # the online split launch computes three query heads a block where a KV head's group is a multiple of 3
+    assert ("__launch_bounds__(384" in first) == ("_g3_" in name or "_g6_" in name), name
     assert (attn[0].spec.splits > 0) == name.startswith("split_"), attn[0].spec
     assert attn[0].spec.online == ("sdpa" in name), attn[0].spec  # eager graphs round the probabilities themselves
     out = attn[0].outs[0]

@@ -51,6 +51,19 @@ An online record (SDPA: the graph leaves the probabilities' rounding to the kern
    exact single-block kernel above (every tile where its guard fails).
 Qwen2.5-1.5B's prefill (2048 rows, HF's causal mask as a tensor): 250 -> 191 us a layer against the three exact
 launches.
+
+The online launch's blocks are shaped for grouped-query heads: where a KV head's group of query heads is a multiple
+of HEADS_PER_BLOCK (3), a block computes that many heads of its row block and split (4 warps each, 12 warps, one
+block an SM as three blocks of four warps were), so that each key and value tile is copied from L2 once for the
+three heads and a mask every head reads alike is scanned once (the scan shared out over the heads' warps). Q stays
+in shared memory (a k-step's fragment loaded where it is used), key and value tiles go through STAGES buffers (the
+next tile's copies in flight during the whole of this one's work), a mixed tile's mask values are loaded where they
+are added, and the mask scan keeps 8 rows' loads in flight, not 16: each of these kept a register array alive beside
+the products and the kernel spilled in its loop. Its runs are ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial
+outputs to write and combine. Measured on the H100, the kernel alone at Qwen2.5-1.5B's shapes (2048 rows over a
+2560-slot cache, 12 heads over 2, HF's mask; devtmp A/B, same outputs to the bit): 177.6 -> 157.5 us, 148.0 us
+with runs of 12 tiles (168.0 at 6); torch's SDPA with the same mask tensor 131 us, its flash kernel with is_causal
+and no mask 46-52 us.
 """
 
 from __future__ import annotations
@@ -83,10 +96,19 @@ MAX_HEAD_DIM = 128  # registers: the block keeps Q's fragments and the 16 x head
 MIN_ARCH = 80  # mma.sync with bf16 operands and ldmatrix / cp.async: Ampere and later
 MIN_ROWS = 16  # fewer query rows than an MMA tile has: the row kernels do less work
 TILES_PER_SPLIT = 8  # key tiles per block where the keys are split across blocks
+# the online launch's blocks (HEADS_PER_BLOCK heads each) make one pass: longer runs mean fewer partial outputs to
+# write and combine (Qwen2.5-1.5B's prefill attention alone on the H100: 155.6 us at 8 tiles, 148.0 at 12, 168.0 at 6)
+ONLINE_TILES_PER_SPLIT = 12
 MAX_TILES_PER_SPLIT = 15  # a split's live and mixed tiles are bits of one int (bit 15: the guard's flag)
 # unmasked attention with this many blocks gains nothing from splits (measured on the H100: 2048 rows of 12 heads,
 # 384 blocks, went from 0.217 to 0.244 ms split; 1024 rows, 192 blocks, from 0.086 to 0.067 ms)
 FULL_BLOCKS = 132 * MIN_BLOCKS // 2
+# the online split launch: query heads of one KV head in one block (4 warps each), sharing its key and value tiles
+# and its scan of a mask they all read, so that the tiles come from L2 once for every HEADS_PER_BLOCK heads; 12 warps
+# at 168 registers are one block an SM, as 3 blocks of 4 warps were
+HEADS_PER_BLOCK = 3
+STAGES = 2  # the online launch's key and value tiles: the next tile's copies run during the whole of this one's work
+Q_IN_SMEM = True  # the online launch keeps Q in shared memory, each k-step's fragment loaded where it is used
 _VEC = 8  # 2-byte elements per 16-byte copy
 _OPERANDS = ("bfloat16", "float16")
 
@@ -110,7 +132,8 @@ def tiles_apply(dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head
     return True
 
 
-def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool) -> tuple[int, int]:
+def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
+                online: bool = False) -> tuple[int, int]:
     """Key splits of a tiled attention and the scratch ints they need beside the split record (the stats and the
     accumulate launches' flags, one per block each). Rows that see many key tiles are split when tiles may be skipped
     (a causal or masked attention): otherwise the block of the last rows computes every tile while the first
@@ -120,7 +143,7 @@ def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool)
     blocks = batch * heads * -(-q_len // BM)
     if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= FULL_BLOCKS):
         return 0, 0
-    splits = -(-n_tiles // TILES_PER_SPLIT)
+    splits = max(2, -(-n_tiles // ONLINE_TILES_PER_SPLIT)) if online else -(-n_tiles // TILES_PER_SPLIT)
     return splits, 2 * blocks * splits
 
 
@@ -145,6 +168,18 @@ def dead_threshold(mask_dtype: str) -> float:
     return -65504.0 if mask_dtype == "float16" else -1e30
 
 
+def heads_per_block(p: AttentionKernel, mode: str) -> int:
+    """Query heads a block of `mode` computes: HEADS_PER_BLOCK for the online split launch where they divide a KV
+    head's group, else one."""
+    group = p.heads // p.kv_heads if p.kv_heads else 1
+    return HEADS_PER_BLOCK if mode == "online" and group % HEADS_PER_BLOCK == 0 else 1
+
+
+def _online_smem(d: int, hb: int) -> int:
+    """The online launch's dynamic shared memory: Q's rows of every head of the block, STAGES key and value tiles."""
+    return ((BM * hb if Q_IN_SMEM else 0) + 2 * STAGES * BN) * (d + _VEC) * 2
+
+
 def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str) -> list[tuple[str, Launch]]:
     """The kernel's launches: one, or with key splits three (stats, accumulate, combine); `signature(block,
     min_blocks)` is the kernel's parameter list."""
@@ -156,7 +191,10 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
     grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
     if p.online:
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
-        return [(_source(k, program, signature, ityp, "online"), Launch(grid, 32 * WARPS, ptrs)),
+        hb = heads_per_block(p, "online")
+        online_grid = (grid[0], grid[1] // hb, grid[2]) if t and bh else grid
+        return [(_source(k, program, signature, ityp, "online"),
+                 Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb))),
                 _combine(k, program, signature, ptrs, ityp),
                 (_source(k, program, signature, ityp, "repair"), Launch(rows_grid, 32 * WARPS, ptrs))]
     return [(_source(k, program, signature, ityp, "stats"), Launch(grid, 32 * WARPS, ptrs)),
@@ -183,6 +221,16 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     additive = mask is not None and p.mask == "additive"
     dead = literal(dead_threshold(program.dtype_of(mask)) if additive else -1e30, "float32")
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
+    hb = heads_per_block(p, mode)
+    # the online launch loads a mixed tile's mask after its products: before them, its 32 values a thread live
+    # beside the products' and the next tile's registers, and the kernel spills
+    late_mask = mode == "online"
+    scan_unroll = "#pragma unroll 8" if late_mask else "#pragma unroll"  # (16 rows' loads at once: it spilled)
+    threads = 32 * WARPS * hb
+    # a mask every head reads alike (head stride 0) is scanned once a block: its head groups of warps share the tiles
+    # out; otherwise each warp scans its own head's rows
+    shared_scan = mask is not None and hb > 1 and pad4(mask, "cuda")[1][1] == 0
+    scan_first, scan_step = ("hw", hb) if shared_scan else ("0", 1)
 
     # the valid length (decode-style cache positions) bounds the keys read, as in library.attention
     valid = ""
@@ -212,12 +260,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
             # 16-bit masks with rows of 16-byte chunks: a lane reads 8 keys at once, a warp 256 keys of one row
             # (four tiles, eight lanes each), the 16 rows of the warp in flight together; ballots gather the tiles
             live_scan = f"""
-  for (int i0 = tile_lo; i0 < tile_hi; i0 += 4) {{
+  for (int i0 = tile_lo + 4 * {scan_first}; i0 < tile_hi; i0 += {4 * scan_step}) {{
     const {ityp} jc = ({ityp})i0 * {BN} + lane * {_VEC};
     bool any = false, plain = true;
-    #pragma unroll
+    {scan_unroll}
     for (int rr = 0; rr < 16; ++rr) {{
-      const {ityp} ti = m0 + warp * 16 + rr;
+      const {ityp} ti = m0 + rw * 16 + rr;
       const {ityp} jl = {row_end};
       if (ti < {t} && jc < jl) {{
         const {ityp} j = jc;
@@ -243,12 +291,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   __syncthreads();"""
         else:
             live_scan = f"""
-      for (int i = tile_lo; i < tile_hi; ++i) {{
+      for (int i = tile_lo + {scan_first}; i < tile_hi; i += {scan_step}) {{
         const {ityp} jb = ({ityp})i * {BN} + lane * 2;
         bool any = false, plain = true;
         #pragma unroll
         for (int rr = 0; rr < 16; ++rr) {{
-          const {ityp} ti = m0 + warp * 16 + rr;
+          const {ityp} ti = m0 + rw * 16 + rr;
           const {ityp} jl = {row_end};
           #pragma unroll
           for (int e = 0; e < 2; ++e) {{
@@ -268,7 +316,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         }}
       }}
       __syncthreads();"""
-    mask_load = mask_apply = ""
+    mask_load = mask_apply = late_mask_apply = ""
     if mask is not None:
         # the mask of a mixed tile, loaded before the products so that its latency hides behind them; every other
         # tile's mask values are all 0 (or all true): it loads none, and its scores skip the mask's add and rounding
@@ -295,6 +343,24 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
           sacc[nb][e] = s;
         }}
     }}"""
+        # the online launch: each mask value loaded and folded in where it is used (no array of them beside the
+        # products: with one the kernel spilled in its loop)
+        late_mask_apply = f"""
+    if (mixed) {{
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+          const {ityp} ti = (e < 2) ? row0 : row1;
+          const {ityp} j = j0 + nb * 8 + 2 * t4 + (e & 1);
+          if (!edge || (ti < {t} && j < jend)) {{
+            const float mkv = {mask_pre};
+            float s = sacc[nb][e];
+            {mask_use.replace("mk[nb][e]", "mkv")}
+            sacc[nb][e] = s;
+          }}
+        }}
+    }}"""
     n_tiles = max(1, -(-lk // BN))
     live_default = 0 if mask is not None else 1
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
@@ -307,15 +373,15 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     flag_count = b * h * rbs * p.splits  # ints after the split record: the stats launch's, then the accumulate's
     flag_base = b * h * t * p.splits * stride
     # this row block's flags, one int a split, after the split record
-    block_flags = (f"reinterpret_cast<int*>(out1 + {flag_base}LL) + ((long long)blockIdx.y * {rbs} + blockIdx.x) * "
-                   f"{p.splits}")
+    block_flags = (f"reinterpret_cast<int*>(out1 + {flag_base}LL) + ((long long)(bi * {h} + hi) * {rbs} + "
+                   f"blockIdx.x) * {p.splits}")
     split_head = ""
     if split:
         split_head = f"""
   tile_lo = min(ntiles, (int)blockIdx.z * {tps});
   tile_hi = min(ntiles, tile_lo + {tps});
   const int z = blockIdx.z;
-  const long long rowbase = (long long)blockIdx.y * {t};  // this (batch, head)'s first row in the record
+  const long long rowbase = (long long)(bi * {h} + hi) * {t};  // this (batch, head)'s first row in the record
   int* const flags = {block_flags};"""
         if mode in ("accumulate", "online"):
             split_head += f"\n  int* const used = flags + {flag_count}LL;"
@@ -378,14 +444,33 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
 {loop_end}"""
+    tile_h = BN * dpad  # one tile's shorts in shared memory
     online_loop = f"""
   // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
   // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
-  // the operand dtype for P V (as ATen's fused kernels do), the sum adds them before that rounding. K of the next
-  // tile is copied during this tile's P V, V of the next during the next tile's Q K^T.
+  // the operand dtype for P V (as ATen's fused kernels do), the sum adds them before that rounding. K and V of the
+  // next tile are copied into the other buffers during the whole of this tile's work.
 {acc_init}  mx[0] = mx[1] = {NEG_INF_F};
   sum[0] = sum[1] = 0.0f;
-{loop_start}
+  auto load_kv = [&](const int bf, const {ityp} j0) {{
+    for (int c = tid; c < {BN * cpr}; c += {threads}) {{
+      const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
+      const {ityp} j = j0 + r;
+      const bool in = j < jend;
+      tc_cp16(&Ks[bf * {tile_h} + r * {dpad} + dd], a1 + (in ? ({g.k_at}) : 0), in);
+      tc_cp16(&Vs[bf * {tile_h} + r * {dpad} + dd], a2 + (in ? ({g.v_at('j')}) : 0), in);
+    }}
+    tc_commit();
+  }};
+  int cur = next_tile(tile_lo - 1), bf = 0;
+  if (cur < tile_hi) load_kv(0, ({ityp})cur * {BN}); else tc_commit();
+  while (cur < tile_hi) {{
+    const int nx = next_tile(cur);
+    // (the other buffers' last readers passed the barrier that ended the tile before)
+    if (nx < tile_hi) load_kv(bf ^ 1, ({ityp})nx * {BN}); else tc_commit();
+    tc_wait<1>();  // this tile's K and V
+    __syncthreads();
+    scores(({ityp})cur * {BN}, Ks + bf * {tile_h});
     float mu[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {{
@@ -419,7 +504,21 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2] = fa_pack(pr[0], pr[1]);
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
-{loop_end}
+    const unsigned short* const vb = Vs + bf * {tile_h};
+    #pragma unroll
+    for (int s = 0; s < {BN // 16}; ++s) {{
+      #pragma unroll
+      for (int dp = 0; dp < {dp_}; ++dp) {{
+        unsigned r[4];
+        tc_ldsm_t(r, &vb[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
+        tc_mma(oacc[2 * dp], pf[s], r[0], r[1]);
+        tc_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
+      }}
+    }}
+    __syncthreads();  // every warp is done with these buffers before the next tile's copies land in them
+    cur = nx;
+    bf ^= 1;
+  }}
   // each row's sum over its four threads (their max is the same)
   #pragma unroll
   for (int r = 0; r < 2; ++r) {{
@@ -470,7 +569,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # of absurd size (the combining launch checks the skipping's guard on the combined max)
         tile_choice = live_scan
         middle = tile_bits + """  if (!(bits & 0x7fff)) {
-    if (tid == 0) {
+    if (rw == 0 && lane == 0) {  // (one thread a head)
       flags[z] = bits;
       used[z] = 0;
     }
@@ -479,7 +578,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   load_q();
 """
         tail = online_loop + "\n" + split_stats + partial_out + """
-  if (tid == 0) {
+  if (rw == 0 && lane == 0) {
     flags[z] = bits;
     used[z] = 1;
   }"""
@@ -552,46 +651,74 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         tail = pass2_loop + partial_out + """
   if (tid == 0) used[z] = 1;"""
     repair_exit = ""
+    q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
+    if mode == "online" and Q_IN_SMEM:
+        # Q's 64 rows a head stay in shared memory (each k-step's fragment loaded where it is used: the 32 registers
+        # of all of them made the kernel spill), then STAGES buffers of K and of V
+        shared = f"""  extern __shared__ __align__(16) unsigned short fa_smem[];
+  unsigned short* const Qs = fa_smem;
+  unsigned short* const Ks = fa_smem + {BM * hb * dpad};
+  unsigned short* const Vs = Ks + {STAGES * BN * dpad};"""
+        q_stage, q_regs, q_frags, q_frag = "Qs", "", "", "qa"
+        q_load = f"""
+      unsigned qa[4];
+      tc_ldsm(qa, &Qs[{q_at_warp}]);"""
+    else:
+        if mode == "online":
+            shared = f"""  extern __shared__ __align__(16) unsigned short fa_smem[];
+  unsigned short* const Ks = fa_smem;
+  unsigned short* const Vs = Ks + {STAGES * BN * dpad};"""
+            q_stage = "fa_smem"
+        else:
+            shared = f"""  __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
+  __shared__ __align__(16) unsigned short Vs[{BN * dpad}];"""
+            q_stage = "Vs"
+        q_regs, q_frag, q_load = f"  unsigned qf[{ks}][4];", "qf[s]", ""
+        q_frags = f"""
+    #pragma unroll
+    for (int s = 0; s < {ks}; ++s) tc_ldsm(qf[s], &{q_stage}[{q_at_warp}]);
+    __syncthreads();  // every warp has its fragments before tiles are copied into the buffer"""
     if mode == "repair":
         # the row blocks whose combined max (or a score of absurd size) said the online launch's skipping cannot be
         # trusted, marked by the combining launch (bit 31 of the block's first split flags): those run again here,
         # exactly and as one block each; the others stop at once
-        repair_exit = f"\n  if (!(({block_flags})[0] >> 31 & 1)) return;"
+        repair_flags = (f"reinterpret_cast<const int*>(out1 + {flag_base}LL) + ((long long)blockIdx.y * {rbs} + "
+                        f"blockIdx.x) * {p.splits}")  # (one head a block: blockIdx.y is the (batch, head))
+        repair_exit = f"\n  if (!(({repair_flags})[0] >> 31 & 1)) return;"
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
   return *reinterpret_cast<const unsigned*>(&v);
 }}
-{signature(32 * WARPS, MIN_BLOCKS)} {{
+{signature(threads, MIN_BLOCKS if hb == 1 else 1)} {{
 {WAIT}{repair_exit}
-  __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
-  __shared__ __align__(16) unsigned short Vs[{BN * dpad}];
+{shared}
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // rw: the warp's 16 rows of the block's 64; hw: its head of the block's {hb}
+  const int rw = warp & {WARPS - 1}, hw = warp / {WARPS};
   const int g8 = lane >> 2, t4 = lane & 3;
   const {ityp} m0 = ({ityp})blockIdx.x * {BM};
-  const {ityp} hi = blockIdx.y % {h}, bi = blockIdx.y / {h};
+  const {ityp} hg = blockIdx.y % {h // hb}, bi = blockIdx.y / {h // hb};
+  const {ityp} hi = hg * {hb} + hw;
   const {ityp} kvh = hi / {group};
   {ityp} jend = ({ityp}){lk};{valid}{causal_end}
   // the two query rows of this thread's accumulator fragments
-  const {ityp} row0 = m0 + warp * 16 + g8, row1 = row0 + 8;
+  const {ityp} row0 = m0 + rw * 16 + g8, row1 = row0 + 8;
 
   // Q: 64 rows through shared memory (the V buffer) into fragments, zero past the last row (a split block loads
   // them once it knows it has tiles to compute)
-  unsigned qf[{ks}][4];
+{q_regs}
   auto load_q = [&]() {{
-    for (int c = tid; c < {BM * cpr}; c += {32 * WARPS}) {{
+    for (int c = tid; c < {BM * hb * cpr}; c += {threads}) {{
       const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
-      const {ityp} ti = m0 + r;
+      const {ityp} ti = m0 + r % {BM};
+      const {ityp} hi = hg * {hb} + r / {BM};
       const bool in = ti < {t};
-      tc_cp16(&Vs[r * {dpad} + dd], a0 + (in ? {g.q_at} : 0), in);
+      tc_cp16(&{q_stage}[r * {dpad} + dd], a0 + (in ? {g.q_at} : 0), in);
     }}
     tc_commit();
     tc_wait<0>();
-    __syncthreads();
-    #pragma unroll
-    for (int s = 0; s < {ks}; ++s)
-      tc_ldsm(qf[s], &Vs[(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8]);
-    __syncthreads();  // every warp has its fragments before tiles are copied into the buffer
+    __syncthreads();{q_frags}
   }};{"" if split else chr(10) + "  load_q();"}
 
   auto load_tile = [&](unsigned short* dst, const auto* src, const {ityp} j0, const bool is_v) {{
@@ -607,7 +734,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   const int ntiles = (int)((jend + {BN - 1}) / {BN});
   int tile_lo = 0, tile_hi = ntiles;  // the tiles this block computes{split_head}
   __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
-  for (int i = tid; i < ntiles; i += {32 * WARPS}) {{
+  for (int i = tid; i < ntiles; i += {threads}) {{
     tlive[i] = {live_default};
     tmixed[i] = 0;
   }}
@@ -625,19 +752,19 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   auto scores = [&](const {ityp} j0, const unsigned short* kb) {{
     const bool edge = m0 + {BM} > {t} || j0 + {BN} > jend{edge_causal};
     const bool mixed = tmixed[j0 / {BN}];
-{mask_load}
+{mask_load if not late_mask else ""}
     #pragma unroll
     for (int nb = 0; nb < {BN // 8}; ++nb)
       #pragma unroll
       for (int e = 0; e < 4; ++e) sacc[nb][e] = 0.0f;
     #pragma unroll
-    for (int s = 0; s < {ks}; ++s) {{
+    for (int s = 0; s < {ks}; ++s) {{{q_load}
       #pragma unroll
       for (int np = 0; np < {BN // 16}; ++np) {{
         unsigned r[4];
         tc_ldsm(r, &kb[(np * 16 + (lane & 7) + (lane >> 4) * 8) * {dpad} + s * 16 + ((lane >> 3) & 1) * 8]);
-        tc_mma(sacc[2 * np], qf[s], r[0], r[1]);
-        tc_mma(sacc[2 * np + 1], qf[s], r[2], r[3]);
+        tc_mma(sacc[2 * np], {q_frag}, r[0], r[1]);
+        tc_mma(sacc[2 * np + 1], {q_frag}, r[2], r[3]);
       }}
     }}
     #pragma unroll
@@ -649,7 +776,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         s = {round_expr(f's * {scale}', sd)};
         {"big = fmaxf(big, fabsf(s));" if additive else ""}
         sacc[nb][e] = s;
-      }}{mask_apply}
+      }}{late_mask_apply if late_mask else mask_apply}
     if (edge) {{
       #pragma unroll
       for (int nb = 0; nb < {BN // 8}; ++nb)

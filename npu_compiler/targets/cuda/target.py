@@ -91,8 +91,8 @@ class CudaTarget(CodegenTarget):
     def attention_on_tensor_cores(self, dtypes, probs_dtype, q_len, head_dim, v_dim, refs) -> bool:
         return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.arch)
 
-    def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip) -> tuple[int, int]:
-        return tile_splits(batch, heads, q_len, kv_len, may_skip)
+    def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip, online=False) -> tuple[int, int]:
+        return tile_splits(batch, heads, q_len, kv_len, may_skip, online)
 
     def decode_attention_scratch(self, batch, heads, q_len, kv_len, online) -> int:
         return scores_scratch(batch, heads, q_len, kv_len, online)
