@@ -491,7 +491,8 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     pass each, then the combining launch (which marks the row blocks whose combined max fails the skipping's guard),
     then the repair launch that recomputes those exactly, one block a row block; all three assemble. Where a KV
     head's group of query heads is a multiple of 3, a block of the first launch computes three of them (12 warps,
-    the key and value tiles and Q in dynamic shared memory)."""
+    the key and value tiles and Q in dynamic shared memory); the split blocks read which key tiles are live from a
+    table the launch before them makes once from the mask."""
     from fused_cases import ir_dict
 
     from npu_compiler.targets.cuda import flash_attention as FA
@@ -513,9 +514,15 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     assert FA.heads_per_block(att.spec, "online") == hb
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
-    assert [s.launch.grid for s in steps][::2] == [(row_blocks, heads // hb, att.spec.splits), (row_blocks, heads, 1)]
-    assert steps[0].launch.block == 128 * hb and steps[0].launch.smem == (64 * hb + 4 * 64) * (64 + 8) * 2
-    assert "mma.sync" in r.sources[steps[0].source] and "atomicOr" in r.sources[steps[1].source]
+    # the mask's tiles classified once (one block a row block, CLASSIFY_TILES key tiles and mask head), the online
+    # pass, the combine, the repair
+    assert len(steps) == 4
+    key_tiles = -(-lk // FA.BN)
+    classify_grid = (row_blocks, -(-key_tiles // FA.CLASSIFY_TILES), 1)
+    assert [s.launch.grid for s in steps][::3] == [classify_grid, (row_blocks, heads, 1)]
+    assert steps[1].launch.grid == (row_blocks, heads // hb, att.spec.splits)
+    assert steps[1].launch.block == 128 * hb and steps[1].launch.smem == (64 * hb + 4 * 64) * (64 + 8) * 2
+    assert "mma.sync" in r.sources[steps[1].source] and "atomicOr" in r.sources[steps[2].source]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]
 

@@ -55,15 +55,17 @@ launches.
 The online launch's blocks are shaped for grouped-query heads: where a KV head's group of query heads is a multiple
 of HEADS_PER_BLOCK (3), a block computes that many heads of its row block and split (4 warps each, 12 warps, one
 block an SM as three blocks of four warps were), so that each key and value tile is copied from L2 once for the
-three heads and a mask every head reads alike is scanned once (the scan shared out over the heads' warps). Q stays
-in shared memory (a k-step's fragment loaded where it is used), key and value tiles go through STAGES buffers (the
-next tile's copies in flight during the whole of this one's work), a mixed tile's mask values are loaded where they
-are added, and the mask scan keeps 8 rows' loads in flight, not 16: each of these kept a register array alive beside
-the products and the kernel spilled in its loop. Its runs are ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial
-outputs to write and combine. Measured on the H100, the kernel alone at Qwen2.5-1.5B's shapes (2048 rows over a
-2560-slot cache, 12 heads over 2, HF's mask; devtmp A/B, same outputs to the bit): 177.6 -> 157.5 us, 148.0 us
-with runs of 12 tiles (168.0 at 6); torch's SDPA with the same mask tensor 131 us, its flash kernel with is_causal
-and no mask 46-52 us.
+three heads. Under a mask, a launch before it classifies the mask's tiles once (`classify`: one block a row block,
+CLASSIFY_TILES key tiles and head of the mask, the scan above; one byte a tile in the record's scratch, live and
+mixed), instead of every split block of every head scanning its part of the mask again; a split block ORs its heads'
+bytes. Q stays in shared memory (a k-step's fragment loaded where it is used), key and value tiles go through STAGES
+buffers (the next tile's copies in flight during the whole of this one's work), and a mixed tile's mask values are
+loaded where they are added: each of these had kept a register array alive beside the products, and the kernel
+spilled in its loop. Its runs are ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial outputs to write and combine.
+Measured on the H100, the kernel alone at Qwen2.5-1.5B's shapes (2048 rows over a 2560-slot cache, 12 heads over 2,
+HF's mask; a one-off A/B script, the same outputs to the bit): 177.6 -> 157.5 us with three heads a block, 148.0 us
+with runs of 12 tiles (168.0 at 6, 151.9 at 15), 129.1 us with the classifying launch (137.6 with 8 tiles a block);
+torch's SDPA with the same mask tensor 131-138 us, its flash kernel with is_causal and no mask 46-52 us.
 """
 
 from __future__ import annotations
@@ -107,6 +109,9 @@ FULL_BLOCKS = 132 * MIN_BLOCKS // 2
 # and its scan of a mask they all read, so that the tiles come from L2 once for every HEADS_PER_BLOCK heads; 12 warps
 # at 168 registers are one block an SM, as 3 blocks of 4 warps were
 HEADS_PER_BLOCK = 3
+# key tiles a block of the classifying launch scans (its four warps 16 rows each); more blocks scan faster (the
+# kernel alone at Qwen2.5-1.5B's shapes below: 137.6 us with 8, 129.1 with 4)
+CLASSIFY_TILES = 4
 STAGES = 2  # the online launch's key and value tiles: the next tile's copies run during the whole of this one's work
 Q_IN_SMEM = True  # the online launch keeps Q in shared memory, each k-step's fragment loaded where it is used
 _VEC = 8  # 2-byte elements per 16-byte copy
@@ -132,6 +137,15 @@ def tiles_apply(dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head
     return True
 
 
+def _split_extra(batch: int, heads: int, q_len: int, kv_len: int, splits: int, online: bool) -> int:
+    """The scratch ints after the split record: the first launch's flags and the accumulating (or online) launch's,
+    one per block each; for an online record then the mask's tile table (one byte a (batch, head, row block, key
+    tile), room for a mask of its own for every head)."""
+    blocks = batch * heads * -(-q_len // BM)
+    table = -(-blocks * -(-kv_len // BN) // 4) if online else 0
+    return 2 * blocks * splits + table
+
+
 def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
                 online: bool = False) -> tuple[int, int]:
     """Key splits of a tiled attention and the scratch ints they need beside the split record (the stats and the
@@ -144,14 +158,14 @@ def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
     if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= FULL_BLOCKS):
         return 0, 0
     splits = max(2, -(-n_tiles // ONLINE_TILES_PER_SPLIT)) if online else -(-n_tiles // TILES_PER_SPLIT)
-    return splits, 2 * blocks * splits
+    return splits, _split_extra(batch, heads, q_len, kv_len, splits, online)
 
 
 def _split_layout(p: AttentionKernel, n_outs: int) -> bool:
     """Whether a split attention record has the layout the tiled split launches use (else the generic split runs)."""
     n_tiles = -(-p.kv_len // BN)
     return (n_outs == 2 and -(-n_tiles // p.splits) <= MAX_TILES_PER_SPLIT
-            and p.scratch_extra == 2 * p.batch * p.heads * -(-p.q_len // BM) * p.splits)
+            and p.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, p.kv_len, p.splits, p.online))
 
 
 def applies(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
@@ -175,6 +189,12 @@ def heads_per_block(p: AttentionKernel, mode: str) -> int:
     return HEADS_PER_BLOCK if mode == "online" and group % HEADS_PER_BLOCK == 0 else 1
 
 
+def _mask_batches_heads(g) -> tuple[int, int]:
+    """How many batches and heads the mask has its own values for (a stride of 0: one for all)."""
+    _, ms = pad4(g.mask, "cuda")
+    return (g.b if ms[0] else 1), (g.h if ms[1] else 1)
+
+
 def _online_smem(d: int, hb: int) -> int:
     """The online launch's dynamic shared memory: Q's rows of every head of the block, STAGES key and value tiles."""
     return ((BM * hb if Q_IN_SMEM else 0) + 2 * STAGES * BN) * (d + _VEC) * 2
@@ -193,7 +213,15 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
         hb = heads_per_block(p, "online")
         online_grid = (grid[0], grid[1] // hb, grid[2]) if t and bh else grid
-        return [(_source(k, program, signature, ityp, "online"),
+        classify = []
+        if p.mask != "none":  # the mask's tiles classified once, for every split block to read
+            g = attention_geometry(k, "cuda")
+            bm, hm = _mask_batches_heads(g)
+            n_tiles = -(-p.kv_len // BN)
+            classify = [(_source(k, program, signature, ityp, "classify"),
+                         Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
+                                32 * WARPS, ptrs))]
+        return classify + [(_source(k, program, signature, ityp, "online"),
                  Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb))),
                 _combine(k, program, signature, ptrs, ityp),
                 (_source(k, program, signature, ityp, "repair"), Launch(rows_grid, 32 * WARPS, ptrs))]
@@ -225,12 +253,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # the online launch loads a mixed tile's mask after its products: before them, its 32 values a thread live
     # beside the products' and the next tile's registers, and the kernel spills
     late_mask = mode == "online"
-    scan_unroll = "#pragma unroll 8" if late_mask else "#pragma unroll"  # (16 rows' loads at once: it spilled)
     threads = 32 * WARPS * hb
-    # a mask every head reads alike (head stride 0) is scanned once a block: its head groups of warps share the tiles
-    # out; otherwise each warp scans its own head's rows
-    shared_scan = mask is not None and hb > 1 and pad4(mask, "cuda")[1][1] == 0
-    scan_first, scan_step = ("hw", hb) if shared_scan else ("0", 1)
 
     # the valid length (decode-style cache positions) bounds the keys read, as in library.attention
     valid = ""
@@ -260,10 +283,10 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
             # 16-bit masks with rows of 16-byte chunks: a lane reads 8 keys at once, a warp 256 keys of one row
             # (four tiles, eight lanes each), the 16 rows of the warp in flight together; ballots gather the tiles
             live_scan = f"""
-  for (int i0 = tile_lo + 4 * {scan_first}; i0 < tile_hi; i0 += {4 * scan_step}) {{
+  for (int i0 = tile_lo; i0 < tile_hi; i0 += 4) {{
     const {ityp} jc = ({ityp})i0 * {BN} + lane * {_VEC};
     bool any = false, plain = true;
-    {scan_unroll}
+    #pragma unroll
     for (int rr = 0; rr < 16; ++rr) {{
       const {ityp} ti = m0 + rw * 16 + rr;
       const {ityp} jl = {row_end};
@@ -291,7 +314,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   __syncthreads();"""
         else:
             live_scan = f"""
-      for (int i = tile_lo + {scan_first}; i < tile_hi; i += {scan_step}) {{
+      for (int i = tile_lo; i < tile_hi; ++i) {{
         const {ityp} jb = ({ityp})i * {BN} + lane * 2;
         bool any = false, plain = true;
         #pragma unroll
@@ -316,6 +339,32 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         }}
       }}
       __syncthreads();"""
+    n_tiles = max(1, -(-lk // BN))
+    rbs = -(-t // BM)  # row blocks per (batch, head)
+    # the classified tiles of an online record's mask (see _split_extra): after the split record and its two flag arrays
+    table_at = b * h * t * p.splits * (2 + d) + 2 * b * h * rbs * p.splits
+    if mode == "classify":
+        # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
+        # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
+        bm, hm = _mask_batches_heads(g)
+        return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
+{signature(32 * WARPS, 0)} {{
+{WAIT}
+  const int tid = threadIdx.x, lane = tid & 31, rw = tid >> 5;
+  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
+  const {ityp} bi = blockIdx.z / {hm}, hi = blockIdx.z % {hm};
+  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
+  const int ntiles = (int)((jend + {BN - 1}) / {BN});
+  const int tile_lo = min(ntiles, (int)blockIdx.y * {CLASSIFY_TILES});
+  const int tile_hi = min(ntiles, tile_lo + {CLASSIFY_TILES});
+  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
+  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
+  __syncthreads();{live_scan}
+  unsigned char* const tab = reinterpret_cast<unsigned char*>(out1 + {table_at}LL) +
+                             ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
+  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
+}}
+"""
     mask_load = mask_apply = late_mask_apply = ""
     if mask is not None:
         # the mask of a mixed tile, loaded before the products so that its latency hides behind them; every other
@@ -361,13 +410,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
           }}
         }}
     }}"""
-    n_tiles = max(1, -(-lk // BN))
     live_default = 0 if mask is not None else 1
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
     causal_test = " && j <= ti" if p.is_causal else ""
 
     split = p.splits > 0 and mode != "repair"
-    rbs = -(-t // BM)  # row blocks per (batch, head)
     tps = -(-n_tiles // p.splits) if split else n_tiles  # key tiles per split
     stride = 2 + d
     flag_count = b * h * rbs * p.splits  # ints after the split record: the stats launch's, then the accumulate's
@@ -567,7 +614,21 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # one pass over this split's live tiles (their choice as in the stats launch); the record gets each row's max
         # and sum and its output at that max, the flags whether the block computed anything and whether a score was
         # of absurd size (the combining launch checks the skipping's guard on the combined max)
-        tile_choice = live_scan
+        tile_choice = ""
+        if mask is not None:  # the classifying launch's table: a tile is live (mixed) if it is for one of the heads
+            bm, hm = _mask_batches_heads(g)
+            tab_head = f"hg * {hb} + e" if hm > 1 else "0"
+            tile_choice = f"""
+  for (int i = tile_lo + tid; i < tile_hi; i += {threads}) {{
+    unsigned v = 0;
+    #pragma unroll
+    for (int e = 0; e < {hb if hm > 1 else 1}; ++e)
+      v |= reinterpret_cast<const unsigned char*>(out1 + {table_at}LL)[
+          ((long long)({"bi" if bm > 1 else "0"} * {hm} + {tab_head}) * {rbs} + blockIdx.x) * {n_tiles} + i];
+    tlive[i] = v & 1;
+    tmixed[i] = v >> 1;
+  }}
+  __syncthreads();"""
         middle = tile_bits + """  if (!(bits & 0x7fff)) {
     if (rw == 0 && lane == 0) {  // (one thread a head)
       flags[z] = bits;
