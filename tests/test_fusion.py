@@ -275,6 +275,63 @@ def test_targeted_chains(dtype):
         assert_close(got.astype(np.float32), want.float().numpy(), dtype, "accumulate", what="vs torch")
 
 
+class _BroadcastCos(torch.nn.Module):
+    """A RoPE's shape: cos and sin of [t, d] angles (made once) read by a rotation of every head ([h, t, d])."""
+
+    def forward(self, q, ang):
+        c, s = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
+        return q * c + q.flip(-1) * s
+
+
+@pytest.mark.parametrize("t,costly", [(8, False), (512, True)])
+def test_broadcast_transcendentals_are_written_once(t, costly):
+    """A pending cos or sin read through a broadcast over 65536 elements or more is written once by a kernel of its
+    own (inlined, every head would compute it again); fewer reads keep it inlined (no launch added to a decode step).
+    Either way the outputs equal the unfused program's and PyTorch's."""
+    from helpers import export_ir
+
+    ir = export_ir(_BroadcastCos, [((16, t, 64), torch.float32), ((t, 64), torch.float32)], "bcos")
+    rng = np.random.default_rng(0)
+    ins = {"q": rng.standard_normal((16, t, 64)).astype(np.float32),
+           "ang": (rng.random((t, 64)) * 2000).astype(np.float32)}
+    fused = npu_compiler.compile(ir, "cpu", dtype="bfloat16")
+    plain = npu_compiler.compile(ir, "cpu", dtype="bfloat16", fusion=False)
+    writes_cos = [k for k in fused.kernels if tuple(k.outs[0].shape) == (t, 64)]
+    assert len(writes_cos) == (2 if costly else 0), [(k.group, k.outs[0].shape) for k in fused.kernels]
+    a = CPU.create_executor(fused).run_numpy(ins)
+    b = CPU.create_executor(plain).run_numpy(ins)
+    (name,) = a
+    assert_close(a[name], b[name], "bfloat16", "exact", what="fused vs unfused")
+    with torch.no_grad():
+        # (the program computes in bfloat16: its float32 inputs are retyped, the angles too)
+        ref = _BroadcastCos()(torch.from_numpy(ins["q"]).bfloat16(), torch.from_numpy(ins["ang"]).bfloat16())
+    assert_close(a[name].astype(np.float32), ref.float().numpy(), "bfloat16", "accumulate", what="vs torch")
+
+
+class _SdpaHeadsBack(torch.nn.Module):
+    """HF's SDPA attention: the output reshaped to the shape it has (a no-op), then its heads put back together."""
+
+    def forward(self, q, k, v):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o = o.reshape(1, -1, q.shape[2], q.shape[3]).transpose(1, 2).contiguous()
+        return o.reshape(1, q.shape[2], -1) * 2.0
+
+
+def test_same_shape_reshape_is_a_noop():
+    """A reshape or view to its input's own shape is removed with the other no-ops: HF's SDPA attention reshapes its
+    output so before the transpose that puts the heads back, and the tiled attention still writes [b, t, h, d], so
+    the transpose is a view and no copy kernel follows."""
+    from helpers import export_ir
+
+    shapes = [((1, 4, 64, 32), torch.float32)] * 3
+    ir = export_ir(_SdpaHeadsBack, shapes, "heads_back")
+    program = npu_compiler.compile(ir, "cuda", dtype="bfloat16")
+    att = next(k for k in program.kernels if k.kind == "attention")
+    out = att.outs[0]
+    assert out.strides[1] < out.strides[2], out  # [b, t, h, d] in memory
+    assert [k.kind for k in program.kernels] == ["attention", "generated"], [k.group for k in program.kernels]
+
+
 def test_cli_switches_and_fusion_groups(small_resnet, tmp_path, capsys):
     from npusim.cli import main
 

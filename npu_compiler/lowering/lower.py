@@ -19,7 +19,7 @@ from ..kernels import GeneratedKernel, KernelSpec, Scatter
 from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, full_ref
 from ..targets.codegen import CodegenTarget
 from . import views as V
-from .greedy import Pending, bind_args, compose
+from .greedy import Pending, bind_args, compose, recomputes_costly
 from .registry import KERNELS_OF, LOWERINGS, lowers
 
 VIEW_OPS = (
@@ -210,7 +210,9 @@ class Lowering:
         p = self.pending.get(buffer)
         if p is not None:
             sizes = tuple(out_shape) + (tuple(reduce_shape) if rstrides else ())
-            e = compose(p, tuple(strides) + tuple(rstrides), offset, sizes, len(out_shape))
+            all_strides = tuple(strides) + tuple(rstrides)
+            e = None if recomputes_costly(p, all_strides, sizes) else compose(p, all_strides, offset, sizes,
+                                                                              len(out_shape))
             if e is not None:
                 origins.extend(o for o in p.origin if o not in origins)
                 return e

@@ -10,6 +10,10 @@ _IDENTITY = {"alias.default", "detach.default", "detach_.default", "contiguous.d
              "getitem"}
 _CASTS = {"to.dtype", "to.device", "to.dtype_layout", "_to_copy.default", "type_as.default", "clone.default"}
 _METADATA = {"_assert_tensor_metadata.default"}
+# View ops that are identities where their result has the input's shape (HF's attention reshapes its output to the
+# shape it has before the transpose that puts the heads back: kept, it would hide that transpose from the attention
+# lowering, which then writes [b, h, t, d] and a copy follows)
+_SAME_SHAPE_VIEWS = {"reshape.default", "view.default", "_unsafe_view.default", "expand.default"}
 # Ops that compute nothing in an inference graph (eval-mode dropout included): normalisation removes them, and on the
 # partition path they follow their producer instead of forcing a partition split.
 STRUCTURAL_OPS = frozenset(_IDENTITY | _METADATA | {"dropout.default"})
@@ -23,7 +27,7 @@ def _is_noop(node: Node) -> bool:
             raise UnsupportedOpError(node.name, "aten.dropout.default", "any",
                                      "dropout with train=True is random; export the model in eval mode")
         return True
-    if node.op in _CASTS and node.outputs and node.inputs:
+    if (node.op in _CASTS or node.op in _SAME_SHAPE_VIEWS) and node.outputs and node.inputs:
         return node.inputs[0].type == node.outputs[0].type
     return False
 
