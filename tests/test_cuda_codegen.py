@@ -520,6 +520,8 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     key_tiles = -(-lk // FA.BN)
     classify_grid = (row_blocks, -(-key_tiles // FA.CLASSIFY_TILES), 1)
     assert [s.launch.grid for s in steps][::3] == [classify_grid, (row_blocks, heads, 1)]
+    # the mask is an input no kernel writes: its scan runs before the wait, the launch before it lets it start early
+    assert steps[0].launch.early and "// inputs no kernel writes" in r.sources[steps[0].source]
     assert steps[1].launch.grid == (row_blocks, heads // hb, att.spec.splits)
     assert steps[1].launch.block == 128 * hb and steps[1].launch.smem == (64 * hb + 4 * 64) * (64 + 8) * 2
     assert "mma.sync" in r.sources[steps[1].source] and "atomicOr" in r.sources[steps[2].source]

@@ -58,10 +58,12 @@ block an SM as three blocks of four warps were), so that each key and value tile
 three heads. Under a mask, a launch before it classifies the mask's tiles once (`classify`: one block a row block,
 CLASSIFY_TILES key tiles and head of the mask, the scan above; one byte a tile in the record's scratch, live and
 mixed), instead of every split block of every head scanning its part of the mask again; a split block ORs its heads'
-bytes. Q stays in shared memory (a k-step's fragment loaded where it is used), key and value tiles go through STAGES
-buffers (the next tile's copies in flight during the whole of this one's work), and a mixed tile's mask values are
-loaded where they are added: each of these had kept a register array alive beside the products, and the kernel
-spilled in its loop. Its runs are ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial outputs to write and combine.
+bytes. Where the mask (and the positions of a valid length) are inputs no kernel writes, the scan runs before the
+launch's wait and the launch starts early, beside the kernel before it (`Launch.early`). Q stays in shared memory
+(a k-step's fragment loaded where it is used), key and value tiles go through STAGES buffers (the next tile's copies
+in flight during the whole of this one's work), and a mixed tile's mask values are loaded where they are added: each
+of these had kept a register array alive beside the products, and the kernel spilled in its loop. Its runs are
+ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial outputs to write and combine.
 Measured on the H100, the kernel alone at Qwen2.5-1.5B's shapes (2048 rows over a 2560-slot cache, 12 heads over 2,
 HF's mask; a one-off A/B script, the same outputs to the bit): 177.6 -> 157.5 us with three heads a block, 148.0 us
 with runs of 12 tiles (168.0 at 6, 151.9 at 15), 129.1 us with the classifying launch (137.6 with 8 tiles a block);
@@ -75,6 +77,8 @@ from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, attention_geometry, grid_for, pad4
 from .common import (
     CUDA,
+    INPUTS_BEGIN,
+    INPUTS_END,
     NEG_INF_F,
     PRELUDE,
     REDUCE_HELPERS,
@@ -85,6 +89,7 @@ from .common import (
     store_expr,
     tc_helpers,
     unpack16,
+    unwritten_input,
     valid_length_prologue,
 )
 
@@ -189,6 +194,14 @@ def heads_per_block(p: AttentionKernel, mode: str) -> int:
     return HEADS_PER_BLOCK if mode == "online" and group % HEADS_PER_BLOCK == 0 else 1
 
 
+def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
+    """Whether the classifying launch scans the mask before its wait: where the mask (and the cache positions of a
+    valid length) are inputs no kernel of the program writes, so the scan overlaps the kernel before it."""
+    p: AttentionKernel = k.spec
+    reads = [k.args[3]] + ([k.args[-1]] if p.valid_len else [])
+    return all(unwritten_input(program, r.buffer) for r in reads)
+
+
 def _mask_batches_heads(g) -> tuple[int, int]:
     """How many batches and heads the mask has its own values for (a stride of 0: one for all)."""
     _, ms = pad4(g.mask, "cuda")
@@ -220,7 +233,7 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
             n_tiles = -(-p.kv_len // BN)
             classify = [(_source(k, program, signature, ityp, "classify"),
                          Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
-                                32 * WARPS, ptrs))]
+                                32 * WARPS, ptrs, early=_classify_early(k, program)))]
         return classify + [(_source(k, program, signature, ityp, "online"),
                  Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb))),
                 _combine(k, program, signature, ptrs, ityp),
@@ -347,9 +360,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
         # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
         bm, hm = _mask_batches_heads(g)
+        # where the mask and the positions are inputs no kernel writes, the scan runs before the wait (overlapping
+        # the kernel before); only the table's bytes, in the record's scratch, wait
+        early = _classify_early(k, program)
         return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {signature(32 * WARPS, 0)} {{
-{WAIT}
+{INPUTS_BEGIN if early else WAIT}
   const int tid = threadIdx.x, lane = tid & 31, rw = tid >> 5;
   const {ityp} m0 = ({ityp})blockIdx.x * {BM};
   const {ityp} bi = blockIdx.z / {hm}, hi = blockIdx.z % {hm};
@@ -360,6 +376,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
   for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
   __syncthreads();{live_scan}
+{INPUTS_END + chr(10) + WAIT if early else ""}
   unsigned char* const tab = reinterpret_cast<unsigned char*>(out1 + {table_at}LL) +
                              ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
   for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
