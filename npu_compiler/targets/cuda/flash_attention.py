@@ -468,20 +468,24 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     tc_wait<1>();
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks);"""
-    loop_end = f"""    __syncthreads();
-    if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
-    tc_wait<1>();  // V of this tile (K of the next may still be in flight)
-    __syncthreads();
-    #pragma unroll
+    def pv_product(vb: str) -> str:
+        """P V of a tile into oacc, the probabilities' fragments in pf, V's tile at `vb` in shared memory."""
+        return f"""    #pragma unroll
     for (int s = 0; s < {BN // 16}; ++s) {{
       #pragma unroll
       for (int dp = 0; dp < {dp_}; ++dp) {{
         unsigned r[4];
-        tc_ldsm_t(r, &Vs[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
+        tc_ldsm_t(r, &{vb}[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
         tc_mma(oacc[2 * dp], pf[s], r[0], r[1]);
         tc_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
       }}
-    }}
+    }}"""
+
+    loop_end = f"""    __syncthreads();
+    if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
+    tc_wait<1>();  // V of this tile (K of the next may still be in flight)
+    __syncthreads();
+{pv_product("Vs")}
     __syncthreads();
     if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
     cur = nx;
@@ -569,16 +573,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
     const unsigned short* const vb = Vs + bf * {tile_h};
-    #pragma unroll
-    for (int s = 0; s < {BN // 16}; ++s) {{
-      #pragma unroll
-      for (int dp = 0; dp < {dp_}; ++dp) {{
-        unsigned r[4];
-        tc_ldsm_t(r, &vb[(s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * {dpad} + dp * 16 + (lane >> 4) * 8]);
-        tc_mma(oacc[2 * dp], pf[s], r[0], r[1]);
-        tc_mma(oacc[2 * dp + 1], pf[s], r[2], r[3]);
-      }}
-    }}
+{pv_product("vb")}
     __syncthreads();  // every warp is done with these buffers before the next tile's copies land in them
     cur = nx;
     bf ^= 1;
