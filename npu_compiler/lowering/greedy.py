@@ -14,6 +14,7 @@ fold it into a GEMV's operand (`CodegenTarget.gemm_prologue`); only a GEMM prolo
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from ..expr import nodes as X
@@ -50,10 +51,7 @@ class Pending:
 def recomputes_costly(p: Pending, strides: tuple[int, ...], sizes: tuple[int, ...]) -> bool:
     """Would a consumer reading `p` through `strides` over `sizes` (its index space) compute a transcendental of `p`
     again for each of many reads of one element (a broadcast dim), over BROADCAST_RECOMPUTE_MIN elements or more?"""
-    n = 1
-    for d in sizes:
-        n *= d
-    if n < BROADCAST_RECOMPUTE_MIN or not any(s == 0 and d > 1 for s, d in zip(strides, sizes)):
+    if math.prod(sizes) < BROADCAST_RECOMPUTE_MIN or not any(s == 0 and d > 1 for s, d in zip(strides, sizes)):
         return False
     return any(isinstance(x, X.Unary) and x.op in COSTLY_UNARY for x in X.walk(p.expr))
 

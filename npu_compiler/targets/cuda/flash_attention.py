@@ -110,15 +110,14 @@ MAX_TILES_PER_SPLIT = 15  # a split's live and mixed tiles are bits of one int (
 # unmasked attention with this many blocks gains nothing from splits (measured on the H100: 2048 rows of 12 heads,
 # 384 blocks, went from 0.217 to 0.244 ms split; 1024 rows, 192 blocks, from 0.086 to 0.067 ms)
 FULL_BLOCKS = 132 * MIN_BLOCKS // 2
-# the online split launch: query heads of one KV head in one block (4 warps each), sharing its key and value tiles
-# and its scan of a mask they all read, so that the tiles come from L2 once for every HEADS_PER_BLOCK heads; 12 warps
-# at 168 registers are one block an SM, as 3 blocks of 4 warps were
+# the online split launch: query heads of one KV head in one block (4 warps each), sharing its key and value tiles,
+# so that they come from L2 once for every HEADS_PER_BLOCK heads; 12 warps at 168 registers are one block an SM, as 3
+# blocks of 4 warps were
 HEADS_PER_BLOCK = 3
 # key tiles a block of the classifying launch scans (its four warps 16 rows each); more blocks scan faster (the
 # kernel alone at Qwen2.5-1.5B's shapes below: 137.6 us with 8, 129.1 with 4)
 CLASSIFY_TILES = 4
 STAGES = 2  # the online launch's key and value tiles: the next tile's copies run during the whole of this one's work
-Q_IN_SMEM = True  # the online launch keeps Q in shared memory, each k-step's fragment loaded where it is used
 _VEC = 8  # 2-byte elements per 16-byte copy
 _OPERANDS = ("bfloat16", "float16")
 
@@ -210,7 +209,7 @@ def _mask_batches_heads(g) -> tuple[int, int]:
 
 def _online_smem(d: int, hb: int) -> int:
     """The online launch's dynamic shared memory: Q's rows of every head of the block, STAGES key and value tiles."""
-    return ((BM * hb if Q_IN_SMEM else 0) + 2 * STAGES * BN) * (d + _VEC) * 2
+    return (BM * hb + 2 * STAGES * BN) * (d + _VEC) * 2
 
 
 def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str) -> list[tuple[str, Launch]]:
@@ -725,7 +724,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   if (tid == 0) used[z] = 1;"""
     repair_exit = ""
     q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
-    if mode == "online" and Q_IN_SMEM:
+    if mode == "online":
         # Q's 64 rows a head stay in shared memory (each k-step's fragment loaded where it is used: the 32 registers
         # of all of them made the kernel spill), then STAGES buffers of K and of V
         shared = f"""  extern __shared__ __align__(16) unsigned short fa_smem[];
@@ -737,16 +736,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       unsigned qa[4];
       tc_ldsm(qa, &Qs[{q_at_warp}]);"""
     else:
-        if mode == "online":
-            shared = f"""  extern __shared__ __align__(16) unsigned short fa_smem[];
-  unsigned short* const Ks = fa_smem;
-  unsigned short* const Vs = Ks + {STAGES * BN * dpad};"""
-            q_stage = "fa_smem"
-        else:
-            shared = f"""  __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
+        shared = f"""  __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
   __shared__ __align__(16) unsigned short Vs[{BN * dpad}];"""
-            q_stage = "Vs"
-        q_regs, q_frag, q_load = f"  unsigned qf[{ks}][4];", "qf[s]", ""
+        q_stage, q_regs, q_frag, q_load = "Vs", f"  unsigned qf[{ks}][4];", "qf[s]", ""
         q_frags = f"""
     #pragma unroll
     for (int s = 0; s < {ks}; ++s) tc_ldsm(qf[s], &{q_stage}[{q_at_warp}]);
@@ -755,16 +747,14 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # the row blocks whose combined max (or a score of absurd size) said the online launch's skipping cannot be
         # trusted, marked by the combining launch (bit 31 of the block's first split flags): those run again here,
         # exactly and as one block each; the others stop at once
-        repair_flags = (f"reinterpret_cast<const int*>(out1 + {flag_base}LL) + ((long long)blockIdx.y * {rbs} + "
-                        f"blockIdx.x) * {p.splits}")  # (one head a block: blockIdx.y is the (batch, head))
-        repair_exit = f"\n  if (!(({repair_flags})[0] >> 31 & 1)) return;"
+        repair_exit = f"\n  if (!(({block_flags})[0] >> 31 & 1)) return;"
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
   return *reinterpret_cast<const unsigned*>(&v);
 }}
 {signature(threads, MIN_BLOCKS if hb == 1 else 1)} {{
-{WAIT}{repair_exit}
+{WAIT}
 {shared}
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // rw: the warp's 16 rows of the block's 64; hw: its head of the block's {hb}
@@ -773,7 +763,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   const {ityp} m0 = ({ityp})blockIdx.x * {BM};
   const {ityp} hg = blockIdx.y % {h // hb}, bi = blockIdx.y / {h // hb};
   const {ityp} hi = hg * {hb} + hw;
-  const {ityp} kvh = hi / {group};
+  const {ityp} kvh = hi / {group};{repair_exit}
   {ityp} jend = ({ityp}){lk};{valid}{causal_end}
   // the two query rows of this thread's accumulator fragments
   const {ityp} row0 = m0 + rw * 16 + g8, row1 = row0 + 8;
