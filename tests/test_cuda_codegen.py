@@ -743,3 +743,28 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
             assert groups <= wave and launch.grid[0] == groups == 256
         if k.spec.acc_groups == 2:
             assert (groups, launch.grid[0]) == (1120, 224)
+
+
+def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
+    """ResNet's convs over channels-last activations (output channels a multiple of 16) store 4 channels a lane after
+    an exchange in the quad, and read a residual 4 channels a lane the same way: no 2-byte residual load, no 4-byte
+    store (each filled half of a 32-byte sector), and the bias loaded once for the thread's channels."""
+    from fused_cases import ir_dict
+
+    from npu_export.resnet import resnet18
+
+    # a batch whose first stages' convs have tiles enough for every SM (unsplit: the split's epilogues sum parts)
+    ir = ir_dict(resnet18().eval(), [torch.empty(16, 3, 224, 224)], "resnet18")
+    program = npu_compiler.compile(ir, "cuda", dtype="float16")
+    convs = [k for k in program.kernels if k.kind == "conv2d" and k.spec.splits == 1]
+    with_residual = 0
+    for k in convs:
+        src = CudaTarget().kernel_sources(k, program)[0]
+        assert "*reinterpret_cast<uint2*>(out0 + (" in src and "*reinterpret_cast<unsigned*>(out0" not in src, k.name
+        if k.spec.bias:
+            assert "v += bv[j][e];" in src, k.name
+        residuals = [a for a in range(3, len(k.args)) if f"a{a}[" in src or f"e{a}" in src]
+        for a in residuals:
+            assert f"reinterpret_cast<const uint2*>(e{a} + (" in src and f"e{a}[" not in src, (k.name, a)
+        with_residual += bool(residuals)
+    assert convs and with_residual >= 4
