@@ -195,11 +195,13 @@ def test_tensor_core_conv_sources_compile_without_spills(tmp_path) -> None:
     ptxas = nvrtc.ptxas_path()
     for name in sorted(sources):
         assert_waits_first(r.sources[name])
-        ptx = nvrtc.compile_source(r.sources[name], "compute_90", name=f"{name}.cu")
+        ptx = nvrtc.compile_source(r.sources[name], nvrtc.target_for(r.sources[name], "compute_90"),
+                                   name=f"{name}.cu")
         if ptxas:
             path = tmp_path / f"{name}.ptx"
             path.write_bytes(ptx if isinstance(ptx, bytes) else ptx.encode())
-            info = subprocess.run([ptxas, "-arch=sm_90", "-v", str(path), "-o", str(tmp_path / "k.cubin")],
+            arch = nvrtc.target_for(r.sources[name], "sm_90")
+            info = subprocess.run([ptxas, f"-arch={arch}", "-v", str(path), "-o", str(tmp_path / "k.cubin")],
                                   capture_output=True, text=True, check=True).stderr
             spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", info)]
             assert max(spills, default=0) <= 8, f"{name}: {info}"
@@ -306,11 +308,12 @@ def test_odd_convs_compile_and_compute_the_model() -> None:
     convs = [k for k in prog.kernels if k.kind == "conv2d"]
     assert len(convs) == 5 and any(k.spec.splits > 1 for k in convs), [k.spec.splits for k in convs]
     target = CudaTarget()
-    assert all("mma.sync" in target.kernel_sources(k, prog)[0] for k in convs)
+    assert all(any(mma in target.kernel_sources(k, prog)[0] for mma in ("mma.sync", "wgmma.mma_async"))
+               for k in convs)
     if nvrtc.available():
         for k in convs:
             for src in target.kernel_sources(k, prog):
-                nvrtc.compile_source(src, "compute_90", name=f"{k.name}.cu")
+                nvrtc.compile_source(src, nvrtc.target_for(src, "compute_90"), name=f"{k.name}.cu")
     cpu = npu_runtime.get_backend("cpu")
     as_cpu = dataclasses.replace(prog, target="cpu")
     ws = npu_runtime.load_weights(as_cpu, module_weights(model), cpu)
@@ -330,4 +333,5 @@ def test_shared_memory_fits_the_gpu(arch: int, limit: int) -> None:
     target = CudaTarget(arch)
     launches = [lc for k in prog.kernels for kind, (_, lc) in target.render_kernel(k, prog) if kind == "launch"]
     assert max(lc.smem for lc in launches) <= limit
-    assert (max(lc.smem for lc in launches) > 99 * 1024) == (arch in (80, 90))
+    # three stages of 128 x 128 tiles at K 64 (Hopper's warpgroup MMA without padding rows): 96 KiB at least
+    assert (max(lc.smem for lc in launches) >= 3 * (128 + 128) * 64 * 2) == (arch in (80, 90))

@@ -96,10 +96,10 @@ def _check_sources(sources: dict[str, str]) -> list[str]:
         text, name = item
         try:
             assert_waits_first(text)
-            ptx = nvrtc.compile_source(text, "compute_90", name=f"{name}.cu")
+            ptx = nvrtc.compile_source(text, nvrtc.target_for(text, "compute_90"), name=f"{name}.cu")
             assert b".entry npu_kernel" in ptx, "no npu_kernel entry in the PTX"
             if ptxas:
-                nvrtc.ptxas_check(ptx, "sm_90")
+                nvrtc.ptxas_check(ptx, nvrtc.target_for(text, "sm_90"))
         except Exception as e:  # noqa: BLE001  (collect every failure with its source)
             return f"{name}: {e}\n----\n{text}"
         return None
@@ -768,3 +768,29 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
             assert f"reinterpret_cast<const uint2*>(e{a} + (" in src and f"e{a}[" not in src, (k.name, a)
         with_residual += bool(residuals)
     assert convs and with_residual >= 4
+
+
+def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
+    """On Hopper (sm_90) the unsplit convs whose tiles are 16-byte copies (128-pixel tiles) multiply with `wgmma`
+    and ask for the arch-specific target (sm_90a); Ampere and Blackwell render `mma.sync` (their sources run on
+    every later GPU of their kind); the stem (3 channels, read element by element) stays on `mma.sync` everywhere."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.cuda import conv_tc
+    from npu_export.resnet import resnet18
+
+    ir = ir_dict(resnet18().eval(), [torch.empty(16, 3, 224, 224)], "resnet18")
+    program = npu_compiler.compile(ir, "cuda", dtype="float16")
+    convs = [k for k in program.kernels if k.kind == "conv2d"]
+    for arch in (80, 90, 100):
+        on = []
+        for k in convs:
+            src = CudaTarget(arch).kernel_sources(k, program)[0]
+            x, w, out = k.args[0], k.args[1], k.outs[0]
+            p, o, _ = conv_tc._geometry(x.shape, w.shape, out.shape)
+            copies = conv_tc.pixels_vectorizable(x) and conv_tc.weight_vectorizable(w)
+            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o)[0] == 128
+            assert ("wgmma.mma_async" in src) == want and ("tc_mma(acc" in src) != want, (arch, k.name)
+            assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
+            on.append(want)
+        assert any(on) == (arch == 90) and not all(on)

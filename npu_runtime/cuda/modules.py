@@ -48,12 +48,13 @@ def _binary(name: str, source: str, arch: str) -> Path:
         hit = d / f"{key}{ext}"
         if hit.exists() and hit.stat().st_size:
             return hit
+    target = nv.target_for(source, f"sm_{arch}")
     try:
-        data, ext = nv.compile_source(source, f"sm_{arch}", name=f"{name}.cu"), ".cubin"
+        data, ext = nv.compile_source(source, target, name=f"{name}.cu"), ".cubin"
     except nv.NVRTCError as e:
         if "gpu-architecture" not in str(e):
-            raise NPURuntimeError(f"source {name} does not compile for sm_{arch}: {e}") from e
-        data, ext = nv.compile_source(source, "compute_90", name=f"{name}.cu"), ".ptx"
+            raise NPURuntimeError(f"source {name} does not compile for {target}: {e}") from e
+        data, ext = nv.compile_source(source, nv.target_for(source, "compute_90"), name=f"{name}.cu"), ".ptx"
     path = d / f"{key}{ext}"
     _atomic_write(path, data)
     return path
@@ -72,7 +73,10 @@ def load_modules(sources: dict[str, str], arch: str) -> dict[str, Any]:
         return {n: cupy.RawModule(path=str(p)) for n, p in zip(names, paths)}
     # Without cuda-bindings: CuPy's own NVRTC (its cache, not ours).
     inc = tuple(f"-I{d}" for d in nv.include_dirs())
-    return {n: cupy.RawModule(code=s, options=(*nv.COMMON_OPTIONS, *inc)) for n, s in sources.items()}
+    return {n: cupy.RawModule(code=s, options=(*nv.COMMON_OPTIONS, *inc,
+                                               *((f"--gpu-architecture={nv.target_for(s, f'sm_{arch}')}",)
+                                                 if nv.ARCH_SPECIFIC in s else ())))
+            for n, s in sources.items()}
 
 
 def load_kernels(sources: dict[str, str], arch: str) -> tuple[dict[str, Any], dict[str, Any]]:

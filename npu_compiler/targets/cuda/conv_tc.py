@@ -42,6 +42,7 @@ from .common import (
     store_expr,
     tc_helpers,
 )
+from .nvrtc import ARCH_SPECIFIC
 
 MIN_ARCH = 80  # mma.sync with bf16 operands, ldmatrix, cp.async
 BK = 32  # K per stage where a tile is read element by element
@@ -64,6 +65,11 @@ MAX_CLUSTER = 8
 # share half their banks pairwise instead of all of them (8 would separate them fully; not measured)
 _RED_PAD = 4
 MIN_SPLIT_K = 256  # a K split's length at least: shorter ones are mostly the pipeline's start and end
+# Hopper: an unsplit conv whose both tiles are 16-byte copies multiplies on the warpgroup MMA (`wgmma`), which reads
+# both tiles from shared memory itself: with `mma.sync` every warp loads its fragments through `ldmatrix`, and at
+# ResNet-50's shapes the shared-memory pipe and the tensor pipe were both half busy (ncu: the 3x3 convs at 26-40% of
+# the tensor pipe)
+WGMMA_ARCH = 90  # sm_90a only: later architectures have other MMA instructions
 MAX_GRID_Y = 65535
 
 
@@ -146,6 +152,43 @@ def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape
         return False
     bm, _, _, _ = tile_for(p, o)
     return -(-p // bm) <= MAX_GRID_Y
+
+
+def uses_wgmma(p: int, o: int, splits: int, copies: bool, arch: int) -> bool:
+    """Whether a conv multiplies on the warpgroup MMA: Hopper, unsplit, both tiles 16-byte copies, 128-pixel tiles
+    (a warpgroup's 64 rows each)."""
+    return (arch == WGMMA_ARCH and splits == 1 and copies and tile_for(p, o)[0] == 128
+            and k_step(p, o, copies, arch) == 64)
+
+
+def wgmma_helpers(n: int, mma_t: str) -> str:
+    """`tc_desc_sw128`: the shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle (8-row
+    atoms 1,024 bytes apart; the leading offset unused) from `at`, a 16-byte aligned address inside its first line;
+    `tc_wgmma`: D (m64 x n, fp32, the thread's n / 2 accumulators) += A (m64 x k16) B (k16 x n), both K-major in
+    shared memory; `tc_wgmma_wait`: commit, wait for it, and fence the accumulators so that no read of them moves
+    above the wait."""
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    operands = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    fences = "\n".join(f'  asm volatile("" : "+f"(d[{i}]) :: "memory");' for i in range(regs))
+    return f"""{ARCH_SPECIFIC}
+__device__ __forceinline__ unsigned long long tc_desc_sw128(unsigned at) {{
+  return (unsigned long long)((at & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32)
+         | (1ull << 62);
+}}
+__device__ __forceinline__ void tc_wgmma(float* d, unsigned long long da, unsigned long long db) {{
+  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
+               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{mma_t}.{mma_t} {{{outs}}}, "
+               "%{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}"
+               : {operands}
+               : "l"(da), "l"(db), "r"(1));
+}}
+__device__ __forceinline__ void tc_wgmma_wait(float* d) {{
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+{fences}
+}}
+"""
 
 
 def splits_for(p: int, o: int, k: int, arch: int = 90) -> int:
@@ -300,26 +343,54 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     bm, bn, wm_, wn_ = tile_for(p_total, o_total)
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
-    mi_n, ni_n = wm_ // 16, wn_ // 8
     od = program.dtype_of(out)
     xs, ws, os_ = x.strides, w.strides, out.strides
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
     bk = k_step(p_total, o_total, vec_a and vec_b, arch)
-    row_h = bk + _PAD
     splits = spec.splits
     cluster = in_cluster(splits, arch)
     smem = smem_bytes(p_total, o_total, bk, cluster)
-    a_stage, b_stage = bm * row_h, bn * row_h
     cpr = bk // 8  # 16-byte copies per tile row
+    wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, arch)
+    if wgmma:
+        # two warpgroups, each the m64 x BN product of its 64 rows: a warp holds 16 rows of all BN columns (the
+        # accumulators in the m16n8 fragment order, BN / 8 groups). The tiles in shared memory are the MMA's
+        # K-major layout with the 128-byte swizzle: a row's 64 K values one 128-byte line, 8 rows one 1,024-byte
+        # atom, the 16-byte chunk c of row r at chunk c ^ (r % 8) of its line (without the swizzle, the MMA's reads
+        # of 8 rows 1,024 bytes apart fell on the same banks: the convs ran at half the speed of mma.sync)
+        wm_, wn_, warps_n = 16, bn, 1
+        row_h = bk
+        smem = (bm + bn) * bk * 2 * STAGES
+        tpg = 8 * cpr  # threads that copy one group of 8 rows
 
-    def corners(lanes: int, comment: str) -> str:
-        """This thread's pixels (rows tid / lanes + i * threads / lanes of every input tile, i < per) and their
+        def row_of(i: str) -> str:
+            return f"((tid / {tpg}) * 8 + (tid & 7) + {i} * {threads // tpg * 8})"
+
+        chunk = f"((tid >> 3) % {cpr})"
+
+        def at(row: str, ch: str) -> str:
+            return f"({row}) * 64 + ((({ch}) ^ (({row}) & 7)) * 8)"
+    else:
+        row_h = bk + _PAD
+
+        def row_of(i: str) -> str:
+            return f"(tid / {cpr} + {i} * {threads // cpr})"
+
+        chunk = f"(tid % {cpr})"
+
+        def at(row: str, ch: str) -> str:
+            return f"({row}) * {row_h} + ({ch}) * 8"
+    mi_n, ni_n = wm_ // 16, wn_ // 8
+    a_stage, b_stage = bm * row_h, bn * row_h
+
+    def corners(first_row: str, comment: str) -> str:
+        """This thread's pixels (rows `first_row` of every input tile, an expression of i < per) and their
         windows' corners, found once."""
         return f"""{comment}
   {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
   #pragma unroll
   for (int i = 0; i < {per}; ++i) {{
-    const {ityp} p = p0 + tid / {lanes} + i * {threads // lanes};
+    const {ityp} p = p0 + {first_row};
     const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
     a_ih[i] = p < {p_total} ? (int)(oh * {sh} - {ph}) : -{2 ** 30};
     a_iw[i] = (int)(ow * {sw} - {pw});
@@ -329,11 +400,11 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     # ---- the input tile (A: BM pixels x BK, [p][k]) ----
     if vec_a:
         per = bm * bk // 8 // threads
-        a_setup = corners(cpr, "\n  // this thread's pixel rows of every input tile (16-byte copies, BK / 8 per row) "
-                               "and their windows' corners")
+        a_setup = corners(row_of("i"), "\n  // this thread's pixel rows of every input tile (16-byte copies, BK / 8 "
+                                        "per row) and their windows' corners")
         a_load = f"""
   auto load_a = [&](int st, int k0) {{
-    const int kx = k0 + (tid % {cpr}) * 8;
+    const int kx = k0 + {chunk} * 8;
     const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
     #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
@@ -341,14 +412,14 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const bool full = kx < {k_total} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd};
       const unsigned short* src = xt + (full ? a_base[i] + cc + ({ityp})(kr * {dh}) * {xs[2]}
                                                + ({ityp})(ks * {dw}) * {xs[3]} : 0);
-      tc_cp16(&smem[st * {a_stage} + (tid / {cpr} + i * {threads // cpr}) * {row_h} + (tid % {cpr}) * 8], src, full);
+      tc_cp16(&smem[st * {a_stage} + {at(row_of("i"), chunk)}], src, full);
     }}
   }};"""
     else:
         per = bm * bk // threads
         # this thread's pixels (the same rows of every tile) and their windows' corners, found once: each element
         # then costs two bounds checks and a load
-        a_setup = corners(bk, "")
+        a_setup = corners(f"tid / {bk} + i * {threads // bk}", "")
         a_load = f"""
   auto load_a = [&](int st, int k0) {{  // element by element (any strides)
     const int kx = k0 + (tid % {bk});
@@ -370,10 +441,10 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   auto load_b = [&](int st, int k0) {{
     #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
-      const int row = tid / {cpr} + i * {threads // cpr}, kc = (tid % {cpr}) * 8;
+      const int row = {row_of("i")}, kc = {chunk} * 8;
       const bool full = n0 + row < {o_total} && k0 + kc < {k_total};
       const unsigned short* src = wt + (full ? {w.offset} + ({ityp})(n0 + row) * {k_total} + k0 + kc : 0);
-      tc_cp16(&smem[{STAGES * a_stage} + st * {b_stage} + row * {row_h} + kc], src, full);
+      tc_cp16(&smem[{STAGES * a_stage} + st * {b_stage} + {at("row", chunk)}], src, full);
     }}
   }};"""
     else:
@@ -505,6 +576,8 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       }}
     }}"""
     else:
+        # the columns 32 at a time (the warpgroup MMA's 128: its outputs, residual and bias at once would spill)
+        jc_n = min(ni_n, 4)
         # a row group's outputs first, then their stores: in one pass a residual's load came after the store before
         # it (the output pointer may alias it as far as the compiler knows), so the loads went one at a time; the
         # bias of the thread's channels loaded once, not again for every row. With the quad's exchanges below,
@@ -523,7 +596,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
       const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
       #pragma unroll
-      for (int j = 0; j < {ni_n}; j += 2) {{
+      for (int j = jc; j < jc + {jc_n}; j += 2) {{
         const unsigned a = (unsigned){as_bits}(res[hf][j][0]) | ((unsigned){as_bits}(res[hf][j][1]) << 16);
         const unsigned b = (unsigned){as_bits}(res[hf][j + 1][0]) | ((unsigned){as_bits}(res[hf][j + 1][1]) << 16);
         const unsigned a1 = __shfl_sync(0xffffffffu, a, s1), b1 = __shfl_sync(0xffffffffu, b, s1);
@@ -542,7 +615,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       if (p >= {p_total}) continue;
       const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
       #pragma unroll
-      for (int j = 0; j < {ni_n}; ++j) {{
+      for (int j = jc; j < jc + {jc_n}; ++j) {{
         const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
         if (co0 >= {o_total}) continue;
 {store}
@@ -566,7 +639,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
       const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
       #pragma unroll
-      for (int j = 0; j < {ni_n}; j += 2) {{
+      for (int j = jc; j < jc + {jc_n}; j += 2) {{
         const {ityp} co4 = n0 + wn * {wn_} + j * 8 + q * 4;
         const bool in = p < {p_total} && co4 < {o_total};{loads_ahead}
       }}
@@ -576,14 +649,16 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
             bias_lines = f"""
   float bv[{ni_n}][2];
   #pragma unroll
-  for (int j = 0; j < {ni_n}; ++j)
+  for (int j = jc; j < jc + {jc_n}; ++j)
     #pragma unroll
     for (int e = 0; e < 2; ++e) {{
       const {ityp} co = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2 + e;
       bv[j][e] = co < {o_total} ? {bias_load} : 0.0f;
     }}"""
         epilogue_src = f"""
-  tc_wait<0>();{bias_lines}{quad_lanes}
+  tc_wait<0>();{quad_lanes}
+  #pragma unroll
+  for (int jc = 0; jc < {ni_n}; jc += {jc_n}) {{{bias_lines}
   #pragma unroll
   for (int i = 0; i < {mi_n}; ++i) {{
     {storage(od)} res[2][{ni_n}][2];{rv_decl}{loads_ahead}
@@ -593,7 +668,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       if (p >= {p_total}) continue;
       const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
       #pragma unroll
-      for (int j = 0; j < {ni_n}; ++j) {{
+      for (int j = jc; j < jc + {jc_n}; ++j) {{
         const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
         if (co0 >= {o_total}) continue;
         {storage(od)}* sv = res[hf][j];
@@ -608,55 +683,41 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       }}
     }}
 {stores}
+  }}
   }}"""
 
     # the weight tiles of the first stages are copied before the wait for the kernel ahead, where the weight is a
     # weight buffer (no kernel writes one: memory_check.check_read_only): one image's convs are latency-bound, and
     # their weights' trip to shared memory then overlaps the kernel before (their first stage commits with A's)
     early_b = vec_b and program.buffers[w.buffer].kind == "weight"
-    head = f"""
-  extern __shared__ __align__(16) unsigned short smem[];
-  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
-  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / {warps_n}, wn = warp % {warps_n};
-  const int n0 = blockIdx.x * {bn};
-  const {ityp} p0 = ({ityp})blockIdx.y * {bm};
-  // this block's K tiles: all of them, or its split's run
-  const int kt_b = blockIdx.z * {per_split};
-  const int kt_n = max(0, min({kt_total}, kt_b + {per_split}) - kt_b);"""
-    early = ""
-    if early_b:
-        early = f"""
-{WEIGHTS_BEGIN}{b_load}
-  #pragma unroll
-  for (int s = 0; s < {STAGES - 1}; ++s)
-    if (s < kt_n) load_b(s, (kt_b + s) * {bk});
-{WEIGHTS_END}"""
-    first_b = "" if early_b else f" load_b(s, (kt_b + s) * {bk});"
-    src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}{CLUSTER_HELPERS if cluster else ""}
-{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}
-{WAIT}{prefetch}{a_setup}{a_load}{"" if early_b else b_load}
-  float acc[{mi_n}][{ni_n}][4];
-  #pragma unroll
-  for (int i = 0; i < {mi_n}; ++i)
-    #pragma unroll
-    for (int j = 0; j < {ni_n}; ++j)
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-  #pragma unroll
-  for (int s = 0; s < {STAGES - 1}; ++s) {{
-    if (s < kt_n) {{ load_a(s, (kt_b + s) * {bk});{first_b} }}
-    tc_commit();
-  }}
-  for (int kt = 0; kt < kt_n; ++kt) {{
-    tc_wait<{STAGES - 2}>();
-    __syncthreads();  // tile kt is in; every warp is done with the stage the next copies overwrite
-    const int nx = kt + {STAGES - 1};
+    next_copies = f"""    const int nx = kt + {STAGES - 1};
     if (nx < kt_n) {{ load_a(nx % {STAGES}, (kt_b + nx) * {bk}); load_b(nx % {STAGES}, (kt_b + nx) * {bk}); }}
-    tc_commit();
-    const unsigned short* As = smem + (kt % {STAGES}) * {a_stage};
+    tc_commit();"""
+    if wgmma:
+        # each warpgroup issues its rows' products of the tile (K 16 at a time: the descriptors' start moves 32
+        # bytes within the swizzled 128-byte rows) and waits for those of the tile before; after the second barrier
+        # no warpgroup reads that tile's stage, which the next copies then overwrite. The last products are waited
+        # for after the loop.
+        main_loop = f"""  for (int kt = 0; kt < kt_n; ++kt) {{
+    tc_wait<{STAGES - 2}>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies' writes, seen by the MMA's reads
+    __syncthreads();  // tile kt is in
+    {{
+      const unsigned sa = smem_s + ((kt % {STAGES}) * {a_stage} + (warp >> 2) * {64 * bk}) * 2;
+      const unsigned sb = smem_s + ({STAGES * a_stage} + (kt % {STAGES}) * {b_stage}) * 2;
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      #pragma unroll
+      for (int kk = 0; kk < {bk // 16}; ++kk)
+        tc_wgmma(&acc[0][0][0], tc_desc_sw128(sa + kk * 32), tc_desc_sw128(sb + kk * 32));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    }}
+    __syncthreads();  // every warpgroup's products of tile kt - 1 are done: its stage is free
+{next_copies}
+  }}
+  tc_wgmma_wait(&acc[0][0][0]);"""
+    else:
+        products = f"""    const unsigned short* As = smem + (kt % {STAGES}) * {a_stage};
     const unsigned short* Bs = smem + {STAGES * a_stage} + (kt % {STAGES}) * {b_stage};
     #pragma unroll
     for (int kk = 0; kk < {bk}; kk += 16) {{
@@ -672,8 +733,51 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       for (int i = 0; i < {mi_n}; ++i)
         #pragma unroll
         for (int j = 0; j < {ni_n}; ++j) tc_mma(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
-    }}
+    }}"""
+        main_loop = f"""  for (int kt = 0; kt < kt_n; ++kt) {{
+    tc_wait<{STAGES - 2}>();
+    __syncthreads();  // tile kt is in; every warp is done with the stage the next copies overwrite
+{next_copies}
+{products}
+  }}"""
+    smem_s = "\n  const unsigned smem_s = (unsigned)__cvta_generic_to_shared(smem);" if wgmma else ""
+    head = f"""
+  extern __shared__ __align__(1024) unsigned short smem[];
+  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
+  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / {warps_n}, wn = warp % {warps_n};{smem_s}
+  const int n0 = blockIdx.x * {bn};
+  const {ityp} p0 = ({ityp})blockIdx.y * {bm};
+  // this block's K tiles: all of them, or its split's run
+  const int kt_b = blockIdx.z * {per_split};
+  const int kt_n = max(0, min({kt_total}, kt_b + {per_split}) - kt_b);"""
+    early = ""
+    if early_b:
+        early = f"""
+{WEIGHTS_BEGIN}{b_load}
+  #pragma unroll
+  for (int s = 0; s < {STAGES - 1}; ++s)
+    if (s < kt_n) load_b(s, (kt_b + s) * {bk});
+{WEIGHTS_END}"""
+    first_b = "" if early_b else f" load_b(s, (kt_b + s) * {bk});"
+    src = f"""{PRELUDE}
+{tc_helpers(_OPERANDS[od])}{wgmma_helpers(bn, _OPERANDS[od]) if wgmma else ""}{CLUSTER_HELPERS if cluster else ""}
+{signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}
+{WAIT}{prefetch}{a_setup}{a_load}{"" if early_b else b_load}
+  float acc[{mi_n}][{ni_n}][4];
+  #pragma unroll
+  for (int i = 0; i < {mi_n}; ++i)
+    #pragma unroll
+    for (int j = 0; j < {ni_n}; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  #pragma unroll
+  for (int s = 0; s < {STAGES - 1}; ++s) {{
+    if (s < kt_n) {{ load_a(s, (kt_b + s) * {bk});{first_b} }}
+    tc_commit();
   }}
+{main_loop}
 {epilogue_src}
 }}
 """

@@ -78,6 +78,17 @@ def _check(err, what: str) -> None:
         raise NVRTCError(f"{what} failed: {msg.decode() if isinstance(msg, bytes) else msg}")
 
 
+# A source with this line uses features of its architecture's arch-specific target (Hopper's `wgmma`: sm_90a), which
+# runs on that architecture only; the renderer adds it where the device is that architecture.
+ARCH_SPECIFIC = "// npu: arch-specific target"
+
+
+def target_for(source: str, arch: str) -> str:
+    """The NVRTC target of `source` for `arch` ("sm_90", "compute_90"): its arch-specific one ("sm_90a") where the
+    source says it needs it."""
+    return arch + "a" if ARCH_SPECIFIC in source and not arch.endswith("a") else arch
+
+
 def compile_source(source: str, arch: str = "compute_90", *, name: str = "kernel.cu",
                    options: tuple[str, ...] = ()) -> bytes:
     """Compile `source`. `arch` "compute_XY" gives PTX, "sm_XY" gives CUBIN (for that exact device)."""
