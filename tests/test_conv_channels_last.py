@@ -24,7 +24,7 @@ import npu_runtime  # noqa: E402
 from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.program import CompiledProgram  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
-from npu_compiler.targets.cuda.conv_tc import tile_for  # noqa: E402
+from npu_compiler.targets.cuda.conv_tc import splits_for, tile_for  # noqa: E402
 from npu_compiler.tensor import memory_order  # noqa: E402
 from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
 from npu_runtime.errors import WeightError  # noqa: E402
@@ -215,6 +215,10 @@ def test_block_tiles() -> None:
     assert tile_for(64 * 56 * 56, 256)[:2] == (128, 128)
     assert tile_for(64 * 56 * 56, 64)[:2] == (128, 64)
     assert tile_for(64 * 7 * 7, 512)[:2] == (64, 128)
+    # Hopper's warpgroup MMA: 128-pixel tiles unsplit where they give half the SMs a block (100 blocks here)
+    assert tile_for(64 * 7 * 7, 512, wide=True)[:2] == (128, 128)
+    assert splits_for(64 * 7 * 7, 512, 4608, 90, wide=True) == 1 and splits_for(64 * 7 * 7, 512, 4608, 90) == 1
+    assert tile_for(7 * 7, 512, wide=True)[:2] == (64, 128) and splits_for(7 * 7, 512, 4608, 90, wide=True) == 8
     assert tile_for(2 * 33 * 33, 40)[:2] == (64, 64)
     tiles = set()
     for _dt, (n, _c, h, w), o, k, stride, pad, dil, *_ in CASES.values():

@@ -789,7 +789,7 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
             x, w, out = k.args[0], k.args[1], k.outs[0]
             p, o, _ = conv_tc._geometry(x.shape, w.shape, out.shape)
             copies = conv_tc.pixels_vectorizable(x) and conv_tc.weight_vectorizable(w)
-            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o)[0] == 128
+            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o, True)[0] == 128
             assert ("wgmma.mma_async" in src) == want and ("tc_mma(acc" in src) != want, (arch, k.name)
             assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
             on.append(want)

@@ -102,21 +102,31 @@ def _geometry(x_shape, w_shape, out_shape) -> tuple[int, int, int]:
     return n * ho * wo, o, kh * kw * c
 
 
-def tile_for(p: int, o: int) -> tuple[int, int, int, int]:
+def tile_for(p: int, o: int, wide: bool = False) -> tuple[int, int, int, int]:
     """The block tile: 128 output channels where there are that many, 128 pixels where that still gives every SM a
-    block. Measured on the H100 (ResNet-50 at batch 64, 4.02 ms with these): the 64-pixel tile for every conv with
+    block, or with `wide` (`wide_tiles`) half of them: the warpgroup MMA does a 128-pixel tile in about half the
+    time of mma.sync's 64-pixel one (ResNet-50's last convs at batch 64, 100 blocks: the 3x3 88 -> 55 us, the
+    1x1 reductions 47 -> 26 us, unsplit). Measured on the H100
+    (ResNet-50 at batch 64, 4.02 ms with these, before the warpgroup MMA): the 64-pixel tile for every conv with
     K <= 128 (more blocks for the convs that are mostly loads and epilogue) 4.09 ms; 64 x 64 warp tiles in the
     128 x 128 tile (222 registers, two blocks an SM) with BK 32 4.50 ms."""
     bn = 128 if o >= 128 else 64
     cfgs = [c for c in _CONFIGS if c[1] == bn]
     big, small = cfgs
-    return big if -(-p // big[0]) * -(-o // bn) >= SMS else small
+    blocks = -(-p // big[0]) * -(-o // bn)
+    return big if blocks >= SMS or (wide and 2 * blocks >= SMS) else small
 
 
-def smem_bytes(p: int, o: int, bk: int, cluster: bool = False) -> int:
+def wide_tiles(arch: int, channels: int) -> bool:
+    """Whether a conv of `channels` input channels takes 128-pixel tiles for half the SMs already: on Hopper, where
+    its tiles can be 16-byte copies (channels-last, a multiple of 8 channels) for the warpgroup MMA."""
+    return arch == WGMMA_ARCH and channels % 8 == 0
+
+
+def smem_bytes(p: int, o: int, bk: int, cluster: bool = False, wide: bool = False) -> int:
     """The dynamic shared memory of a block: the stages, and for a cluster's split the float32 part tile that
     reuses them."""
-    bm, bn, _, _ = tile_for(p, o)
+    bm, bn, _, _ = tile_for(p, o, wide)
     stages = (bm + bn) * (bk + _PAD) * 2 * STAGES
     return max(stages, bm * (bn + _RED_PAD) * 4) if cluster else stages
 
@@ -132,9 +142,9 @@ MAX_SMEM = {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024, 100: 227 * 1024}
 MIN_MAX_SMEM = 99 * 1024  # sm_86, sm_89, sm_120
 
 
-def k_step(p: int, o: int, copies: bool, arch: int) -> int:
+def k_step(p: int, o: int, copies: bool, arch: int, wide: bool = False) -> int:
     """K per stage: BK_COPIES where both tiles are 16-byte copies and the stages fit the GPU's shared memory."""
-    if copies and smem_bytes(p, o, BK_COPIES) <= MAX_SMEM.get(arch, MIN_MAX_SMEM):
+    if copies and smem_bytes(p, o, BK_COPIES, wide=wide) <= MAX_SMEM.get(arch, MIN_MAX_SMEM):
         return BK_COPIES
     return BK
 
@@ -157,8 +167,9 @@ def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape
 def uses_wgmma(p: int, o: int, splits: int, copies: bool, arch: int) -> bool:
     """Whether a conv multiplies on the warpgroup MMA: Hopper, unsplit, both tiles 16-byte copies, 128-pixel tiles
     (a warpgroup's 64 rows each)."""
-    return (arch == WGMMA_ARCH and splits == 1 and copies and tile_for(p, o)[0] == 128
-            and k_step(p, o, copies, arch) == 64)
+    wide = arch == WGMMA_ARCH
+    return (wide and splits == 1 and copies and tile_for(p, o, wide)[0] == 128
+            and k_step(p, o, copies, arch, wide) == 64)
 
 
 def wgmma_helpers(n: int, mma_t: str) -> str:
@@ -191,13 +202,13 @@ __device__ __forceinline__ void tc_wgmma_wait(float* d) {{
 """
 
 
-def splits_for(p: int, o: int, k: int, arch: int = 90) -> int:
+def splits_for(p: int, o: int, k: int, arch: int = 90, wide: bool = False) -> int:
     """Across how many blocks the K of a conv is split: where its tiles are too few to give every SM a block (one
     image's deep layers: ResNet-50's last 3x3 convs have 8 tiles and a K of 4,608), enough splits for about two
     blocks an SM, each at least MIN_SPLIT_K long; on Hopper no more than a cluster holds."""
-    bm, bn, _, _ = tile_for(p, o)
+    bm, bn, _, _ = tile_for(p, o, wide)
     blocks = -(-p // bm) * -(-o // bn)
-    if blocks >= SMS:
+    if blocks >= SMS or (wide and bm == 128):
         return 1
     most = MAX_CLUSTER if arch >= CLUSTER_ARCH else MAX_SPLITS
     return max(1, min(most, -(-2 * SMS // blocks), k // MIN_SPLIT_K))
@@ -219,7 +230,7 @@ def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
             plan.append(0)
             continue
         eligible += p * o * k
-        plan.append(splits_for(p, o, k, arch))
+        plan.append(splits_for(p, o, k, arch, wide_tiles(arch, c[2][1])))
     return plan if eligible > 0 and 2 * eligible >= total else [0] * len(convs)
 
 
@@ -340,16 +351,17 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     ph, pw = spec.padding
     dh, dw = spec.dilation
     p_total, o_total, k_total = _geometry(x.shape, w.shape, out.shape)
-    bm, bn, wm_, wn_ = tile_for(p_total, o_total)
+    wide = wide_tiles(arch, c)
+    bm, bn, wm_, wn_ = tile_for(p_total, o_total, wide)
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
     od = program.dtype_of(out)
     xs, ws, os_ = x.strides, w.strides, out.strides
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
-    bk = k_step(p_total, o_total, vec_a and vec_b, arch)
+    bk = k_step(p_total, o_total, vec_a and vec_b, arch, wide)
     splits = spec.splits
     cluster = in_cluster(splits, arch)
-    smem = smem_bytes(p_total, o_total, bk, cluster)
+    smem = smem_bytes(p_total, o_total, bk, cluster, wide)
     cpr = bk // 8  # 16-byte copies per tile row
     wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, arch)
     if wgmma:
