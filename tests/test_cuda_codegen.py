@@ -794,3 +794,31 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
             assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
             on.append(want)
         assert any(on) == (arch == 90) and not all(on)
+
+
+def test_gather_index_arithmetic_is_32_bit_where_it_provably_fits() -> None:
+    """A max pool's window positions (output and window indices times constants) are computed in `int` and so is
+    its address; an embedding's row comes from a loaded token id (no known range) and stays 64-bit."""
+    from fused_cases import ir_dict
+
+    class Pool(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(x, 3, 2, 1)
+
+    class Embed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e = torch.nn.Embedding(100, 16)
+
+        def forward(self, ids):
+            return self.e(ids)
+
+    pool = npu_compiler.compile(ir_dict(Pool(), [torch.zeros(2, 8, 16, 16)], "pool"), "cuda", dtype="float16")
+    (k,) = [k for k in pool.kernels if k.group == "max_pool2d.default"]
+    src = CudaTarget().kernel_sources(k, pool)[0]
+    assert "long long" not in src.split("npu_kernel(")[1] and "const int n" in src, src
+    emb = npu_compiler.compile(ir_dict(Embed(), [torch.zeros(3, dtype=torch.int64)], "emb"), "cuda", dtype="float32")
+    (g,) = [k for k in emb.kernels if k.group == "embedding.default"]
+    emb_src = CudaTarget().kernel_sources(g, emb)[0]
+    assert "long long" in emb_src.split("npu_kernel(")[1], emb_src
+    assert not _check_sources({"pool": src, "emb": emb_src})

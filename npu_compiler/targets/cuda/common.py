@@ -337,6 +337,7 @@ class CudaLanguage(Language):
     elementwise_ilp = 4
     unroll_hint = "#pragma unroll"
     row_loop_hint = "#pragma unroll 4"
+    int32_type = "int"
     block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
 
     def reg(self, dtype: str) -> str:
