@@ -822,3 +822,25 @@ def test_gather_index_arithmetic_is_32_bit_where_it_provably_fits() -> None:
     emb_src = CudaTarget().kernel_sources(g, emb)[0]
     assert "long long" in emb_src.split("npu_kernel(")[1], emb_src
     assert not _check_sources({"pool": src, "emb": emb_src})
+
+
+def test_row_kernel_indexes_in_32_bits_where_its_buffers_do() -> None:
+    """A prefill's RMSNorm (2,048 rows of 1,536) indexes in `int`: its loops run to the rows and the row length and
+    its addresses stay inside 3 M-element buffers (the rows times the reduction, 4.8 G, is no index it computes)."""
+    from fused_cases import ir_dict
+
+    class Norm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1536))
+
+        def forward(self, x):
+            h = x.float()
+            return self.w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+    p = npu_compiler.compile(ir_dict(Norm(), [torch.zeros(1, 2048, 1536, dtype=torch.bfloat16)], "norm"), "cuda",
+                             dtype="bfloat16")
+    (k,) = [k for k in p.kernels if k.group == "npu.rmsnorm"]
+    src = CudaTarget().kernel_sources(k, p)[0]
+    assert "for (int row" in src and "long long" not in src.split("npu_kernel(")[1], src
+    assert not _check_sources({"norm": src})

@@ -648,8 +648,10 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     n_out = math.prod(shape)
     n_red = math.prod(reduce_shape) if reduce_shape else 1
     has_reduce = any(isinstance(x, X.Reduce) for x in X.walk(expr))
-    # (the last: an elementwise loop's index, which passes n_out by up to its elements a thread times the grid)
-    extents = [n_out * max(n_red, 1), max_extent(store.shape, store.strides, store.offset), *arg_extents,
+    # (the loops' indices run to n_out and n_red, never to their product: a row kernel's rows and a reduction's
+    # values are separate loops, and every address stays inside its buffer; the last: an elementwise loop's index,
+    # which passes n_out by up to its elements a thread times the grid)
+    extents = [n_out, n_red, max_extent(store.shape, store.strides, store.offset), *arg_extents,
                n_out + elementwise_ilp(lang, n_out) * ELEMENTWISE_BLOCK * lang.max_grid]
     ityp = lang.index_type(max(extents))
     order = memory_order(shape, tuple(store.strides)) if tuple(store.shape) == shape else None
