@@ -594,6 +594,17 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         # it (the output pointer may alias it as far as the compiler knows), so the loads went one at a time; the
         # bias of the thread's channels loaded once, not again for every row. With the quad's exchanges below,
         # ResNet-50 at batch 64 on the H100: 3.92 -> 3.53 ms (its 1x1 expansions with a residual 165 -> 117 us)
+        def rows_of(guarded: bool, step: int) -> str:
+            """The loops over the thread's two rows of the row group `i` (`p` its pixel, `nb`, `oh`, `ow`; a row past
+            the pixels skipped where `guarded`) and over the column groups `j` of the chunk `jc`, `step` at a time."""
+            skip = f"\n      if (p >= {p_total}) continue;" if guarded else ""
+            return f"""    #pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {{
+      const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;{skip}
+      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+      #pragma unroll
+      for (int j = jc; j < jc + {jc_n}; {"++j" if step == 1 else f"j += {step}"}) {{"""
+
         if quad:
             # two column groups' outputs (16 channels of a row, 2 in each of a quad's lanes, a group 8 channels
             # apart) exchanged in the quad so that each lane stores 4 neighbouring channels: a row's 32 bytes in
@@ -603,12 +614,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
             quad_lanes = """
   const int q = lane & 3, s1 = (lane & ~3) | ((2 * q) & 3), s2 = s1 | 1;"""
             stores = f"""
-    #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {{
-      const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
-      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-      #pragma unroll
-      for (int j = jc; j < jc + {jc_n}; j += 2) {{
+{rows_of(False, 2)}
         const unsigned a = (unsigned){as_bits}(res[hf][j][0]) | ((unsigned){as_bits}(res[hf][j][1]) << 16);
         const unsigned b = (unsigned){as_bits}(res[hf][j + 1][0]) | ((unsigned){as_bits}(res[hf][j + 1][1]) << 16);
         const unsigned a1 = __shfl_sync(0xffffffffu, a, s1), b1 = __shfl_sync(0xffffffffu, b, s1);
@@ -621,13 +627,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         else:
             quad_lanes = ""
             stores = f"""
-    #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {{
-      const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
-      if (p >= {p_total}) continue;
-      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-      #pragma unroll
-      for (int j = jc; j < jc + {jc_n}; ++j) {{
+{rows_of(True, 1)}
         const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
         if (co0 >= {o_total}) continue;
 {store}
@@ -646,12 +646,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         rv_decl = "".join(f"\n    float rv{n}[2][{ni_n}][2];" for n in range(len(ahead)))
         if loads_ahead:
             loads_ahead = f"""
-    #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {{
-      const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
-      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-      #pragma unroll
-      for (int j = jc; j < jc + {jc_n}; j += 2) {{
+{rows_of(False, 2)}
         const {ityp} co4 = n0 + wn * {wn_} + j * 8 + q * 4;
         const bool in = p < {p_total} && co4 < {o_total};{loads_ahead}
       }}
@@ -674,13 +669,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   #pragma unroll
   for (int i = 0; i < {mi_n}; ++i) {{
     {storage(od)} res[2][{ni_n}][2];{rv_decl}{loads_ahead}
-    #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {{
-      const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;
-      if (p >= {p_total}) continue;
-      const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
-      #pragma unroll
-      for (int j = jc; j < jc + {jc_n}; ++j) {{
+{rows_of(True, 1)}
         const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
         if (co0 >= {o_total}) continue;
         {storage(od)}* sv = res[hf][j];
