@@ -417,11 +417,11 @@ class ExprRenderer:
         # was most of the instructions of a max pool (ResNet-50's at batch 64: 122 us for 128 MB)
         narrow = _Narrower(self, scope, in_reduce)
         span = abs(g.offset) + sum((n - 1) * abs(s) for n, s in zip(g.shape, g.strides))
-        small = [narrow.name(i) for i in g.indices] if lang.int32_type and span <= _INT32_MAX else []
+        small = bool(lang.int32_type) and span <= _INT32_MAX and all(narrow.fits(i) for i in g.indices)
         conds = []
         parts = [str(g.offset)] if g.offset else []
-        if small and all(small):
-            for i, n, s in zip(small, g.shape, g.strides):
+        if small:
+            for i, n, s in zip((narrow.name(i) for i in g.indices), g.shape, g.strides):
                 conds.append(f"{i} >= 0 && {i} < {n}")
                 if s:
                     parts.append(i if s == 1 else f"{i} * {s}")
@@ -437,7 +437,7 @@ class ExprRenderer:
             conds.append(narrow.condition(g.guard) if lang.int32_type else self.emit(g.guard, scope, in_reduce))
         name = self.fresh("g")
         ok = " && ".join(f"({c})" for c in conds) or "true"
-        where = lang.to_index(" + ".join(parts) or "0", lang.int32_type if small and all(small) else lang.reg("int64"))
+        where = lang.to_index(" + ".join(parts) or "0", lang.int32_type if small else lang.reg("int64"))
         scope.lines.append(scope.indent + lang.decl(name, lang.reg(g.dtype), lang.literal(g.fill, g.dtype),
                                                      mutable=True))
         scope.lines.append(scope.indent + lang.if_(ok) + " " + lang.assign(
@@ -530,10 +530,14 @@ class _Narrower:
             return f"{e.op}({a}, {b})"
         return f"({a} {_INFIX[e.op]} {b})"
 
+    def fits(self, e: X.Expr) -> bool:
+        """Whether `e` is int64 index arithmetic whose every value fits in 32 bits."""
+        return e.dtype == "int64" and self.range(e) is not None
+
     def name(self, e: X.Expr) -> str | None:
         """A 32-bit variable holding `e`, declared in the scope (once for the same tree), or None where it may not
         fit."""
-        if e.dtype != "int64" or self.range(e) is None:
+        if not self.fits(e):
             return None
         key = ("int32", self.r.key(e))
         hit = self.scope.find(key)

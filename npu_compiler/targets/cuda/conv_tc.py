@@ -176,8 +176,8 @@ def wgmma_helpers(n: int, mma_t: str) -> str:
     """`tc_desc_sw128`: the shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle (8-row
     atoms 1,024 bytes apart; the leading offset unused) from `at`, a 16-byte aligned address inside its first line;
     `tc_wgmma`: D (m64 x n, fp32, the thread's n / 2 accumulators) += A (m64 x k16) B (k16 x n), both K-major in
-    shared memory; `tc_wgmma_wait`: commit, wait for it, and fence the accumulators so that no read of them moves
-    above the wait."""
+    shared memory; `tc_wgmma_wait`: wait for every committed product and fence the accumulators so that no read of
+    them moves above the wait."""
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     operands = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -195,7 +195,6 @@ __device__ __forceinline__ void tc_wgmma(float* d, unsigned long long da, unsign
                : "l"(da), "l"(db), "r"(1));
 }}
 __device__ __forceinline__ void tc_wgmma_wait(float* d) {{
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 {fences}
 }}
