@@ -99,8 +99,9 @@ class _ConvOfInputs(torch.nn.Module):
 
 
 def test_only_weight_buffers_are_copied_before_the_wait() -> None:
-    """A tensor-core conv copies its first weight tiles to shared memory before it waits for the kernel ahead only
-    where the weight is a weight buffer (read-only); a conv over two activations copies nothing early."""
+    """A tensor-core conv copies its first weight tiles (a windowed conv: its whole weight tile) to shared memory
+    before it waits for the kernel ahead only where the weight is a weight buffer (read-only); a conv over two
+    activations copies nothing early."""
     from npu_compiler.targets.cuda.common import WEIGHTS_BEGIN
 
     _, _, prog = _program()
@@ -108,7 +109,8 @@ def test_only_weight_buffers_are_copied_before_the_wait() -> None:
     for k in convs:
         text = CudaTarget().kernel_sources(k, prog)[0]
         wide = len(k.args[1].shape) == 4 and k.args[1].shape[1] % 8 == 0  # 16-byte weight copies
-        assert (WEIGHTS_BEGIN in text) == wide, k.name
+        windowed = "copy_window" in text  # the stem: its whole weight tile, once a block
+        assert (WEIGHTS_BEGIN in text) == (wide or windowed), k.name
         assert_waits_first(text)
     args = [torch.randn(2, 64, 40, 40), torch.randn(64, 64, 3, 3)]
     prog = npu_compiler.compile(ir_dict(_ConvOfInputs(), args, "conv_of_inputs"), "cuda", dtype="float16")
@@ -339,3 +341,32 @@ def test_shared_memory_fits_the_gpu(arch: int, limit: int) -> None:
     assert max(lc.smem for lc in launches) <= limit
     # three stages of 128 x 128 tiles at K 64 (Hopper's warpgroup MMA without padding rows): 96 KiB at least
     assert (max(lc.smem for lc in launches) >= 3 * (128 + 128) * 64 * 2) == (arch in (80, 90))
+
+
+def test_window_plan_spans_the_output_rows_of_every_pixel_tile() -> None:
+    """conv_window.plan: the output rows a pixel tile spans (its window's slabs), counted pixel by pixel, for tiles
+    that start mid-row and run into the next image; ResNet-50's stem at batch 64 through the window in 16-byte copies,
+    at batch 1 (too few tiles for the grid) and with a K too long for half the shared memory not."""
+    from npu_compiler.targets.cuda import conv_window
+    from npu_compiler.tensor import TensorRef, contiguous_strides
+
+    def nchw(shape):
+        return TensorRef(0, shape, contiguous_strides(shape))
+
+    for n, c, h, w, k, s, p, d, bm in ((3, 3, 45, 37, 3, 1, 2, 2, 128), (96, 4, 40, 40, 5, 2, 2, 1, 64),
+                                       (64, 3, 224, 224, 7, 2, 3, 1, 128), (5, 3, 9, 11, 3, 1, 1, 1, 128)):
+        ho, wo = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+        win = conv_window.plan(nchw((n, c, h, w)), (16, c, k, k), (n, 16, ho, wo), (s, s), (p, p), (d, d), bm, 64,
+                               32, 227 * 1024, 1)
+        total = n * ho * wo
+        spans = [len({q // wo for q in range(t, min(t + bm, total))}) for t in range(0, total, bm)]
+        assert win is not None and win.orows == max(spans)
+        assert win.vector == (w % 8 == 0) and win.kp % 32 == 0 and win.kp >= c * k * k
+        # every column a pixel reads, the left padding included, lies inside a window row
+        assert win.padl >= p and win.padl - p + (wo - 1) * s + (k - 1) * d < win.width
+    stem = (nchw((64, 3, 224, 224)), (64, 3, 7, 7), (64, 64, 112, 112), (2, 2), (3, 3), (1, 1), 128, 64, 32, 227 * 1024)
+    assert conv_window.plan(*stem, 264).orows == 2
+    one = (nchw((1, 3, 224, 224)), (64, 3, 7, 7), (1, 64, 112, 112), (2, 2), (3, 3), (1, 1), 64, 64, 32, 227 * 1024)
+    assert conv_window.plan(*one, 264) is None
+    long_k = (nchw((64, 20, 75, 65)), (48, 20, 5, 5), (64, 48, 75, 65), (1, 1), (2, 2), (1, 1), 128, 64, 32, 227 * 1024)
+    assert conv_window.plan(*long_k, 1) is None

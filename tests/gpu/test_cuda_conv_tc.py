@@ -50,6 +50,12 @@ CASES = {
     # an NCHW program input (its pixels element by element), an odd pixel count, 40 output channels (a part tile)
     "1x1_odd_pixels_bf16": ("bfloat16", (1, 32, 97, 91), 40, 1, 1, 0, 1, True, False, True, False),
     "dilated_bf16": ("bfloat16", (1, 16, 100, 100), 24, 3, 1, 2, 2, False, False, False, True),
+    # pixels through a shared-memory window (conv_window.py: pixel tiles enough for two blocks an SM), tiles that
+    # run into the next image: the stem; rows of 37 columns copied element by element, a dilation; rows of 40
+    # columns in 16-byte copies, a stride, a residual
+    "7x7_stem_window_b3_fp16": ("float16", (3, 3, 224, 224), 64, 7, 2, 3, 1, True, False, False, True),
+    "3x3_window_rows_fp16": ("float16", (24, 3, 45, 37), 32, 3, 1, 2, 2, True, False, False, False),
+    "5x5_window_copies_bf16": ("bfloat16", (96, 4, 40, 40), 48, 5, 2, 2, 1, False, False, True, True),
     # 20 channels: K = 500, no multiple of 8 (both operands element by element, a part K tile); no bias
     "5x5_k_tail_fp16": ("float16", (2, 20, 75, 65), 48, 5, 1, 2, 1, False, True, True, True),
     # the 128 x 128 and 64 x 128 tiles
@@ -62,6 +68,9 @@ CASES = {
     "split_k_part_tiles_bf16": ("bfloat16", (1, 128, 60, 60), 40, 3, 2, 1, 1, False, True, True, True),
 }
 CASES["split_k_scratch_3x3_fp16"] = CASES["split_k_3x3_fp16"]
+# on Hopper, the cases whose pixels come through a shared-memory window (the element-by-element inputs of the others
+# have too few pixel tiles or do not fit half of its shared memory: a K of 500, 16 channels of 3 output rows)
+WINDOWED = {"7x7_stem_window_b3_fp16", "3x3_window_rows_fp16", "5x5_window_copies_bf16"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -87,6 +96,9 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> 
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
     assert (main.spec.splits > 1) == name.startswith("split_k"), main.spec.splits
+    if int(cuda_backend.state.arch) == 90:  # pixels read element by element come through a window where it fits
+        source = CudaTarget(90).kernel_sources(main, program)[0]
+        assert ("copy_window" in source) == (name in WINDOWED), name
     if main.spec.splits > 1:
         clustered = conv_tc.in_cluster(main.spec.splits, int(cuda_backend.state.arch))
         assert clustered == ("scratch" not in name and int(cuda_backend.state.arch) >= 90)

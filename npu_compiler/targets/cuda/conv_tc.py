@@ -9,7 +9,9 @@ copies (a window position outside the image is a zero-filled copy: the padding).
 tile in fp32 with `mma.sync` m16n8k16 (fp16 or bf16 operands) over K in steps of BK through STAGES shared-memory
 stages, so the copies of the next tiles are in flight while the tensor cores work. An input or weight in another
 layout (a program input in NCHW, a stem conv of 3 channels, a weight also used elsewhere) is read element by element
-instead: correct for any strides, slower.
+instead: correct for any strides, slower. Where such an input's rows for a pixel tile fit in shared memory and the
+pixel tiles are enough to give every block of the grid several, they go through a shared-memory window instead
+(`conv_window.py`: the stem at batch 64).
 
 The epilogue adds the bias in fp32, rounds to the output dtype (the unfused graph's stored conv result, `Acc`), then
 computes the record's epilogue expression (residual add, ReLU) and stores through the output's strides, two
@@ -31,6 +33,7 @@ from ...expr import nodes as X
 from ...kernels import Conv2dKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine
+from . import conv_window
 from .common import (
     PRELUDE,
     WAIT,
@@ -363,6 +366,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     smem = smem_bytes(p_total, o_total, bk, cluster, wide)
     cpr = bk // 8  # 16-byte copies per tile row
     wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, arch)
+    # pixels read element by element: through a shared-memory window where it fits (conv_window.py)
+    o_tiles = -(-o_total // bn)
+    grid_blocks = max(1, SMS * conv_window.GRID_BLOCKS // o_tiles)
+    win = None if vec_a or splits > 1 else conv_window.plan(x, w.shape, out.shape, spec.stride, spec.padding,
+                                                             spec.dilation, bm, bn, bk,
+                                                             MAX_SMEM.get(arch, MIN_MAX_SMEM), grid_blocks)
     if wgmma:
         # two warpgroups, each the m64 x BN product of its 64 rows: a warp holds 16 rows of all BN columns (the
         # accumulators in the m16n8 fragment order, BN / 8 groups). The tiles in shared memory are the MMA's
@@ -393,6 +402,25 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
             return f"({row}) * {row_h} + ({ch}) * 8"
     mi_n, ni_n = wm_ // 16, wn_ // 8
     a_stage, b_stage = bm * row_h, bn * row_h
+
+    def mma_steps(k_len: int, stride: int) -> str:
+        """The warp's products over `k_len` K of the tiles at `As` and `Bs` (rows `stride` halfs apart)."""
+        return f"""
+    #pragma unroll
+    for (int kk = 0; kk < {k_len}; kk += 16) {{
+      unsigned af[{mi_n}][4], bf[{ni_n // 2}][4];
+      #pragma unroll
+      for (int i = 0; i < {mi_n}; ++i)
+        tc_ldsm(af[i], &As[(wm * {wm_} + i * 16 + (lane & 15)) * {stride} + kk + (lane >> 4) * 8]);
+      #pragma unroll
+      for (int j = 0; j < {ni_n // 2}; ++j)
+        tc_ldsm(bf[j], &Bs[(wn * {wn_} + j * 16 + (lane & 7) + ((lane >> 4) << 3)) * {stride} + kk
+                           + ((lane >> 3) & 1) * 8]);
+      #pragma unroll
+      for (int i = 0; i < {mi_n}; ++i)
+        #pragma unroll
+        for (int j = 0; j < {ni_n}; ++j) tc_mma(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
+    }}"""
 
     def corners(first_row: str, comment: str) -> str:
         """This thread's pixels (rows `first_row` of every input tile, an expression of i < per) and their
@@ -661,8 +689,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const {ityp} co = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2 + e;
       bv[j][e] = co < {o_total} ? {bias_load} : 0.0f;
     }}"""
-        epilogue_src = f"""
-  tc_wait<0>();{quad_lanes}
+        # a windowed conv's next window copies stay in flight through the epilogue
+        drain = "" if win is not None else "\n  tc_wait<0>();"
+        epilogue_src = f"""{drain}{quad_lanes}
   #pragma unroll
   for (int jc = 0; jc < {ni_n}; jc += {jc_n}) {{{bias_lines}
   #pragma unroll
@@ -718,22 +747,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   tc_wgmma_wait(&acc[0][0][0]);"""
     else:
         products = f"""    const unsigned short* As = smem + (kt % {STAGES}) * {a_stage};
-    const unsigned short* Bs = smem + {STAGES * a_stage} + (kt % {STAGES}) * {b_stage};
-    #pragma unroll
-    for (int kk = 0; kk < {bk}; kk += 16) {{
-      unsigned af[{mi_n}][4], bf[{ni_n // 2}][4];
-      #pragma unroll
-      for (int i = 0; i < {mi_n}; ++i)
-        tc_ldsm(af[i], &As[(wm * {wm_} + i * 16 + (lane & 15)) * {row_h} + kk + (lane >> 4) * 8]);
-      #pragma unroll
-      for (int j = 0; j < {ni_n // 2}; ++j)
-        tc_ldsm(bf[j], &Bs[(wn * {wn_} + j * 16 + (lane & 7) + ((lane >> 4) << 3)) * {row_h} + kk
-                           + ((lane >> 3) & 1) * 8]);
-      #pragma unroll
-      for (int i = 0; i < {mi_n}; ++i)
-        #pragma unroll
-        for (int j = 0; j < {ni_n}; ++j) tc_mma(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
-    }}"""
+    const unsigned short* Bs = smem + {STAGES * a_stage} + (kt % {STAGES}) * {b_stage};{mma_steps(bk, row_h)}"""
         main_loop = f"""  for (int kt = 0; kt < kt_n; ++kt) {{
     tc_wait<{STAGES - 2}>();
     __syncthreads();  // tile kt is in; every warp is done with the stage the next copies overwrite
@@ -782,6 +796,14 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 }}
 """
     ptrs = [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+    if win is not None:
+        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
+                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
+                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
+                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
+                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
+        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
     main = (src, Launch((-(-o_total // bn), -(-p_total // bm), splits), threads, ptrs, smem))
     if splits == 1 or cluster:
         return [main]
@@ -801,3 +823,63 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 }}
 """
     return [main, (reduce_src, Launch((min(-(-n // block), SMS * 16), 1, 1), block, ptrs))]
+
+
+def _windowed(win: conv_window.Window, x: TensorRef, geom: tuple[int, ...], dims: tuple[int, ...], signature,
+              threads: int, bm: int, bn: int, *, ityp: str, p_total: int, o_total: int, k_total: int,
+              warps_n: int, mi_n: int, ni_n: int, od: str, w_affine: str, weight_early: bool, prefetch: str,
+              mma: str, epilogue: str) -> str:
+    """The source of a conv whose pixels come through a shared-memory window (conv_window.py): the weight tile of
+    every K once a block, then pixel tile after pixel tile, the next tile's window copied during this one."""
+    c, wd, kw, sw, pw, dw = dims
+    h, ho, wo, sh, ph, _, dh = geom
+    row_w = win.kp + conv_window.PAD
+    weights = f"""
+  for (int q = tid; q < {bn * win.kp}; q += {threads}) {{  // the weight tile of every K, once a block
+    const int row = q / {win.kp}, kx = q % {win.kp};
+    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    const {ityp} co = n0 + row;
+    pb[row * {row_w} + kx] = co < {o_total} && kx < {k_total} ? wt[{w_affine}] : (unsigned short)0;
+  }}"""
+    early = f"\n{WEIGHTS_BEGIN}{weights}\n{WEIGHTS_END}" if weight_early else ""
+    late = "" if weight_early else weights
+    copy = conv_window.copy_lines(win, x, (h, wd, ho, wo, sh, ph, dh), bm, p_total, threads, ityp)
+    patch = conv_window.patch_lines(win, c, kw, sw, pw, dw, k_total, wo, bm, threads, ityp, p_total)
+    return f"""{PRELUDE}
+{tc_helpers(_OPERANDS[od])}
+{signature(threads, conv_window.GRID_BLOCKS, 0)} {{
+  extern __shared__ __align__(16) unsigned short smem[];
+  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
+  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / {warps_n}, wn = warp % {warps_n};
+  const int n0 = blockIdx.x * {bn};
+  unsigned short* const win = smem;
+  unsigned short* const pa = smem + {2 * win.buf};
+  unsigned short* const pb = pa + {bm * row_w};
+  const unsigned short* const As = pa;
+  const unsigned short* const Bs = pb;{early}
+{WAIT}{conv_window.zero_lines(win, k_total, bm, threads)}{late}{copy}
+  __syncthreads();  // the zeros are written before any copy lands
+  int tile = blockIdx.y;
+  if (tile < {win.tiles}) copy_window(0, tile);
+  tc_commit();
+  for (int it = 0; tile < {win.tiles}; ++it, tile += gridDim.y) {{
+    const {ityp} p0 = ({ityp})tile * {bm};
+    const int b = it & 1;
+    if (tile + gridDim.y < {win.tiles}) copy_window(b ^ 1, tile + gridDim.y);
+    tc_commit();
+    tc_wait<1>();
+    __syncthreads();  // this tile's window is in; every warp is done with the last tile's patch{patch}
+    __syncthreads();  // the patch tile (and at first the weight tile) is in{prefetch}
+    float acc[{mi_n}][{ni_n}][4];
+    #pragma unroll
+    for (int i = 0; i < {mi_n}; ++i)
+      #pragma unroll
+      for (int j = 0; j < {ni_n}; ++j)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;{mma}
+{epilogue}
+  }}
+}}
+"""
