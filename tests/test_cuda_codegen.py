@@ -709,6 +709,38 @@ def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
 
 
 @needs_nvrtc
+def test_elementwise_kernels_move_16_bytes_where_their_loads_allow() -> None:
+    """An elementwise kernel over 2-byte elements loads and stores 8 of them at once where every load and the store
+    run along the innermost dim in aligned vectors (a value the expression reads once for the vector, such as a
+    row's scale, is loaded once); a row of an odd length, a float32 store or a view shifted off the 16-byte grid
+    keep the element loop. The sources compile."""
+    from fused_cases import ir_dict
+
+    class SiluTimesUp(torch.nn.Module):
+        def forward(self, x):
+            n = x.shape[-1] // 2
+            return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
+
+    class ScaleRows(torch.nn.Module):
+        def forward(self, x, s):
+            return x * s
+
+    class Shifted(torch.nn.Module):
+        def forward(self, x):
+            return x[:, 1:1025] * 2.0
+
+    cases = [(SiluTimesUp(), [(64, 2 * 1024)], "bfloat16", True), (ScaleRows(), [(64, 1024), (64, 1)], "float16", True),
+             (SiluTimesUp(), [(64, 2 * 1031)], "bfloat16", False), (SiluTimesUp(), [(64, 2 * 1024)], "float32", False),
+             (Shifted(), [(64, 1032)], "float16", False)]
+    for module, shapes, dtype, vector in cases:
+        args = [torch.randn(sh).to(getattr(torch, dtype)) for sh in shapes]
+        program = npu_compiler.compile(ir_dict(module, args, type(module).__name__.lower()), "cuda", dtype=dtype)
+        sources = rendered(program).sources
+        assert any("uint4" in src for src in sources.values()) == vector, (type(module).__name__, shapes, dtype)
+        assert not _check_sources(sources)
+
+
+@needs_nvrtc
 def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
     """Qwen2.5-1.5B's decode step at its real widths (two layers): every GEMM is a GEMV, each norm folded into the
     projection after it, SiLU-times-up the gate/up projection's epilogue over its two column groups, and the

@@ -71,6 +71,9 @@ class Language:
     # a 32-bit signed integer type a gather's index arithmetic may compute in where every value of it provably fits
     # (`_Narrower`), or none: the language's int64 arithmetic throughout
     int32_type = ""
+    # bytes of one vector load or store (`vector_load`, `vector_store`), or 0: an elementwise kernel over 2-byte
+    # elements then moves this many bytes at a time where its loads and its store allow (`_vector_width`)
+    vector_bytes = 0
 
     def reg(self, dtype: str) -> str: raise NotImplementedError
     def storage(self, dtype: str) -> str: raise NotImplementedError
@@ -102,6 +105,15 @@ class Language:
 
     def kernel(self, text: KernelText) -> str:
         """The whole source of one kernel."""
+        raise NotImplementedError
+
+    def vector_load(self, arg: str, index: str, dtype: str, out: str) -> list[str]:
+        """Statements declaring `out`, an array of the register values of the `vector_bytes` of `dtype` elements at
+        `arg[index]` (aligned)."""
+        raise NotImplementedError
+
+    def vector_store(self, out: str, index: str, dtype: str, values: list[str], value_dtype: str) -> list[str]:
+        """Statements storing `values` (of `value_dtype`) as `dtype` elements at `out[index]` in one vector store."""
         raise NotImplementedError
 
 
@@ -709,6 +721,8 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
             body.append("    " + lang.if_(f"{lang.thread_id} == 0") + " "
                         + _store_line(lang, r, store, value, expr.dtype, row_scope, names).strip() + " " + lang.end())
         body.append("  " + lang.end())
+    elif (vec := _vector_width(lang, expr, store, shape, order, arg_dtypes)) and blocks is None:
+        grid = _vector_body(lang, r, expr, store, shape, order, ityp, vec, block, body, names)
     else:
         ilp = elementwise_ilp(lang, n_out)
         grid = grid_for(-(-n_out // ilp), block, lang.max_grid)
@@ -744,6 +758,93 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     text.body = body
     launch = Launch((grid if n_out else 0, 1, 1), block, ptrs)
     return text, launch
+
+
+def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, ...], order: list[int] | None,
+                  arg_dtypes: list[str]) -> int:
+    """Elements a thread of this elementwise kernel moves in one vector load or store (0: one at a time). Its store
+    is dense over 2-byte elements, along its innermost memory dim in whole aligned vectors, and every load either
+    reads the same run of 2-byte elements aligned alike (stride 1 along that dim) or does not move along it (one
+    value for the vector); nothing else in the expression depends on the position (no index, gather or reduction).
+    Measured on the H100 (Qwen2.5-1.5B prefill, 2,048 tokens; its elementwise kernels are SiLU(gate) * up into
+    2,048 x 8,960 bf16 and the residual adds): the elementwise kernels 1.81 -> 1.13 ms a prefill, the call 14.9 ->
+    14.0 ms (`bench_generate.py --no-compile --profile`)."""
+    if not lang.vector_bytes or not shape or store.scatter_dim is not None or tuple(store.shape) != shape:
+        return 0
+    if store.dtype not in ("float16", "bfloat16"):
+        return 0
+    width = lang.vector_bytes // 2
+    if order is None:
+        if not is_flat_map(shape, tuple(store.strides)):
+            return 0
+        inner = _innermost(shape)
+    else:
+        inner = order[-1]
+    if shape[inner] % width or store.strides[inner] != 1 or store.offset % width:
+        return 0
+    if any(s % width for d, s in enumerate(store.strides) if d != inner and shape[d] != 1):
+        return 0
+    for n in X.walk(expr):
+        if isinstance(n, X.Reduce | X.Gather | X.Index | X.RIndex | X.Acc):
+            return 0
+        if isinstance(n, X.Load):
+            if n.rstrides or len(n.strides) != len(shape):
+                return 0
+            if n.strides[inner] == 0:
+                continue
+            if (n.strides[inner] != 1 or n.offset % width or arg_dtypes[n.arg] != n.dtype
+                    or n.dtype not in ("float16", "bfloat16")
+                    or any(s % width for d, s in enumerate(n.strides) if d != inner and shape[d] != 1)):
+                return 0
+    return width
+
+
+def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, shape: tuple[int, ...],
+                 order: list[int] | None, ityp: str, width: int, block: int, body: list[str], names: str) -> int:
+    """The loop of a vectorized elementwise kernel (`_vector_width`) into `body`; returns its grid. A thread takes
+    `elementwise_ilp` vectors a grid stride apart, as the scalar loop takes elements: each load that moves along the
+    vector is one vector load, and the expression is computed for each of its elements in turn (its values that do
+    not move along the vector once), then stored in one vector store."""
+    n_vec = math.prod(shape) // width
+    ilp = elementwise_ilp(lang, n_vec)
+    grid = grid_for(-(-n_vec // ilp), block, lang.max_grid)
+    start = f"{lang.to_index(lang.block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
+    step = f"{lang.to_index(lang.grid_dim, ityp)} * {lang.block_dim}"
+    last = lang.index_literal(n_vec - 1, ityp)
+    body.append("  " + lang.loop("g0", ityp, start, str(n_vec), f"{step} * {lang.index_literal(ilp, ityp)}"))
+    body += ["    " + lang.unroll_hint] if lang.unroll_hint else []
+    body.append("    " + lang.loop("e", ityp, lang.index_literal(0, ityp), lang.index_literal(ilp, ityp),
+                                   lang.index_literal(1, ityp)))
+    scope = Scope("      ")
+    # a vector past the end computes the last one again and stores nothing (its loads need no guard)
+    scope.lines.append(scope.indent + lang.decl("ge", ityp, f"g0 + e * {step}"))
+    scope.lines.append(scope.indent + lang.decl("i", ityp, f"{lang.select(f'ge < {last}', 'ge', last)} * "
+                                                            f"{lang.index_literal(width, ityp)}"))
+    r.row_scope = scope
+    r.flat_index = False
+    scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent, order=order)
+    moving = list(dict.fromkeys(n for n in X.walk(expr) if isinstance(n, X.Load) and any(n.strides)
+                                and n.strides[(order[-1] if order else _innermost(shape))] == 1))
+    for k, ld in enumerate(moving):
+        where = affine([(f"o{d}", s) for d, s in enumerate(ld.strides)], ld.offset)
+        scope.lines += [scope.indent + line for line in lang.vector_load(r.arg_names[ld.arg], where, ld.dtype, f"v{k}")]
+    sub = {ld: X.Acc(ld.dtype, k) for k, ld in enumerate(moving)}
+    lane_expr = X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load) else None)
+    values = []
+    for lane in range(width):
+        lane_scope = Scope(scope.indent, parent=scope)
+        r.acc = [f"v{k}[{lane}]" for k in range(len(moving))]
+        values.append(r.emit(lane_expr, lane_scope))
+        scope.lines += lane_scope.lines
+    where = affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
+    stores = lang.vector_store(f"{names}out0", where, store.dtype, values, expr.dtype)
+    scope.lines.append(scope.indent + lang.if_(f"ge <= {last}"))
+    scope.lines += [scope.indent + "  " + line for line in stores]
+    scope.lines.append(scope.indent + lang.end())
+    body += scope.lines
+    body.append("    " + lang.end())
+    body.append("  " + lang.end())
+    return grid
 
 
 def _innermost(shape: tuple[int, ...]) -> int:

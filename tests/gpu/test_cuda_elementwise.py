@@ -1,7 +1,8 @@
 """Large elementwise kernels on the cuda target: with more elements than a large GPU has resident threads, a thread
 works on several elements a grid stride apart (`Language.elementwise_ilp`), and the loop's tail and the capped grid
-(more elements than the grid's threads times that count) must still cover every element exactly once. Against
-PyTorch eager on the CPU in the same dtype."""
+(more elements than the grid's threads times that count) must still cover every element exactly once; where its
+2-byte loads and store allow, a thread moves 16 bytes (8 elements) a load and a store (`clike._vector_width`), also
+with a value read once for the whole vector. Against PyTorch eager on the CPU in the same dtype."""
 
 from __future__ import annotations
 
@@ -32,11 +33,22 @@ class BroadcastAdd(torch.nn.Module):
         return a + b
 
 
+class ScaleRows(torch.nn.Module):
+    """Each row scaled by its own value (read once for a vector of 8) plus a bias along the row."""
+
+    def forward(self, x, s, b):
+        return torch.relu(x * s + b)
+
+
 CASES = {
     # 1,134,100 outputs: just past the threshold, a ragged tail in the last grid stride
     "silu_mul_bf16": ("bfloat16", SiluTimesUp(), [(1100, 2 * 1031)], "elementwise"),
     # 68,891,420 outputs: more than the capped grid covers in one pass of its unrolled loop
     "broadcast_add_fp32": ("float32", BroadcastAdd(), [(257, 1, 1031), (1, 260, 1031)], "exact"),
+    # rows of a multiple of 8: 16-byte loads and stores, 8,704,000 outputs (1,088,000 vectors: just past the
+    # threshold, a ragged tail)
+    "vector_silu_mul_bf16": ("bfloat16", SiluTimesUp(), [(8500, 2 * 1024)], "elementwise"),
+    "vector_scale_rows_fp16": ("float16", ScaleRows(), [(2200, 4000), (2200, 1), (4000,)], "elementwise"),
 }
 
 
@@ -48,9 +60,12 @@ def test_large_elementwise_matches_torch(name, cuda_backend) -> None:
     program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
     (k,) = program.kernels
     n = int(np.prod(k.outs[0].shape))
-    assert elementwise_ilp(CUDA, n) > 1, "the case does not reach the unrolled loop"
+    per = 8 if name.startswith("vector") else 1  # a vectorized kernel's loop runs over vectors of 8
+    assert elementwise_ilp(CUDA, n // per) > 1, "the case does not reach the unrolled loop"
     src = CudaTarget().kernel_sources(k, program)[0]
-    assert "i0 + e *" in src and CUDA.unroll_hint in src, src
+    vector = name.startswith("vector")
+    assert ("g0 + e *" if vector else "i0 + e *") in src and CUDA.unroll_hint in src, src
+    assert ("uint4" in src) == vector, src
     if name.startswith("broadcast"):
         assert n > elementwise_ilp(CUDA, n) * ELEMENTWISE_BLOCK * CUDA.max_grid  # several passes of the grid
     ex = cuda_backend.create_executor(program)

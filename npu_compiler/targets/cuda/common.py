@@ -338,6 +338,7 @@ class CudaLanguage(Language):
     unroll_hint = "#pragma unroll"
     row_loop_hint = "#pragma unroll 4"
     int32_type = "int"
+    vector_bytes = 16
     block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
 
     def reg(self, dtype: str) -> str:
@@ -403,6 +404,16 @@ class CudaLanguage(Language):
         kernel.shared[_SHARED[t]] = (t, 32)
         functor = "NpuSum()" if op == "sum" else "NpuMax()"
         return [f"{acc} = npu_block_reduce({acc}, {functor}, {_SHARED[t]});"]
+
+    def vector_load(self, arg: str, index: str, dtype: str, out: str) -> list[str]:
+        return [f"float {out}[8];", f"const uint4 {out}w = *reinterpret_cast<const uint4*>(&{arg}[{index}]);",
+                *unpack16(dtype, f"{out}w", out)]
+
+    def vector_store(self, out: str, index: str, dtype: str, values: list[str], value_dtype: str) -> list[str]:
+        bits = "__half_as_ushort" if dtype == "float16" else "__bfloat16_as_ushort"
+        halves = [f"(unsigned){bits}({store_expr(dtype, v, value_dtype)})" for v in values]
+        words = [f"{halves[2 * i]} | ({halves[2 * i + 1]} << 16)" for i in range(len(halves) // 2)]
+        return [f"*reinterpret_cast<uint4*>(&{out}[{index}]) = make_uint4({', '.join(words)});"]
 
     def kernel(self, text: KernelText) -> str:
         params = []
