@@ -712,8 +712,9 @@ def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
 def test_elementwise_kernels_move_16_bytes_where_their_loads_allow() -> None:
     """An elementwise kernel over 2-byte elements loads and stores 8 of them at once where every load and the store
     run along the innermost dim in aligned vectors (a value the expression reads once for the vector, such as a
-    row's scale, is loaded once); a row of an odd length, a float32 store or a view shifted off the 16-byte grid
-    keep the element loop. The sources compile."""
+    row's scale, is loaded once), and so does a row kernel (a norm: its reduction's loads and its elements); a row of
+    an odd length, a float32 store or a view shifted off the 16-byte grid keep the element loop. The sources
+    compile."""
     from fused_cases import ir_dict
 
     class SiluTimesUp(torch.nn.Module):
@@ -729,7 +730,12 @@ def test_elementwise_kernels_move_16_bytes_where_their_loads_allow() -> None:
         def forward(self, x):
             return x[:, 1:1025] * 2.0
 
+    class RmsNorm(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+
     cases = [(SiluTimesUp(), [(64, 2 * 1024)], "bfloat16", True), (ScaleRows(), [(64, 1024), (64, 1)], "float16", True),
+             (RmsNorm(), [(64, 1024)], "bfloat16", True), (RmsNorm(), [(64, 1004)], "bfloat16", False),
              (SiluTimesUp(), [(64, 2 * 1031)], "bfloat16", False), (SiluTimesUp(), [(64, 2 * 1024)], "float32", False),
              (Shifted(), [(64, 1032)], "float16", False)]
     for module, shapes, dtype, vector in cases:

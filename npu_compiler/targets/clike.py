@@ -292,6 +292,7 @@ class ExprRenderer:
         self.keys: dict[int, tuple[X.Expr, tuple]] = {}
         self.row_scope: Scope | None = None
         self.elem_scope: Scope | None = None
+        self.reduce_width = 0  # a block reduction's values a thread loads at once (`_row_vector_width`), or 1 a time
 
     def fresh(self, prefix: str = "t") -> str:
         self.count += 1
@@ -465,11 +466,25 @@ class ExprRenderer:
         ind = scope.indent
         # The body first: values it hoists out of the loop land in `scope` before the loop is written.
         body = Scope(ind + "  ", parent=scope)
-        body.lines += decompose(lang, "r", self.reduce_shape, "r", self.ityp, body.indent)
-        v = self.emit(e.body, body, in_reduce=True)
-        if lang.reg(e.body.dtype) != lang.reg(e.dtype):
-            v = lang.cast(v, e.body.dtype, e.dtype)
-        body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
+        width = self.reduce_width if self.block_reduce else 0
+        if width:
+            # a vector of `width` neighbouring values a step: the loads that move along the reduction's innermost
+            # dim one vector load each, the body computed for each value in turn, in order
+            body.lines.append(body.indent + lang.decl("rv", self.ityp, f"r * {lang.index_literal(width, self.ityp)}"))
+            body.lines += decompose(lang, "rv", self.reduce_shape, "r", self.ityp, body.indent)
+            moving = [ld for ld in _loads_along(e.body, len(self.reduce_shape) - 1, True)]
+            values = _lanes(lang, self, e.body, body, moving, width, in_reduce=True)
+            for v in values:
+                if lang.reg(e.body.dtype) != lang.reg(e.dtype):
+                    v = lang.cast(v, e.body.dtype, e.dtype)
+                body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
+            n //= width
+        else:
+            body.lines += decompose(lang, "r", self.reduce_shape, "r", self.ityp, body.indent)
+            v = self.emit(e.body, body, in_reduce=True)
+            if lang.reg(e.body.dtype) != lang.reg(e.dtype):
+                v = lang.cast(v, e.body.dtype, e.dtype)
+            body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
         start, step = (lang.thread_id, lang.block_dim) if self.block_reduce else ("0", "1")
         scope.lines.append(ind + lang.decl(acc, lang.reg(e.dtype), lang.reduce_init(e.op, e.dtype), mutable=True))
         if self.loop_hint:
@@ -704,7 +719,26 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
         row_scope = Scope("    ")
         r.row_scope = row_scope
         row_scope.lines += decompose(lang, "row", tuple(outer), "o", ityp, row_scope.indent)
-        if row_dims:
+        r.reduce_width = _row_vector_width(lang, expr, reduce_shape, arg_dtypes)
+        width = (_vector_width(lang, expr, store, shape, None, arg_dtypes, outside_reduce=True)
+                 if row_dims and shape[-1] > 1 else 0)
+        if width:
+            # a vector of `width` neighbouring row elements a step (`_vector_width`): a thread's loads that move along
+            # the row one vector load each, its values the row shares (its reductions) computed once
+            elem = Scope("      ", parent=row_scope)
+            r.elem_scope = elem
+            elem.lines.append(elem.indent + lang.decl("e", ityp, f"ev * {lang.index_literal(width, ityp)}"))
+            elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
+            moving = _loads_along(expr, len(shape) - 1, False)
+            values = _lanes(lang, r, expr, elem, moving, width)
+            where = affine([(f"o{d}", st) for d, st in enumerate(store.strides)], store.offset)
+            elem.lines += [elem.indent + line
+                           for line in lang.vector_store(f"{names}out0", where, store.dtype, values, expr.dtype)]
+            body += row_scope.lines
+            body.append("    " + lang.loop("ev", ityp, lang.thread_id, str(row_n // width), lang.block_dim))
+            body += elem.lines
+            body.append("    " + lang.end())
+        elif row_dims:
             elem = Scope("      ", parent=row_scope)
             r.elem_scope = elem
             elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
@@ -761,7 +795,7 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
 
 
 def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, ...], order: list[int] | None,
-                  arg_dtypes: list[str]) -> int:
+                  arg_dtypes: list[str], outside_reduce: bool = False) -> int:
     """Elements a thread of this elementwise kernel moves in one vector load or store (0: one at a time). Its store
     is dense over 2-byte elements, along its innermost memory dim in whole aligned vectors, and every load either
     reads the same run of 2-byte elements aligned alike (stride 1 along that dim) or does not move along it (one
@@ -784,19 +818,109 @@ def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, 
         return 0
     if any(s % width for d, s in enumerate(store.strides) if d != inner and shape[d] != 1):
         return 0
-    for n in X.walk(expr):
-        if isinstance(n, X.Reduce | X.Gather | X.Index | X.RIndex | X.Acc):
+    for n in _outside_reduces(expr) if outside_reduce else X.walk(expr):
+        if isinstance(n, X.Gather | X.Index | X.RIndex | X.Acc) or (isinstance(n, X.Reduce) and not outside_reduce):
             return 0
-        if isinstance(n, X.Load):
-            if n.rstrides or len(n.strides) != len(shape):
-                return 0
-            if n.strides[inner] == 0:
-                continue
-            if (n.strides[inner] != 1 or n.offset % width or arg_dtypes[n.arg] != n.dtype
-                    or n.dtype not in ("float16", "bfloat16")
-                    or any(s % width for d, s in enumerate(n.strides) if d != inner and shape[d] != 1)):
-                return 0
+        if isinstance(n, X.Load) and not _vector_load_ok(n, inner, shape, width, arg_dtypes, False):
+            return 0
+        # a reduction that moves with the element (its body reads along the row) is computed for each one
+        if isinstance(n, X.Reduce) and any(isinstance(m, X.Load | X.Gather | X.Index) and _moves_along(m, inner)
+                                           for m in X.walk(n.body)):
+            return 0
     return width
+
+
+def _moves_along(n: X.Expr, dim: int) -> bool:
+    """Whether a load, gather or index node may change along the output dim `dim`."""
+    if isinstance(n, X.Load):
+        return dim < len(n.strides) and n.strides[dim] != 0
+    if isinstance(n, X.Index):
+        return n.dim == dim
+    return True
+
+
+def _outside_reduces(expr: X.Expr) -> list[X.Expr]:
+    """The nodes of `expr` that are not inside a reduction (a reduction itself is listed, its body not)."""
+    out, stack, seen = [], [expr], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        if not isinstance(n, X.Reduce):
+            stack.extend(X.children(n))
+    return out
+
+
+def _vector_load_ok(n: X.Load, inner: int, shape: tuple[int, ...], width: int, arg_dtypes: list[str],
+                    along_reduce: bool) -> bool:
+    """Whether a load can be one vector load for `width` neighbours along the output dim `inner` (or the innermost
+    reduction dim), or stays put along it (one value for the vector)."""
+    if along_reduce:
+        if not n.rstrides or not any(n.rstrides):
+            return True  # the same value at every step of the reduction
+        steps, others = n.rstrides[-1], list(n.strides) + list(n.rstrides[:-1])
+    else:
+        if n.rstrides or len(n.strides) != len(shape):
+            return False
+        steps, others = n.strides[inner], [st for d, st in enumerate(n.strides) if d != inner and shape[d] != 1]
+    if steps == 0:
+        return True
+    return (steps == 1 and n.offset % width == 0 and arg_dtypes[n.arg] == n.dtype
+            and n.dtype in ("float16", "bfloat16") and all(st % width == 0 for st in others))
+
+
+def _row_vector_width(lang: Language, expr: X.Expr, reduce_shape: tuple[int, ...], arg_dtypes: list[str]) -> int:
+    """Values a thread of a row kernel's block reductions loads at once: every reduction's loads that move with it
+    move along its innermost dim in aligned vectors of 2-byte elements (`_vector_load_ok`), and nothing in a
+    reduction's body depends on the reduction's position otherwise; else 0. A thread then sums its vector's values
+    in order before the block's reduction (another order of the same fp32 sum). With the row's elements 16 bytes at
+    a time as well, Qwen2.5-1.5B prefill's 57 RMSNorms on the H100: 0.74 -> 0.57 ms."""
+    width = lang.vector_bytes // 2
+    if not width or not reduce_shape or reduce_shape[-1] % width:
+        return 0
+    reduces = [n for n in X.walk(expr) if isinstance(n, X.Reduce)]
+    for red in reduces:
+        for n in X.walk(red.body):
+            if isinstance(n, X.Gather | X.RIndex | X.Reduce | X.Acc):
+                return 0
+            if isinstance(n, X.Load) and not _vector_load_ok(n, 0, (), width, arg_dtypes, True):
+                return 0
+    return width if reduces else 0
+
+
+def _loads_along(expr: X.Expr, dim: int, along_reduce: bool) -> list[X.Load]:
+    """The loads of `expr` that move by one element along the output dim `dim` (outside its reductions) or along
+    the innermost reduction dim (inside them), once each."""
+    if along_reduce:
+        return list(dict.fromkeys(n for n in X.walk(expr) if isinstance(n, X.Load) and n.rstrides
+                                  and n.rstrides[-1] == 1))
+    return list(dict.fromkeys(n for n in _outside_reduces(expr) if isinstance(n, X.Load) and not n.rstrides
+                              and dim < len(n.strides) and n.strides[dim] == 1))
+
+
+def _lanes(lang: Language, r: ExprRenderer, expr: X.Expr, scope: Scope, moving: list[X.Load], width: int,
+           in_reduce: bool = False) -> list[str]:
+    """Into `scope`: one vector load for each load of `moving` (at the scope's first element), then `expr` for each
+    of the vector's elements in turn, its moving loads replaced by that element; returns the elements' values.
+    Values that do not depend on the element are computed once, where the renderer puts them."""
+    for k, ld in enumerate(moving):
+        terms = [(f"o{d}", st) for d, st in enumerate(ld.strides)] + [(f"r{d}", st) for d, st in enumerate(ld.rstrides)]
+        scope.lines += [scope.indent + line
+                        for line in lang.vector_load(r.arg_names[ld.arg], affine(terms, ld.offset), ld.dtype,
+                                                     f"{r.prefix}v{k}")]
+    sub = {ld: X.Acc(ld.dtype, k) for k, ld in enumerate(moving)}
+    lane_expr = X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load) else None)
+    values = []
+    saved = r.acc  # a vectorized reduction rendered inside an element's expression keeps the element's values
+    for lane in range(width):
+        lane_scope = Scope(scope.indent, parent=scope)
+        r.acc = [f"{r.prefix}v{k}[{lane}]" for k in range(len(moving))]
+        values.append(r.emit(lane_expr, lane_scope, in_reduce=in_reduce))
+        scope.lines += lane_scope.lines
+        r.acc = saved
+    return values
 
 
 def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, shape: tuple[int, ...],
@@ -823,19 +947,7 @@ def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, sh
     r.row_scope = scope
     r.flat_index = False
     scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent, order=order)
-    moving = list(dict.fromkeys(n for n in X.walk(expr) if isinstance(n, X.Load) and any(n.strides)
-                                and n.strides[(order[-1] if order else _innermost(shape))] == 1))
-    for k, ld in enumerate(moving):
-        where = affine([(f"o{d}", s) for d, s in enumerate(ld.strides)], ld.offset)
-        scope.lines += [scope.indent + line for line in lang.vector_load(r.arg_names[ld.arg], where, ld.dtype, f"v{k}")]
-    sub = {ld: X.Acc(ld.dtype, k) for k, ld in enumerate(moving)}
-    lane_expr = X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load) else None)
-    values = []
-    for lane in range(width):
-        lane_scope = Scope(scope.indent, parent=scope)
-        r.acc = [f"v{k}[{lane}]" for k in range(len(moving))]
-        values.append(r.emit(lane_expr, lane_scope))
-        scope.lines += lane_scope.lines
+    values = _lanes(lang, r, expr, scope, _loads_along(expr, order[-1] if order else _innermost(shape), False), width)
     where = affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
     stores = lang.vector_store(f"{names}out0", where, store.dtype, values, expr.dtype)
     scope.lines.append(scope.indent + lang.if_(f"ge <= {last}"))

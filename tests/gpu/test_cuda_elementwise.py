@@ -74,3 +74,41 @@ def test_large_elementwise_matches_torch(name, cuda_backend) -> None:
     with torch.no_grad():
         ref = module(*args)
     assert_close(got.astype(np.float32), ref.float().numpy(), dtype, kind, "cuda", what=name)
+
+
+class RowNorms(torch.nn.Module):
+    """A LayerNorm (two reductions over the row) and an RMSNorm with a weight, as transformer blocks have them."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(n)
+        self.w = torch.nn.Parameter(torch.rand(n) + 0.5)
+
+    def forward(self, x):
+        y = self.ln(x)
+        return y * torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(y.dtype) * self.w
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("n", [1024, 1004])
+def test_row_kernels_match_torch(dtype, n, cuda_backend) -> None:
+    """Row kernels (norms): rows of a multiple of 8 load their reductions' values and their elements 16 bytes at a
+    time (`clike._row_vector_width`), rows of 1004 one element at a time; both against PyTorch on the CPU."""
+    from fused_cases import module_weights
+
+    from npu_runtime import load_weights
+
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = RowNorms(n).eval().to(tdt)
+    x = (torch.randn(300, n) * 3 + 1).to(tdt)
+    program = npu_compiler.compile(ir_dict(model, [x], f"rows_{n}"), "cuda", dtype=dtype)
+    sources = [src for k in program.kernels for src in CudaTarget().kernel_sources(k, program)]
+    rows = [src for src in sources if "npu_block_reduce(" in src]
+    assert rows and all(("uint4" in src) == (n % 8 == 0) for src in rows), [k.name for k in program.kernels]
+    weights = load_weights(program, module_weights(model), cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    got = ex.run_numpy({program.inputs[0].name: to_np(x)}, weights)[program.outputs[0].name]
+    with torch.no_grad():
+        ref = model(x)
+    assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=f"rows_{n}_{dtype}")
