@@ -30,6 +30,7 @@ from .launch import pdl_launcher
 from .modules import load_kernels
 
 STATIC_SMEM = 48 * 1024  # the dynamic shared memory a launch may ask for without opting in
+BIND_ALIGN = 16  # bytes: a bound buffer's device address, as the arena's buffers and CuPy's allocations are
 
 
 class CudaExecutor(Executor):
@@ -89,6 +90,11 @@ class CudaExecutor(Executor):
         for name, buf in bindings.items():
             if isinstance(buf, CudaBuffer) and not buf.array.flags.c_contiguous:
                 raise NPURuntimeError(f"cannot bind '{name}': the buffer is not contiguous")
+            # kernels move 16 bytes a load where a tensor's layout allows (vectorized elementwise and row kernels,
+            # GEMVs, conv tiles), which a device address off that grid would fault on
+            if isinstance(buf, CudaBuffer) and buf.ptr % BIND_ALIGN:
+                raise NPURuntimeError(f"cannot bind '{name}': its device address is not {BIND_ALIGN}-byte aligned "
+                                      "(a view into a larger array?); bind an array of its own")
         specs = self._check_bindings(self._bound, bindings)
         for name, buf in bindings.items():
             self._bound[name] = buf

@@ -78,6 +78,17 @@ def test_input_errors(cuda_backend) -> None:
     with pytest.raises(NPURuntimeError, match="target 'cuda'"):
         cuda_backend.create_executor(cpu_program)
     assert torch.cuda.is_available()
+    # a bound buffer off the 16-byte grid (a view one element into a larger array): refused, naming the input, as
+    # kernels load 16 bytes at a time; one of its own binds
+    from npu_runtime.cuda.backend import CudaBuffer
+
+    whole = cuda_backend.upload(np.zeros(1 + 2 * 7, np.int64), "int64")
+    view = CudaBuffer(whole.array[1:].reshape(2, 7), "int64", cuda_backend.state)
+    with pytest.raises(NPURuntimeError, match=f"cannot bind '{name}': its device address is not 16-byte aligned"):
+        ex.bind_buffers({name: view})
+    ex.bind_buffers({name: cuda_backend.upload(inputs[0].numpy(), "int64")})
+    out = ex.run_numpy({}, weights)[program.outputs[0].name]
+    np.testing.assert_array_equal(out, module(inputs[0]).detach().numpy())
 
 
 def test_profile_times_every_kernel_with_cuda_events(cuda_backend, tmp_path, capsys) -> None:
