@@ -113,6 +113,14 @@ class RMSNormLike(nn.Module):
         return self.weight * h.to(dt)
 
 
+class SiluTimesUp(nn.Module):
+    """The MLP's SiLU(gate) * up over one [rows, 2 x n] tensor (its halves read a row apart, as in a decode graph)."""
+
+    def forward(self, x):
+        n = x.shape[-1] // 2
+        return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
+
+
 class LinRes(nn.Module):
     def __init__(self, k: int, n: int) -> None:
         super().__init__()

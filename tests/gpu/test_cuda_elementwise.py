@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fused_cases import ir_dict
+from fused_cases import SiluTimesUp, ir_dict
 from tolerances import assert_close
 
 import npu_compiler
@@ -18,14 +18,6 @@ from npu_compiler.targets.cuda import CudaTarget
 from npu_compiler.targets.cuda.common import CUDA
 
 from .util import to_np
-
-
-class SiluTimesUp(torch.nn.Module):
-    """The MLP's SiLU(gate) * up over one [rows, 2 x n] tensor (its halves read a row apart, as in a decode graph)."""
-
-    def forward(self, x):
-        n = x.shape[-1] // 2
-        return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
 
 
 class BroadcastAdd(torch.nn.Module):
