@@ -712,9 +712,9 @@ def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
 def test_elementwise_kernels_move_16_bytes_where_their_loads_allow() -> None:
     """An elementwise kernel over 2-byte elements loads and stores 8 of them at once where every load and the store
     run along the innermost dim in aligned vectors (a value the expression reads once for the vector, such as a
-    row's scale, is loaded once), and so does a row kernel (a norm: its reduction's loads and its elements); a row of
-    an odd length, a float32 store or a view shifted off the 16-byte grid keep the element loop. The sources
-    compile."""
+    row's scale, is loaded once), and so does a row kernel (a norm: its reduction's loads and its elements) and a
+    cache update (whole rows written at positions read once a vector); a row of an odd length, a float32 store or a
+    view shifted off the 16-byte grid keep the element loop. The sources compile."""
     from fused_cases import SiluTimesUp, ir_dict
 
     class ScaleRows(torch.nn.Module):
@@ -729,12 +729,18 @@ def test_elementwise_kernels_move_16_bytes_where_their_loads_allow() -> None:
         def forward(self, x):
             return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
+    class CacheWrite(torch.nn.Module):
+        def forward(self, cache, pos, new):
+            return cache.index_copy(2, pos, new)
+
     cases = [(SiluTimesUp(), [(64, 2 * 1024)], "bfloat16", True), (ScaleRows(), [(64, 1024), (64, 1)], "float16", True),
              (RmsNorm(), [(64, 1024)], "bfloat16", True), (RmsNorm(), [(64, 1004)], "bfloat16", False),
              (SiluTimesUp(), [(64, 2 * 1031)], "bfloat16", False), (SiluTimesUp(), [(64, 2 * 1024)], "float32", False),
              (Shifted(), [(64, 1032)], "float16", False)]
-    for module, shapes, dtype, vector in cases:
-        args = [torch.randn(sh).to(getattr(torch, dtype)) for sh in shapes]
+    for module, shapes, dtype, vector in cases + [(CacheWrite(), [(1, 2, 64, 128), (16,), (1, 2, 16, 128)], "bfloat16",
+                                                   True), (CacheWrite(), [(1, 2, 64, 12), (16,), (1, 2, 16, 12)],
+                                                           "bfloat16", False)]:
+        args = [torch.randperm(sh[0]) if len(sh) == 1 else torch.randn(sh).to(getattr(torch, dtype)) for sh in shapes]
         program = npu_compiler.compile(ir_dict(module, args, type(module).__name__.lower()), "cuda", dtype=dtype)
         sources = rendered(program).sources
         assert any("uint4" in src for src in sources.values()) == vector, (type(module).__name__, shapes, dtype)
