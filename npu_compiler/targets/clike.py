@@ -292,7 +292,7 @@ class ExprRenderer:
         self.keys: dict[int, tuple[X.Expr, tuple]] = {}
         self.row_scope: Scope | None = None
         self.elem_scope: Scope | None = None
-        self.reduce_width = 0  # a block reduction's values a thread loads at once (`_row_vector_width`), or 1 a time
+        self.reduce_width = 0  # a block reduction's values a thread loads at once (`_row_vector_width`); 0: one
 
     def fresh(self, prefix: str = "t") -> str:
         self.count += 1
@@ -472,16 +472,13 @@ class ExprRenderer:
             # dim one vector load each, the body computed for each value in turn, in order
             body.lines.append(body.indent + lang.decl("rv", self.ityp, f"r * {lang.index_literal(width, self.ityp)}"))
             body.lines += decompose(lang, "rv", self.reduce_shape, "r", self.ityp, body.indent)
-            moving = [ld for ld in _loads_along(e.body, len(self.reduce_shape) - 1, True)]
+            moving = _loads_along(e.body, len(self.reduce_shape) - 1, True)
             values = _lanes(lang, self, e.body, body, moving, width, in_reduce=True)
-            for v in values:
-                if lang.reg(e.body.dtype) != lang.reg(e.dtype):
-                    v = lang.cast(v, e.body.dtype, e.dtype)
-                body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
             n //= width
         else:
             body.lines += decompose(lang, "r", self.reduce_shape, "r", self.ityp, body.indent)
-            v = self.emit(e.body, body, in_reduce=True)
+            values = [self.emit(e.body, body, in_reduce=True)]
+        for v in values:
             if lang.reg(e.body.dtype) != lang.reg(e.dtype):
                 v = lang.cast(v, e.body.dtype, e.dtype)
             body.lines.append(body.indent + lang.assign(acc, lang.combine(e.op, e.dtype, acc, v)))
@@ -731,9 +728,9 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
             elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
             moving = _loads_along(expr, len(shape) - 1, False)
             values = _lanes(lang, r, expr, elem, moving, width)
-            where = affine([(f"o{d}", st) for d, st in enumerate(store.strides)], store.offset)
             elem.lines += [elem.indent + line
-                           for line in lang.vector_store(f"{names}out0", where, store.dtype, values, expr.dtype)]
+                           for line in lang.vector_store(f"{names}out0", _store_where(store), store.dtype, values,
+                                                         expr.dtype)]
             body += row_scope.lines
             body.append("    " + lang.loop("ev", ityp, lang.thread_id, str(row_n // width), lang.block_dim))
             body += elem.lines
@@ -960,7 +957,7 @@ def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, sh
     values = _lanes(lang, r, expr, scope, _loads_along(expr, order[-1] if order else _innermost(shape), False), width)
     cond = f"ge <= {last}"
     if store.scatter_dim is None:
-        where = affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
+        where = _store_where(store)
     else:
         where, inside = _scatter_target(lang, r, store, scope)
         cond = f"{cond} && {inside}"
@@ -996,11 +993,16 @@ def _store_line(lang: Language, r: ExprRenderer, store: Store, value: str, value
         if r.flat_index and is_flat_map(store.shape, store.strides) and tuple(store.shape) == r.out_shape:
             where = f"i + {store.offset}" if store.offset else "i"
         else:
-            where = affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
+            where = _store_where(store)
         return lang.store(f"{names}out0", where, store.dtype, value, value_dtype)
     where, cond = _scatter_target(lang, r, store, scope)
     stored = lang.store(f"{names}out0", where, store.dtype, value, value_dtype)
     return lang.if_(cond) + " " + stored + " " + lang.end()
+
+
+def _store_where(store: Store) -> str:
+    """The element offset a (non-scatter) store writes, from the output indices `o{d}`."""
+    return affine([(f"o{d}", s) for d, s in enumerate(store.strides)], store.offset)
 
 
 def _scatter_target(lang: Language, r: ExprRenderer, store: Store, scope: Scope) -> tuple[str, str]:

@@ -444,7 +444,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         a_load = f"""
   auto load_a = [&](int st, int k0) {{
     const int kx = k0 + {chunk} * 8;
-    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    {conv_window.window_position("kx", c, kw)}
     #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
       const int ih = a_ih[i] + kr * {dh}, iw = a_iw[i] + ks * {dw};
@@ -462,7 +462,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         a_load = f"""
   auto load_a = [&](int st, int k0) {{  // element by element (any strides)
     const int kx = k0 + (tid % {bk});
-    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    {conv_window.window_position("kx", c, kw)}
     const {ityp} koff = ({ityp})cc * {xs[1]} + ({ityp})(kr * {dh}) * {xs[2]} + ({ityp})(ks * {dw}) * {xs[3]};
     #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
@@ -491,7 +491,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         b_load = f"""
   auto load_b = [&](int st, int k0) {{  // element by element (any strides)
     const int kx = k0 + (tid % {bk});
-    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    {conv_window.window_position("kx", c, kw)}
     #pragma unroll 4
     for (int i = 0; i < {per}; ++i) {{
       const int row = tid / {bk} + i * {threads // bk};
@@ -715,6 +715,15 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   }}
   }}"""
 
+    ptrs = [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+    if win is not None:  # its own kernel around the same products and epilogue
+        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
+                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
+                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
+                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
+                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
+        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
     # the weight tiles of the first stages are copied before the wait for the kernel ahead, where the weight is a
     # weight buffer (no kernel writes one: memory_check.check_read_only): one image's convs are latency-bound, and
     # their weights' trip to shared memory then overlaps the kernel before (their first stage commits with A's)
@@ -779,13 +788,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {tc_helpers(_OPERANDS[od])}{wgmma_helpers(bn, _OPERANDS[od]) if wgmma else ""}{CLUSTER_HELPERS if cluster else ""}
 {signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}
 {WAIT}{prefetch}{a_setup}{a_load}{"" if early_b else b_load}
-  float acc[{mi_n}][{ni_n}][4];
-  #pragma unroll
-  for (int i = 0; i < {mi_n}; ++i)
-    #pragma unroll
-    for (int j = 0; j < {ni_n}; ++j)
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+{acc_zeroed(mi_n, ni_n, "  ")}
   #pragma unroll
   for (int s = 0; s < {STAGES - 1}; ++s) {{
     if (s < kt_n) {{ load_a(s, (kt_b + s) * {bk});{first_b} }}
@@ -795,15 +798,6 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {epilogue_src}
 }}
 """
-    ptrs = [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
-    if win is not None:
-        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
-        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
-                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
-                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
-                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
-                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
-        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
     main = (src, Launch((-(-o_total // bn), -(-p_total // bm), splits), threads, ptrs, smem))
     if splits == 1 or cluster:
         return [main]
@@ -825,6 +819,14 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     return [main, (reduce_src, Launch((min(-(-n // block), SMS * 16), 1, 1), block, ptrs))]
 
 
+def acc_zeroed(mi_n: int, ni_n: int, indent: str) -> str:
+    """The declaration of a warp's accumulators (`mi_n` x `ni_n` m16n8 fragments), zeroed."""
+    lines = (f"float acc[{mi_n}][{ni_n}][4];", "#pragma unroll", f"for (int i = 0; i < {mi_n}; ++i)",
+             "  #pragma unroll", f"  for (int j = 0; j < {ni_n}; ++j)", "    #pragma unroll",
+             "    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;")
+    return "\n".join(indent + line for line in lines)
+
+
 def _windowed(win: conv_window.Window, x: TensorRef, geom: tuple[int, ...], dims: tuple[int, ...], signature,
               threads: int, bm: int, bn: int, *, ityp: str, p_total: int, o_total: int, k_total: int,
               warps_n: int, mi_n: int, ni_n: int, od: str, w_affine: str, weight_early: bool, prefetch: str,
@@ -837,7 +839,7 @@ def _windowed(win: conv_window.Window, x: TensorRef, geom: tuple[int, ...], dims
     weights = f"""
   for (int q = tid; q < {bn * win.kp}; q += {threads}) {{  // the weight tile of every K, once a block
     const int row = q / {win.kp}, kx = q % {win.kp};
-    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+    {conv_window.window_position("kx", c, kw)}
     const {ityp} co = n0 + row;
     pb[row * {row_w} + kx] = co < {o_total} && kx < {k_total} ? wt[{w_affine}] : (unsigned short)0;
   }}"""
@@ -872,13 +874,7 @@ def _windowed(win: conv_window.Window, x: TensorRef, geom: tuple[int, ...], dims
     tc_wait<1>();
     __syncthreads();  // this tile's window is in; every warp is done with the last tile's patch{patch}
     __syncthreads();  // the patch tile (and at first the weight tile) is in{prefetch}
-    float acc[{mi_n}][{ni_n}][4];
-    #pragma unroll
-    for (int i = 0; i < {mi_n}; ++i)
-      #pragma unroll
-      for (int j = 0; j < {ni_n}; ++j)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;{mma}
+{acc_zeroed(mi_n, ni_n, "    ")}{mma}
 {epilogue}
   }}
 }}

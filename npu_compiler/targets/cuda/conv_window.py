@@ -83,6 +83,12 @@ def plan(x, w_shape, out_shape, stride, padding, dilation, bm: int, bn: int, bk:
     return Window(orows, c, kh, padl, width, kp, vector, tiles, smem)
 
 
+def window_position(k: str, c: int, kw: int) -> str:
+    """The declarations of K index `k`'s window row `kr`, column `ks` and channel `cc` (K ordered (r, s, c), the
+    weight's [O, kh, kw, C] order), with `rs` the window position."""
+    return f"const int rs = {k} / {c}, cc = {k} % {c}, kr = rs / {kw}, ks = rs % {kw};"
+
+
 def copy_lines(win: Window, x, geom: tuple[int, ...], bm: int, p_total: int, threads: int, ityp: str) -> str:
     """A lambda `copy_window(b, t)`: tile t's window into window buffer b, each of its output rows' kh input rows of
     every channel, zeros where a row lies outside the image (16-byte copies, committed by the caller, or element by
@@ -131,7 +137,8 @@ def patch_lines(win: Window, c: int, kw: int, sw: int, pw: int, dw: int, k_total
       }}
       #pragma unroll 1
       for (int kc = 0; kc < {win.kp}; kc += 32) {{
-        const int kx = kc + lane, rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+        const int kx = kc + lane;
+        {window_position("kx", c, kw)}
         const int koff = (cc * {win.kh} + kr) * {win.width} + ks * {dw};
         if (kx < {k_total}) {{
           #pragma unroll
