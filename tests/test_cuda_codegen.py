@@ -366,14 +366,15 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
     """A decode GEMV (a few rows) with few output columns and long rows gives each column several warps, each summing
     every splits-th 16-byte chunk of the row (so enough loads are in flight to stream the weights), and combines
     them in shared memory; a wide one keeps one warp per column. Rows that 16-byte loads do not tile take the
-    scalar loop, split the same way. Every variant, with its bias and residual epilogue, compiles and assembles."""
+    scalar loop, split the same way. A GEMV with more blocks than fit on the GPU at once runs as one wave of blocks
+    looping over column groups. Every variant, with its bias and residual epilogue, compiles and assembles."""
     from fused_cases import TORCH_DTYPES, ir_dict
     from helpers import LinearResidual
 
     from npu_compiler.targets.cuda import gemv as G
 
     tdt = TORCH_DTYPES[dtype]
-    seen = set()
+    seen, waves = set(), set()
     for m, k, n in [(1, 4096, 64), (3, 1536, 2048), (1, 64, 20000), (2, 1001, 64)]:
         ir = ir_dict(LinearResidual(k, n).to(tdt), [torch.zeros(m, k, dtype=tdt), torch.zeros(m, n, dtype=tdt)],
                      "linear")
@@ -385,11 +386,19 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
         vec = 16 // np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize
         splits = G.splits_for(n, k // vec if k % vec == 0 else k // 8)
         warps = max(G.WARPS, splits)
-        assert step.launch.block == 32 * warps and step.launch.grid == (math.ceil(n / (warps // splits)), 1, 1)
+        groups = math.ceil(n / (warps // splits))
+        grid = groups
+        if groups > G.SMS * (2048 // (32 * warps)):  # more blocks than fit at once: one wave, groups shared out evenly
+            wave = G.SMS * min(G.WAVE_BLOCKS_PER_SM, 2048 // (32 * warps))
+            grid = math.ceil(groups / math.ceil(groups / wave))
+            assert "cg += gridDim.x" in r.sources[step.source]
+            waves.add((m, k, n))
+        assert step.launch.block == 32 * warps and step.launch.grid == (grid, 1, 1)
         seen.add(splits)
         failures = _check_sources({step.source: r.sources[step.source]})
         assert not failures, failures[0]
     assert {1, 2, 8} <= seen  # (the shapes above exercise no split, a short split of a scalar row, and the widest)
+    assert (1, 64, 20000) in waves  # (20,000 columns, four a block: more blocks than fit on the GPU at once)
 
 
 def test_gemv_loads_only_weights_before_its_wait() -> None:

@@ -41,6 +41,13 @@ A prologue's small weight operands (a norm's scale) are prefetched into L1 befor
 after its reduction, and by then the decode step's weight stream has evicted them from L2. Measured on the H100 (the
 step in one process, twice each): 1.525 / 1.523 -> 1.509 / 1.518 ms at KV position 1024, 1.549 / 1.549 -> 1.537 /
 1.534 at 2000, 1.468 / 1.473 -> 1.462 / 1.465 at 128.
+
+A GEMV without a prologue whose blocks do not all fit on the GPU at once (by threads) runs the same way: one wave of
+WAVE_BLOCKS_PER_SM blocks an SM, each taking column group after column group with the next group's loads issued
+early. A block a column had left a second and third wave of blocks to start, and load, only as the first ones ended.
+Measured on the H100 (Qwen2.5-1.5B decode step, in one process, twice each; the down projection, 1,536 columns of
+8,960, becomes 512 blocks of three columns): 1.543 / 1.536 -> 1.500 / 1.499 ms at KV position 1024, 1.513 / 1.516 ->
+1.478 / 1.477 at 2000.
 """
 
 from __future__ import annotations
@@ -71,6 +78,10 @@ WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block
 PROLOGUE_WARPS = 16  # with a prologue: each block computes the operand's rows once for 16 / splits columns
 PROLOGUE_BYTES = 40 * 1024  # the computed rows live in static shared memory (48 KB a block, with the reductions')
 PROLOGUE_UNROLL = 8
+# blocks an SM of a GEMV without a prologue that runs as one wave (its launch bounds: 64 registers a thread at 8
+# warps a block). Measured on the H100 (Qwen2.5-1.5B decode, the down projection's 1,536 columns of 8 warps): 2 an SM
+# (six column groups a block) no faster than a block a column, 3 slower than 4, 6 and 8 spill (1.79 and 2.06 ms)
+WAVE_BLOCKS_PER_SM = 4
 PREFETCH_BYTES = 16 * 1024  # a prologue's weight operand at most this large is prefetched into L1 before the wait
 # blocks of PROLOGUE_WARPS an SM: the grid is one wave of them, and the launch bounds hold the registers to that.
 # ncu on the H100 (Qwen2.5-1.5B's gate/up projection): at 36 registers a thread three blocks fit where the grid
@@ -273,8 +284,13 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     # blocks); without, one group a block
     # (as many blocks as fit on the GPU at once: the launch bounds hold the registers to that many)
     per_sm = _blocks_per_sm(warps)
-    grid = min(n_groups, SMS * per_sm) if pro else n_groups
-    if pro:
+    # a GEMV with more blocks than fit on the GPU at once (by threads) runs as one wave of blocks taking column group
+    # after column group, as a prologue GEMV does (see the module's docstring)
+    wave = not pro and n_groups > SMS * (2048 // (32 * warps))
+    if wave:
+        per_sm = max(1, min(WAVE_BLOCKS_PER_SM, 2048 // (32 * warps)))
+    grid = min(n_groups, SMS * per_sm) if pro or wave else n_groups
+    if pro or wave:
         # the groups shared out evenly: as few blocks as take the same number of rounds (the gate/up projection's
         # 1,120 groups: 224 blocks of five, where 264 blocks left 200 of them idle in the fifth round while 64 ran
         # it). Measured on the H100 (Qwen2.5-1.5B decode): 1.529 -> 1.505 ms at KV position 1024, 1.661 -> 1.641 ms
@@ -472,7 +488,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
     shared = [f"  __shared__ {ty} {name}[{count}];" for name, (ty, count) in sorted(text.shared.items())]
-    bounds = f"{32 * warps}, {per_sm}" if pro else f"{32 * warps}"
+    bounds = f"{32 * warps}, {per_sm}" if pro or wave else f"{32 * warps}"
     src = "\n".join([PRELUDE, *sorted(text.helpers),
                      f'extern "C" __global__ void __launch_bounds__({bounds}) npu_kernel('
                      f'{", ".join(params)}) {{', *shared,
