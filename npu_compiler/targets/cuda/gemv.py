@@ -78,17 +78,16 @@ WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block
 PROLOGUE_WARPS = 16  # with a prologue: each block computes the operand's rows once for 16 / splits columns
 PROLOGUE_BYTES = 40 * 1024  # the computed rows live in static shared memory (48 KB a block, with the reductions')
 PROLOGUE_UNROLL = 8
-# blocks an SM of a GEMV without a prologue that runs as one wave (its launch bounds: 64 registers a thread at 8
-# warps a block). Measured on the H100 (Qwen2.5-1.5B decode, the down projection's 1,536 columns of 8 warps): 2 an SM
-# (six column groups a block) no faster than a block a column, 3 slower than 4, 6 and 8 spill (1.79 and 2.06 ms)
-WAVE_BLOCKS_PER_SM = 4
-PREFETCH_BYTES = 16 * 1024  # a prologue's weight operand at most this large is prefetched into L1 before the wait
 # blocks of PROLOGUE_WARPS an SM: the grid is one wave of them, and the launch bounds hold the registers to that.
 # ncu on the H100 (Qwen2.5-1.5B's gate/up projection): at 36 registers a thread three blocks fit where the grid
 # assumed four, and a second wave of 132 blocks ran; three with the weights loaded before the prologue spill (40
 # registers), and the decode step got slower (1.94 -> 2.12 ms); two spill nothing
 PROLOGUE_BLOCKS_PER_SM = 2
-SMS = 132  # a large GPU's SMs (H100): a prologue GEMV runs at most one wave of blocks on it
+# blocks an SM of a GEMV without a prologue that runs as one wave (its launch bounds: 64 registers a thread at 8
+# warps a block). Measured on the H100 (Qwen2.5-1.5B decode, the down projection's 1,536 columns of 8 warps): 2 an SM
+# (six column groups a block) no faster than a block a column, 3 slower than 4, 6 and 8 spill (1.79 and 2.06 ms)
+WAVE_BLOCKS_PER_SM = 4
+SMS = 132  # a large GPU's SMs (H100): a GEMV running as one wave of blocks (prologue, or wide) is sized by it
 UNROLL = 8
 PREFETCH_BYTES = 16 * 1024  # a prologue's weight operand at most this large is prefetched into L1 before the wait
 MAX_SPLITS = 8
