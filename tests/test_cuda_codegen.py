@@ -388,8 +388,9 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
         warps = max(G.WARPS, splits)
         groups = math.ceil(n / (warps // splits))
         grid = groups
-        if groups > G.SMS * (2048 // (32 * warps)):  # more blocks than fit at once: one wave, groups shared out evenly
-            wave = G.SMS * min(G.WAVE_BLOCKS_PER_SM, 2048 // (32 * warps))
+        # more blocks than fit at once: one wave, the groups shared out evenly
+        if groups > G.SMS * (G.SM_THREADS // (32 * warps)):
+            wave = G.SMS * min(G.WAVE_BLOCKS_PER_SM, G.SM_THREADS // (32 * warps))
             grid = math.ceil(groups / math.ceil(groups / wave))
             assert "cg += gridDim.x" in r.sources[step.source]
             waves.add((m, k, n))

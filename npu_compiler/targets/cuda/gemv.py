@@ -87,6 +87,7 @@ PROLOGUE_BLOCKS_PER_SM = 2
 # warps a block). Measured on the H100 (Qwen2.5-1.5B decode, the down projection's 1,536 columns of 8 warps): 2 an SM
 # (six column groups a block) no faster than a block a column, 3 slower than 4, 6 and 8 spill (1.79 and 2.06 ms)
 WAVE_BLOCKS_PER_SM = 4
+SM_THREADS = 2048  # threads an SM holds at once
 SMS = 132  # a large GPU's SMs (H100): a GEMV running as one wave of blocks (prologue, or wide) is sized by it
 UNROLL = 8
 PREFETCH_BYTES = 16 * 1024  # a prologue's weight operand at most this large is prefetched into L1 before the wait
@@ -129,9 +130,10 @@ def gemv_fits(k: KernelCall, buffers: Sequence[BufferSpec]) -> bool:
             and (a.strides[-1] == 1 or spec.k == 1))
 
 
-def _blocks_per_sm(warps: int) -> int:
-    """A prologue GEMV's blocks of `warps` warps an SM (its launch bounds): SMS times this is its one wave."""
-    return max(1, min(PROLOGUE_BLOCKS_PER_SM, 2048 // (32 * warps)))
+def _blocks_per_sm(warps: int, cap: int = PROLOGUE_BLOCKS_PER_SM) -> int:
+    """Blocks of `warps` warps an SM of a GEMV running as one wave (its launch bounds): at most `cap`, and no more
+    than an SM's threads hold. SMS times this is its one wave."""
+    return max(1, min(cap, SM_THREADS // (32 * warps)))
 
 
 def _layout(spec: GemmKernel, buffers: Sequence[BufferSpec], k: KernelCall) -> tuple[int, int, int]:
@@ -279,21 +281,18 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     text = KernelText([], 32 * warps)
     lines = _prologue_rows(k, program, names, ityp, text) if pro else []
     n_groups = math.ceil(n_out / cpo)
-    # with a prologue a block computes its rows once and then runs column group after column group (one wave of
-    # blocks); without, one group a block
-    # (as many blocks as fit on the GPU at once: the launch bounds hold the registers to that many)
-    per_sm = _blocks_per_sm(warps)
-    # a GEMV with more blocks than fit on the GPU at once (by threads) runs as one wave of blocks taking column group
-    # after column group, as a prologue GEMV does (see the module's docstring)
-    wave = not pro and n_groups > SMS * (2048 // (32 * warps))
+    # one wave of blocks, each running column group after column group, where there is a prologue (a block computes
+    # its rows once) or where a block a group would be more blocks than the GPU holds at once (by threads: see the
+    # module's docstring); else one group a block. The launch bounds hold the registers to the wave's blocks an SM.
+    wave = pro or n_groups > SMS * (SM_THREADS // (32 * warps))
+    per_sm = _blocks_per_sm(warps, PROLOGUE_BLOCKS_PER_SM if pro else WAVE_BLOCKS_PER_SM)
+    grid = n_groups
     if wave:
-        per_sm = max(1, min(WAVE_BLOCKS_PER_SM, 2048 // (32 * warps)))
-    grid = min(n_groups, SMS * per_sm) if pro or wave else n_groups
-    if pro or wave:
         # the groups shared out evenly: as few blocks as take the same number of rounds (the gate/up projection's
         # 1,120 groups: 224 blocks of five, where 264 blocks left 200 of them idle in the fifth round while 64 ran
         # it). Measured on the H100 (Qwen2.5-1.5B decode): 1.529 -> 1.505 ms at KV position 1024, 1.661 -> 1.641 ms
         # at 8192
+        grid = min(n_groups, SMS * per_sm)
         grid = -(-n_groups // -(-n_groups // grid))
     head = [
         "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
@@ -487,7 +486,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
     shared = [f"  __shared__ {ty} {name}[{count}];" for name, (ty, count) in sorted(text.shared.items())]
-    bounds = f"{32 * warps}, {per_sm}" if pro or wave else f"{32 * warps}"
+    bounds = f"{32 * warps}, {per_sm}" if wave else f"{32 * warps}"
     src = "\n".join([PRELUDE, *sorted(text.helpers),
                      f'extern "C" __global__ void __launch_bounds__({bounds}) npu_kernel('
                      f'{", ".join(params)}) {{', *shared,
