@@ -15,14 +15,14 @@ import json
 
 import numpy as np
 import torch
-from bench_llm import _median_ms, print_profile
+from bench_llm import _median_ms, limit_ms, print_profile
 
 
 def gemm_tflops(device: str) -> float:
     if device != "cuda":
         return float("nan")
     a = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
-    ms = _median_ms(lambda: a @ a, torch.cuda.synchronize, 20)
+    ms = limit_ms(lambda: a @ a, torch.cuda.synchronize)
     return 2 * 8192**3 / (ms * 1e-3) / 1e12
 
 

@@ -47,19 +47,23 @@ def print_profile(title: str, prog, backend_name: str, profile_once, top: int) -
     print(format_table(report, top))
 
 
-COPY_ROUNDS = 5
+LIMIT_ROUNDS = 5
+
+
+def limit_ms(fn, sync) -> float:
+    """The time of a physical-limit probe (a copy, a large GEMM): the best of LIMIT_ROUNDS medians of 20 runs. One
+    median of the copy moved from 2687 to 2940 GB/s between two processes of one call (the first on a GPU just
+    started), and a limit is meant as the limit, not as one sample of it."""
+    return min(_median_ms(fn, sync, 20) for _ in range(LIMIT_ROUNDS))
 
 
 def copy_bandwidth_gbps(device: str) -> float:
-    """Device-to-device copy, bytes read + written per second: the practical rate of streaming the weights once. The
-    best of COPY_ROUNDS medians of 20 copies: one median moved from 2687 to 2940 GB/s between two processes of one
-    call (the first on a GPU just started), and the floor is meant as the limit, not as one sample of it."""
+    """Device-to-device copy, bytes read + written per second: the practical rate of streaming the weights once."""
     if device != "cuda":
         return float("nan")
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
-    ms = min(_median_ms(lambda: b.copy_(a), torch.cuda.synchronize, 20) for _ in range(COPY_ROUNDS))
-    return 2 * a.numel() / (ms * 1e-3) / 1e9
+    return 2 * a.numel() / (limit_ms(lambda: b.copy_(a), torch.cuda.synchronize) * 1e-3) / 1e9
 
 
 def main(argv: list[str] | None = None) -> int:
