@@ -284,7 +284,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     # one wave of blocks, each running column group after column group, where there is a prologue (a block computes
     # its rows once) or where a block a group would be more blocks than the GPU holds at once (by threads: see the
     # module's docstring); else one group a block. The launch bounds hold the registers to the wave's blocks an SM.
-    wave = pro or n_groups > SMS * (SM_THREADS // (32 * warps))
+    wave = pro or n_groups > SMS * _blocks_per_sm(warps, cap=SM_THREADS)  # (uncapped: all an SM's threads hold)
     per_sm = _blocks_per_sm(warps, PROLOGUE_BLOCKS_PER_SM if pro else WAVE_BLOCKS_PER_SM)
     grid = n_groups
     if wave:
