@@ -533,7 +533,10 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     # the mask is an input no kernel writes: its scan runs before the wait, the launch before it lets it start early
     assert steps[0].launch.early and "// inputs no kernel writes" in r.sources[steps[0].source]
     assert steps[1].launch.grid == (row_blocks, heads // hb, att.spec.splits)
-    assert steps[1].launch.block == 128 * hb and steps[1].launch.smem == (64 * hb + 4 * 64) * (64 + 8) * 2
+    assert steps[1].launch.block == 128 * hb
+    assert steps[1].launch.smem == (64 * hb + 2 * FA.online_stages(hb) * 64) * (64 + 8) * 2
+    # three key and value buffers where the block has heads to share them (no barrier at a tile's end), else two
+    assert FA.online_stages(hb) == (3 if hb > 1 else 2)
     assert "mma.sync" in r.sources[steps[1].source] and "atomicOr" in r.sources[steps[2].source]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]

@@ -61,9 +61,9 @@ mixed), instead of every split block of every head scanning its part of the mask
 bytes. Where the mask (and the positions of a valid length) are inputs no kernel writes, the scan runs before the
 launch's wait and the launch starts early, beside the kernel before it (`Launch.early`). Q stays in shared memory
 (a k-step's fragment loaded where it is used), key and value tiles go through STAGES buffers (the next tile's copies
-in flight during the whole of this one's work), and a mixed tile's mask values are loaded where they are added: each
-of these had kept a register array alive beside the products, and the kernel spilled in its loop. Its runs are
-ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial outputs to write and combine.
+in flight during the whole of this one's work; no barrier at a tile's end), and a mixed tile's mask values are loaded
+where they are added: each of these had kept a register array alive beside the products, and the kernel spilled in
+its loop. Its runs are ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial outputs to write and combine.
 Measured on the H100, the kernel alone at Qwen2.5-1.5B's shapes (2048 rows over a 2560-slot cache, 12 heads over 2,
 HF's mask; a one-off A/B script, the same outputs to the bit): 177.6 -> 157.5 us with three heads a block, 148.0 us
 with runs of 12 tiles (168.0 at 6, 151.9 at 15), 129.1 us with the classifying launch (137.6 with 8 tiles a block);
@@ -117,7 +117,12 @@ HEADS_PER_BLOCK = 3
 # key tiles a block of the classifying launch scans (its four warps 16 rows each); more blocks scan faster (the
 # kernel alone at Qwen2.5-1.5B's shapes below: 137.6 us with 8, 129.1 with 4)
 CLASSIFY_TILES = 4
-STAGES = 2  # the online launch's key and value tiles: the next tile's copies run during the whole of this one's work
+# the online launch's key and value tiles: the next tile's copies run during the whole of this one's work, and with
+# three buffers a tile needs no barrier at its end (the next copies land in a buffer read two tiles ago), so warps
+# drift apart by up to a tile instead of running the products and the softmax in lockstep. Qwen2.5-1.5B's prefill
+# attention alone on the H100: 127.4 -> 124.8 us against two buffers and a barrier a tile. Blocks of one head keep
+# two (a third would leave one block an SM where the shared memory holds two)
+STAGES = 3
 _VEC = 8  # 2-byte elements per 16-byte copy
 _OPERANDS = ("bfloat16", "float16")
 
@@ -207,9 +212,14 @@ def _mask_batches_heads(g) -> tuple[int, int]:
     return (g.b if ms[0] else 1), (g.h if ms[1] else 1)
 
 
+def online_stages(hb: int) -> int:
+    """Key and value buffers of the online launch with `hb` heads a block (see STAGES)."""
+    return STAGES if hb > 1 else 2
+
+
 def _online_smem(d: int, hb: int) -> int:
-    """The online launch's dynamic shared memory: Q's rows of every head of the block, STAGES key and value tiles."""
-    return (BM * hb + 2 * STAGES * BN) * (d + _VEC) * 2
+    """The online launch's dynamic shared memory: Q's rows of every head of the block, its key and value buffers."""
+    return (BM * hb + 2 * online_stages(hb) * BN) * (d + _VEC) * 2
 
 
 def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str) -> list[tuple[str, Launch]]:
@@ -512,6 +522,10 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     }}
 {loop_end}"""
     tile_h = BN * dpad  # one tile's shorts in shared memory
+    stages = online_stages(hb)
+    # with three buffers or more the next tile's copies land in one no warp can still be reading: no barrier
+    end_barrier = ("\n    __syncthreads();  // every warp is done with these buffers before the next copies land"
+                   if stages < 3 else "")
     online_loop = f"""
   // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
   // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
@@ -533,8 +547,8 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   if (cur < tile_hi) load_kv(0, ({ityp})cur * {BN}); else tc_commit();
   while (cur < tile_hi) {{
     const int nx = next_tile(cur);
-    // (the other buffers' last readers passed the barrier that ended the tile before)
-    if (nx < tile_hi) load_kv(bf ^ 1, ({ityp})nx * {BN}); else tc_commit();
+    // (the buffers written here were last read {stages - 1} tile(s) ago: every warp has passed a barrier since)
+    if (nx < tile_hi) load_kv((bf + 1) % {stages}, ({ityp})nx * {BN}); else tc_commit();
     tc_wait<1>();  // this tile's K and V
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks + bf * {tile_h});
@@ -572,10 +586,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
     const unsigned short* const vb = Vs + bf * {tile_h};
-{pv_product("vb")}
-    __syncthreads();  // every warp is done with these buffers before the next tile's copies land in them
+{pv_product("vb")}{end_barrier}
     cur = nx;
-    bf ^= 1;
+    bf = (bf + 1) % {stages};
   }}
   // each row's sum over its four threads (their max is the same)
   #pragma unroll
@@ -730,7 +743,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         shared = f"""  extern __shared__ __align__(16) unsigned short fa_smem[];
   unsigned short* const Qs = fa_smem;
   unsigned short* const Ks = fa_smem + {BM * hb * dpad};
-  unsigned short* const Vs = Ks + {STAGES * BN * dpad};"""
+  unsigned short* const Vs = Ks + {online_stages(hb) * BN * dpad};"""
         q_stage, q_regs, q_frags, q_frag = "Qs", "", "", "qa"
         q_load = f"""
       unsigned qa[4];
