@@ -896,3 +896,62 @@ def test_row_kernel_indexes_in_32_bits_where_its_buffers_do() -> None:
     src = CudaTarget().kernel_sources(k, p)[0]
     assert "for (int row" in src and "long long" not in src.split("npu_kernel(")[1], src
     assert not _check_sources({"norm": src})
+
+
+def test_lane_steps_of_index_expressions() -> None:
+    """How an index expression varies over an aligned vector of 8 outputs along the last dim (`clike._lane_step`):
+    RoPE's rotated-half column (d + 64 below 64, d - 64 above) moves by one an element from a multiple of 8, its
+    comparison is the same for the whole vector; a comparison with 68 flips inside a vector, a loaded value that moves
+    is not known, a product by 2 moves by two."""
+    from npu_compiler.expr import nodes as X
+    from npu_compiler.targets.clike import _lane_step
+
+    shape = (1, 12, 300, 128)
+    d = X.Index("int64", 3)
+
+    def c(v: int) -> X.Const:
+        return X.Const("int64", v)
+
+    def b(op: str, x: X.Expr, y: X.Expr, dt: str = "int64") -> X.Binary:
+        return X.Binary(dt, op, x, y)
+
+    rot = X.Where("int64", b("lt", d, c(64), "bool"), b("add", d, c(64)), b("sub", d, c(64)))
+    assert _lane_step(rot, 3, shape, 8) == (1, 0)
+    assert _lane_step(b("lt", d, c(64), "bool"), 3, shape, 8) == (0, None)
+    assert _lane_step(b("ge", d, c(72), "bool"), 3, shape, 8) == (0, None)
+    assert _lane_step(b("lt", d, c(68), "bool"), 3, shape, 8) is None  # 64..71 straddles 68
+    assert _lane_step(b("le", d, c(63), "bool"), 3, shape, 8) == (0, None)  # (d <= 63 is d < 64)
+    assert _lane_step(b("add", d, c(3)), 3, shape, 8) == (1, 3)
+    assert _lane_step(b("mul", d, c(2)), 3, shape, 8) == (2, 0)
+    assert _lane_step(b("mul", d, d), 3, shape, 8) is None
+    assert _lane_step(X.Index("int64", 2), 3, shape, 8) == (0, None)  # another dim: the same for the vector
+    assert _lane_step(X.Load("int64", 0, (0, 0, 1, 1)), 3, shape, 8) is None  # moves with the vector
+    assert _lane_step(X.Load("int64", 0, (0, 0, 1, 0)), 3, shape, 8) == (0, None)
+
+
+def test_vector_gathers() -> None:
+    """A gather is one 16-byte load for a vector of 8 outputs (`clike._vector_gather_ok`) where exactly one index
+    moves with the vector, by one an element from a multiple of 8, along a unit-stride dim whose extent is a multiple
+    of 8, the rest of the address aligned and the guard the same for the whole vector."""
+    from npu_compiler.expr import nodes as X
+    from npu_compiler.targets.clike import _vector_gather_ok
+
+    shape = (1, 12, 300, 128)
+    d = X.Index("int64", 3)
+    idx = [X.Index("int64", 0), X.Index("int64", 1), X.Index("int64", 2)]
+
+    def c(v: int) -> X.Const:
+        return X.Const("int64", v)
+
+    def gather(last: X.Expr, strides=(4194304, 128, 2048, 1), offset: int = 0, dt: str = "bfloat16") -> X.Gather:
+        return X.Gather(dt, 0, offset, (1, 12, 2048, 128), strides, (*idx, last))
+
+    rot = X.Where("int64", X.Binary("bool", "lt", d, c(64)), X.Binary("int64", "add", d, c(64)),
+                  X.Binary("int64", "sub", d, c(64)))
+    dts = ["bfloat16"]
+    assert _vector_gather_ok(gather(rot), 3, shape, 8, dts)
+    assert not _vector_gather_ok(gather(rot, offset=4), 3, shape, 8, dts)  # a run off the 16-byte grid
+    assert not _vector_gather_ok(gather(X.Binary("int64", "add", d, c(4))), 3, shape, 8, dts)  # shifted by 4
+    assert not _vector_gather_ok(gather(X.Binary("int64", "mul", d, c(2))), 3, shape, 8, dts)  # every other one
+    assert not _vector_gather_ok(gather(rot, strides=(4194304, 128, 2048, 2)), 3, shape, 8, dts)
+    assert not _vector_gather_ok(gather(rot, dt="float32"), 3, shape, 8, ["float32"])

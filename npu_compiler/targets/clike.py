@@ -116,6 +116,10 @@ class Language:
         """Statements storing `values` (of `value_dtype`) as `dtype` elements at `out[index]` in one vector store."""
         raise NotImplementedError
 
+    def vector_load_if(self, arg: str, index: str, dtype: str, out: str, cond: str, fill: str) -> list[str]:
+        """As `vector_load`, but only where `cond` holds; `fill` (a literal) in every element where it does not."""
+        raise NotImplementedError
+
 
 @dataclass
 class KernelText:
@@ -423,7 +427,9 @@ class ExprRenderer:
             where = affine(terms, e.offset)
         return self.lang.load(self.arg_names[e.arg], where, self.arg_dtypes[e.arg])
 
-    def _gather(self, g: X.Gather, scope: Scope, in_reduce: bool) -> str:
+    def gather_address(self, g: X.Gather, scope: Scope, in_reduce: bool = False) -> tuple[str, str]:
+        """Into `scope`: a gather's index arithmetic; returns whether it reads (its indices in range, its guard) and
+        the element it reads."""
         lang = self.lang
         # index arithmetic whose every value provably fits in int32 (a window's rows and columns, a rotated half's
         # position) is computed in int32, and the address too where the whole gathered view fits: 64-bit index math
@@ -448,9 +454,13 @@ class ExprRenderer:
                     parts.append(iv if s == 1 else f"{iv} * {lang.literal(s, 'int64')}")
         if g.guard is not None:
             conds.append(narrow.condition(g.guard) if lang.int32_type else self.emit(g.guard, scope, in_reduce))
-        name = self.fresh("g")
         ok = " && ".join(f"({c})" for c in conds) or "true"
-        where = lang.to_index(" + ".join(parts) or "0", lang.int32_type if small else lang.reg("int64"))
+        return ok, lang.to_index(" + ".join(parts) or "0", lang.int32_type if small else lang.reg("int64"))
+
+    def _gather(self, g: X.Gather, scope: Scope, in_reduce: bool) -> str:
+        lang = self.lang
+        ok, where = self.gather_address(g, scope, in_reduce)
+        name = self.fresh("g")
         scope.lines.append(scope.indent + lang.decl(name, lang.reg(g.dtype), lang.literal(g.fill, g.dtype),
                                                      mutable=True))
         scope.lines.append(scope.indent + lang.if_(ok) + " " + lang.assign(
@@ -752,8 +762,8 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
             body.append("    " + lang.if_(f"{lang.thread_id} == 0") + " "
                         + _store_line(lang, r, store, value, expr.dtype, row_scope, names).strip() + " " + lang.end())
         body.append("  " + lang.end())
-    elif (vec := _vector_width(lang, expr, store, shape, order, arg_dtypes)) and blocks is None:
-        grid = _vector_body(lang, r, expr, store, shape, order, ityp, vec, block, body, names)
+    elif vec := _vector_width(lang, expr, store, shape, order, arg_dtypes):
+        grid = _vector_body(lang, r, expr, store, shape, order, ityp, vec, block, body, names, blocks)
     else:
         ilp = elementwise_ilp(lang, n_out)
         grid = grid_for(-(-n_out // ilp), block, lang.max_grid)
@@ -826,7 +836,14 @@ def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, 
     if any(s % width for d, s in enumerate(store.strides) if d != inner and (shape[d] != 1 or d == scatter)):
         return 0
     for n in _outside_reduces(expr) if outside_reduce else X.walk(expr):
-        if isinstance(n, X.Gather | X.Index | X.RIndex | X.Acc) or (isinstance(n, X.Reduce) and not outside_reduce):
+        if outside_reduce and isinstance(n, X.Gather | X.Index):
+            return 0
+        # an output index is computed for each element (`_lanes`); a gather either reads the same element for the
+        # whole vector or a run of it in one vector load (`_vector_gather_ok`)
+        if isinstance(n, X.Gather) and not (_vector_gather_ok(n, inner, shape, width, arg_dtypes)
+                                           or _lane_step(n, inner, shape, width) == (0, None)):
+            return 0
+        if isinstance(n, X.RIndex | X.Acc) or (isinstance(n, X.Reduce) and not outside_reduce):
             return 0
         if isinstance(n, X.Load) and not _vector_load_ok(n, inner, shape, width, arg_dtypes, False):
             return 0
@@ -835,6 +852,93 @@ def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, 
                                            for m in X.walk(n.body)):
             return 0
     return width
+
+
+_INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+
+
+def _lane_step(e: X.Expr, inner: int, shape: tuple[int, ...], width: int) -> tuple[int, int | None] | None:
+    """How an integer or boolean expression varies over an aligned vector of `width` neighbouring outputs along the
+    output dim `inner` (whose first element's index there is a multiple of `width`): (c, m) where its value at the
+    vector's element L is B + c * L and B mod width is m (None: not known); a value the same for every element has
+    c = 0 (m None for booleans and floats). None where it varies otherwise: a loaded value that moves along the
+    vector, a product of two moving values, a comparison that flips inside the vector. A comparison of a value that
+    moves by one an element with one that does not is the same for the whole vector where their difference is a
+    multiple of `width` at its first element (RoPE's `d < 64` over vectors of 8 columns)."""
+    def step(x: X.Expr) -> tuple[int, int | None] | None:
+        return _lane_step(x, inner, shape, width)
+
+    def known(a: int | None, b: int | None, f) -> int | None:
+        return None if a is None or b is None else f(a, b) % width
+
+    if isinstance(e, X.Index):
+        return (1, 0) if e.dim == inner and shape[inner] != 1 else (0, None)
+    if isinstance(e, X.Const):
+        exact = e.dtype in _INT_DTYPES and not isinstance(e.value, bool | float)
+        return (0, int(e.value) % width if exact else None)
+    if isinstance(e, X.Load):
+        moves = inner < len(e.strides) and e.strides[inner] != 0 and shape[inner] != 1
+        return None if moves or e.rstrides else (0, None)
+    if isinstance(e, X.Gather):
+        parts = [step(i) for i in e.indices] + ([step(e.guard)] if e.guard is not None else [])
+        return (0, None) if all(q is not None and q[0] == 0 for q in parts) else None
+    if isinstance(e, X.Cast):
+        q = step(e.x)
+        if q is None or (q[0] and not (e.dtype in _INT_DTYPES and e.x.dtype in _INT_DTYPES)):
+            return None
+        return q if e.dtype in _INT_DTYPES else (0, None)
+    if isinstance(e, X.Unary):
+        q = step(e.x)
+        if q is not None and e.op == "neg" and e.dtype in _INT_DTYPES:
+            return (-q[0], None if q[1] is None else -q[1] % width)
+        return (0, None) if q is not None and q[0] == 0 else None
+    if isinstance(e, X.Where):
+        c, a, b = step(e.cond), step(e.a), step(e.b)
+        if c is None or a is None or b is None or c[0] or a[0] != b[0]:
+            return None
+        return (a[0], a[1] if a[1] == b[1] else None)
+    if isinstance(e, X.Binary):
+        a, b = step(e.a), step(e.b)
+        if a is None or b is None:
+            return None
+        if e.op in ("add", "sub") and e.dtype in _INT_DTYPES:
+            sign = 1 if e.op == "add" else -1
+            return (a[0] + sign * b[0], known(a[1], b[1], lambda x, y: x + sign * y))
+        if e.op == "mul" and e.dtype in _INT_DTYPES:
+            for (c1, m1), k in ((a, e.b), (b, e.a)):
+                if isinstance(k, X.Const) and not isinstance(k.value, bool | float):
+                    return (c1 * int(k.value), None if m1 is None else m1 * int(k.value) % width)
+        if e.op in ("lt", "le", "gt", "ge") and e.a.dtype in _INT_DTYPES and e.b.dtype in _INT_DTYPES:
+            # as y < 0 with y = a - b (lt), a - b - 1 (le), b - a (gt), b - a - 1 (ge)
+            c = a[0] - b[0] if e.op in ("lt", "le") else b[0] - a[0]
+            m = known(a[1], b[1], (lambda x, y: x - y) if e.op in ("lt", "le") else (lambda x, y: y - x))
+            if m is not None and e.op in ("le", "ge"):
+                m = (m - 1) % width
+            # y over the vector spans [lo, lo + width - 1]: the same sign throughout where lo is a multiple of width
+            if c == 0 or (c == 1 and m == 0) or (c == -1 and m is not None and (m + 1) % width == 0):
+                return (0, None)
+            return None
+        return (0, None) if a[0] == 0 and b[0] == 0 else None
+    return None
+
+
+def _vector_gather_ok(g: X.Gather, inner: int, shape: tuple[int, ...], width: int, arg_dtypes: list[str]) -> bool:
+    """Whether a gather reads, for an aligned vector of `width` neighbouring outputs along `inner`, a run of `width`
+    neighbouring 2-byte elements, aligned, all or none of them (`_lane_step`): exactly one index moves, by one an
+    element from a multiple of `width`, along a unit-stride dim of the gathered view whose extent is a multiple of
+    `width` (so the first element's range test holds for all); every other index and the guard stay put, and the
+    other strides and the offset keep the run aligned. RoPE's rotated half (the column d + 64 or d - 64) is one."""
+    if g.dtype not in ("float16", "bfloat16") or arg_dtypes[g.arg] != g.dtype:
+        return False
+    steps = [_lane_step(i, inner, shape, width) for i in g.indices]
+    if any(q is None for q in steps) or (g.guard is not None and _lane_step(g.guard, inner, shape, width) != (0, None)):
+        return False
+    moving = [d for d, q in enumerate(steps) if q[0]]
+    if len(moving) != 1:
+        return False
+    d = moving[0]
+    return (steps[d] == (1, 0) and g.strides[d] == 1 and g.shape[d] % width == 0 and g.offset % width == 0
+            and all(st % width == 0 for k, st in enumerate(g.strides) if k != d))
 
 
 def _moves_along(n: X.Expr, dim: int) -> bool:
@@ -908,30 +1012,49 @@ def _loads_along(expr: X.Expr, dim: int, along_reduce: bool) -> list[X.Load]:
 
 
 def _lanes(lang: Language, r: ExprRenderer, expr: X.Expr, scope: Scope, moving: list[X.Load], width: int,
-           in_reduce: bool = False) -> list[str]:
+           in_reduce: bool = False, inner: int | None = None) -> list[str]:
     """Into `scope`: one vector load for each load of `moving` (at the scope's first element), then `expr` for each
     of the vector's elements in turn, its moving loads replaced by that element; returns the elements' values.
-    Values that do not depend on the element are computed once, where the renderer puts them."""
+    Values that do not depend on the element are computed once, where the renderer puts them. With `inner` (the
+    output dim the vector runs along), a gather that reads a run of the vector's width (`_vector_gather_ok`) is one
+    guarded vector load at the first element's address, and the output index along `inner` is the element's own."""
     for k, ld in enumerate(moving):
         terms = [(f"o{d}", st) for d, st in enumerate(ld.strides)] + [(f"r{d}", st) for d, st in enumerate(ld.rstrides)]
         scope.lines += [scope.indent + line
                         for line in lang.vector_load(r.arg_names[ld.arg], affine(terms, ld.offset), ld.dtype,
                                                      f"{r.prefix}v{k}")]
-    sub = {ld: X.Acc(ld.dtype, k) for k, ld in enumerate(moving)}
-    lane_expr = X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load) else None)
+    sub: dict[X.Expr, X.Expr] = {ld: X.Acc(ld.dtype, k) for k, ld in enumerate(moving)}
+    if inner is not None:
+        runs = [n for n in X.walk(expr) if isinstance(n, X.Gather) and n not in sub
+                and _vector_gather_ok(n, inner, r.out_shape, width, r.arg_dtypes)]
+        for g in dict.fromkeys(runs):
+            ok, where = r.gather_address(g, scope)
+            fill = lang.literal(g.fill, "float32")
+            scope.lines += [scope.indent + line for line in lang.vector_load_if(
+                r.arg_names[g.arg], where, g.dtype, f"{r.prefix}v{len(sub)}", ok, fill)]
+            sub[g] = X.Acc(g.dtype, len(sub))
+    lane_expr = X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load | X.Gather) else None)
     values = []
     saved = r.acc  # a vectorized reduction rendered inside an element's expression keeps the element's values
     for lane in range(width):
         lane_scope = Scope(scope.indent, parent=scope)
-        r.acc = [f"{r.prefix}v{k}[{lane}]" for k in range(len(moving))]
-        values.append(r.emit(lane_expr, lane_scope, in_reduce=in_reduce))
+        r.acc = [f"{r.prefix}v{k}[{lane}]" for k in range(len(sub))]
+        here = lane_expr
+        if inner is not None and lane:
+            def own(n: X.Expr, lane: int = lane) -> X.Expr | None:
+                if isinstance(n, X.Index) and n.dim == inner:
+                    return X.Binary(n.dtype, "add", n, X.Const(n.dtype, lane))
+                return None
+            here = X.substitute(lane_expr, own)
+        values.append(r.emit(here, lane_scope, in_reduce=in_reduce))
         scope.lines += lane_scope.lines
         r.acc = saved
     return values
 
 
 def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, shape: tuple[int, ...],
-                 order: list[int] | None, ityp: str, width: int, block: int, body: list[str], names: str) -> int:
+                 order: list[int] | None, ityp: str, width: int, block: int, body: list[str], names: str,
+                 blocks: tuple[str, str] | None = None) -> int:
     """The loop of a vectorized elementwise kernel (`_vector_width`) into `body`; returns its grid. A thread takes
     `elementwise_ilp` vectors a grid stride apart, as the scalar loop takes elements: each load that moves along the
     vector is one vector load, and the expression is computed for each of its elements in turn (its values that do
@@ -939,8 +1062,9 @@ def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, sh
     n_vec = math.prod(shape) // width
     ilp = elementwise_ilp(lang, n_vec)
     grid = grid_for(-(-n_vec // ilp), block, lang.max_grid)
-    start = f"{lang.to_index(lang.block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
-    step = f"{lang.to_index(lang.grid_dim, ityp)} * {lang.block_dim}"
+    block_id, grid_dim = blocks or (lang.block_id, lang.grid_dim)  # (a part of a merged launch: its own blocks)
+    start = f"{lang.to_index(block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
+    step = f"{lang.to_index(grid_dim, ityp)} * {lang.block_dim}"
     last = lang.index_literal(n_vec - 1, ityp)
     body.append("  " + lang.loop("g0", ityp, start, str(n_vec), f"{step} * {lang.index_literal(ilp, ityp)}"))
     body += ["    " + lang.unroll_hint] if lang.unroll_hint else []
@@ -954,7 +1078,8 @@ def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, sh
     r.row_scope = scope
     r.flat_index = False
     scope.lines += decompose(lang, "i", shape, "o", ityp, scope.indent, order=order)
-    values = _lanes(lang, r, expr, scope, _loads_along(expr, order[-1] if order else _innermost(shape), False), width)
+    inner = order[-1] if order else _innermost(shape)
+    values = _lanes(lang, r, expr, scope, _loads_along(expr, inner, False), width, inner=inner)
     cond = f"ge <= {last}"
     if store.scatter_dim is None:
         where = _store_where(store)

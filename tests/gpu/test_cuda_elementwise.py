@@ -104,3 +104,36 @@ def test_row_kernels_match_torch(dtype, n, cuda_backend) -> None:
     with torch.no_grad():
         ref = model(x)
     assert_close(got.astype(np.float32), ref.float().numpy(), dtype, "accumulate", "cuda", what=f"rows_{n}_{dtype}")
+
+
+class Rope(torch.nn.Module):
+    """HF's rotary embedding: x * cos + rotate_half(x) * sin, the rotated half a gather of the other half's columns."""
+
+    def forward(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize("dtype,d,vector", [("bfloat16", 128, True), ("float16", 64, True),
+                                            ("bfloat16", 136, False), ("float16", 12, False)])
+def test_rope_gathers_match_torch(dtype, d, vector, cuda_backend) -> None:
+    """The rotated half of a head of 128 or 64 columns is read 16 bytes at a time with the rest of the element (its
+    column d +- half moves by one along a vector of 8 that starts on a multiple of 8, and d < half is the same for the
+    whole vector: `clike._vector_gather_ok`); with 136 columns the comparison with 68 flips inside a vector, and 12
+    columns are no whole vectors: those stay one element at a time. Against PyTorch eager on the CPU."""
+    gen = torch.Generator().manual_seed(0)
+    tdt = getattr(torch, dtype)
+    args = [torch.randn(1, 12, 300, d, generator=gen).to(tdt), torch.randn(300, d, generator=gen).to(tdt),
+            torch.randn(300, d, generator=gen).to(tdt)]
+    module = Rope()
+    program = npu_compiler.compile(ir_dict(module, args, f"rope{d}"), "cuda", dtype=dtype)
+    (k,) = program.kernels
+    src = CudaTarget().kernel_sources(k, program)[0]
+    assert ("uint4" in src) == vector, src
+    ex = cuda_backend.create_executor(program)
+    got = ex.run_numpy({s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}, {})
+    with torch.no_grad():
+        ref = module(*args)
+    assert_close(got[program.outputs[0].name].astype(np.float32), ref.float().numpy(), dtype, "elementwise", "cuda",
+                 what=f"rope d={d}")
