@@ -806,10 +806,11 @@ def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, 
     """Elements a thread of this elementwise kernel moves in one vector load or store (0: one at a time). Its store
     is dense over 2-byte elements, along its innermost memory dim in whole aligned vectors, and every load either
     reads the same run of 2-byte elements aligned alike (stride 1 along that dim) or does not move along it (one
-    value for the vector); nothing else in the expression depends on the position (no index, gather or reduction).
-    Measured on the H100 (Qwen2.5-1.5B prefill, 2,048 tokens; its elementwise kernels are SiLU(gate) * up into
-    2,048 x 8,960 bf16 and the residual adds): the elementwise kernels 1.81 -> 1.13 ms a prefill, the call 14.9 ->
-    14.0 ms (`bench_generate.py --no-compile --profile`)."""
+    value for the vector). Output indices are computed for each element (`_lanes`); a gather either reads the same
+    element for the whole vector or a run of it (`_vector_gather_ok`); a row kernel's part outside its reductions
+    has neither, and an elementwise kernel no reduction. Measured on the H100 (Qwen2.5-1.5B prefill, 2,048 tokens;
+    its elementwise kernels are SiLU(gate) * up into 2,048 x 8,960 bf16 and the residual adds): the elementwise
+    kernels 1.81 -> 1.13 ms a prefill, the call 14.9 -> 14.0 ms (`bench_generate.py --no-compile --profile`)."""
     scatter = store.scatter_dim
     if not lang.vector_bytes or not shape or len(store.shape) != len(shape) or store.dtype not in ("float16",
                                                                                                   "bfloat16"):
