@@ -955,3 +955,33 @@ def test_vector_gathers() -> None:
     assert not _vector_gather_ok(gather(X.Binary("int64", "mul", d, c(2))), 3, shape, 8, dts)  # every other one
     assert not _vector_gather_ok(gather(rot, strides=(4194304, 128, 2048, 2)), 3, shape, 8, dts)
     assert not _vector_gather_ok(gather(rot, dt="float32"), 3, shape, 8, ["float32"])
+
+
+def test_repeated_kernels_render_once() -> None:
+    """Generated kernels with the same expression, dtypes, extents and output map (a model's layers) are rendered
+    once (`merge.part_text`'s cache), keyed by a digest of the expression that costs its distinct nodes: a tree of
+    200 levels that shares every subtree (2^200 paths) digests at once, and trees that differ only in a constant's
+    sign digest apart."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.expr import nodes as X
+    from npu_compiler.targets.cuda import merge
+
+    class Twice(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.sin(x) * 2.0, torch.sin(y) * 2.0
+
+    args = [torch.zeros(64, 128), torch.zeros(64, 128)]
+    program = npu_compiler.compile(ir_dict(Twice(), args, "twice"), "cuda", dtype="float32")
+    gen = [k for k in program.kernels if k.kind == "generated"]
+    assert len(gen) == 2 and gen[0].args != gen[1].args
+    merge._TEXTS.clear()
+    texts = [merge.part_text(k, program)[0] for k in gen]
+    assert len(merge._TEXTS) == 1 and texts[0].body == texts[1].body and texts[0] is not texts[1]
+
+    e = X.Index("int64", 3)
+    for _ in range(200):
+        e = X.Binary("int64", "add", e, e)
+    assert len(X.fingerprint(e)) == 16
+    zero, neg = X.Const("float32", 0.0), X.Const("float32", -0.0)
+    assert X.fingerprint(X.Binary("float32", "add", zero, neg)) != X.fingerprint(X.Binary("float32", "add", neg, zero))

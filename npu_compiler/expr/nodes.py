@@ -18,6 +18,7 @@ the row's elements (norms, softmax). `Acc` stands for the result of a GEMM or co
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Container
 from dataclasses import dataclass
 
@@ -151,6 +152,25 @@ def walk(e: Expr, known: Container[int] = ()):
         stack.append((node, True))
         for c in reversed(children(node)):
             stack.append((c, False))
+
+
+def fingerprint(e: Expr) -> bytes:
+    """A digest of the tree's structure and values (two trees that render alike digest alike), each distinct node
+    object digested once, so a tree that shares subtrees costs its distinct nodes, not its paths (hashing the
+    dataclasses themselves recurses through every path)."""
+    memo: dict[int, bytes] = {}
+    for node in walk(e):
+        parts = [type(node).__name__]
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            if isinstance(value, Expr):
+                parts.append(memo[id(value)].hex())
+            elif isinstance(value, tuple) and value and all(isinstance(v, Expr) for v in value):
+                parts.append(",".join(memo[id(v)].hex() for v in value))
+            else:
+                parts.append(repr(value))
+        memo[id(node)] = hashlib.blake2b("|".join(parts).encode(), digest_size=16).digest()
+    return memo[id(e)]
 
 
 def rebuild(e: Expr, fn) -> Expr:
