@@ -927,6 +927,13 @@ def test_lane_steps_of_index_expressions() -> None:
     assert _lane_step(X.Index("int64", 2), 3, shape, 8) == (0, None)  # another dim: the same for the vector
     assert _lane_step(X.Load("int64", 0, (0, 0, 1, 1)), 3, shape, 8) is None  # moves with the vector
     assert _lane_step(X.Load("int64", 0, (0, 0, 1, 0)), 3, shape, 8) == (0, None)
+    # without recursion: a chain as deep as a tree may be, and one that shares every subtree (2^200 paths)
+    deep = shared = d
+    for _ in range(256):
+        deep = b("add", deep, c(1))
+    for _ in range(200):
+        shared = b("add", shared, shared)
+    assert _lane_step(deep, 3, shape, 8) == (1, 0) and _lane_step(shared, 3, shape, 8) == (2 ** 200, 0)
 
 
 def test_vector_gathers() -> None:

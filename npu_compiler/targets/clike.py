@@ -858,27 +858,26 @@ def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, 
 _INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 
 
-def _lane_step(e: X.Expr, inner: int, shape: tuple[int, ...], width: int,
-               memo: dict[int, tuple[int, int | None] | None] | None = None) -> tuple[int, int | None] | None:
+def _lane_step(e: X.Expr, inner: int, shape: tuple[int, ...], width: int) -> tuple[int, int | None] | None:
     """How an integer or boolean expression varies over an aligned vector of `width` neighbouring outputs along the
     output dim `inner` (whose first element's index there is a multiple of `width`): (c, m) where its value at the
     vector's element L is B + c * L and B mod width is m (None: not known); a value the same for every element has
     c = 0 (m None for booleans and floats). None where it varies otherwise: a loaded value that moves along the
     vector, a product of two moving values, a comparison that flips inside the vector. A comparison of a value that
     moves by one an element with one that does not is the same for the whole vector where their difference is a
-    multiple of `width` at its first element (RoPE's `d < 64` over vectors of 8 columns). Each shared subtree is
-    looked at once (`memo`)."""
-    memo = {} if memo is None else memo
-    if id(e) not in memo:
-        memo[id(e)] = _lane_step_of(e, inner, shape, width, memo)
+    multiple of `width` at its first element (RoPE's `d < 64` over vectors of 8 columns). The nodes are taken
+    children first, each distinct one once and without recursion (a deep or shared tree costs its nodes)."""
+    memo: dict[int, tuple[int, int | None] | None] = {}
+    for node in X.walk(e):
+        memo[id(node)] = _lane_step_of(node, inner, shape, width, memo)
     return memo[id(e)]
 
 
 def _lane_step_of(e: X.Expr, inner: int, shape: tuple[int, ...], width: int,
                   memo: dict[int, tuple[int, int | None] | None]) -> tuple[int, int | None] | None:
-    """`_lane_step` of one node, its operands' through the memo."""
+    """`_lane_step` of one node, its operands' already in the memo."""
     def step(x: X.Expr) -> tuple[int, int | None] | None:
-        return _lane_step(x, inner, shape, width, memo)
+        return memo[id(x)]
 
     def known(a: int | None, b: int | None, f) -> int | None:
         return None if a is None or b is None else f(a, b) % width
