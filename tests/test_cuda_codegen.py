@@ -538,6 +538,8 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     # three key and value buffers where the block has heads to share them (no barrier at a tile's end), else two
     assert FA.online_stages(hb) == (3 if hb > 1 else 2)
     assert "mma.sync" in r.sources[steps[1].source] and "atomicOr" in r.sources[steps[2].source]
+    # the combining launch: one warp a row, the row in 64 bits (the record's offsets outgrow q's index type)
+    assert "for (long long row = " in r.sources[steps[2].source] and "lane * 2" in r.sources[steps[2].source]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]
 

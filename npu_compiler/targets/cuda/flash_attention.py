@@ -979,9 +979,11 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
 {WAIT}
   const int* const used = reinterpret_cast<const int*>(out1 + {rows * splits * stride}LL) + {b * h * rbs * splits}LL;
   const int lane = threadIdx.x & 31;
-  for ({ityp} row = ({ityp})blockIdx.x * {warps} + (threadIdx.x >> 5); row < {rows};
-       row += ({ityp})gridDim.x * {warps}) {{
-    const {ityp} ti = row % {t}, bh = row / {t};
+  // (the row in 64 bits: the record's offsets, row * splits * (2 + v_dim), outgrow the index type of q, k, v)
+  for (long long row = (long long)blockIdx.x * {warps} + (threadIdx.x >> 5); row < {rows}LL;
+       row += (long long)gridDim.x * {warps}) {{
+    const {ityp} ti = row % {t};
+    const long long bh = row / {t};
     const {ityp} hi = bh % {h}, bi = bh / {h};
     const int* u = used + (bh * {rbs} + ti / {BM}) * {splits};{row_stats}
     for ({ityp} d0 = lane * 2; d0 < {dv}; d0 += 64) {{{gather}
