@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..dtypes import HALF_DTYPES, INT_DTYPES
 from ..errors import NPUCompileError
 from ..expr import nodes as X
 from ..tensor import memory_order
@@ -855,9 +856,6 @@ def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, 
     return width
 
 
-_INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
-
-
 def _lane_step(e: X.Expr, inner: int, shape: tuple[int, ...], width: int) -> tuple[int, int | None] | None:
     """How an integer or boolean expression varies over an aligned vector of `width` neighbouring outputs along the
     output dim `inner` (whose first element's index there is a multiple of `width`): (c, m) where its value at the
@@ -885,7 +883,7 @@ def _lane_step_of(e: X.Expr, inner: int, shape: tuple[int, ...], width: int,
     if isinstance(e, X.Index):
         return (1, 0) if e.dim == inner and shape[inner] != 1 else (0, None)
     if isinstance(e, X.Const):
-        exact = e.dtype in _INT_DTYPES and not isinstance(e.value, bool | float)
+        exact = e.dtype in INT_DTYPES and not isinstance(e.value, bool | float)
         return (0, int(e.value) % width if exact else None)
     if isinstance(e, X.Load):
         moves = inner < len(e.strides) and e.strides[inner] != 0 and shape[inner] != 1
@@ -895,12 +893,12 @@ def _lane_step_of(e: X.Expr, inner: int, shape: tuple[int, ...], width: int,
         return (0, None) if all(q is not None and q[0] == 0 for q in parts) else None
     if isinstance(e, X.Cast):
         q = step(e.x)
-        if q is None or (q[0] and not (e.dtype in _INT_DTYPES and e.x.dtype in _INT_DTYPES)):
+        if q is None or (q[0] and not (e.dtype in INT_DTYPES and e.x.dtype in INT_DTYPES)):
             return None
-        return q if e.dtype in _INT_DTYPES else (0, None)
+        return q if e.dtype in INT_DTYPES else (0, None)
     if isinstance(e, X.Unary):
         q = step(e.x)
-        if q is not None and e.op == "neg" and e.dtype in _INT_DTYPES:
+        if q is not None and e.op == "neg" and e.dtype in INT_DTYPES:
             return (-q[0], None if q[1] is None else -q[1] % width)
         return (0, None) if q is not None and q[0] == 0 else None
     if isinstance(e, X.Where):
@@ -912,14 +910,14 @@ def _lane_step_of(e: X.Expr, inner: int, shape: tuple[int, ...], width: int,
         a, b = step(e.a), step(e.b)
         if a is None or b is None:
             return None
-        if e.op in ("add", "sub") and e.dtype in _INT_DTYPES:
+        if e.op in ("add", "sub") and e.dtype in INT_DTYPES:
             sign = 1 if e.op == "add" else -1
             return (a[0] + sign * b[0], known(a[1], b[1], lambda x, y: x + sign * y))
-        if e.op == "mul" and e.dtype in _INT_DTYPES:
+        if e.op == "mul" and e.dtype in INT_DTYPES:
             for (c1, m1), k in ((a, e.b), (b, e.a)):
                 if isinstance(k, X.Const) and not isinstance(k.value, bool | float):
                     return (c1 * int(k.value), None if m1 is None else m1 * int(k.value) % width)
-        if e.op in ("lt", "le", "gt", "ge") and e.a.dtype in _INT_DTYPES and e.b.dtype in _INT_DTYPES:
+        if e.op in ("lt", "le", "gt", "ge") and e.a.dtype in INT_DTYPES and e.b.dtype in INT_DTYPES:
             # as y < 0 with y = a - b (lt), a - b - 1 (le), b - a (gt), b - a - 1 (ge)
             c = a[0] - b[0] if e.op in ("lt", "le") else b[0] - a[0]
             m = known(a[1], b[1], (lambda x, y: x - y) if e.op in ("lt", "le") else (lambda x, y: y - x))
@@ -939,8 +937,6 @@ def _vector_gather_ok(g: X.Gather, inner: int, shape: tuple[int, ...], width: in
     element from a multiple of `width`, along a unit-stride dim of the gathered view whose extent is a multiple of
     `width` (so the first element's range test holds for all); every other index and the guard stay put, and the
     other strides and the offset keep the run aligned. RoPE's rotated half (the column d + 64 or d - 64) is one."""
-    if g.dtype not in ("float16", "bfloat16") or arg_dtypes[g.arg] != g.dtype:
-        return False
     steps = [_lane_step(i, inner, shape, width) for i in g.indices]
     if any(q is None for q in steps) or (g.guard is not None and _lane_step(g.guard, inner, shape, width) != (0, None)):
         return False
@@ -948,8 +944,9 @@ def _vector_gather_ok(g: X.Gather, inner: int, shape: tuple[int, ...], width: in
     if len(moving) != 1:
         return False
     d = moving[0]
-    return (steps[d] == (1, 0) and g.strides[d] == 1 and g.shape[d] % width == 0 and g.offset % width == 0
-            and all(st % width == 0 for k, st in enumerate(g.strides) if k != d))
+    return (steps[d] == (1, 0) and g.strides[d] == 1 and g.shape[d] % width == 0
+            and _aligned_run(g.dtype, arg_dtypes[g.arg], g.offset, [st for k, st in enumerate(g.strides) if k != d],
+                             width))
 
 
 def _moves_along(n: X.Expr, dim: int) -> bool:
@@ -989,8 +986,14 @@ def _vector_load_ok(n: X.Load, inner: int, shape: tuple[int, ...], width: int, a
         steps, others = n.strides[inner], [st for d, st in enumerate(n.strides) if d != inner and shape[d] != 1]
     if steps == 0:
         return True
-    return (steps == 1 and n.offset % width == 0 and arg_dtypes[n.arg] == n.dtype
-            and n.dtype in ("float16", "bfloat16") and all(st % width == 0 for st in others))
+    return steps == 1 and _aligned_run(n.dtype, arg_dtypes[n.arg], n.offset, others, width)
+
+
+def _aligned_run(dtype: str, arg_dtype: str, offset: int, other_strides: list[int], width: int) -> bool:
+    """Whether a read that moves by one element along the vector reads whole aligned runs of `width` 2-byte
+    elements: a 2-byte dtype read as stored, its offset and every other stride a multiple of `width`."""
+    return (dtype in HALF_DTYPES and arg_dtype == dtype and offset % width == 0
+            and all(st % width == 0 for st in other_strides))
 
 
 def _row_vector_width(lang: Language, expr: X.Expr, reduce_shape: tuple[int, ...], arg_dtypes: list[str]) -> int:
