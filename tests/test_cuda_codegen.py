@@ -502,7 +502,8 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     then the repair launch that recomputes those exactly, one block a row block; all three assemble. Where a KV
     head's group of query heads is a multiple of 3, a block of the first launch computes three of them (12 warps,
     the key and value tiles and Q in dynamic shared memory); the split blocks read which key tiles are live from a
-    table the launch before them makes once from the mask."""
+    table the launch before them makes once from the mask. On Hopper the one-pass launch multiplies on the warpgroup
+    MMA, on Ampere with mma.sync."""
     from fused_cases import ir_dict
 
     from npu_compiler.targets.cuda import flash_attention as FA
@@ -534,10 +535,17 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     assert steps[0].launch.early and "// inputs no kernel writes" in r.sources[steps[0].source]
     assert steps[1].launch.grid == (row_blocks, heads // hb, att.spec.splits)
     assert steps[1].launch.block == 128 * hb
-    assert steps[1].launch.smem == (64 * hb + 2 * FA.online_stages(hb) * 64) * (64 + 8) * 2
     # three key and value buffers where the block has heads to share them (no barrier at a tile's end), else two
     assert FA.online_stages(hb) == (3 if hb > 1 else 2)
-    assert "mma.sync" in r.sources[steps[1].source] and "atomicOr" in r.sources[steps[2].source]
+    # on Hopper the online pass multiplies on the warpgroup MMA (a warpgroup one head's 64 rows; the tiles unpadded
+    # in the 128-byte swizzle, 1,024 bytes more to align them) and asks for sm_90a; Ampere keeps mma.sync
+    online = r.sources[steps[1].source]
+    assert "wgmma.mma_async" in online and "fa_pv(&oacc" in online and "tc_ldsm_t" not in online.split("npu_kernel")[1]
+    assert nvrtc.target_for(online, "sm_90") == "sm_90a"
+    assert steps[1].launch.smem == (64 * hb + 2 * FA.online_stages(hb) * 64) * 64 * 2 + 1024
+    ampere = CudaTarget(80).kernel_sources(att, program)
+    assert "wgmma" not in ampere[1] and "tc_mma(sacc" in ampere[1] and nvrtc.target_for(ampere[1], "sm_80") == "sm_80"
+    assert "atomicOr" in r.sources[steps[2].source]
     # the combining launch: one warp a row, the row in 64 bits (the record's offsets outgrow q's index type)
     assert "for (long long row = " in r.sources[steps[2].source] and "lane * 2" in r.sources[steps[2].source]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})

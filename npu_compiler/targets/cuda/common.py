@@ -14,6 +14,7 @@ from ...dtypes import itemsize
 from ...errors import NPUCompileError
 from ...memory_check import written_buffers
 from ..clike import KernelText, Language, affine, decompose, grid_for, is_flat_map, max_extent  # noqa: F401
+from .nvrtc import ARCH_SPECIFIC
 
 KERNEL_NAME = "npu_kernel"  # every source defines exactly one `extern "C" __global__` function of this name
 WAIT = "  npu_wait_prior();"  # every kernel's first statement (see the prelude)
@@ -220,6 +221,48 @@ __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
   return r;
 }
 """
+
+
+def wgmma_helpers(mma_t: str, products: dict[str, tuple[int, bool]]) -> str:
+    """Device helpers of the kernels on Hopper's warpgroup MMA (`wgmma`, sm_90a only: the source asks for the
+    arch-specific target). `wg_desc(at, lead, stride)`: the shared-memory matrix descriptor of a tile in the 128-byte
+    swizzle from `at` (8 rows of 128 bytes an atom, the 16-byte chunk c of row r at chunk c ^ (r % 8); `lead` and
+    `stride` its leading and stride byte offsets: for a K-major tile the leading one is unused and the stride is the
+    1,024 bytes between 8-row atoms; for the transposed form of B the leading one is the distance between 64-column
+    regions). For each `name: (n, a_from_registers)` of `products` an m64 x n x k16 product of `mma_t` operands into
+    fp32 accumulators `d` (the thread's n / 2): `name(d, da, db)` with A and B in shared memory (both K-major), or
+    `name(d, a, db)` with A in registers (an mma.sync m16n8k16 A fragment of each warp's 16 rows) and B in its
+    transposed (N-contiguous) form. `wg_wait<N>(d)`: every committed product done, and N accumulators fenced so
+    that no read of them moves above the wait."""
+    out = [f"""{ARCH_SPECIFIC}
+__device__ __forceinline__ unsigned long long wg_desc(unsigned at, unsigned lead, unsigned stride) {{
+  return (unsigned long long)((at & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16)
+         | ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
+}}
+template <int N> __device__ __forceinline__ void wg_wait(float* d) {{
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  #pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}}"""]
+    for name, (n, a_regs) in products.items():
+        regs = n // 2
+        outs = ", ".join(f"%{i}" for i in range(regs))
+        accs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+        if a_regs:
+            params, a, b, flags = "const unsigned* a", f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}", \
+                f"%{regs + 4}", "1, 1, 1"
+            ins, pred = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)', regs + 5
+        else:
+            params, a, b, flags = "unsigned long long da", f"%{regs}", f"%{regs + 1}", "1, 1, 0, 0"
+            ins, pred = '"l"(da), "l"(db), "r"(1)', regs + 2
+        out.append(f"""__device__ __forceinline__ void {name}(float* d, {params}, unsigned long long db) {{
+  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{pred}, 0;\\n"
+               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{mma_t}.{mma_t} {{{outs}}}, {a}, {b}, p, {flags};\\n}}"
+               : {accs}
+               : {ins});
+}}""")
+    return "\n".join(out) + "\n"
+
 
 def tc_helpers(mma_t: str) -> str:
     """Device helpers of the tensor-core kernels (Ampere and later): 16-byte `cp.async` copies into shared memory

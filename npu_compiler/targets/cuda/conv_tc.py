@@ -44,8 +44,8 @@ from .common import (
     storage,
     store_expr,
     tc_helpers,
+    wgmma_helpers,
 )
-from .nvrtc import ARCH_SPECIFIC
 
 MIN_ARCH = 80  # mma.sync with bf16 operands, ldmatrix, cp.async
 BK = 32  # K per stage where a tile is read element by element
@@ -173,35 +173,6 @@ def uses_wgmma(p: int, o: int, splits: int, copies: bool, arch: int) -> bool:
     wide = arch == WGMMA_ARCH
     return (wide and splits == 1 and copies and tile_for(p, o, wide)[0] == 128
             and k_step(p, o, copies, arch, wide) == 64)
-
-
-def wgmma_helpers(n: int, mma_t: str) -> str:
-    """`tc_desc_sw128`: the shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle (8-row
-    atoms 1,024 bytes apart; the leading offset unused) from `at`, a 16-byte aligned address inside its first line;
-    `tc_wgmma`: D (m64 x n, fp32, the thread's n / 2 accumulators) += A (m64 x k16) B (k16 x n), both K-major in
-    shared memory; `tc_wgmma_wait`: wait for every committed product and fence the accumulators so that no read of
-    them moves above the wait."""
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    operands = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    fences = "\n".join(f'  asm volatile("" : "+f"(d[{i}]) :: "memory");' for i in range(regs))
-    return f"""{ARCH_SPECIFIC}
-__device__ __forceinline__ unsigned long long tc_desc_sw128(unsigned at) {{
-  return (unsigned long long)((at & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32)
-         | (1ull << 62);
-}}
-__device__ __forceinline__ void tc_wgmma(float* d, unsigned long long da, unsigned long long db) {{
-  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{mma_t}.{mma_t} {{{outs}}}, "
-               "%{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}"
-               : {operands}
-               : "l"(da), "l"(db), "r"(1));
-}}
-__device__ __forceinline__ void tc_wgmma_wait(float* d) {{
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-{fences}
-}}
-"""
 
 
 def splits_for(p: int, o: int, k: int, arch: int = 90, wide: bool = False) -> int:
@@ -746,14 +717,14 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
       #pragma unroll
       for (int kk = 0; kk < {bk // 16}; ++kk)
-        tc_wgmma(&acc[0][0][0], tc_desc_sw128(sa + kk * 32), tc_desc_sw128(sb + kk * 32));
+        tc_wgmma(&acc[0][0][0], wg_desc(sa + kk * 32, 16, 1024), wg_desc(sb + kk * 32, 16, 1024));
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     }}
     __syncthreads();  // every warpgroup's products of tile kt - 1 are done: its stage is free
 {next_copies}
   }}
-  tc_wgmma_wait(&acc[0][0][0]);"""
+  wg_wait<{bn // 2}>(&acc[0][0][0]);"""
     else:
         products = f"""    const unsigned short* As = smem + (kt % {STAGES}) * {a_stage};
     const unsigned short* Bs = smem + {STAGES * a_stage} + (kt % {STAGES}) * {b_stage};{mma_steps(bk, row_h)}"""
@@ -784,8 +755,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     if (s < kt_n) load_b(s, (kt_b + s) * {bk});
 {WEIGHTS_END}"""
     first_b = "" if early_b else f" load_b(s, (kt_b + s) * {bk});"
+    wg_helpers = wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (bn, False)}) if wgmma else ""
     src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}{wgmma_helpers(bn, _OPERANDS[od]) if wgmma else ""}{CLUSTER_HELPERS if cluster else ""}
+{tc_helpers(_OPERANDS[od])}{wg_helpers}{CLUSTER_HELPERS if cluster else ""}
 {signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}
 {WAIT}{prefetch}{a_setup}{a_load}{"" if early_b else b_load}
 {acc_zeroed(mi_n, ni_n, "  ")}

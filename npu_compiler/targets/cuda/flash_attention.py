@@ -91,6 +91,7 @@ from .common import (
     unpack16,
     unwritten_input,
     valid_length_prologue,
+    wgmma_helpers,
 )
 
 BM = 64  # query rows per block (16 per warp)
@@ -123,6 +124,9 @@ CLASSIFY_TILES = 4
 # attention alone on the H100: 127.4 -> 124.8 us against two buffers and a barrier a tile. Blocks of one head keep
 # two (a third would leave one block an SM where the shared memory holds two)
 STAGES = 3
+# Hopper: the online launch's products on the warpgroup MMA (`wgmma`, sm_90a only), a warpgroup (4 warps) one head's
+# 64 rows: Q K^T from Q's and K's tiles in shared memory, P V with P from the registers the softmax left it in
+WGMMA_ARCH = 90
 _VEC = 8  # 2-byte elements per 16-byte copy
 _OPERANDS = ("bfloat16", "float16")
 
@@ -217,12 +221,21 @@ def online_stages(hb: int) -> int:
     return STAGES if hb > 1 else 2
 
 
-def _online_smem(d: int, hb: int) -> int:
-    """The online launch's dynamic shared memory: Q's rows of every head of the block, its key and value buffers."""
+def _online_smem(d: int, hb: int, wg: bool = False) -> int:
+    """The online launch's dynamic shared memory: Q's rows of every head of the block, its key and value buffers
+    (for the warpgroup MMA unpadded, swizzled, and 1,024 bytes more to align them)."""
+    if wg:
+        return (BM * hb + 2 * online_stages(hb) * BN) * d * 2 + 1024
     return (BM * hb + 2 * online_stages(hb) * BN) * (d + _VEC) * 2
 
 
-def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str) -> list[tuple[str, Launch]]:
+def _online_wgmma(p: AttentionKernel, arch: int) -> bool:
+    """Whether the online launch multiplies on the warpgroup MMA: Hopper, a head dim of whole 128-byte rows."""
+    return arch == WGMMA_ARCH and p.head_dim % 64 == 0
+
+
+def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str,
+                    arch: int = 0) -> list[tuple[str, Launch]]:
     """The kernel's launches: one, or with key splits three (stats, accumulate, combine); `signature(block,
     min_blocks)` is the kernel's parameter list."""
     p: AttentionKernel = k.spec
@@ -243,8 +256,9 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
             classify = [(_source(k, program, signature, ityp, "classify"),
                          Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
                                 32 * WARPS, ptrs, early=_classify_early(k, program)))]
-        return classify + [(_source(k, program, signature, ityp, "online"),
-                 Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb))),
+        wg = _online_wgmma(p, arch)
+        return classify + [(_source(k, program, signature, ityp, "online", arch),
+                 Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb, wg))),
                 _combine(k, program, signature, ptrs, ityp),
                 (_source(k, program, signature, ityp, "repair"), Launch(rows_grid, 32 * WARPS, ptrs))]
     return [(_source(k, program, signature, ityp, "stats"), Launch(grid, 32 * WARPS, ptrs)),
@@ -252,7 +266,7 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
             _combine(k, program, signature, ptrs, ityp)]
 
 
-def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str) -> str:
+def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str, arch: int = 0) -> str:
     p: AttentionKernel = k.spec
     g = attention_geometry(k, "cuda")
     q, mask, pos = g.q, g.mask, g.pos
@@ -272,6 +286,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     dead = literal(dead_threshold(program.dtype_of(mask)) if additive else -1e30, "float32")
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
     hb = heads_per_block(p, mode)
+    wg = mode == "online" and _online_wgmma(p, arch)
+
+    def swz(r: str, dd: str, rows: int) -> str:
+        """The element (row r, column dd, a multiple of 8) of a tile of `rows` rows in the warpgroup MMA's layout:
+        each 64 columns a region of 128-byte rows, the 16-byte chunk c of row r at c ^ (r % 8) in its row."""
+        return f"(({dd}) / 64) * {rows * 64} + ({r}) * 64 + (((({dd}) % 64) / 8) ^ (({r}) & 7)) * 8"
     # the online launch loads a mixed tile's mask after its products: before them, its 32 values a thread live
     # beside the products' and the next tile's registers, and the kernel spills
     late_mask = mode == "online"
@@ -521,11 +541,25 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
 {loop_end}"""
-    tile_h = BN * dpad  # one tile's shorts in shared memory
+    tile_h = BN * (d if wg else dpad)  # one tile's shorts in shared memory
+    kv_at = swz("r", "dd", BN) if wg else f"r * {dpad} + dd"
     stages = online_stages(hb)
     # with three buffers or more the next tile's copies land in one no warp can still be reading: no barrier
     end_barrier = ("\n    __syncthreads();  // every warp is done with these buffers before the next copies land"
                    if stages < 3 else "")
+    # P V on the warpgroup MMA: V's tile is the B operand in its transposed (d-contiguous) form, whose 64-column
+    # regions are `lead` bytes apart and 8-key groups 1,024
+    pv_wgmma = f"""    {{
+      const unsigned vb_s = (unsigned)__cvta_generic_to_shared(vb);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      #pragma unroll
+      for (int s = 0; s < {BN // 16}; ++s) fa_pv(&oacc[0][0], pf[s], wg_desc(vb_s + s * 2048, {BN * 128}, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    }}"""
+    # the last tile's P V runs on during the next tile's copies and their wait: it is waited for before the barrier
+    # (no warpgroup copies into a buffer before every warpgroup's products from it are done)
+    pv_done = f"\n  wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
+    pv_wait = pv_done.replace("\n  ", "\n    ")
     online_loop = f"""
   // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
   // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
@@ -538,8 +572,8 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
       const {ityp} j = j0 + r;
       const bool in = j < jend;
-      tc_cp16(&Ks[bf * {tile_h} + r * {dpad} + dd], a1 + (in ? ({g.k_at}) : 0), in);
-      tc_cp16(&Vs[bf * {tile_h} + r * {dpad} + dd], a2 + (in ? ({g.v_at('j')}) : 0), in);
+      tc_cp16(&Ks[bf * {tile_h} + {kv_at}], a1 + (in ? ({g.k_at}) : 0), in);
+      tc_cp16(&Vs[bf * {tile_h} + {kv_at}], a2 + (in ? ({g.v_at('j')}) : 0), in);
     }}
     tc_commit();
   }};
@@ -549,7 +583,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     const int nx = next_tile(cur);
     // (the buffers written here were last read {stages - 1} tile(s) ago: every warp has passed a barrier since)
     if (nx < tile_hi) load_kv((bf + 1) % {stages}, ({ityp})nx * {BN}); else tc_commit();
-    tc_wait<1>();  // this tile's K and V
+    tc_wait<1>();  // this tile's K and V{pv_wait}
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks + bf * {tile_h});
     float mu[2];
@@ -586,10 +620,10 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
     const unsigned short* const vb = Vs + bf * {tile_h};
-{pv_product("vb")}{end_barrier}
+{pv_wgmma if wg else pv_product("vb")}{end_barrier}
     cur = nx;
     bf = (bf + 1) % {stages};
-  }}
+  }}{pv_done}
   // each row's sum over its four threads (their max is the same)
   #pragma unroll
   for (int r = 0; r < 2; ++r) {{
@@ -737,7 +771,16 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   if (tid == 0) used[z] = 1;"""
     repair_exit = ""
     q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
-    if mode == "online":
+    if wg:
+        # the tiles in the warpgroup MMA's swizzled layout, which repeats every 1,024 bytes: their base aligned to it
+        shared = f"""  extern __shared__ __align__(1024) unsigned short fa_raw[];
+  const unsigned raw_s = (unsigned)__cvta_generic_to_shared(fa_raw);
+  const unsigned smem_s = (raw_s + 1023u) & ~1023u;
+  unsigned short* const Qs = fa_raw + (smem_s - raw_s) / 2;
+  unsigned short* const Ks = Qs + {BM * hb * d};
+  unsigned short* const Vs = Ks + {online_stages(hb) * BN * d};"""
+        q_stage, q_regs, q_frags, q_frag, q_load = "Qs", "", "", "", ""
+    elif mode == "online":
         # Q's 64 rows a head stay in shared memory (each k-step's fragment loaded where it is used: the 32 registers
         # of all of them made the kernel spill), then STAGES buffers of K and of V
         shared = f"""  extern __shared__ __align__(16) unsigned short fa_smem[];
@@ -756,13 +799,37 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     #pragma unroll
     for (int s = 0; s < {ks}; ++s) tc_ldsm(qf[s], &{q_stage}[{q_at_warp}]);
     __syncthreads();  // every warp has its fragments before tiles are copied into the buffer"""
+    if wg:  # the warpgroup hw's 64 rows of Q (a region of 64 columns every {BM * hb} rows) times K's tile
+        qk_products = f"""    {{
+      const unsigned kb_s = (unsigned)__cvta_generic_to_shared(kb), qs_s = smem_s + hw * {BM * 128};
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      #pragma unroll
+      for (int s = 0; s < {ks}; ++s)
+        fa_qk(&sacc[0][0], wg_desc(qs_s + (s / 4) * {BM * hb * 128} + (s % 4) * 32, 16, 1024),
+              wg_desc(kb_s + (s / 4) * {BN * 128} + (s % 4) * 32, 16, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      wg_wait<{BN // 2}>(&sacc[0][0]);
+    }}"""
+    else:
+        qk_products = f"""    #pragma unroll
+    for (int s = 0; s < {ks}; ++s) {{{q_load}
+      #pragma unroll
+      for (int np = 0; np < {BN // 16}; ++np) {{
+        unsigned r[4];
+        tc_ldsm(r, &kb[(np * 16 + (lane & 7) + (lane >> 4) * 8) * {dpad} + s * 16 + ((lane >> 3) & 1) * 8]);
+        tc_mma(sacc[2 * np], {q_frag}, r[0], r[1]);
+        tc_mma(sacc[2 * np + 1], {q_frag}, r[2], r[3]);
+      }}
+    }}"""
     if mode == "repair":
         # the row blocks whose combined max (or a score of absurd size) said the online launch's skipping cannot be
         # trusted, marked by the combining launch (bit 31 of the block's first split flags): those run again here,
         # exactly and as one block each; the others stop at once
         repair_exit = f"\n  if (!(({block_flags})[0] >> 31 & 1)) return;"
+    # Q K^T with both tiles in shared memory, P V with P in registers and V's tile in its transposed form
+    wg_helpers = wgmma_helpers(mma_t, {"fa_qk": (BN, False), "fa_pv": (d, True)}) if wg else ""
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
-{tc_helpers(mma_t)}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
+{tc_helpers(mma_t)}{wg_helpers}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
   return *reinterpret_cast<const unsigned*>(&v);
 }}
@@ -790,7 +857,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       const {ityp} ti = m0 + r % {BM};
       const {ityp} hi = hg * {hb} + r / {BM};
       const bool in = ti < {t};
-      tc_cp16(&{q_stage}[r * {dpad} + dd], a0 + (in ? {g.q_at} : 0), in);
+      tc_cp16(&{q_stage}[{swz("r", "dd", BM * hb) if wg else f"r * {dpad} + dd"}], a0 + (in ? {g.q_at} : 0), in);
     }}
     tc_commit();
     tc_wait<0>();
@@ -833,16 +900,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     for (int nb = 0; nb < {BN // 8}; ++nb)
       #pragma unroll
       for (int e = 0; e < 4; ++e) sacc[nb][e] = 0.0f;
-    #pragma unroll
-    for (int s = 0; s < {ks}; ++s) {{{q_load}
-      #pragma unroll
-      for (int np = 0; np < {BN // 16}; ++np) {{
-        unsigned r[4];
-        tc_ldsm(r, &kb[(np * 16 + (lane & 7) + (lane >> 4) * 8) * {dpad} + s * 16 + ((lane >> 3) & 1) * 8]);
-        tc_mma(sacc[2 * np], {q_frag}, r[0], r[1]);
-        tc_mma(sacc[2 * np + 1], {q_frag}, r[2], r[3]);
-      }}
-    }}
+{qk_products}
     #pragma unroll
     for (int nb = 0; nb < {BN // 8}; ++nb)
       #pragma unroll

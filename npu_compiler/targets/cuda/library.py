@@ -439,12 +439,13 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch((grid, 1, 1), block, _ptrs(k))
 
 
-def attention_tiles(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
-    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies)."""
+def attention_tiles(k: KernelCall, program: CompiledProgram, arch: int = 0) -> list[tuple[str, Launch]]:
+    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies) for
+    compute capability `arch`."""
     mask = [k.args[3]] if k.spec.mask != "none" else []
     return flash_attention(k, program, lambda block, min_blocks: _signature(k, program, block, min_blocks=min_blocks),
                            _ptrs(k),
-                           _ityp(*k.args[:3], k.outs[0], *mask))
+                           _ityp(*k.args[:3], k.outs[0], *mask), arch)
 
 
 SPLIT_WARPS = 4

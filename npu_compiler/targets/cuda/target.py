@@ -141,7 +141,7 @@ class CudaTarget(CodegenTarget):
             return steps
         if isinstance(spec, AttentionKernel):
             if tiles_fit(k, program, self.arch):
-                return [("launch", launch) for launch in attention_tiles(k, program)]
+                return [("launch", launch) for launch in attention_tiles(k, program, self.arch)]
             if spec.splits and len(k.outs) > 1:
                 return [("launch", launch) for launch in attention_split(k, program)]
             return [("launch", attention(k, program))]
