@@ -446,16 +446,22 @@ def _eager_attention_program(dtype: str, t: int, d: int, lk: int = 96) -> Compil
 @needs_nvrtc
 def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
     """Many query rows of 16-bit attention with a head dim that is a multiple of 16 lower to one attention record
-    that renders as the tiled tensor-core kernel (and assembles); on a GPU older than sm_80 the same record renders as
-    the row kernel. fp32, or a head dim the MMA tiles do not divide, keep QK^T and PV on cuBLAS around a softmax."""
+    that renders as the tiled tensor-core kernel (and assembles): on Hopper its products on the warpgroup MMA (Q's
+    fragments and P from registers, K's and V's tiles from shared memory) where the head dim is a multiple of 64,
+    elsewhere on mma.sync; on a GPU older than sm_80 the same record renders as the row kernel. fp32, or a head dim
+    the MMA tiles do not divide, keep QK^T and PV on cuBLAS around a softmax."""
     program = _eager_attention_program("bfloat16", 80, 64)
     kinds = [k.kind for k in program.kernels]
     assert kinds.count("attention") == 1 and "gemm" not in kinds, kinds
     att = next(k for k in program.kernels if k.kind == "attention")
     assert att.spec.splits == 0 and att.spec.probs_dtype == "bfloat16" and att.spec.scores_dtype == "bfloat16"
     src = CudaTarget().kernel_sources(att, program)[0]
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
-    failures = _check_sources({"tiles": src})
+    assert "fa_qkr(&sacc" in src and "fa_pv(&oacc" in src and "tc_mma(sacc" not in src
+    assert nvrtc.target_for(src, "sm_90") == "sm_90a"
+    ampere = CudaTarget(80).kernel_sources(att, program)[0]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ampere and "tc_mma(sacc" in ampere
+    assert "wgmma" not in ampere
+    failures = _check_sources({"tiles": src, "ampere": ampere})
     assert not failures, failures[0]
     assert "mma.sync" not in CudaTarget(75).kernel_sources(att, program)[0]
     for dtype, d in (("float32", 64), ("bfloat16", 72)):
@@ -483,7 +489,7 @@ def test_long_masked_prefill_attention_splits_its_keys() -> None:
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
     assert [s.launch.grid for s in steps][:2] == [(row_blocks, 4, splits)] * 2 and len(steps) == 3
-    assert all("mma.sync" in r.sources[s.source] for s in steps[:2])
+    assert all("fa_qkr(&sacc" in r.sources[s.source] for s in steps[:2])  # (Hopper: the warpgroup MMA)
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]
     bad = replace(att, spec=replace(att.spec, scratch_extra=att.spec.scratch_extra - 1))

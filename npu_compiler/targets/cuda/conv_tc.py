@@ -755,7 +755,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     if (s < kt_n) load_b(s, (kt_b + s) * {bk});
 {WEIGHTS_END}"""
     first_b = "" if early_b else f" load_b(s, (kt_b + s) * {bk});"
-    wg_helpers = wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (bn, False)}) if wgmma else ""
+    wg_helpers = wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (bn, False, False)}) if wgmma else ""
     src = f"""{PRELUDE}
 {tc_helpers(_OPERANDS[od])}{wg_helpers}{CLUSTER_HELPERS if cluster else ""}
 {signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}

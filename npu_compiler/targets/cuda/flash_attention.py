@@ -69,17 +69,19 @@ HF's mask; a one-off A/B script, the same outputs to the bit): 177.6 -> 157.5 us
 with runs of 12 tiles (168.0 at 6, 151.9 at 15), 129.1 us with the classifying launch (137.6 with 8 tiles a block);
 torch's SDPA with the same mask tensor 131-138 us, its flash kernel with is_causal and no mask 46-52 us.
 
-On Hopper (sm_90) the online launch multiplies on the warpgroup MMA (`wgmma`; where the head dim is a multiple of 64):
-a warpgroup (the four warps of one head) issues S = Q K^T for its 64 rows as m64 x BN products that read Q's and K's
-tiles from shared memory, laid out unpadded in the MMA's K-major layout with the 128-byte swizzle, instead of every
-warp loading fragments through `ldmatrix`; P V takes P from the registers the softmax packed it into (an mma.sync A
-fragment is the warpgroup MMA's register operand) and V's tile in its transposed (head-dim contiguous) form, which the
-same swizzled layout gives. The P V of a tile runs on while the next tile's copies are waited for; it is waited for
-before the tile's barrier, so no warpgroup copies into a buffer another still reads. The softmax, masking, skipping,
-split record and the launches around it are the mma.sync path's, and so are the results, to the bit. Qwen2.5-1.5B's
-prefill attention alone on the H100: 125.1 -> 105.5 us, 103.6 us with P V left running (ncu: the one-pass launch
-95.5 -> 75.6 us, still latency-bound: one block of 12 warps an SM, 28% of its issue slots used). Other launches and
-Ampere keep mma.sync.
+On Hopper (sm_90) the tiled launches multiply on the warpgroup MMA (`wgmma`; where the head dim is a multiple of 64):
+a warpgroup (the four warps of one head) issues S = Q K^T for its 64 rows as m64 x BN products that read K's tile
+from shared memory, laid out unpadded in the MMA's K-major layout with the 128-byte swizzle, and Q from shared memory
+the same way (the online launch) or from the fragments each warp keeps in registers (the others), instead of every
+warp loading K's fragments through `ldmatrix`; P V takes P from the registers the softmax packed it into (an
+mma.sync A fragment is the warpgroup MMA's register operand) and V's tile in its transposed (head-dim contiguous)
+form, which the same swizzled layout gives. In the online launch the P V of a tile runs on while the next tile's
+copies are waited for; it is waited for before the tile's barrier, so no warpgroup copies into a buffer another still
+reads. The softmax, masking, skipping, split records and the launches around them are the mma.sync path's, and so are
+the results, to the bit. On the H100 (Qwen2.5-1.5B's prefill shapes, 2048 rows over a 2560-slot cache, HF's mask):
+SDPA's online launches 125.1 -> 105.5 us, 103.6 us with P V left running (ncu: the one-pass launch 95.5 -> 75.6 us,
+still latency-bound: one block of 12 warps an SM, 28% of its issue slots used); HF's eager attention (stats,
+accumulate, combine) 241 -> 221 us, and over a 512-slot cache (one launch) 78.3 -> 68.8 us. Ampere keeps mma.sync.
 """
 
 from __future__ import annotations
@@ -241,8 +243,8 @@ def _online_smem(d: int, hb: int, wg: bool = False) -> int:
     return (BM * hb + 2 * online_stages(hb) * BN) * (d + _VEC) * 2
 
 
-def _online_wgmma(p: AttentionKernel, arch: int) -> bool:
-    """Whether the online launch multiplies on the warpgroup MMA: Hopper, a head dim of whole 128-byte rows."""
+def _wgmma(p: AttentionKernel, arch: int) -> bool:
+    """Whether the tiled launches multiply on the warpgroup MMA: Hopper, a head dim of whole 128-byte rows."""
     return arch == WGMMA_ARCH and p.head_dim % 64 == 0
 
 
@@ -254,7 +256,7 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
     t, bh = p.q_len, p.batch * p.heads
     if not p.splits:
         grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
-        return [(_source(k, program, signature, ityp, "single"), Launch(grid, 32 * WARPS, ptrs))]
+        return [(_source(k, program, signature, ityp, "single", arch), Launch(grid, 32 * WARPS, ptrs))]
     grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
     if p.online:
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
@@ -268,13 +270,13 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
             classify = [(_source(k, program, signature, ityp, "classify"),
                          Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
                                 32 * WARPS, ptrs, early=_classify_early(k, program)))]
-        wg = _online_wgmma(p, arch)
+        wg = _wgmma(p, arch)
         return classify + [(_source(k, program, signature, ityp, "online", arch),
                  Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb, wg))),
                 _combine(k, program, signature, ptrs, ityp),
-                (_source(k, program, signature, ityp, "repair"), Launch(rows_grid, 32 * WARPS, ptrs))]
-    return [(_source(k, program, signature, ityp, "stats"), Launch(grid, 32 * WARPS, ptrs)),
-            (_source(k, program, signature, ityp, "accumulate"), Launch(grid, 32 * WARPS, ptrs)),
+                (_source(k, program, signature, ityp, "repair", arch), Launch(rows_grid, 32 * WARPS, ptrs))]
+    return [(_source(k, program, signature, ityp, "stats", arch), Launch(grid, 32 * WARPS, ptrs)),
+            (_source(k, program, signature, ityp, "accumulate", arch), Launch(grid, 32 * WARPS, ptrs)),
             _combine(k, program, signature, ptrs, ityp)]
 
 
@@ -298,7 +300,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     dead = literal(dead_threshold(program.dtype_of(mask)) if additive else -1e30, "float32")
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
     hb = heads_per_block(p, mode)
-    wg = mode == "online" and _online_wgmma(p, arch)
+    wg = mode != "classify" and _wgmma(p, arch)
 
     def swz(r: str, dd: str, rows: int) -> str:
         """The element (row r, column dd, a multiple of 8) of a tile of `rows` rows in the warpgroup MMA's layout:
@@ -522,11 +524,26 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       }}
     }}"""
 
+    def pv_wgmma(vb: str, wait: bool = False) -> str:
+        """P V of a tile on the warpgroup MMA: P from the registers (pf), V's tile at `vb` the B operand in its
+        transposed (d-contiguous) form, whose 64-column regions are `lead` bytes apart and 8-key groups 1,024; with
+        `wait`, waited for here."""
+        done = f"\n      wg_wait<{d // 2}>(&oacc[0][0]);" if wait else ""
+        return f"""    {{
+      const unsigned vb_s = (unsigned)__cvta_generic_to_shared({vb});
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      #pragma unroll
+      for (int s = 0; s < {BN // 16}; ++s) fa_pv(&oacc[0][0], pf[s], wg_desc(vb_s + s * 2048, {BN * 128}, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");{done}
+    }}"""
+
+    # a key or value tile's element (r, dd) in shared memory: the warpgroup MMA's swizzled layout, or padded rows
+    kv_at = swz("r", "dd", BN) if wg else f"r * {dpad} + dd"
     loop_end = f"""    __syncthreads();
     if (nx < tile_hi) load_tile(Ks, a1, ({ityp})nx * {BN}, false); else tc_commit();
     tc_wait<1>();  // V of this tile (K of the next may still be in flight)
     __syncthreads();
-{pv_product("Vs")}
+{pv_wgmma("Vs", wait=True) if wg else pv_product("Vs")}
     __syncthreads();
     if (nx < tile_hi) load_tile(Vs, a2, ({ityp})nx * {BN}, true); else tc_commit();
     cur = nx;
@@ -554,20 +571,10 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     }}
 {loop_end}"""
     tile_h = BN * (d if wg else dpad)  # one tile's shorts in shared memory
-    kv_at = swz("r", "dd", BN) if wg else f"r * {dpad} + dd"
     stages = online_stages(hb)
     # with three buffers or more the next tile's copies land in one no warp can still be reading: no barrier
     end_barrier = ("\n    __syncthreads();  // every warp is done with these buffers before the next copies land"
                    if stages < 3 else "")
-    # P V on the warpgroup MMA: V's tile is the B operand in its transposed (d-contiguous) form, whose 64-column
-    # regions are `lead` bytes apart and 8-key groups 1,024
-    pv_wgmma = f"""    {{
-      const unsigned vb_s = (unsigned)__cvta_generic_to_shared(vb);
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      #pragma unroll
-      for (int s = 0; s < {BN // 16}; ++s) fa_pv(&oacc[0][0], pf[s], wg_desc(vb_s + s * 2048, {BN * 128}, 1024));
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    }}"""
     # the last tile's P V runs on during the next tile's copies and their wait: it is waited for before the barrier
     # (no warpgroup copies into a buffer before every warpgroup's products from it are done)
     pv_done = f"\n  wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
@@ -632,7 +639,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
     const unsigned short* const vb = Vs + bf * {tile_h};
-{pv_wgmma if wg else pv_product("vb")}{end_barrier}
+{pv_wgmma("vb") if wg else pv_product("vb")}{end_barrier}
     cur = nx;
     bf = (bf + 1) % {stages};
   }}{pv_done}
@@ -783,7 +790,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   if (tid == 0) used[z] = 1;"""
     repair_exit = ""
     q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
-    if wg:
+    if wg and mode == "online":
         # the tiles in the warpgroup MMA's swizzled layout, which repeats every 1,024 bytes: their base aligned to it
         shared = f"""  extern __shared__ __align__(1024) unsigned short fa_raw[];
   const unsigned raw_s = (unsigned)__cvta_generic_to_shared(fa_raw);
@@ -804,14 +811,31 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       unsigned qa[4];
       tc_ldsm(qa, &Qs[{q_at_warp}]);"""
     else:
-        shared = f"""  __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
+        if wg:  # (the key and value tiles swizzled, 1,024 bytes aligned; Q goes through V's as through the others')
+            shared = f"""  __shared__ __align__(1024) unsigned short fa_tiles[{2 * BN * d + 512}];
+  const unsigned raw_s = (unsigned)__cvta_generic_to_shared(fa_tiles);
+  unsigned short* const Ks = fa_tiles + (((raw_s + 1023u) & ~1023u) - raw_s) / 2;
+  unsigned short* const Vs = Ks + {BN * d};"""
+            q_at_warp = swz("warp * 16 + (lane & 15)", "s * 16 + (lane >> 4) * 8", BM)
+        else:
+            shared = f"""  __shared__ __align__(16) unsigned short Ks[{BN * dpad}];
   __shared__ __align__(16) unsigned short Vs[{BN * dpad}];"""
         q_stage, q_regs, q_frag, q_load = "Vs", f"  unsigned qf[{ks}][4];", "qf[s]", ""
         q_frags = f"""
     #pragma unroll
     for (int s = 0; s < {ks}; ++s) tc_ldsm(qf[s], &{q_stage}[{q_at_warp}]);
     __syncthreads();  // every warp has its fragments before tiles are copied into the buffer"""
-    if wg:  # the warpgroup hw's 64 rows of Q (a region of 64 columns every {BM * hb} rows) times K's tile
+    if wg and mode != "online":  # Q's fragments (registers) times K's tile
+        qk_products = f"""    {{
+      const unsigned kb_s = (unsigned)__cvta_generic_to_shared(kb);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      #pragma unroll
+      for (int s = 0; s < {ks}; ++s)
+        fa_qkr(&sacc[0][0], qf[s], wg_desc(kb_s + (s / 4) * {BN * 128} + (s % 4) * 32, 16, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      wg_wait<{BN // 2}>(&sacc[0][0]);
+    }}"""
+    elif wg:  # the warpgroup hw's 64 rows of Q (a region of 64 columns every {BM * hb} rows) times K's tile
         qk_products = f"""    {{
       const unsigned kb_s = (unsigned)__cvta_generic_to_shared(kb), qs_s = smem_s + hw * {BM * 128};
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -838,8 +862,10 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # trusted, marked by the combining launch (bit 31 of the block's first split flags): those run again here,
         # exactly and as one block each; the others stop at once
         repair_exit = f"\n  if (!(({block_flags})[0] >> 31 & 1)) return;"
-    # Q K^T with both tiles in shared memory, P V with P in registers and V's tile in its transposed form
-    wg_helpers = wgmma_helpers(mma_t, {"fa_qk": (BN, False), "fa_pv": (d, True)}) if wg else ""
+    # Q K^T with Q's tile in shared memory (the online launch) or its fragments in registers (the others), K's tile
+    # in shared memory; P V with P in registers and V's tile in its transposed form
+    products = {"fa_qk": (BN, False, False)} if mode == "online" else {"fa_qkr": (BN, True, False)}
+    wg_helpers = wgmma_helpers(mma_t, {**products, "fa_pv": (d, True, True)}) if wg else ""
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}{wg_helpers}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
@@ -881,7 +907,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
       const {ityp} j = j0 + r;
       const bool in = j < jend;
-      tc_cp16(&dst[r * {dpad} + dd], src + (in ? (is_v ? ({g.v_at('j')}) : ({g.k_at})) : 0), in);
+      tc_cp16(&dst[{kv_at}], src + (in ? (is_v ? ({g.v_at('j')}) : ({g.k_at})) : 0), in);
     }}
     tc_commit();
   }};
