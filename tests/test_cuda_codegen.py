@@ -864,6 +864,42 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
         assert any(on) == (arch == 90) and not all(on)
 
 
+@needs_nvrtc
+def test_small_pool_windows_are_written_out_into_the_vector_form() -> None:
+    """A channels-last max pool (ResNet's 3 x 3 window, stride 2, padding 1, after a conv on tensor cores) is written
+    out position by position (`clike._unrolled`: the initial value, then the max with each position in the loop's
+    order), so that each position reads its 8 channels in one guarded 16-byte load and the kernel has no reduction
+    loop; a window past UNROLL_REDUCE_MAX positions, or a pool whose output runs along its width, keeps the loop; the
+    sources assemble."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets import clike
+
+    class ConvPool(torch.nn.Module):
+        def __init__(self, k: int) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(16, 64, 3, padding=1)
+            self.k = k
+
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), self.k, 2, self.k // 2)
+
+    sources = {}
+    for k in (3, 5):
+        program = npu_compiler.compile(ir_dict(ConvPool(k).eval(), [torch.zeros(2, 16, 29, 31)], f"pool{k}"), "cuda",
+                                       dtype="float16")
+        (pool,) = [kc for kc in program.kernels if kc.group == "max_pool2d.default"]
+        assert pool.outs[0].strides[1] == 1  # channels-last
+        src = sources[f"pool{k}"] = CudaTarget().kernel_sources(pool, program)[0]
+        written_out = k * k <= clike.UNROLL_REDUCE_MAX
+        assert ("for (int r = " not in src) == written_out, k
+        assert src.count("const uint4 ") == (k * k if written_out else 0), k
+        body = src.split("npu_kernel(")[1]
+        assert body.count("npu_max(") == (k * k * 8 if written_out else 1), k
+    failures = _check_sources(sources)
+    assert not failures, failures[0]
+
+
 def test_gather_index_arithmetic_is_32_bit_where_it_provably_fits() -> None:
     """A max pool's window positions (output and window indices times constants) are computed in `int` and so is
     its address; an embedding's row comes from a loaded token id (no known range) and stays 64-bit."""

@@ -142,3 +142,39 @@ def test_conv_with_a_weight_input_matches_torch(cuda_backend) -> None:
     src = CudaTarget().kernel_sources(convs[-1], program)[0]
     assert "mma.sync" in src and src.count("tc_cp16(&smem") == 1, "expected copies of the input, not the weight"
     _check_against_torch(model, args, program, "float16", "weight_input", cuda_backend)
+
+
+class ConvPool(torch.nn.Module):
+    """A conv on tensor cores (its output channels-last) and a pool over it."""
+
+    def __init__(self, pool: str) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 64, 3, padding=1)
+        self.pool = pool
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        if self.pool == "max3":
+            return torch.nn.functional.max_pool2d(y, 3, 2, 1)
+        if self.pool == "max2":
+            return torch.nn.functional.max_pool2d(y, 2)
+        return torch.nn.functional.avg_pool2d(y, 3, 2, 1, count_include_pad=False)
+
+
+@pytest.mark.parametrize("dtype,pool", [("float16", "max3"), ("bfloat16", "max2"), ("float16", "avg3")])
+def test_pools_over_channels_last_match_torch(dtype, pool, cuda_backend) -> None:
+    """A small pooling window over a channels-last activation is written out position by position
+    (`clike._unrolled`), so that each position's 8 channels are one 16-byte load: the max pools (whose output is
+    channels-last too) take that form; the edges of an odd-sized image (29 x 31) read the window's padding. Against
+    PyTorch on the same GPU."""
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = ConvPool(pool).eval().to(tdt)
+    args = [torch.randn(2, 16, 29, 31).to(tdt)]
+    program = npu_compiler.compile(ir_dict(model, args, f"conv_{pool}"), "cuda", dtype=dtype)
+    pools = [k for k in program.kernels if k.kind == "generated" and "pool" in k.group]
+    assert len(pools) == 1, [(k.kind, k.group) for k in program.kernels]
+    src = CudaTarget().kernel_sources(pools[0], program)[0]
+    if pool.startswith("max"):
+        assert "uint4" in src and "for (int r = " not in src, src
+    _check_against_torch(model, args, program, dtype, f"conv_{pool}", cuda_backend)
