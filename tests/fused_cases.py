@@ -121,6 +121,24 @@ class SiluTimesUp(nn.Module):
         return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
 
 
+class ConvPool(nn.Module):
+    """A conv on tensor cores (its output channels-last) and a pool over it: "maxK" a max pool of window K, stride 2,
+    padding K // 2 ("max2": window 2, no padding); "avg3" an average pool of window 3, stride 2, padding 1, the
+    padding not counted."""
+
+    def __init__(self, pool: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 64, 3, padding=1)
+        self.pool = pool
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        if self.pool == "avg3":
+            return torch.nn.functional.avg_pool2d(y, 3, 2, 1, count_include_pad=False)
+        k = int(self.pool[3:])
+        return torch.nn.functional.max_pool2d(y, k, 2, k // 2 if k > 2 else 0)
+
+
 class LinRes(nn.Module):
     def __init__(self, k: int, n: int) -> None:
         super().__init__()

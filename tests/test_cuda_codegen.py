@@ -871,23 +871,14 @@ def test_small_pool_windows_are_written_out_into_the_vector_form() -> None:
     order), so that each position reads its 8 channels in one guarded 16-byte load and the kernel has no reduction
     loop; a window past UNROLL_REDUCE_MAX positions, or a pool whose output runs along its width, keeps the loop; the
     sources assemble."""
-    from fused_cases import ir_dict
+    from fused_cases import ConvPool, ir_dict
 
     from npu_compiler.targets import clike
 
-    class ConvPool(torch.nn.Module):
-        def __init__(self, k: int) -> None:
-            super().__init__()
-            self.conv = torch.nn.Conv2d(16, 64, 3, padding=1)
-            self.k = k
-
-        def forward(self, x):
-            return torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), self.k, 2, self.k // 2)
-
     sources = {}
     for k in (3, 5):
-        program = npu_compiler.compile(ir_dict(ConvPool(k).eval(), [torch.zeros(2, 16, 29, 31)], f"pool{k}"), "cuda",
-                                       dtype="float16")
+        program = npu_compiler.compile(ir_dict(ConvPool(f"max{k}").eval(), [torch.zeros(2, 16, 29, 31)], f"pool{k}"),
+                                       "cuda", dtype="float16")
         (pool,) = [kc for kc in program.kernels if kc.group == "max_pool2d.default"]
         assert pool.outs[0].strides[1] == 1  # channels-last
         src = sources[f"pool{k}"] = CudaTarget().kernel_sources(pool, program)[0]

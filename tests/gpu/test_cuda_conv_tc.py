@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fused_cases import ir_dict, module_weights
+from fused_cases import ConvPool, ir_dict, module_weights
 from tolerances import assert_close
 
 import npu_compiler
@@ -142,23 +142,6 @@ def test_conv_with_a_weight_input_matches_torch(cuda_backend) -> None:
     src = CudaTarget().kernel_sources(convs[-1], program)[0]
     assert "mma.sync" in src and src.count("tc_cp16(&smem") == 1, "expected copies of the input, not the weight"
     _check_against_torch(model, args, program, "float16", "weight_input", cuda_backend)
-
-
-class ConvPool(torch.nn.Module):
-    """A conv on tensor cores (its output channels-last) and a pool over it."""
-
-    def __init__(self, pool: str) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(16, 64, 3, padding=1)
-        self.pool = pool
-
-    def forward(self, x):
-        y = torch.relu(self.conv(x))
-        if self.pool == "max3":
-            return torch.nn.functional.max_pool2d(y, 3, 2, 1)
-        if self.pool == "max2":
-            return torch.nn.functional.max_pool2d(y, 2)
-        return torch.nn.functional.avg_pool2d(y, 3, 2, 1, count_include_pad=False)
 
 
 @pytest.mark.parametrize("dtype,pool", [("float16", "max3"), ("bfloat16", "max2"), ("float16", "avg3")])
