@@ -12,6 +12,7 @@ A generated kernel runs in one of three shapes:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -702,8 +703,6 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
               or (n_red <= SERIAL_STRIDED_REDUCE_MAX and n_out >= SERIAL_MIN_OUTPUTS
                   and _reads_along_output(expr, order[-1] if order else _innermost(shape))))
     rows_mode = has_reduce and (row_dims > 0 or not serial)
-    unrolled = (_unrolled(expr, tuple(reduce_shape)) if has_reduce and not rows_mode and lang.vector_bytes
-                and n_red <= UNROLL_REDUCE_MAX else None)
     if store.scatter_dim is not None and rows_mode:
         raise NPUCompileError(f"{lang.name} target: a scatter kernel with a reduction")
     params = [(f"{names}out0", store.dtype, True)] + [(f"{names}a{i}", dt, False) for i, dt in enumerate(arg_dtypes)]
@@ -771,7 +770,9 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
         body.append("  " + lang.end())
     elif vec := _vector_width(lang, expr, store, shape, order, arg_dtypes):
         grid = _vector_body(lang, r, expr, store, shape, order, ityp, vec, block, body, names, blocks)
-    elif unrolled is not None and (vec := _vector_width(lang, unrolled, store, shape, order, arg_dtypes)):
+    elif (has_reduce and lang.vector_bytes and n_red <= UNROLL_REDUCE_MAX
+          and (unrolled := _unrolled(expr, tuple(reduce_shape))) is not None
+          and (vec := _vector_width(lang, unrolled, store, shape, order, arg_dtypes))):
         grid = _vector_body(lang, r, unrolled, store, shape, order, ityp, vec, block, body, names, blocks)
     else:
         ilp = elementwise_ilp(lang, n_out)
@@ -815,9 +816,9 @@ def _unrolled(expr: X.Expr, reduce_shape: tuple[int, ...]) -> X.Expr | None:
     position of the reduction space in the loop's order (the reduction index a constant there), so that it computes
     what the loop computes, to the bit; None where a reduction is of another dtype. A small window written out this
     way has no loop, and its gathers can take the 16-byte form (`_vector_width`)."""
-    positions = [tuple(p) for p in _positions(reduce_shape)]
     if any(isinstance(n, X.Reduce) and n.dtype != "float32" for n in X.walk(expr)):
         return None
+    positions = list(itertools.product(*(range(n) for n in reduce_shape)))  # (row-major: the loop's order)
 
     def written_out(e: X.Expr) -> X.Expr | None:
         if not isinstance(e, X.Reduce):
@@ -830,14 +831,6 @@ def _unrolled(expr: X.Expr, reduce_shape: tuple[int, ...]) -> X.Expr | None:
                            v if v.dtype == e.dtype else X.Cast(e.dtype, v))
         return acc
     return X.substitute(expr, written_out)
-
-
-def _positions(shape: tuple[int, ...]) -> list[list[int]]:
-    """Every index of `shape` in row-major order (the order a reduction's loop takes them)."""
-    out: list[list[int]] = [[]]
-    for n in shape:
-        out = [p + [i] for p in out for i in range(n)]
-    return out
 
 
 def _vector_width(lang: Language, expr: X.Expr, store: Store, shape: tuple[int, ...], order: list[int] | None,

@@ -453,9 +453,9 @@ class CudaLanguage(Language):
                 *unpack16(dtype, f"{out}w", out)]
 
     def vector_load_if(self, arg: str, index: str, dtype: str, out: str, cond: str, fill: str) -> list[str]:
-        return [f"float {out}[8] = {{{', '.join([fill] * 8)}}};", f"if ({cond}) {{",
-                f"  const uint4 {out}w = *reinterpret_cast<const uint4*>(&{arg}[{index}]);",
-                *("  " + line for line in unpack16(dtype, f"{out}w", out)), "}"]
+        _, *load = self.vector_load(arg, index, dtype, out)
+        return [f"float {out}[8] = {{{', '.join([fill] * 8)}}};", f"if ({cond}) {{", *("  " + line for line in load),
+                "}"]
 
     def vector_store(self, out: str, index: str, dtype: str, values: list[str], value_dtype: str) -> list[str]:
         bits = "__half_as_ushort" if dtype == "float16" else "__bfloat16_as_ushort"

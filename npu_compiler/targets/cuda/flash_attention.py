@@ -138,8 +138,8 @@ CLASSIFY_TILES = 4
 # attention alone on the H100: 127.4 -> 124.8 us against two buffers and a barrier a tile. Blocks of one head keep
 # two (a third would leave one block an SM where the shared memory holds two)
 STAGES = 3
-# Hopper: the online launch's products on the warpgroup MMA (`wgmma`, sm_90a only), a warpgroup (4 warps) one head's
-# 64 rows: Q K^T from Q's and K's tiles in shared memory, P V with P from the registers the softmax left it in
+# Hopper: the tiled launches' products on the warpgroup MMA (`wgmma`, sm_90a only), a warpgroup (4 warps) one head's
+# 64 rows (see the module's docstring)
 WGMMA_ARCH = 90
 _VEC = 8  # 2-byte elements per 16-byte copy
 _OPERANDS = ("bfloat16", "float16")
@@ -578,7 +578,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # the last tile's P V runs on during the next tile's copies and their wait: it is waited for before the barrier
     # (no warpgroup copies into a buffer before every warpgroup's products from it are done)
     pv_done = f"\n  wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
-    pv_wait = pv_done.replace("\n  ", "\n    ")
+    pv_wait = f"\n    wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
     online_loop = f"""
   // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
   // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
@@ -790,12 +790,14 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   if (tid == 0) used[z] = 1;"""
     repair_exit = ""
     q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
-    if wg and mode == "online":
-        # the tiles in the warpgroup MMA's swizzled layout, which repeats every 1,024 bytes: their base aligned to it
-        shared = f"""  extern __shared__ __align__(1024) unsigned short fa_raw[];
+    # the tiles in the warpgroup MMA's swizzled layout, which repeats every 1,024 bytes: their base (`first`, at shared
+    # address smem_s) aligned to it inside `raw`, which has 1,024 bytes to spare
+    aligned = """
   const unsigned raw_s = (unsigned)__cvta_generic_to_shared(fa_raw);
   const unsigned smem_s = (raw_s + 1023u) & ~1023u;
-  unsigned short* const Qs = fa_raw + (smem_s - raw_s) / 2;
+  unsigned short* const {first} = fa_raw + (smem_s - raw_s) / 2;"""
+    if wg and mode == "online":
+        shared = f"""  extern __shared__ __align__(1024) unsigned short fa_raw[];{aligned.format(first="Qs")}
   unsigned short* const Ks = Qs + {BM * hb * d};
   unsigned short* const Vs = Ks + {online_stages(hb) * BN * d};"""
         q_stage, q_regs, q_frags, q_frag, q_load = "Qs", "", "", "", ""
@@ -811,10 +813,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       unsigned qa[4];
       tc_ldsm(qa, &Qs[{q_at_warp}]);"""
     else:
-        if wg:  # (the key and value tiles swizzled, 1,024 bytes aligned; Q goes through V's as through the others')
-            shared = f"""  __shared__ __align__(1024) unsigned short fa_tiles[{2 * BN * d + 512}];
-  const unsigned raw_s = (unsigned)__cvta_generic_to_shared(fa_tiles);
-  unsigned short* const Ks = fa_tiles + (((raw_s + 1023u) & ~1023u) - raw_s) / 2;
+        if wg:  # (the key and value tiles swizzled; Q goes through V's as through the others')
+            base = aligned.format(first="Ks")
+            shared = f"""  __shared__ __align__(1024) unsigned short fa_raw[{2 * BN * d + 512}];{base}
   unsigned short* const Vs = Ks + {BN * d};"""
             q_at_warp = swz("warp * 16 + (lane & 15)", "s * 16 + (lane >> 4) * 8", BM)
         else:
@@ -825,24 +826,19 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     #pragma unroll
     for (int s = 0; s < {ks}; ++s) tc_ldsm(qf[s], &{q_stage}[{q_at_warp}]);
     __syncthreads();  // every warp has its fragments before tiles are copied into the buffer"""
-    if wg and mode != "online":  # Q's fragments (registers) times K's tile
+    if wg:
+        # the online launch: the warpgroup hw's 64 rows of Q (a region of 64 columns every {BM * hb} rows) in shared
+        # memory; the others: Q's fragments in registers. Times K's tile, K 16 at a time
+        online = mode == "online"
+        q_at = f", qs_s = smem_s + hw * {BM * 128}" if online else ""
+        q_operand = (f"fa_qk(&sacc[0][0], wg_desc(qs_s + (s / 4) * {BM * hb * 128} + (s % 4) * 32, 16, 1024),\n"
+                     + " " * 13 if online else "fa_qkr(&sacc[0][0], qf[s],")
         qk_products = f"""    {{
-      const unsigned kb_s = (unsigned)__cvta_generic_to_shared(kb);
+      const unsigned kb_s = (unsigned)__cvta_generic_to_shared(kb){q_at};
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
       #pragma unroll
       for (int s = 0; s < {ks}; ++s)
-        fa_qkr(&sacc[0][0], qf[s], wg_desc(kb_s + (s / 4) * {BN * 128} + (s % 4) * 32, 16, 1024));
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      wg_wait<{BN // 2}>(&sacc[0][0]);
-    }}"""
-    elif wg:  # the warpgroup hw's 64 rows of Q (a region of 64 columns every {BM * hb} rows) times K's tile
-        qk_products = f"""    {{
-      const unsigned kb_s = (unsigned)__cvta_generic_to_shared(kb), qs_s = smem_s + hw * {BM * 128};
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      #pragma unroll
-      for (int s = 0; s < {ks}; ++s)
-        fa_qk(&sacc[0][0], wg_desc(qs_s + (s / 4) * {BM * hb * 128} + (s % 4) * 32, 16, 1024),
-              wg_desc(kb_s + (s / 4) * {BN * 128} + (s % 4) * 32, 16, 1024));
+        {q_operand} wg_desc(kb_s + (s / 4) * {BN * 128} + (s % 4) * 32, 16, 1024));
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       wg_wait<{BN // 2}>(&sacc[0][0]);
     }}"""
