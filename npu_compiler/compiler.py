@@ -18,6 +18,7 @@ from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.column_epilogues import fold_column_epilogues
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
+from .lowering.side_convs import fold_side_convs
 from .memory_check import check_memory, check_sizes
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
@@ -31,7 +32,7 @@ from .targets.config import TargetConfig, default_config
 FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_softmax", "concat_linears",
                  "gemm_epilogue", "conv_epilogue", "elementwise_fusion")
 # Lowering choices that trade memory for speed on targets with a fast GEMM library.
-LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores", "gemm_prologue", "column_epilogue")
+LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores", "gemm_prologue", "column_epilogue", "conv_side")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
 OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES, *LOWERING_OPTIONS)
 
@@ -128,6 +129,10 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         n = _run_pass("column_epilogue", fold_column_epilogues, lowering.kernels, lowering.buffers, codegen)
         if n:
             passes.append(f"column_epilogue({n})")
+    if "conv_side" not in disable_passes and "conv_epilogue" not in disable_passes:
+        n = _run_pass("conv_side", fold_side_convs, lowering.kernels, lowering.buffers, codegen)
+        if n:
+            passes.append(f"conv_side({n})")
     arena = _run_pass("memory_plan", plan_memory, lowering.buffers, lowering.kernels)
     need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
     if need > lim.max_bytes:

@@ -2,6 +2,12 @@
 bias)), accumulated in fp32. `Acc` in the epilogue is that sum rounded to the output dtype (a residual add and a
 ReLU follow it, as in the unfused graph).
 
+A side conv (`side_stride`): a 1x1 conv of another input x2 (weight w2 [O, C2, 1, 1], its own bias) computed by the
+same kernel, whose sum plus its bias, rounded to the output dtype, is the epilogue's `Acc(1)`: what the unfused graph
+stored as the conv's own output before the add that reads both (a ResNet block's projection shortcut, folded by
+`lowering/side_convs.py`). The kernel reads x2 instead of the shortcut's full-size result, and nothing changes in
+what is computed.
+
 Why a library kernel: like a GEMM (an implicit one: M = N*Ho*Wo pixels, N = output channels, K = Cin/g*kh*kw), each
 input element is reused by every filter and every window it falls in; speed is tiling through on-chip memory.
 """
@@ -60,10 +66,23 @@ class Conv2dKernel(KernelSpec):
     # > 1: a target may split the implicit GEMM's K across this many blocks; outs[1] is its float32 scratch, one
     # partial sum per split and output element (the reference computes the whole sum and leaves it alone)
     splits: int = bounded(1, 1024, default=1)
+    # a side conv (see the module's docstring): its stride; args after (x, w[, bias]) are x2, w2[, bias2]
+    side_stride: tuple[int, ...] = bounded(1, 2**20, default=())
+    side_bias: bool = False
+
+    @property
+    def side_first_arg(self) -> int:
+        """The index of the side conv's input x2 in args (then w2, then its bias)."""
+        return 3 if self.bias else 2
 
     @property
     def first_epilogue_arg(self) -> int:
-        return 3 if self.bias else 2
+        return self.side_first_arg + (2 + int(self.side_bias) if self.side_stride else 0)
+
+    @property
+    def acc_groups(self) -> int:
+        """The epilogue's `Acc` groups: the conv's rounded result, and the side conv's."""
+        return 2 if self.side_stride else 1
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         expect(len(call.outs) == 1 + (self.splits > 1),
@@ -86,18 +105,45 @@ class Conv2dKernel(KernelSpec):
             expect(tuple(call.args[2].shape) == (o,), f"conv2d bias {list(call.args[2].shape)} for {o} channels")
         dts = {dtype_of(buffers, r) for r in (x, w, out)}
         expect(all(is_float(d) for d in dts), f"a conv2d over {sorted(dts)}")
-        check_epilogue(self.epilogue, call, buffers, out)
+        if self.side_stride:
+            self._check_side(call, buffers)
+        else:
+            expect(not self.side_bias, "a conv2d with a side conv's bias but no side conv")
+        check_epilogue(self.epilogue, call, buffers, out, self.acc_groups)
         if self.splits > 1:
             s = call.outs[1]
             expect(g == 1 and dtype_of(buffers, s) == "float32" and s.numel == self.splits * out.numel,
                    f"conv2d split scratch {dtype_of(buffers, s)}[{s.numel}] for {self.splits} splits of "
                    f"{out.numel} outputs in {g} group(s)")
 
+    def _check_side(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        expect(len(self.side_stride) == 2, f"a conv2d's side stride is a pair, not {list(self.side_stride)}")
+        expect(self.groups == 1 and self.splits == 1, "a conv2d with a side conv has one group and no K split")
+        expect(self.epilogue is not None, "a conv2d with a side conv needs an epilogue to add its result (Acc(1))")
+        expect(len(call.args) >= self.first_epilogue_arg, "a conv2d with a side conv needs its input, weight and bias")
+        out = call.outs[0]
+        x2, w2 = call.args[self.side_first_arg], call.args[self.side_first_arg + 1]
+        expect(len(x2.shape) == 4 and len(w2.shape) == 4,
+               f"a side conv over {list(x2.shape)} with weight {list(w2.shape)}")
+        n, c2, h2, wd2 = x2.shape
+        o, ho, wo = out.shape[1], out.shape[2], out.shape[3]
+        sh, sw = self.side_stride
+        expect(tuple(w2.shape) == (o, c2, 1, 1), f"a side conv's weight {list(w2.shape)}, expected {[o, c2, 1, 1]}")
+        expect(n == out.shape[0] and conv_out_size(h2, 1, sh, 0, 1) == ho and conv_out_size(wd2, 1, sw, 0, 1) == wo,
+               f"a 1x1 side conv of stride {[sh, sw]} over {list(x2.shape)} does not give {list(out.shape)}")
+        if self.side_bias:
+            b2 = call.args[self.side_first_arg + 2]
+            expect(tuple(b2.shape) == (o,), f"a side conv's bias {list(b2.shape)} for {o} channels")
+        dts = {dtype_of(buffers, r) for r in (x2, w2)}
+        expect(all(is_float(d) for d in dts), f"a side conv over {sorted(dts)}")
+
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         out, w = call.outs[0], call.args[1]
         read = sum(ref_bytes(buffers, r) for r in call.args[:self.first_epilogue_arg])
         read += epilogue_reads(self.epilogue, call, buffers, tuple(out.shape))
         flops = conv_flops(out.numel, *w.shape[1:]) + expr_flops(self.epilogue, out.numel)
+        if self.side_stride:
+            flops += conv_flops(out.numel, call.args[self.side_first_arg].shape[1], 1, 1)
         return KernelCost(flops, read, ref_bytes(buffers, out))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
@@ -108,6 +154,11 @@ class Conv2dKernel(KernelSpec):
         ev = Evaluator(self.epilogue, out.shape, (), [arrays.buffer(r) for r in call.args]) \
             if self.epilogue is not None else None
         (sh, sw), (ph, pw), (dh, dw), g = self.stride, self.padding, self.dilation, self.groups
+        side = None
+        if self.side_stride:
+            at = self.side_first_arg
+            side = (arrays.view(call.args[at]), arrays.view(call.args[at + 1]),
+                    arrays.view(call.args[at + 2]) if self.side_bias else None, self.side_stride)
 
         def run() -> None:
             x, w = xv.astype(np.float32), wv.astype(np.float32)
@@ -126,6 +177,24 @@ class Conv2dKernel(KernelSpec):
                 y[:, gi * og:(gi + 1) * og] = (cols @ wg.T).reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
             if bias is not None:
                 y += bias.astype(np.float32).reshape(1, -1, 1, 1)
-            store(out, y if ev is None else ev.evaluate(cast(y, od)))
+            if ev is None:
+                store(out, y)
+            elif side is None:
+                store(out, ev.evaluate(cast(y, od)))
+            else:
+                store(out, ev.evaluate([cast(y, od), cast(_side_sum(*side, (ho, wo)), od)]))
 
         return run
+
+
+def _side_sum(x2: np.ndarray, w2: np.ndarray, b2: np.ndarray | None, stride: tuple[int, ...],
+              out_hw: tuple[int, int]) -> np.ndarray:
+    """A 1x1 side conv's sum plus its bias, in fp32 ([N, O, Ho, Wo]), as the conv above computes it alone."""
+    ho, wo = out_hw
+    xs = x2.astype(np.float32)[:, :, ::stride[0], ::stride[1]][:, :, :ho, :wo]
+    n, c = xs.shape[:2]
+    cols = xs.transpose(0, 2, 3, 1).reshape(n * ho * wo, c)
+    y = (cols @ w2.astype(np.float32).reshape(-1, c).T).reshape(n, ho, wo, -1).transpose(0, 3, 1, 2)
+    if b2 is not None:
+        y += b2.astype(np.float32).reshape(1, -1, 1, 1)
+    return y

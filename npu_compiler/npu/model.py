@@ -96,9 +96,11 @@ def array_cycles(m: int, n: int, k: int, npu: NPUConfig, batch: int = 1) -> tupl
 def conv_as_gemm(c: ConvWork) -> GemmWork:
     """A convolution on the array is a GEMM over image patches per group: M = N*Ho*Wo output pixels,
     K = C/groups*kh*kw, N = O/groups. The patches are formed on chip from the input tile, so A's footprint stays the
-    input tensor's, not the kh*kw times larger patch matrix."""
+    input tensor's, not the kh*kw times larger patch matrix. A side conv's channels lengthen K (its input and weight
+    are among the extra operands)."""
     return GemmWork(
-        m=c.n * c.ho * c.wo, n=c.o // c.groups, k=(c.c // c.groups) * c.kh * c.kw, a=c.x, b=c.weight, out=c.out,
+        m=c.n * c.ho * c.wo, n=c.o // c.groups, k=(c.c // c.groups) * c.kh * c.kw + c.side_c, a=c.x, b=c.weight,
+        out=c.out,
         a_elem=c.elem, b_elem=c.elem, out_elem=c.elem, batch=c.groups, extra=c.extra, epilogue_ops=c.epilogue_ops,
         label=c.label)
 

@@ -75,10 +75,11 @@ class ConvWork:
     extra: tuple[Operand, ...] = ()
     epilogue_ops: int = 0
     label: str = "conv2d"
+    side_c: int = 0  # a 1x1 side conv's input channels (its K, added to the conv's: one GEMM over both)
 
     @property
     def macs(self) -> int:
-        return self.n * self.o * self.ho * self.wo * (self.c // self.groups) * self.kh * self.kw
+        return self.n * self.o * self.ho * self.wo * ((self.c // self.groups) * self.kh * self.kw + self.side_c)
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,10 @@ def kernel_work(program: CompiledProgram, k: KernelCall, *, arena_on_chip: bool 
         o, _, kh, kw = w.shape
         ho, wo = out.shape[2:]
         extra = tuple(op(r) for r in k.args[2:])
+        side_c = k.args[spec.side_first_arg].shape[1] if spec.side_stride else 0
         return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, op(x), op(w), op(out), tuple(spec.stride),
                         tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), extra,
-                        _epilogue_ops(spec.bias, 1.0, spec.epilogue), k.name)
+                        _epilogue_ops(spec.bias, 1.0, spec.epilogue) + int(spec.side_bias), k.name, side_c)
     if isinstance(spec, AttentionKernel):
         q, kk, v = k.args[:3]
         full = spec.kv_len

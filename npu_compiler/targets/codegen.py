@@ -74,6 +74,11 @@ class CodegenTarget:
         product's columns (`GemmKernel.acc_groups`, lowering/column_epilogues.py). Default: no."""
         return False
 
+    def conv_side(self, call, buffers) -> bool:
+        """Whether the target runs this conv2d call (a KernelCall over `buffers`) with a side conv
+        (`Conv2dKernel.side_stride`, lowering/side_convs.py). Default: no."""
+        return False
+
     def check_program(self, program) -> None:
         """Refuse, at compile time, what the target cannot run (dtypes, sizes). Default: everything runs."""
 

@@ -82,6 +82,8 @@ class WebGPUTarget(CodegenTarget):
             parts = [(src, launch, params)]
         elif isinstance(spec, GemmKernel) and spec.prologue is not None:
             raise NPUCompileError(f"{where}: the webgpu target has no gemm that computes its operand in a prologue")
+        elif isinstance(spec, Conv2dKernel) and spec.side_stride:
+            raise NPUCompileError(f"{where}: the webgpu target has no conv2d that computes a side conv")
         elif isinstance(spec, GemmKernel | Conv2dKernel):
             src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
             parts = [(src, launch, params_of(launch.ptrs, names_of(k)))]
