@@ -17,6 +17,8 @@ from tolerances import assert_close
 
 import npu_compiler
 import npu_runtime
+from npu_compiler.npu import estimate_program, load_npu
+from npu_compiler.targets.cuda import CudaTarget
 from npu_export.cnn import model_tensors
 from npu_export.resnet import BasicBlock, Bottleneck
 
@@ -100,6 +102,38 @@ def test_shortcut_read_elsewhere_is_not_folded() -> None:
     prog = npu_compiler.compile(ir_dict(model, [torch.randn(1, 16, 12, 12)], "both"), "cpu", dtype="float32")
     assert not _sides(prog) and not any(p.startswith("conv_side") for p in prog.passes)
     assert len([k for k in prog.kernels if k.kind == "conv2d"]) == 2
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_cuda_folds_the_bottleneck_shortcut_on_tensor_cores(stride) -> None:
+    """On cuda the bottleneck's expansion takes its shortcut where both inputs are channels-last and both K are
+    multiples of 64; the source reads the shortcut's input (`x2`) and keeps its rounded sums (`sdp`), and on a GPU
+    without tensor cores the direct kernel computes it as a second loop. The NPU estimate counts both products."""
+    model = _block("bottleneck", 64, 64, stride).half()
+    # enough pixels for 128-pixel tiles (on Hopper the warpgroup MMA's)
+    ir = ir_dict(model, [torch.randn(8, 3, 64, 64).half()], "bottleneck")
+    folded = npu_compiler.compile(ir, "cuda", dtype="float16")
+    plain = npu_compiler.compile(ir, "cuda", dtype="float16", disable_passes=["conv_side"])
+    (side,) = _sides(folded)
+    assert side.spec.side_stride == (stride, stride) and tuple(side.args[1].shape) == (256, 64, 1, 1)
+    for arch in (90, 80):
+        src = CudaTarget(arch).kernel_sources(side, folded)[0]
+        assert "x2t" in src and "sdp[" in src and ("wgmma" in src) == (arch == 90), arch
+    direct = CudaTarget(75).kernel_sources(side, folded)[0]
+    assert "acc2[i][j]" in direct and "tc_cp16" not in direct
+    npu = load_npu("edge-4tops")
+    assert estimate_program(folded, npu).macs == estimate_program(plain, npu).macs
+    webgpu = npu_compiler.compile(ir, "webgpu", dtype="float16")
+    assert not _sides(webgpu)
+
+
+def test_cuda_keeps_the_shortcut_over_a_program_input() -> None:
+    """A shortcut of the NCHW program input (read element by element) is not folded on cuda."""
+    ds = torch.nn.Sequential(torch.nn.Conv2d(64, 256, 1, bias=False), torch.nn.BatchNorm2d(256))
+    model = Bottleneck(64, 64, 1, ds).eval().half()
+    prog = npu_compiler.compile(ir_dict(model, [torch.randn(2, 64, 32, 32).half()], "input"), "cuda",
+                                dtype="float16")
+    assert not _sides(prog)
 
 
 def test_a_side_conv_that_does_not_add_up_is_refused() -> None:

@@ -161,3 +161,66 @@ def test_pools_over_channels_last_match_torch(dtype, pool, cuda_backend) -> None
     if pool.startswith("max"):
         assert "uint4" in src and "for (int r = " not in src, src
     _check_against_torch(model, args, program, dtype, f"conv_{pool}", cuda_backend)
+
+
+class ShortcutBlock(torch.nn.Module):
+    """A 3x3 conv (so that the block's input is a channels-last intermediate), then a ResNet bottleneck's last two
+    steps: a 1x1 conv of the block's branch plus a 1x1 projection shortcut of the block's input (stride 1 or 2,
+    each with a bias: a folded BatchNorm's), ReLU."""
+
+    def __init__(self, c: int, mid: int, o: int, stride: int) -> None:
+        super().__init__()
+        self.pre = torch.nn.Conv2d(8, c, 3, padding=1)
+        self.branch = torch.nn.Conv2d(c, mid, 3, stride, 1)
+        self.last = torch.nn.Conv2d(mid, o, 1)
+        self.shortcut = torch.nn.Conv2d(c, o, 1, stride)
+
+    def forward(self, x):
+        x = torch.relu(self.pre(x))
+        return torch.relu(self.last(torch.relu(self.branch(x))) + self.shortcut(x))
+
+
+# name: dtype, (n, h, w), block input channels, branch channels, output channels, shortcut stride
+SHORTCUTS = {
+    "stride1_fp16": ("float16", (2, 56, 56), 64, 64, 256, 1),
+    "stride2_bf16": ("bfloat16", (2, 57, 55), 128, 128, 192, 2),
+    # 1,024 output channels and enough pixels for 128-pixel tiles (on Hopper the warpgroup MMA)
+    "stride2_wide_fp16": ("float16", (8, 28, 28), 128, 64, 1024, 2),
+}
+
+
+@pytest.mark.parametrize("arch", [None, 80, 75], ids=["device", "mma_sync", "direct"])
+@pytest.mark.parametrize("name", sorted(SHORTCUTS))
+def test_side_conv_matches_the_unfolded_program_and_torch(name, arch, cuda_backend, monkeypatch) -> None:
+    """The projection shortcut folded into the last conv (`lowering/side_convs.py`) gives the unfolded program's
+    bits (the shortcut's sum rounded as it stored it), on the device's kernel, on mma.sync (as an Ampere GPU renders
+    it) and on the direct kernel of a GPU without tensor cores; and PyTorch's result within the fp16/bf16 tolerance."""
+    import npu_runtime.cuda.executor as executor
+
+    dtype, (n, h, w), c, mid, o, stride = SHORTCUTS[name]
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = ShortcutBlock(c, mid, o, stride).eval().to(tdt)
+    args = [torch.randn(n, 8, h, w).to(tdt)]
+    ir = ir_dict(model, args, name)
+    folded = npu_compiler.compile(ir, "cuda", dtype=dtype)
+    plain = npu_compiler.compile(ir, "cuda", dtype=dtype, disable_passes=["conv_side"])
+    (side,) = [k for k in folded.kernels if k.kind == "conv2d" and k.spec.side_stride]
+    assert side.spec.side_stride == (stride, stride) and len(folded.kernels) == len(plain.kernels) - 1
+    assert any(p.startswith("conv_side(1)") for p in folded.passes)
+    if arch is not None:  # rendered as that GPU would (compiled for this one)
+        monkeypatch.setattr(executor, "CudaTarget", lambda _arch, forced=arch: CudaTarget(forced))
+    render = CudaTarget(arch or int(cuda_backend.state.arch))
+    src = render.kernel_sources(side, folded)[0]
+    assert ("tc_cp16" in src) == (arch != 75) and ("x2t" in src) == (arch != 75), "not the kernel expected"
+    outs = []
+    for program in (folded, plain):
+        weights = load_weights(program, module_weights(model), cuda_backend)
+        ex = cuda_backend.create_executor(program)
+        ex.poison()
+        feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+        outs.append(ex.run_numpy(feeds, weights)[program.outputs[0].name])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    with torch.no_grad():
+        ref = model.cuda()(*(a.cuda() for a in args)).float().cpu().numpy()
+    assert_close(outs[0].astype(np.float32), ref, dtype, "accumulate", "cuda", what=name)

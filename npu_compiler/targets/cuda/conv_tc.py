@@ -22,6 +22,11 @@ thread-block cluster: each leaves its float32 part of the tile in its shared mem
 the tile over every part (read through distributed shared memory, in split order) and applies the epilogue, all in
 one launch. Elsewhere the parts go to the record's float32 scratch and a second launch sums them in the same order,
 so both give the same bits.
+
+A side conv (`Conv2dKernel.side_stride`: a 1x1 conv of another channels-last input, a ResNet block's projection
+shortcut) runs first, its K tiles before the conv's: after them its sums plus its bias are rounded to the output
+dtype and kept in shared memory (two to a 32-bit word, each thread its own), and the accumulators start again from
+zero; the epilogue reads them as `Acc(1)`, what the shortcut would have stored (see SIDE_STAGES).
 """
 
 from __future__ import annotations
@@ -74,6 +79,14 @@ MIN_SPLIT_K = 256  # a K split's length at least: shorter ones are mostly the pi
 # the tensor pipe)
 WGMMA_ARCH = 90  # sm_90a only: later architectures have other MMA instructions
 MAX_GRID_Y = 65535
+# A conv with a side conv keeps the side's rounded results in shared memory after its stages (each thread its own
+# words, no barrier): beside the accumulators in registers they spilled (224-252 bytes on the warpgroup MMA), and
+# 64-channel tiles instead re-read each pixel tile. It takes SIDE_STAGES stages, so that two blocks still fit an SM.
+# ResNet-50 at batch 64 on the H100, its four shortcut convs folded (the unfolded pair of kernels in brackets):
+# 109 / 88 / 68 / 70 us (180 / 123 / 88 / 78) in shared memory with two stages; in registers, in 64-channel tiles up
+# to 512 channels and spilling above, 123 / 101 / 73 / 73; in shared memory with three stages (one block an SM)
+# 152 / 112 / 82 / 82
+SIDE_STAGES = 2
 
 
 # Thread-block clusters (sm_90): the block's rank, a barrier of all the cluster's threads (release and acquire: the
@@ -126,12 +139,12 @@ def wide_tiles(arch: int, channels: int) -> bool:
     return arch == WGMMA_ARCH and channels % 8 == 0
 
 
-def smem_bytes(p: int, o: int, bk: int, cluster: bool = False, wide: bool = False) -> int:
+def smem_bytes(p: int, o: int, bk: int, cluster: bool = False, wide: bool = False, stages: int = STAGES) -> int:
     """The dynamic shared memory of a block: the stages, and for a cluster's split the float32 part tile that
     reuses them."""
     bm, bn, _, _ = tile_for(p, o, wide)
-    stages = (bm + bn) * (bk + _PAD) * 2 * STAGES
-    return max(stages, bm * (bn + _RED_PAD) * 4) if cluster else stages
+    tiles = (bm + bn) * (bk + _PAD) * 2 * stages
+    return max(tiles, bm * (bn + _RED_PAD) * 4) if cluster else tiles
 
 
 def in_cluster(splits: int, arch: int) -> bool:
@@ -216,7 +229,26 @@ def applies(k: KernelCall, program: CompiledProgram, arch: int = 90) -> bool:
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     dts = tuple(program.dtype_of(r) for r in (x, w, out))
+    if spec.side_stride and not side_fits(k, program.buffers, arch):
+        return False  # (the direct kernel runs any side conv)
     return conv_tc_shape_ok(dts, spec.groups, x.shape, w.shape, out.shape, arch)
+
+
+def side_fits(k: KernelCall, buffers, arch: int) -> bool:
+    """Whether a conv2d record with a side conv runs here on every GPU this kernel runs on: one operand dtype, both
+    inputs channels-last and both weights [O, kh, kw, C] in 16-byte runs (so no tile is read element by element or
+    through a window), unsplit, and both K a multiple of BK_COPIES (no K step mixes the two)."""
+    spec = k.spec
+    if not isinstance(spec, Conv2dKernel) or not spec.side_stride or spec.splits != 1:
+        return False
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    x2, w2 = k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]
+    dts = tuple(buffers[r.buffer].dtype for r in (x, w, out, x2, w2))
+    if len(set(dts)) != 1 or not conv_tc_shape_ok(dts[:3], spec.groups, x.shape, w.shape, out.shape, arch):
+        return False
+    k_total = _geometry(x.shape, w.shape, out.shape)[2]
+    return (all(pixels_vectorizable(r) for r in (x, x2)) and all(weight_vectorizable(r) for r in (w, w2))
+            and k_total % BK_COPIES == 0 and x2.shape[1] % BK_COPIES == 0)
 
 
 def pixels_vectorizable(x: TensorRef) -> bool:
@@ -325,6 +357,8 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     dh, dw = spec.dilation
     p_total, o_total, k_total = _geometry(x.shape, w.shape, out.shape)
     wide = wide_tiles(arch, c)
+    side = bool(spec.side_stride)  # (side_fits: unsplit, both tiles 16-byte copies, K2 a multiple of bk)
+    stages = SIDE_STAGES if side else STAGES
     bm, bn, wm_, wn_ = tile_for(p_total, o_total, wide)
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
@@ -334,7 +368,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     bk = k_step(p_total, o_total, vec_a and vec_b, arch, wide)
     splits = spec.splits
     cluster = in_cluster(splits, arch)
-    smem = smem_bytes(p_total, o_total, bk, cluster, wide)
+    x2, w2 = (k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]) if side else (x, w)
+    k2 = x2.shape[1] if side else 0
+    smem = smem_bytes(p_total, o_total, bk, cluster, wide, stages)
     cpr = bk // 8  # 16-byte copies per tile row
     wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, arch)
     # pixels read element by element: through a shared-memory window where it fits (conv_window.py)
@@ -351,7 +387,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         # of 8 rows 1,024 bytes apart fell on the same banks: the convs ran at half the speed of mma.sync)
         wm_, wn_, warps_n = 16, bn, 1
         row_h = bk
-        smem = (bm + bn) * bk * 2 * STAGES
+        smem = (bm + bn) * bk * 2 * stages
         tpg = 8 * cpr  # threads that copy one group of 8 rows
 
         def row_of(i: str) -> str:
@@ -373,6 +409,21 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
             return f"({row}) * {row_h} + ({ch}) * 8"
     mi_n, ni_n = wm_ // 16, wn_ // 8
     a_stage, b_stage = bm * row_h, bn * row_h
+
+    def side_first(tile: str, per: int, copy: str) -> str:
+        """The loader of a tile (`load_a` / `load_b`) where a side conv's K tiles come first: its copies (`copy`,
+        the i-th of `per`, at K `kg`), then `load_main_<tile>` for the conv's."""
+        return f"""
+  auto load_{tile} = [&](int st, int kg) {{  // the side conv's K first, then the conv's
+    if (kg >= {k2}) {{ load_main_{tile}(st, kg - {k2}); return; }}
+    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{{copy}
+    }}
+  }};"""
+    # the side's rounded results: each thread's own words of shared memory after the stages (see SIDE_STAGES)
+    side_word = f"sdp[((i * {ni_n} + j) * 2 + hf) * {threads} + tid]"
+    if side:
+        smem += mi_n * ni_n * 2 * threads * 4
 
     def mma_steps(k_len: int, stride: int) -> str:
         """The warp's products over `k_len` K of the tiles at `As` and `Bs` (rows `stride` halfs apart)."""
@@ -412,8 +463,20 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         per = bm * bk // 8 // threads
         a_setup = corners(row_of("i"), "\n  // this thread's pixel rows of every input tile (16-byte copies, BK / 8 "
                                         "per row) and their windows' corners")
+        if side:
+            xs2 = x2.strides
+            s2h, s2w = spec.side_stride
+            a_setup += f"""
+  // and the side conv's pixels (a 1x1 window of stride {s2h} x {s2w}: inside its image wherever the pixel is)
+  {ityp} s_base[{per}];
+  #pragma unroll
+  for (int i = 0; i < {per}; ++i) {{
+    const {ityp} p = p0 + {row_of("i")};
+    const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
+    s_base[i] = {x2.offset} + nb * {xs2[0]} + oh * {s2h * xs2[2]} + ow * {s2w * xs2[3]};
+  }}"""
         a_load = f"""
-  auto load_a = [&](int st, int k0) {{
+  auto load_{"main_" if side else ""}a = [&](int st, int k0) {{
     const int kx = k0 + {chunk} * 8;
     {conv_window.window_position("kx", c, kw)}
     #pragma unroll
@@ -425,6 +488,11 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       tc_cp16(&smem[st * {a_stage} + {at(row_of("i"), chunk)}], src, full);
     }}
   }};"""
+        if side:
+            a_load += side_first("a", per, f"""
+      const bool full = a_ih[i] > -{2 ** 29};
+      const unsigned short* src = x2t + (full ? s_base[i] + kg + {chunk} * 8 : 0);
+      tc_cp16(&smem[st * {a_stage} + {at(row_of("i"), chunk)}], src, full);""")
     else:
         per = bm * bk // threads
         # this thread's pixels (the same rows of every tile) and their windows' corners, found once: each element
@@ -448,15 +516,21 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     if vec_b:
         per = bn * bk // 8 // threads
         b_load = f"""
-  auto load_b = [&](int st, int k0) {{
+  auto load_{"main_" if side else ""}b = [&](int st, int k0) {{
     #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
       const int row = {row_of("i")}, kc = {chunk} * 8;
       const bool full = n0 + row < {o_total} && k0 + kc < {k_total};
       const unsigned short* src = wt + (full ? {w.offset} + ({ityp})(n0 + row) * {k_total} + k0 + kc : 0);
-      tc_cp16(&smem[{STAGES * a_stage} + st * {b_stage} + {at("row", chunk)}], src, full);
+      tc_cp16(&smem[{stages * a_stage} + st * {b_stage} + {at("row", chunk)}], src, full);
     }}
   }};"""
+        if side:
+            b_load += side_first("b", per, f"""
+      const int row = {row_of("i")}, kc = {chunk} * 8;
+      const bool full = n0 + row < {o_total};
+      const unsigned short* src = w2t + (full ? {w2.offset} + ({ityp})(n0 + row) * {k2} + kg + kc : 0);
+      tc_cp16(&smem[{stages * a_stage} + st * {b_stage} + {at("row", chunk)}], src, full);""")
     else:
         per = bn * bk // threads
         b_load = f"""
@@ -468,14 +542,15 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const int row = tid / {bk} + i * {threads // bk};
       const {ityp} co = n0 + row;
       const bool ok = co < {o_total} && kx < {k_total};
-      smem[{STAGES * a_stage} + st * {b_stage} + row * {row_h} + (tid % {bk})] =
+      smem[{stages * a_stage} + st * {b_stage} + row * {row_h} + (tid % {bk})] =
           ok ? wt[{affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)}]
              : (unsigned short)0;
     }}
   }};"""
 
     prefetch = _residual_prefetch(k, program, names, ityp, bm, bn, threads, (ho, wo)) if splits == 1 else ""
-    kt_total = -(-k_total // bk)
+    kt_side = k2 // bk
+    kt_total = kt_side + -(-k_total // bk)
     per_split = -(-kt_total // splits)
     w_prefetch = _weight_prefetch(w, bn, bk, per_split, o_total, k_total, threads) if vec_b else ""
 
@@ -504,7 +579,8 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         lines.append(f"            sv[e] = {store_expr(od, value, value_dtype)};")
         return "\n".join(lines)
 
-    epilogue = epilogue_lines(spec.epilogue, ["accv"], bias_load)
+    # (the split paths': a side conv is never split)
+    epilogue = "" if side else epilogue_lines(spec.epilogue, ["accv"], bias_load)
     as_bits = "__half_as_ushort" if od == "float16" else "__bfloat16_as_ushort"
     pair = (os_[1] == 1 and out.offset % 2 == 0 and o_total % 2 == 0
             and all(s % 2 == 0 for s in (os_[0], os_[2], os_[3])))
@@ -635,10 +711,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         # 4 channels a lane, handed to the lanes that hold them (a 2-byte load a value read half of each sector)
         ahead = [e for e in dict.fromkeys(X.walk(spec.epilogue)) if _quad_load(e, program, k)] if (
             quad and spec.epilogue is not None) else []
-        sub = {e: X.Acc(e.dtype, 1 + n) for n, e in enumerate(ahead)}
+        sub = {e: X.Acc(e.dtype, spec.acc_groups + n) for n, e in enumerate(ahead)}
         main_expr = (X.substitute(spec.epilogue, lambda e: sub.get(e) if isinstance(e, X.Load) else None)
                      if ahead else spec.epilogue)
-        main_epilogue = epilogue_lines(main_expr, ["accv"] + [f"rv{n}[hf][j][e]" for n in range(len(ahead))],
+        from_bits = "__ushort_as_half" if od == "float16" else "__ushort_as_bfloat16"
+        side_acc = [load_expr(od, f"{from_bits}((unsigned short)({side_word} >> (16 * e)))")] if side else []
+        main_epilogue = epilogue_lines(main_expr, ["accv", *side_acc] + [f"rv{n}[hf][j][e]" for n in range(len(ahead))],
                                        "bv[j][e]")
         loads_ahead = "".join(_quad_load_lines(e, n, names[e.arg]) for n, e in enumerate(ahead))
         rv_decl = "".join(f"\n    float rv{n}[2][{ni_n}][2];" for n in range(len(ahead)))
@@ -698,22 +776,59 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     # the weight tiles of the first stages are copied before the wait for the kernel ahead, where the weight is a
     # weight buffer (no kernel writes one: memory_check.check_read_only): one image's convs are latency-bound, and
     # their weights' trip to shared memory then overlaps the kernel before (their first stage commits with A's)
-    early_b = vec_b and program.buffers[w.buffer].kind == "weight"
-    next_copies = f"""    const int nx = kt + {STAGES - 1};
-    if (nx < kt_n) {{ load_a(nx % {STAGES}, (kt_b + nx) * {bk}); load_b(nx % {STAGES}, (kt_b + nx) * {bk}); }}
+    early_b = vec_b and all(program.buffers[r.buffer].kind == "weight" for r in (w, w2))
+    side_done = ""
+    if side:
+        b2_value = "0.0f"
+        if spec.side_bias:
+            b2 = k.args[spec.side_first_arg + 2]
+            b2_value = load_expr(program.dtype_of(b2), "bias2[" + affine([("co", b2.strides[0])], b2.offset) + "]")
+        side_done = f"""
+    if ({"true" if wgmma else f"kt == {kt_side}"}) {{  // the side conv's sums are complete: kept rounded (with its
+      // bias), the conv's start at 0 (on the warpgroup MMA: its first product of the conv's first tile accumulates
+      // nothing)
+      #pragma unroll
+      for (int i = 0; i < {mi_n}; ++i)
+        #pragma unroll
+        for (int j = 0; j < {ni_n}; ++j)
+          #pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {{
+            unsigned bits = 0u;
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+              const {ityp} co = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2 + e;
+              const float v = acc[i][j][hf * 2 + e] + (co < {o_total} ? {b2_value} : 0.0f);
+              bits |= (unsigned){as_bits}({store_expr(od, "v")}) << (16 * e);
+              acc[i][j][hf * 2 + e] = 0.0f;
+            }}
+            {side_word} = bits;
+          }}
+    }}"""
+    def copies(main_only: bool = False) -> str:
+        """The copies of the tile STAGES - 1 ahead (past the side conv's tiles: the conv's loads alone, so that the
+        side's pixel offsets are not kept alive through the conv's loop)."""
+        la, lb, at_k = ("load_main_a", "load_main_b", f"(kt_b + nx) * {bk} - {k2}") if main_only else \
+            ("load_a", "load_b", f"(kt_b + nx) * {bk}")
+        return f"""    const int nx = kt + {stages - 1};
+    if (nx < kt_n) {{ {la}(nx % {stages}, {at_k}); {lb}(nx % {stages}, {at_k}); }}
     tc_commit();"""
+
+    next_copies = copies()
     if wgmma:
         # each warpgroup issues its rows' products of the tile (K 16 at a time: the descriptors' start moves 32
         # bytes within the swizzled 128-byte rows) and waits for those of the tile before; after the second barrier
         # no warpgroup reads that tile's stage, which the next copies then overwrite. The last products are waited
         # for after the loop.
-        main_loop = f"""  for (int kt = 0; kt < kt_n; ++kt) {{
-    tc_wait<{STAGES - 2}>();
+        # With a side conv, its tiles are a loop of their own: its sums are read after a wait outside the loops
+        # (reading or restarting them between two tiles' products would serialize every product: ptxas C7515)
+        def tiles(lo: str, hi: str, main_only: bool = False) -> str:
+            return f"""  for (int kt = {lo}; kt < {hi}; ++kt) {{
+    tc_wait<{stages - 2}>();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies' writes, seen by the MMA's reads
     __syncthreads();  // tile kt is in
     {{
-      const unsigned sa = smem_s + ((kt % {STAGES}) * {a_stage} + (warp >> 2) * {64 * bk}) * 2;
-      const unsigned sb = smem_s + ({STAGES * a_stage} + (kt % {STAGES}) * {b_stage}) * 2;
+      const unsigned sa = smem_s + ((kt % {stages}) * {a_stage} + (warp >> 2) * {64 * bk}) * 2;
+      const unsigned sb = smem_s + ({stages * a_stage} + (kt % {stages}) * {b_stage}) * 2;
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
       #pragma unroll
       for (int kk = 0; kk < {bk // 16}; ++kk)
@@ -722,23 +837,30 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     }}
     __syncthreads();  // every warpgroup's products of tile kt - 1 are done: its stage is free
-{next_copies}
+{copies(main_only)}
   }}
   wg_wait<{bn // 2}>(&acc[0][0][0]);"""
+        main_loop = (tiles("0", str(kt_side)) + side_done + "\n" + tiles(str(kt_side), "kt_n", True)) if side else \
+            tiles("0", "kt_n")
     else:
-        products = f"""    const unsigned short* As = smem + (kt % {STAGES}) * {a_stage};
-    const unsigned short* Bs = smem + {STAGES * a_stage} + (kt % {STAGES}) * {b_stage};{mma_steps(bk, row_h)}"""
+        products = f"""    const unsigned short* As = smem + (kt % {stages}) * {a_stage};
+    const unsigned short* Bs = smem + {stages * a_stage} + (kt % {stages}) * {b_stage};{mma_steps(bk, row_h)}"""
         main_loop = f"""  for (int kt = 0; kt < kt_n; ++kt) {{
-    tc_wait<{STAGES - 2}>();
+    tc_wait<{stages - 2}>();
     __syncthreads();  // tile kt is in; every warp is done with the stage the next copies overwrite
-{next_copies}
+{next_copies}{side_done}
 {products}
   }}"""
     smem_s = "\n  const unsigned smem_s = (unsigned)__cvta_generic_to_shared(smem);" if wgmma else ""
+    side_decl = "" if not side else f"""
+  unsigned* const sdp = reinterpret_cast<unsigned*>(smem + {stages * (a_stage + b_stage)});  // the side's results"""
+    side_ptrs = """
+  const unsigned short* __restrict__ x2t = reinterpret_cast<const unsigned short*>(x2);
+  const unsigned short* __restrict__ w2t = reinterpret_cast<const unsigned short*>(w2);""" if side else ""
     head = f"""
   extern __shared__ __align__(1024) unsigned short smem[];
   const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
-  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
+  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);{side_ptrs}
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / {warps_n}, wn = warp % {warps_n};{smem_s}
   const int n0 = blockIdx.x * {bn};
@@ -751,7 +873,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         early = f"""
 {WEIGHTS_BEGIN}{b_load}
   #pragma unroll
-  for (int s = 0; s < {STAGES - 1}; ++s)
+  for (int s = 0; s < {stages - 1}; ++s)
     if (s < kt_n) load_b(s, (kt_b + s) * {bk});
 {WEIGHTS_END}"""
     first_b = "" if early_b else f" load_b(s, (kt_b + s) * {bk});"
@@ -760,9 +882,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {tc_helpers(_OPERANDS[od])}{wg_helpers}{CLUSTER_HELPERS if cluster else ""}
 {signature(threads, 2 if threads > 128 else 4, splits if cluster else 0)} {{{w_prefetch}{head}{early}
 {WAIT}{prefetch}{a_setup}{a_load}{"" if early_b else b_load}
-{acc_zeroed(mi_n, ni_n, "  ")}
+{acc_zeroed(mi_n, ni_n, "  ")}{side_decl}
   #pragma unroll
-  for (int s = 0; s < {STAGES - 1}; ++s) {{
+  for (int s = 0; s < {stages - 1}; ++s) {{
     if (s < kt_n) {{ load_a(s, (kt_b + s) * {bk});{first_b} }}
     tc_commit();
   }}

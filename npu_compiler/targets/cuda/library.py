@@ -81,64 +81,27 @@ def render_epilogue(expr: X.Expr, k: KernelCall, program: CompiledProgram, names
 CONV_BM, CONV_BN, CONV_BK, CONV_THREADS = 64, 64, 16, 256
 
 
-def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64x64x16 tiles
-    through shared memory (im2col on the fly, zero padding by bounds checks); bias, residual and activation in the
-    epilogue, one rounding at the store."""
-    spec: Conv2dKernel = k.spec
-    x, w = k.args[0], k.args[1]
-    out = k.outs[0]
-    has_bias = spec.bias
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    _, _, ho, wo = out.shape
-    g = spec.groups
-    og = o // g
-    sh, sw = spec.stride
-    ph, pw = spec.padding
-    dh, dw = spec.dilation
-    m_total = n * ho * wo
-    k_total = cg * kh * kw
-    xs, ws, os_ = x.strides, w.strides, out.strides
-    bias = k.args[2] if has_bias else None
-    ityp = _ityp(*k.args, out)
-    xd, wdt, od = _dt(program, x), _dt(program, w), _dt(program, out)
-    names = ["x", "w"] + (["bias"] if has_bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,
-                                                                                   len(k.args))]
+def conv_names(spec: Conv2dKernel, n_args: int) -> list[str]:
+    """The kernel's parameter names for a conv2d's arguments: its operands, then its epilogue's."""
+    names = ["x", "w"] + (["bias"] if spec.bias else [])
+    if spec.side_stride:
+        names += ["x2", "w2"] + (["bias2"] if spec.side_bias else [])
+    return names + [f"e{i}" for i in range(spec.first_epilogue_arg, n_args)]
 
+
+def _conv_tiles(acc: str, x: TensorRef, w: TensorRef, geom: tuple[int, ...], names: tuple[str, str],
+                dts: tuple[str, str], m_total: int, ityp: str, wo: int, ho: int) -> str:
+    """The K loop of the direct implicit GEMM into `acc` (4 x 4 a thread) over `x` (read as `names[0]`) and `w`:
+    geom is (stride h, w, padding h, w, dilation h, w, input h, w)."""
+    sh, sw, ph, pw, dh, dw, h, wd = geom
+    _, cg, kh, kw = w.shape
+    k_total = cg * kh * kw
+    xs, ws = x.strides, w.strides
     x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
     w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
-    o_at = affine([("nb", os_[0]), ("co", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
-    epilogue = []
-    if bias is not None:
-        b_at = affine([("co", bias.strides[0])], bias.offset)
-        epilogue.append(f"        v += {load_expr(_dt(program, bias), 'bias[' + b_at + ']')};")
-    value = "v"
-    if spec.epilogue is not None:
-        # the epilogue reads the result as the unfused graph stored it: rounded to the output dtype
-        epilogue.append(f"        const float accv = {round_expr('v', od)};")
-        epilogue.append(f"        const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
-        lines, value = render_epilogue(spec.epilogue, k, program, names, "accv", ityp, "        ")
-        epilogue += lines
-    value_dtype = spec.epilogue.dtype if spec.epilogue is not None else "float32"
     BM, BN, BK, T = CONV_BM, CONV_BN, CONV_BK, CONV_THREADS
-    src = f"""{PRELUDE}
-{_signature(k, program, T, names)} {{
-{WAIT}
-  // As[k][m]: im2col tile of the input; Bs[k][n]: weight tile (one padding column against bank conflicts)
-  __shared__ float As[{BK}][{BM}];
-  __shared__ float Bs[{BK}][{BN} + 1];
-  const int tid = threadIdx.x;
-  const int tm = tid & 15, tn = tid >> 4;
-  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
-  const int n0 = blockIdx.y * {BN};
-  const int grp = blockIdx.z;
-  float acc[4][4];
-  #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  for (int k0 = 0; k0 < {k_total}; k0 += {BK}) {{
+    og = w.shape[0] // (x.shape[1] // cg)
+    return f"""  for (int k0 = 0; k0 < {k_total}; k0 += {BK}) {{
     #pragma unroll
     for (int q = 0; q < {BM * BK // T}; ++q) {{
       const int e = tid + q * {T};
@@ -154,7 +117,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
         const {ityp} ih = oh * {sh} - {ph} + kr * {dh};
         const {ityp} iw = ow * {sw} - {pw} + ks * {dw};
         const {ityp} ci = ({ityp})grp * {cg} + cc;
-        if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) v = {load_expr(xd, 'x[' + x_at + ']')};
+        if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) v = {load_expr(dts[0], names[0] + '[' + x_at + ']')};
       }}
       As[kk][mm] = v;
     }}
@@ -169,7 +132,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
         const int ks = kidx % {kw}; const int t2 = kidx / {kw};
         const int kr = t2 % {kh}; const int cc = t2 / {kh};
         const {ityp} co = ({ityp})grp * {og} + nidx;
-        v = {load_expr(wdt, 'w[' + w_at + ']')};
+        v = {load_expr(dts[1], names[1] + '[' + w_at + ']')};
       }}
       Bs[kk][nn] = v;
     }}
@@ -184,10 +147,79 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
       #pragma unroll
       for (int i = 0; i < 4; ++i)
         #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        for (int j = 0; j < 4; ++j) {acc}[i][j] = fmaf(av[i], bv[j], {acc}[i][j]);
     }}
     __syncthreads();
-  }}
+  }}"""
+
+
+def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+    """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64x64x16 tiles
+    through shared memory (im2col on the fly, zero padding by bounds checks); bias, residual and activation in the
+    epilogue, one rounding at the store. A side conv (one group) is a second such loop, into its own sums."""
+    spec: Conv2dKernel = k.spec
+    x, w = k.args[0], k.args[1]
+    out = k.outs[0]
+    has_bias = spec.bias
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    _, _, ho, wo = out.shape
+    g = spec.groups
+    og = o // g
+    m_total = n * ho * wo
+    os_ = out.strides
+    bias = k.args[2] if has_bias else None
+    ityp = _ityp(*k.args, out)
+    xd, wdt, od = _dt(program, x), _dt(program, w), _dt(program, out)
+    names = conv_names(spec, len(k.args))
+    o_at = affine([("nb", os_[0]), ("co", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+    loops = _conv_tiles("acc", x, w, (*spec.stride, *spec.padding, *spec.dilation, h, wd), ("x", "w"), (xd, wdt),
+                        m_total, ityp, wo, ho)
+    accs: str | list[str] = "accv"
+    side_lines = []
+    if spec.side_stride:
+        x2, w2 = k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]
+        loops += "\n" + _conv_tiles("acc2", x2, w2, (*spec.side_stride, 0, 0, 1, 1, *x2.shape[2:]), ("x2", "w2"),
+                                     (_dt(program, x2), _dt(program, w2)), m_total, ityp, wo, ho)
+        side_lines.append("        float v2 = acc2[i][j];")
+        if spec.side_bias:
+            b2 = k.args[spec.side_first_arg + 2]
+            b2_at = affine([("co", b2.strides[0])], b2.offset)
+            side_lines.append(f"        v2 += {load_expr(_dt(program, b2), 'bias2[' + b2_at + ']')};")
+        side_lines.append(f"        const float sidev = {round_expr('v2', od)};")
+        accs = ["accv", "sidev"]
+    epilogue = []
+    if bias is not None:
+        b_at = affine([("co", bias.strides[0])], bias.offset)
+        epilogue.append(f"        v += {load_expr(_dt(program, bias), 'bias[' + b_at + ']')};")
+    value = "v"
+    if spec.epilogue is not None:
+        # the epilogue reads the result as the unfused graph stored it: rounded to the output dtype
+        epilogue.append(f"        const float accv = {round_expr('v', od)};")
+        epilogue += side_lines
+        epilogue.append(f"        const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
+        lines, value = render_epilogue(spec.epilogue, k, program, names, accs, ityp, "        ")
+        epilogue += lines
+    value_dtype = spec.epilogue.dtype if spec.epilogue is not None else "float32"
+    BM, BN, BK, T = CONV_BM, CONV_BN, CONV_BK, CONV_THREADS
+    zero = "".join(f"""
+  float {a}[4][4];
+  #pragma unroll
+  for (int i = 0; i < 4; ++i)
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) {a}[i][j] = 0.0f;""" for a in (("acc", "acc2") if spec.side_stride else ("acc",)))
+    src = f"""{PRELUDE}
+{_signature(k, program, T, names)} {{
+{WAIT}
+  // As[k][m]: im2col tile of the input; Bs[k][n]: weight tile (one padding column against bank conflicts)
+  __shared__ float As[{BK}][{BM}];
+  __shared__ float Bs[{BK}][{BN} + 1];
+  const int tid = threadIdx.x;
+  const int tm = tid & 15, tn = tid >> 4;
+  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
+  const int n0 = blockIdx.y * {BN};
+  const int grp = blockIdx.z;{zero}
+{loops}
   #pragma unroll
   for (int i = 0; i < 4; ++i) {{
     const {ityp} m = m0 + tm + 16 * i;
@@ -217,8 +249,7 @@ def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90)
     """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on a GPU of compute capability
     `arch` (its shared memory bounds the K step)."""
     spec: Conv2dKernel = k.spec
-    names = ["x", "w"] + (["bias"] if spec.bias else []) + [f"e{i}" for i in range(spec.first_epilogue_arg,
-                                                                                 len(k.args))]
+    names = conv_names(spec, len(k.args))
     return conv2d_tc(k, program, render_epilogue, _ityp(*k.args, k.outs[0]),
                      lambda threads, min_blocks, cluster_z=0: _signature(k, program, threads, names, min_blocks,
                                                                          cluster_z), names, arch)

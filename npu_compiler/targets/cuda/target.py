@@ -20,8 +20,9 @@ from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
 from ..codegen import CodegenTarget
 from .common import CUDA, EARLY_WAIT, WAIT
+from .conv_tc import MIN_ARCH as CONV_TC_MIN_ARCH
 from .conv_tc import applies as conv_tc_applies
-from .conv_tc import convs_on_tensor_cores
+from .conv_tc import convs_on_tensor_cores, side_fits
 from .decode_attention import scores_scratch
 from .flash_attention import applies as tiles_fit
 from .flash_attention import tile_splits, tiles_apply
@@ -105,6 +106,10 @@ class CudaTarget(CodegenTarget):
         # blocks together more than its own small kernel (measured on the H100: SiLU-times-up in the down
         # projection's prologue made it 31 us against about 12 us plus a 3 us kernel)
         return reduces and prologue_applies(m, k, batch, a_dtype, b, b_dtype)
+
+    def conv_side(self, call, buffers) -> bool:
+        # on tensor cores only (the direct kernel runs a side conv too, on a GPU without them: slower, not wrong)
+        return self.arch >= CONV_TC_MIN_ARCH and side_fits(call, buffers, self.arch)
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # the GEMV only: a decode step's gate/up projection with SiLU(gate) * up as its epilogue
