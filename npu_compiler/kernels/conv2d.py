@@ -153,48 +153,45 @@ class Conv2dKernel(KernelSpec):
         od = dtype_name(out.dtype)
         ev = Evaluator(self.epilogue, out.shape, (), [arrays.buffer(r) for r in call.args]) \
             if self.epilogue is not None else None
-        (sh, sw), (ph, pw), (dh, dw), g = self.stride, self.padding, self.dilation, self.groups
+        geometry = (self.stride, self.padding, self.dilation, self.groups)
         side = None
         if self.side_stride:
             at = self.side_first_arg
             side = (arrays.view(call.args[at]), arrays.view(call.args[at + 1]),
-                    arrays.view(call.args[at + 2]) if self.side_bias else None, self.side_stride)
+                    arrays.view(call.args[at + 2]) if self.side_bias else None)
+            side_geometry = (self.side_stride, (0, 0), (1, 1), 1)
 
         def run() -> None:
-            x, w = xv.astype(np.float32), wv.astype(np.float32)
-            n = x.shape[0]
-            o, cg, kh, kw = w.shape
-            ho, wo = out.shape[2], out.shape[3]
-            xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
-            eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-            win = sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :ho, :wo]
-            og = o // g
-            y = np.empty((n, o, ho, wo), np.float32)
-            for gi in range(g):
-                cols = win[:, gi * cg:(gi + 1) * cg]  # n, cg, ho, wo, kh, kw
-                cols = cols.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cg * kh * kw)
-                wg = w[gi * og:(gi + 1) * og].reshape(og, cg * kh * kw)
-                y[:, gi * og:(gi + 1) * og] = (cols @ wg.T).reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
-            if bias is not None:
-                y += bias.astype(np.float32).reshape(1, -1, 1, 1)
+            out_hw = (out.shape[2], out.shape[3])
+            y = _conv_sum(xv, wv, bias, *geometry, out_hw)
             if ev is None:
                 store(out, y)
             elif side is None:
                 store(out, ev.evaluate(cast(y, od)))
-            else:
-                store(out, ev.evaluate([cast(y, od), cast(_side_sum(*side, (ho, wo)), od)]))
+            else:  # the side conv's sum as it would be alone (the unfolded graph's bits)
+                store(out, ev.evaluate([cast(y, od), cast(_conv_sum(*side, *side_geometry, out_hw), od)]))
 
         return run
 
 
-def _side_sum(x2: np.ndarray, w2: np.ndarray, b2: np.ndarray | None, stride: tuple[int, ...],
-              out_hw: tuple[int, int]) -> np.ndarray:
-    """A 1x1 side conv's sum plus its bias, in fp32 ([N, O, Ho, Wo]), as the conv above computes it alone."""
+def _conv_sum(xv: np.ndarray, wv: np.ndarray, bias: np.ndarray | None, stride: Sequence[int],
+              padding: Sequence[int], dilation: Sequence[int], g: int, out_hw: tuple[int, int]) -> np.ndarray:
+    """A conv's sum plus its bias, in fp32 ([N, O, Ho, Wo]): each group's patches times its filters."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    x, w = xv.astype(np.float32), wv.astype(np.float32)
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
     ho, wo = out_hw
-    xs = x2.astype(np.float32)[:, :, ::stride[0], ::stride[1]][:, :, :ho, :wo]
-    n, c = xs.shape[:2]
-    cols = xs.transpose(0, 2, 3, 1).reshape(n * ho * wo, c)
-    y = (cols @ w2.astype(np.float32).reshape(-1, c).T).reshape(n, ho, wo, -1).transpose(0, 3, 1, 2)
-    if b2 is not None:
-        y += b2.astype(np.float32).reshape(1, -1, 1, 1)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    win = sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :ho, :wo]
+    og = o // g
+    y = np.empty((n, o, ho, wo), np.float32)
+    for gi in range(g):
+        cols = win[:, gi * cg:(gi + 1) * cg]  # n, cg, ho, wo, kh, kw
+        cols = cols.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cg * kh * kw)
+        wg = w[gi * og:(gi + 1) * og].reshape(og, cg * kh * kw)
+        y[:, gi * og:(gi + 1) * og] = (cols @ wg.T).reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
+    if bias is not None:
+        y += bias.astype(np.float32).reshape(1, -1, 1, 1)
     return y

@@ -38,13 +38,12 @@ def fold_side_convs(kernels: list[KernelCall], buffers: Sequence[BufferSpec], ta
         if not _may_take(k.spec):
             continue
         for i in _shortcuts(k, writers, j):
-            if i in gone:
+            if i in gone or not isinstance(kernels[i].spec, Conv2dKernel):
                 continue
+            if any(i < w < j for r in _side_args(kernels[i]) for w in writers.get(r.buffer, ())):
+                continue  # its inputs are overwritten before the conv runs
             fused = _fold(kernels[i], k, buffers, touched)
-            if fused is None or any(w in range(i + 1, j) for r in _side_args(kernels[i])
-                                    for w in writers.get(r.buffer, ())):
-                continue
-            if target.conv_side(fused, buffers):
+            if fused is not None and target.conv_side(fused, buffers):
                 kernels[j] = fused
                 gone.add(i)
                 break

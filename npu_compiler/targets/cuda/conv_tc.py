@@ -783,10 +783,10 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         if spec.side_bias:
             b2 = k.args[spec.side_first_arg + 2]
             b2_value = load_expr(program.dtype_of(b2), "bias2[" + affine([("co", b2.strides[0])], b2.offset) + "]")
+        # between the side's loop and the conv's on the warpgroup MMA, at the conv's first tile on mma.sync
         side_done = f"""
-    if ({"true" if wgmma else f"kt == {kt_side}"}) {{  // the side conv's sums are complete: kept rounded (with its
-      // bias), the conv's start at 0 (on the warpgroup MMA: its first product of the conv's first tile accumulates
-      // nothing)
+    {"" if wgmma else f"if (kt == {kt_side}) "}{{  // the side conv's sums are complete: kept rounded (with its bias),
+      // and the conv's start from 0
       #pragma unroll
       for (int i = 0; i < {mi_n}; ++i)
         #pragma unroll
