@@ -92,28 +92,46 @@ def window_position(k: str, c: int, kw: int) -> str:
 def copy_lines(win: Window, x, geom: tuple[int, ...], bm: int, p_total: int, threads: int, ityp: str) -> str:
     """A lambda `copy_window(b, t)`: tile t's window into window buffer b, each of its output rows' kh input rows of
     every channel, zeros where a row lies outside the image (16-byte copies, committed by the caller, or element by
-    element). Its index arithmetic is in `ityp` (32 bits where the buffers allow: the divisions are most of it)."""
+    element).
+
+    A window row's source (its image, channel and input row: the divisions are most of the index arithmetic) is
+    found once a warp, each lane one row of every 32, and handed to the lanes copying its units by a shuffle; each
+    unit then costs one division (its row) and an add. Found once a unit instead, the copies were most of the
+    stem's instructions (ResNet-50 at batch 64: ncu had the kernel issue-bound, ALU the busiest pipe)."""
     h, wd, ho, wo, sh, ph, dh = geom
     xs = x.strides
     unit = ALIGN if win.vector else 1
     per_row = wd // unit
-    at = f"({ityp}){x.offset} + nb * {xs[0]} + ({ityp})cc * {xs[1]} + ih * {xs[2]}"
+    rows = win.orows * win.channels * win.kh  # window rows of a tile at most
+    groups = -(-rows // 32)
+    find = "".join(f"""
+    {{  // lane's row of group {j}: its source, or -1 outside the image (or the tile)
+      const int r = {32 * j} + lane, kr = r % {win.kh}, cc = (r / {win.kh}) % {win.channels};
+      const {ityp} orow = ra + r / {win.channels * win.kh};
+      const {ityp} ih = (orow % {ho}) * {sh} - {ph} + kr * {dh};
+      src{j} = r < nr * {win.channels * win.kh} && ih >= 0 && ih < {h}
+          ? ({ityp}){x.offset} + (orow / {ho}) * {xs[0]} + ({ityp})cc * {xs[1]} + ih * {xs[2]} : ({ityp})-1;
+    }}""" for j in range(groups))
+    pick = " ".join(f"{{ const {ityp} v = __shfl_sync(0xffffffffu, src{j}, r & 31); if ((r >> 5) == {j}) row = v; }}"
+                    for j in range(groups))
     if win.vector:
-        copy = f"""      tc_cp16(&win[dst], xt + (ok ? {at} + u * {ALIGN} : 0), ok);"""
+        copy = f"""tc_cp16(&win[dst], xt + (row >= 0 ? row + ({ityp})u * {ALIGN} : 0), row >= 0);"""
     else:
-        copy = f"""      win[dst] = ok ? xt[{at} + ({ityp})u * {xs[3]}] : (unsigned short)0;"""
+        copy = f"""win[dst] = row >= 0 ? xt[row + ({ityp})u * {xs[3]}] : (unsigned short)0;"""
     return f"""
   auto copy_window = [&](int b, int t) {{
     const {ityp} ra = ({ityp})t * {bm} / {wo};
     const int nr = (int)((min(({ityp})t * {bm} + {bm}, ({ityp}){p_total}) - 1) / {wo} - ra + 1);
-    for (int q = tid; q < nr * {win.channels * win.kh * per_row}; q += {threads}) {{
-      const int u = q % {per_row}, r = q / {per_row}, kr = r % {win.kh}, cc = (r / {win.kh}) % {win.channels};
-      const int rl = r / {win.channels * win.kh};
-      const {ityp} orow = ra + rl, nb = orow / {ho};
-      const {ityp} ih = (orow % {ho}) * {sh} - {ph} + kr * {dh};
-      const bool ok = ih >= 0 && ih < {h};
-      const int dst = b * {win.buf} + rl * {win.slab} + (cc * {win.kh} + kr) * {win.width} + {win.padl} + u * {unit};
-{copy}
+    {ityp} {", ".join(f"src{j}" for j in range(groups))};{find}
+    // the warp's units, 32 at a time (every lane in each round: the shuffles need them all)
+    for (int q0 = warp * 32; q0 < nr * {win.channels * win.kh * per_row}; q0 += {threads}) {{
+      const int q = q0 + lane, r = q / {per_row}, u = q - r * {per_row};
+      {ityp} row = -1;
+      {pick}
+      if (q < nr * {win.channels * win.kh * per_row}) {{
+        const int dst = b * {win.buf} + r * {win.width} + {win.padl} + u * {unit};
+        {copy}
+      }}
     }}
   }};"""
 
