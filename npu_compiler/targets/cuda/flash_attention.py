@@ -1026,6 +1026,7 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     rows = b * h * t
     block = 128
     warps = block // 32
+    col_steps = -(-dv // 64)  # a lane's column pairs of a row
     additive = g.mask is not None and p.mask == "additive"
     dead = literal(dead_threshold(program.dtype_of(g.mask)) if additive else -1e30, "float32")
     if p.online:
@@ -1044,28 +1045,17 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
       }}
     const float inv = (mx == {NEG_INF_F}) ? 0.0f : 1.0f / tot;
     if ({str(additive).lower()} && lane == 0 && (huge || !(mx > {dead} / 4.0f))) atomicOr(fl, 1 << 31);"""
-        gather = f"""
-      float2 acc = make_float2(0.0f, 0.0f);
-      for (int zz = 0; zz < {splits}; ++zz)
-        if (u[zz]) {{
-          const float* st = out1 + (row * {splits} + zz) * {stride};
-          const float f = (st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx);
-          const float2 v = *reinterpret_cast<const float2*>(st + 2 + d0);
-          acc.x += v.x * f;
-          acc.y += v.y * f;
-        }}
+        weight = f"""
+      const float* st = out1 + (row * {splits} + zz) * {stride};
+      f[zz] = (st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx);"""
+        term, scale = "v[cs][zz].{0} * f[zz]", """
       acc.x *= inv;
       acc.y *= inv;"""
     else:
         row_stats = ""
-        gather = f"""
-      float2 acc = make_float2(0.0f, 0.0f);
-      for (int zz = 0; zz < {splits}; ++zz)
-        if (u[zz]) {{
-          const float2 v = *reinterpret_cast<const float2*>(out1 + (row * {splits} + zz) * {stride} + 2 + d0);
-          acc.x += v.x;
-          acc.y += v.y;
-        }}"""
+        weight = """
+      f[zz] = 1.0f;"""
+        term, scale = "v[cs][zz].{0}", ""
     src = f"""{PRELUDE}
 {signature(block, 0)} {{
 {WAIT}
@@ -1078,7 +1068,36 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     const long long bh = row / {t};
     const {ityp} hi = bh % {h}, bi = bh / {h};
     const int* u = used + (bh * {rbs} + ti / {BM}) * {splits};{row_stats}
-    for ({ityp} d0 = lane * 2; d0 < {dv}; d0 += 64) {{{gather}
+    // every split's weight and every value of the row's columns are loaded before the first store: a store could
+    // alias a later load (for all the compiler knows), which would make each column step a round trip of its own
+    bool live[{splits}];
+    float f[{splits}];
+    #pragma unroll
+    for (int zz = 0; zz < {splits}; ++zz) {{
+      live[zz] = u[zz] != 0;
+      f[zz] = 0.0f;
+      if (live[zz]) {{{weight}
+      }}
+    }}
+    float2 v[{col_steps}][{splits}];
+    #pragma unroll
+    for (int cs = 0; cs < {col_steps}; ++cs)
+      #pragma unroll
+      for (int zz = 0; zz < {splits}; ++zz)
+        v[cs][zz] = live[zz] && lane * 2 + cs * 64 < {dv}
+            ? *reinterpret_cast<const float2*>(out1 + (row * {splits} + zz) * {stride} + 2 + lane * 2 + cs * 64)
+            : make_float2(0.0f, 0.0f);
+    #pragma unroll
+    for (int cs = 0; cs < {col_steps}; ++cs) {{
+      const {ityp} d0 = lane * 2 + cs * 64;
+      if (d0 >= {dv}) break;
+      float2 acc = make_float2(0.0f, 0.0f);
+      #pragma unroll
+      for (int zz = 0; zz < {splits}; ++zz)
+        if (live[zz]) {{
+          acc.x += {term.format("x")};
+          acc.y += {term.format("y")};
+        }}{scale}
       #pragma unroll
       for (int e = 0; e < 2; ++e) {{
         const {ityp} dd = d0 + e;
