@@ -816,7 +816,9 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
 def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
     """ResNet's convs over channels-last activations (output channels a multiple of 16) store 4 channels a lane after
     an exchange in the quad, and read a residual 4 channels a lane the same way: no 2-byte residual load, no 4-byte
-    store (each filled half of a 32-byte sector), and the bias loaded once for the thread's channels."""
+    store (each filled half of a 32-byte sector), and the bias loaded once for the thread's channels. The convs of
+    the direct kernel (conv_direct.py: no residual) store 2 channels a lane after an exchange between lanes, with
+    the bias loaded once too."""
     from fused_cases import ir_dict
 
     from npu_export.resnet import resnet18
@@ -827,8 +829,14 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
     program = npu_compiler.compile(ir, "cuda", dtype="float16", disable_passes=["conv_side"])
     convs = [k for k in program.kernels if k.kind == "conv2d" and k.spec.splits == 1]
     with_residual = 0
+    direct = 0
     for k in convs:
         src = CudaTarget().kernel_sources(k, program)[0]
+        if "desc_plain" in src:
+            assert "*reinterpret_cast<unsigned*>(out0 + (" in src and "out0[" not in src, k.name
+            assert "v += bv[hf];" in src or not k.spec.bias, k.name
+            direct += 1
+            continue
         assert "*reinterpret_cast<uint2*>(out0 + (" in src and "*reinterpret_cast<unsigned*>(out0" not in src, k.name
         if k.spec.bias:
             assert "v += bv[j][e];" in src, k.name
@@ -836,7 +844,7 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
         for a in residuals:
             assert f"reinterpret_cast<const uint2*>(e{a} + (" in src and f"e{a}[" not in src, (k.name, a)
         with_residual += bool(residuals)
-    assert convs and with_residual >= 4
+    assert convs and with_residual >= 4 and direct >= 2
 
 
 def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:

@@ -2,7 +2,8 @@
 in the same dtype: 1x1, 3x3 and 7x7 windows, strides, padding, dilation, bias or none, a residual add and a ReLU in
 the epilogue; both loads of each operand (16-byte copies of a contiguous weight and of contiguous pixel rows; the
 element-by-element gather of a window, of a program input in NCHW and of a weight whose K is no multiple of 8);
-output-channel, pixel and K counts that are not multiples of the tile; every block tile size."""
+output-channel, pixel and K counts that are not multiples of the tile; every block tile size. The direct kernel of
+64-channel stride-1 convs on Hopper (conv_direct.py) against PyTorch the same way."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fused_cases import ConvPool, ir_dict, module_weights
 from tolerances import assert_close
 
 import npu_compiler
-from npu_compiler.targets.cuda import CudaTarget, conv_tc
+from npu_compiler.targets.cuda import CudaTarget, conv_direct, conv_tc
 from npu_runtime import load_weights
 
 from .util import to_np
@@ -116,6 +117,39 @@ def _check_against_torch(model, args, program, dtype: str, name: str, cuda_backe
     with torch.no_grad():
         ref = model.cuda()(*(a.cuda() for a in args)).float().cpu().numpy()
     assert_close(got.astype(np.float32), ref, dtype, "accumulate", "cuda", what=name)
+
+
+# The direct kernel (conv_direct.py, Hopper: 64 input channels, stride 1, the weight resident in shared memory,
+# pixels from a halo). name: dtype, (n, c, h, w), o, kernel, padding, bias, relu; every case has tiles for every SM.
+DIRECT = {
+    # ResNet's first-stage 3x3 conv (tiles of 28 rows: the MMA's n = 224)
+    "3x3_stage1_fp16": ("float16", (10, 64, 56, 56), 64, 3, 1, True, True),
+    # two tiles of 64 output channels; 30 columns: the last column tile half outside the image; n = 240
+    "3x3_two_channel_tiles_bf16": ("bfloat16", (24, 64, 30, 30), 128, 3, 1, True, False),
+    # no padding, no bias, no epilogue: 43 output rows as two tiles of 22 (one row past the image), 42 columns
+    "3x3_valid_no_bias_fp16": ("float16", (12, 64, 45, 44), 64, 3, 0, False, False),
+    # a 2x2 window over 32 output rows (n = 256, the MMA's largest), 63 columns
+    "2x2_bf16": ("bfloat16", (17, 64, 33, 64), 64, 2, 0, True, True),
+    # ResNet's second-stage 3x3 conv: 128 channels, two blocks of the weight a tap, one halo buffer
+    "3x3_stage2_one_halo_fp16": ("float16", (20, 128, 28, 28), 128, 3, 1, True, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIRECT))
+def test_direct_conv_matches_torch(name, cuda_backend) -> None:
+    dtype, (n, c, h, w), o, k, pad, bias, relu = DIRECT[name]
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = ConvBlock(c, o, k, 1, pad, 1, bias, True, relu).eval().to(tdt)
+    args = [torch.randn(n, c, h, w).to(tdt)]
+    program = npu_compiler.compile(ir_dict(model, args, name), "cuda", dtype=dtype)
+    main = [kc for kc in program.kernels if kc.kind == "conv2d"][-1]
+    arch = int(cuda_backend.state.arch)
+    assert conv_direct.fits(main, program, arch) == (arch == conv_direct.ARCH)
+    if arch == conv_direct.ARCH:
+        ho = h + 2 * pad - k + 1
+        assert f"m64n{8 * conv_direct.tile_rows(ho)}k16" in CudaTarget(arch).kernel_sources(main, program)[0]
+    _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 
 class WeightInput(torch.nn.Module):
