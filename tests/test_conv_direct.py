@@ -52,7 +52,7 @@ def test_direct_conv_is_chosen_where_it_fits(case, want) -> None:
     assert conv_direct.fits(main, program, 90) == want
     assert not conv_direct.fits(main, program, 80)  # the warpgroup MMA: Hopper only
     source = CudaTarget(90).kernel_sources(main, program)[0]
-    assert ("desc_plain" in source) == want
+    assert ("wg_desc_plain" in source) == want
     if want:
         assert "m64n224k16" in source  # 56 or 28 output rows: tiles of 28
         # one halo buffer where two do not fit beside the weight

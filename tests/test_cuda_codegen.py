@@ -832,7 +832,7 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
     direct = 0
     for k in convs:
         src = CudaTarget().kernel_sources(k, program)[0]
-        if "desc_plain" in src:
+        if "wg_desc_plain" in src:
             assert "*reinterpret_cast<unsigned*>(out0 + (" in src and "out0[" not in src, k.name
             assert "v += bv[hf];" in src or not k.spec.bias, k.name
             direct += 1

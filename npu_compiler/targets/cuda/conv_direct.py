@@ -43,15 +43,13 @@ from .common import (
     tc_helpers,
     wgmma_helpers,
 )
+from .conv_tc import _OPERANDS, MAX_SMEM, SMS, WGMMA_ARCH, pixels_vectorizable, weight_vectorizable
 
-ARCH = 90  # wgmma: sm_90a
+ARCH = WGMMA_ARCH  # the warpgroup MMA: sm_90a
 CHANNEL_BLOCK = 64  # input channels a 128-byte line of the swizzled weight holds: the channel count's multiple
 O_TILE = 64  # output channels a block (the MMA's m64)
 TX = 8  # output columns a tile: one core matrix of B is 8 neighbouring pixels
 MAX_N = 256  # the MMA's largest n: a tile's pixels
-MAX_SMEM = 227 * 1024
-SMS = 132
-_OPERANDS = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def tile_rows(ho: int) -> int:
@@ -67,7 +65,7 @@ def smem_parts(c: int, kh: int, kw: int, ty: int) -> tuple[int, int, int]:
     77 KB halo), 0 where not even that fits."""
     weight = kh * kw * (c // CHANNEL_BLOCK) * O_TILE * 128
     halo = (c // 8) * (ty + kh - 1) * (TX + kw - 1) * 16
-    return weight, halo, next((b for b in (2, 1) if weight + b * halo <= MAX_SMEM), 0)
+    return weight, halo, next((b for b in (2, 1) if weight + b * halo <= MAX_SMEM[ARCH]), 0)
 
 
 def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
@@ -77,8 +75,6 @@ def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
     channels, the weight as [O, kh, kw, C], the weight and two halos within the shared memory, an epilogue that
     reads no tensor (its element-by-element loads made a 3x3 conv with a residual add 77 -> 145 us), and tiles
     enough for every SM (ResNet-50 at batch 1: 14 tiles, no faster than the implicit GEMM's split K)."""
-    from .conv_tc import pixels_vectorizable, weight_vectorizable  # noqa: PLC0415 (conv_tc dispatches here)
-
     spec = k.spec
     if arch != ARCH or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or spec.splits != 1 \
             or spec.side_stride or len(k.outs) != 1:
@@ -186,7 +182,7 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
       #pragma unroll
       for (int kk = {lo}; kk < {hi}; ++kk)
         tc_wgmma(acc, wg_desc(sb + (tap * {cb} + kk / 4) * {O_TILE * 128} + (kk % 4) * 32, 16, 1024),
-                 desc_plain(sb + {w_bytes} + {b} * {halo} + ((2 * kk * {hy} + tap / {kw}) * {hx} + tap % {kw}) * 16,
+                 wg_desc_plain(sb + {w_bytes} + {b} * {halo} + ((2 * kk * {hy} + tap / {kw}) * {hx} + tap % {kw}) * 16,
                             {hy * hx * 16}, {hx * 16}));
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");"""
 
@@ -227,12 +223,7 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
         products += f"""
     wg_wait<{npx // 2}>(acc);"""
     src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}{wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (npx, False, False)})}
-__device__ __forceinline__ unsigned long long desc_plain(unsigned at, unsigned lead, unsigned stride) {{
-  // a no-swizzle K-major operand: core matrices of 8 rows x 16 bytes, `lead` bytes apart along K, `stride` along n
-  return (unsigned long long)((at & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16)
-         | ((unsigned long long)(stride >> 4) << 32);
-}}
+{tc_helpers(_OPERANDS[od])}{wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (npx, False, False)}, plain_desc=True)}
 {signature(threads, 1)} {{
   extern __shared__ __align__(1024) unsigned char sm[];
   const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);

@@ -38,7 +38,7 @@ from ...expr import nodes as X
 from ...kernels import Conv2dKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine
-from . import conv_direct, conv_window
+from . import conv_window
 from .common import (
     PRELUDE,
     WAIT,
@@ -347,8 +347,6 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     """The kernel's source and launch, and for a K split across blocks outside a cluster the launch that sums the
     splits and applies the epilogue. `signature(threads, min_blocks, cluster_z)` gives the declaration;
     `render_epilogue` and `names` render the record's epilogue as the other library kernels do."""
-    if conv_direct.fits(k, program, arch):
-        return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names)
     spec: Conv2dKernel = k.spec
     x, w, out = k.args[0], k.args[1], k.outs[0]
     _, c, h, wd = x.shape

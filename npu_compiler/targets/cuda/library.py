@@ -14,6 +14,7 @@ from ...expr import nodes as X
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import ExprRenderer, KernelText, Launch, Scope, Store, attention_geometry, render_expression
+from . import conv_direct
 from .common import (
     CUDA,
     KERNEL_NAME,
@@ -247,12 +248,17 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 
 def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90) -> list[tuple[str, Launch]]:
     """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on a GPU of compute capability
-    `arch` (its shared memory bounds the K step)."""
+    `arch` (its shared memory bounds the K step), or the direct conv (`conv_direct.py`) where that one fits."""
     spec: Conv2dKernel = k.spec
     names = conv_names(spec, len(k.args))
-    return conv2d_tc(k, program, render_epilogue, _ityp(*k.args, k.outs[0]),
-                     lambda threads, min_blocks, cluster_z=0: _signature(k, program, threads, names, min_blocks,
-                                                                         cluster_z), names, arch)
+    ityp = _ityp(*k.args, k.outs[0])
+
+    def signature(threads: int, min_blocks: int, cluster_z: int = 0) -> str:
+        return _signature(k, program, threads, names, min_blocks, cluster_z)
+
+    if conv_direct.fits(k, program, arch):
+        return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names)
+    return conv2d_tc(k, program, render_epilogue, ityp, signature, names, arch)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------
