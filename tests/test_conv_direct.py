@@ -62,3 +62,13 @@ def test_direct_conv_is_chosen_where_it_fits(case, want) -> None:
 @pytest.mark.parametrize("rows,want", [(56, 28), (43, 22), (30, 30), (100, 25), (32, 32), (33, 11), (7, 7), (1, 1)])
 def test_tile_rows(rows, want) -> None:
     assert conv_direct.tile_rows(rows) == want
+
+
+def test_outputs_it_stores_two_channels_at_a_time_into() -> None:
+    from npu_compiler.program import TensorRef
+
+    n, c, h, w = 2, 64, 5, 6
+    assert conv_direct._pairs(TensorRef(0, (n, c, h, w), (h * w * c, 1, w * c, c), 0))  # channels-last
+    assert not conv_direct._pairs(TensorRef(0, (n, c, h, w), (c * h * w, h * w, w, 1), 0))  # NCHW
+    assert not conv_direct._pairs(TensorRef(0, (n, c, h, w), (h * w * c, 1, w * c, c), 1))  # an odd first channel
+    assert not conv_direct._pairs(TensorRef(0, (n, c, h, w), (h * w * 65, 1, w * 65, 65), 0))  # odd pixel stride

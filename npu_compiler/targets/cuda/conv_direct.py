@@ -71,10 +71,11 @@ def smem_parts(c: int, kh: int, kw: int, ty: int) -> tuple[int, int, int]:
 def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
     """A conv this kernel runs: Hopper, one 16-bit dtype, one group, unsplit, no side conv, stride and dilation 1,
     a window of several taps (a 1x1 conv reads each pixel once anyway: ResNet-50's 64-channel 1x1 convs at batch 64
-    went 26.5 -> 36.3 us here), 64 input channels of a channels-last input in 16-byte runs, whole tiles of 64 output
-    channels, the weight as [O, kh, kw, C], the weight and two halos within the shared memory, an epilogue that
-    reads no tensor (its element-by-element loads made a 3x3 conv with a residual add 77 -> 145 us), and tiles
-    enough for every SM (ResNet-50 at batch 1: 14 tiles, no faster than the implicit GEMM's split K)."""
+    went 26.5 -> 36.3 us here), whole blocks of 64 input channels of a channels-last input in 16-byte runs, whole
+    tiles of 64 output channels, the weight as [O, kh, kw, C], a channels-last output (`_pairs`), the weight and a
+    halo within the shared memory, an epilogue that reads no tensor (its element-by-element loads made a 3x3 conv
+    with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14 tiles, no faster than
+    the implicit GEMM's split K)."""
     spec = k.spec
     if arch != ARCH or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or spec.splits != 1 \
             or spec.side_stride or len(k.outs) != 1:
@@ -91,11 +92,20 @@ def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
     o, _, kh, kw = w.shape
     if kh * kw < 2 or o % O_TILE or not pixels_vectorizable(x) or not weight_vectorizable(w):
         return False
+    if not _pairs(out):
+        return False
     n, _, ho, wo = out.shape
     ty = tile_rows(ho)
     if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < SMS:
         return False
     return smem_parts(c, kh, kw, ty)[2] > 0
+
+
+def _pairs(out) -> bool:
+    """The output is channels-last with every pixel's channels 4-byte aligned: two neighbouring channels are one
+    store (the lowering makes every conv result so where its convs run on tensor cores)."""
+    os_ = out.strides
+    return os_[1] == 1 and out.offset % 2 == 0 and all(s % 2 == 0 for s in (os_[0], os_[2], os_[3]))
 
 
 def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
@@ -108,9 +118,8 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     ph, pw = spec.padding
     od = program.dtype_of(out)
     xs, os_ = x.strides, out.strides
-    as_bits, from_bits = ("__half_as_ushort", "__ushort_as_half") if od == "float16" else \
-        ("__bfloat16_as_ushort", "__ushort_as_bfloat16")
-    pair = (os_[1] == 1 and out.offset % 2 == 0 and all(s_ % 2 == 0 for s_ in (os_[0], os_[2], os_[3])))
+    as_bits = "__half_as_ushort" if od == "float16" else "__bfloat16_as_ushort"
+
     ty = tile_rows(ho)
     hy, hx = ty + kh - 1, TX + kw - 1
     npx = ty * TX  # the MMA's n
@@ -125,7 +134,6 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     weight_early = program.buffers[w.buffer].kind == "weight"
     w_at = affine([("co", w.strides[0]), ("tap", c)], w.offset)
     x_at = affine([("nb", xs[0]), ("iy", xs[2]), ("ix", xs[3])], x.offset)
-    o_at = affine([("nb", os_[0]), ("co", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
 
     weights = f"""
   // every tap's weight, 64 output channels x 64 input channels a 8 KB block ([tap][channel block]), swizzled
@@ -157,23 +165,15 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
         value_dtype = spec.epilogue.dtype
     lines.append(f"          sv[e] = {as_bits}({store_expr(od, value, value_dtype)});")
     epilogue = "\n".join(lines)
-    if pair:
-        # lanes 4 apart hold neighbouring channels of the same pixels: an exchange leaves each with both channels
-        # of one pixel (the even lane the first, the odd the second), one 4-byte store
-        at = affine([("nb", os_[0]), ("ce", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
-        store = f"""
+    # lanes 4 apart hold neighbouring channels of the same pixels: an exchange leaves each with both channels of one
+    # pixel (the even lane the first, the odd the second), one 4-byte store (`_pairs`: the output allows it)
+    at = affine([("nb", os_[0]), ("ce", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+    store = f"""
         const int odd = (lane >> 2) & 1;
         const unsigned got = __shfl_xor_sync(0xffffffffu, odd ? (unsigned)sv[0] : (unsigned)sv[1], 4);
         const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + odd, ce = co - odd;
         if (oh < {ho} && ow < {wo})
           *reinterpret_cast<unsigned*>(out0 + ({at})) = odd ? got | ((unsigned)sv[1] << 16) : sv[0] | (got << 16);"""
-    else:
-        store = f"""
-        #pragma unroll
-        for (int e = 0; e < 2; ++e) {{
-          const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + e;
-          if (oh < {ho} && ow < {wo}) out0[{o_at}] = {from_bits}(sv[e]);
-        }}"""
     def mma(lo: int, hi: int, b: str) -> str:
         """Every tap's products over the halo's channel steps lo..hi (16 channels each) of buffer b."""
         return f"""
