@@ -59,6 +59,11 @@ class Launch:
     early: bool = False
 
 
+def ptrs_of(k: KernelCall) -> list[tuple[str, int]]:
+    """A launch's pointer arguments for a record's buffers: its outputs, then its arguments, in order."""
+    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+
+
 class Language:
     """What a C-like language supplies. Types: every float computes in a float register (`reg`), integers in the
     language's integer register, bools as bool; storage types are the buffer's own."""

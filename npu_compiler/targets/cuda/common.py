@@ -223,6 +223,12 @@ __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
 """
 
 
+def swizzled_at(row: str, ch: str) -> str:
+    """The half-element offset, in a K-major tile of the warpgroup MMA with the 128-byte swizzle (`wg_desc`), of the
+    16-byte chunk `ch` of row `row`: a row's 64 K values one 128-byte line, the chunk at chunk ch ^ (row % 8)."""
+    return f"({row}) * 64 + ((({ch}) ^ (({row}) & 7)) * 8)"
+
+
 def wgmma_helpers(mma_t: str, products: dict[str, tuple[int, bool, bool]], plain_desc: bool = False) -> str:
     """Device helpers of the kernels on Hopper's warpgroup MMA (`wgmma`, sm_90a only: the source asks for the
     arch-specific target). `wg_desc(at, lead, stride)`: the shared-memory matrix descriptor of a tile in the 128-byte

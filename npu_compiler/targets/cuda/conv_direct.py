@@ -31,7 +31,7 @@ from __future__ import annotations
 from ...expr import nodes as X
 from ...kernels import Conv2dKernel
 from ...program import CompiledProgram, KernelCall
-from ..clike import Launch, affine
+from ..clike import Launch, affine, ptrs_of
 from .common import (
     PRELUDE,
     WAIT,
@@ -40,6 +40,7 @@ from .common import (
     load_expr,
     round_expr,
     store_expr,
+    swizzled_at,
     tc_helpers,
     wgmma_helpers,
 )
@@ -130,7 +131,7 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     smem = w_bytes + nbuf * halo
     cb = c // CHANNEL_BLOCK
     threads = 128
-    grid = max(1, min(tiles, SMS // o_tiles if o_tiles <= SMS else 1))
+    grid = max(1, min(tiles, SMS // o_tiles))
     weight_early = program.buffers[w.buffer].kind == "weight"
     w_at = affine([("co", w.strides[0]), ("tap", c)], w.offset)
     x_at = affine([("nb", xs[0]), ("iy", xs[2]), ("ix", xs[3])], x.offset)
@@ -140,7 +141,7 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
   for (int q = tid; q < {kh * kw * cb * O_TILE * 8}; q += {threads}) {{
     const int ch = q & 7, row = q >> 3, blk = row / {O_TILE}, ol = row % {O_TILE}, tap = blk / {cb};
     const {ityp} co = oc0 + ol;
-    tc_cp16(sm + blk * {O_TILE * 128} + ol * 128 + ((ch ^ (ol & 7)) * 16),
+    tc_cp16(reinterpret_cast<unsigned short*>(sm) + blk * {O_TILE * 64} + {swizzled_at("ol", "ch")},
             wt + {w_at} + (blk % {cb}) * {CHANNEL_BLOCK} + ch * 8, true);
   }}"""
     lines = []
@@ -268,5 +269,4 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
   }}
 }}
 """
-    ptrs = [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
-    return [(src, Launch((grid, o_tiles, 1), threads, ptrs, smem))]
+    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]

@@ -37,7 +37,7 @@ from ...dtypes import itemsize
 from ...expr import nodes as X
 from ...kernels import Conv2dKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
-from ..clike import Launch, affine
+from ..clike import Launch, affine, ptrs_of
 from . import conv_window
 from .common import (
     PRELUDE,
@@ -48,6 +48,7 @@ from .common import (
     round_expr,
     storage,
     store_expr,
+    swizzled_at,
     tc_helpers,
     wgmma_helpers,
 )
@@ -396,7 +397,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         chunk = f"((tid >> 3) % {cpr})"
 
         def at(row: str, ch: str) -> str:
-            return f"({row}) * 64 + ((({ch}) ^ (({row}) & 7)) * 8)"
+            return swizzled_at(row, ch)
     else:
         row_h = bk + _PAD
 
@@ -764,7 +765,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   }}
   }}"""
 
-    ptrs = [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+    ptrs = ptrs_of(k)
     if win is not None:  # its own kernel around the same products and epilogue
         w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
         src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,

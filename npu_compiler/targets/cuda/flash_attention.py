@@ -1045,16 +1045,20 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
       }}
     const float inv = (mx == {NEG_INF_F}) ? 0.0f : 1.0f / tot;
     if ({str(additive).lower()} && lane == 0 && (huge || !(mx > {dead} / 4.0f))) atomicOr(fl, 1 << 31);"""
-        weight = f"""
+        # each split's output is at its own max: its weight exp(its max - the row's max)
+        weights = f"""
+    float f[{splits}];
+    #pragma unroll
+    for (int zz = 0; zz < {splits}; ++zz) {{
       const float* st = out1 + (row * {splits} + zz) * {stride};
-      f[zz] = (st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx);"""
+      f[zz] = (!live[zz] || st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx);
+    }}"""
         term, scale = "v[cs][zz].{0} * f[zz]", """
       acc.x *= inv;
       acc.y *= inv;"""
     else:
         row_stats = ""
-        weight = """
-      f[zz] = 1.0f;"""
+        weights = ""
         term, scale = "v[cs][zz].{0}", ""
     src = f"""{PRELUDE}
 {signature(block, 0)} {{
@@ -1071,14 +1075,8 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     // every split's weight and every value of the row's columns are loaded before the first store: a store could
     // alias a later load (for all the compiler knows), which would make each column step a round trip of its own
     bool live[{splits}];
-    float f[{splits}];
     #pragma unroll
-    for (int zz = 0; zz < {splits}; ++zz) {{
-      live[zz] = u[zz] != 0;
-      f[zz] = 0.0f;
-      if (live[zz]) {{{weight}
-      }}
-    }}
+    for (int zz = 0; zz < {splits}; ++zz) live[zz] = u[zz] != 0;{weights}
     float2 v[{col_steps}][{splits}];
     #pragma unroll
     for (int cs = 0; cs < {col_steps}; ++cs)

@@ -13,7 +13,16 @@ from ...errors import NPUCompileError
 from ...expr import nodes as X
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
-from ..clike import ExprRenderer, KernelText, Launch, Scope, Store, attention_geometry, render_expression
+from ..clike import (
+    ExprRenderer,
+    KernelText,
+    Launch,
+    Scope,
+    Store,
+    attention_geometry,
+    ptrs_of,
+    render_expression,
+)
 from . import conv_direct
 from .common import (
     CUDA,
@@ -41,10 +50,6 @@ from .flash_attention import flash_attention
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
     return program.buffers[ref.buffer].dtype
-
-
-def _ptrs(k: KernelCall) -> list[tuple[str, int]]:
-    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
 
 
 def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None,
@@ -243,7 +248,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     grid = (-(-m_total // BM), -(-og // BN), g)
     if m_total == 0 or og == 0:
         grid = (0, 1, 1)
-    return src, Launch(grid, T, _ptrs(k))
+    return src, Launch(grid, T, ptrs_of(k))
 
 
 def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90) -> list[tuple[str, Launch]]:
@@ -473,7 +478,7 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 """
     rows = b * h * t
     grid = _grid(rows, 1) if rows else 0
-    return src, Launch((grid, 1, 1), block, _ptrs(k))
+    return src, Launch((grid, 1, 1), block, ptrs_of(k))
 
 
 def attention_tiles(k: KernelCall, program: CompiledProgram, arch: int = 0) -> list[tuple[str, Launch]]:
@@ -481,7 +486,7 @@ def attention_tiles(k: KernelCall, program: CompiledProgram, arch: int = 0) -> l
     compute capability `arch`."""
     mask = [k.args[3]] if k.spec.mask != "none" else []
     return flash_attention(k, program, lambda block, min_blocks: _signature(k, program, block, min_blocks=min_blocks),
-                           _ptrs(k),
+                           ptrs_of(k),
                            _ityp(*k.args[:3], k.outs[0], *mask), arch)
 
 
@@ -503,7 +508,7 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
     a = _attention_setup(k, program)
     if grouped_decode_applies(k, program):
         # one block per (KV head, split) for the whole query-head group: each key and value row read once
-        launches = grouped_decode(k, program, a, lambda block: _signature(k, program, block), _ptrs(k))
+        launches = grouped_decode(k, program, a, lambda block: _signature(k, program, block), ptrs_of(k))
         return launches + [_split_combine(k, program, a, online=k.spec.online)]
     p: AttentionKernel = k.spec
     ityp, d, dv, dpl, vpl, vd, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.pd
@@ -590,7 +595,7 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
   }}
 }}
 """
-    ptrs = _ptrs(k)
+    ptrs = ptrs_of(k)
     return [(stats, Launch((rows, splits, 1), block, ptrs)), (accumulate, Launch((rows, splits, 1), block, ptrs)),
             _split_combine(k, program, a)]
 
@@ -650,7 +655,7 @@ def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn, online: bo
   }}
 }}
 """
-    return src, Launch((_grid(rows, 1), -(-dv // 32), 1), 32 * nw, _ptrs(k))
+    return src, Launch((_grid(rows, 1), -(-dv // 32), 1), 32 * nw, ptrs_of(k))
 
 
 # ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
@@ -765,7 +770,7 @@ def _elementwise_shell(k: KernelCall, program: CompiledProgram, ityp: str, n_out
     lines += body
     lines += ["  }", "}"]
     grid = _grid(n_out, block) if n_out else 0
-    return "\n".join(lines) + "\n", Launch((grid, 1, 1), block, _ptrs(k))
+    return "\n".join(lines) + "\n", Launch((grid, 1, 1), block, ptrs_of(k))
 
 
 def _decompose(var: str, shape: tuple[int, ...], ityp: str) -> list[str]:

@@ -24,6 +24,7 @@ from ..clike import (
     decompose,
     grid_for,
     max_extent,
+    ptrs_of,
 )
 from .language import NEG_INF_F, WGSL, entry_point, f32_literal, reg
 
@@ -32,10 +33,6 @@ MAX_GRID = WGSL.max_grid
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
     return program.buffers[ref.buffer].dtype
-
-
-def ptrs_of(k: KernelCall) -> list[tuple[str, int]]:
-    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
 
 
 def names_of(k: KernelCall) -> list[str]:
