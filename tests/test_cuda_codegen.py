@@ -552,8 +552,14 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     ampere = CudaTarget(80).kernel_sources(att, program)
     assert "wgmma" not in ampere[1] and "tc_mma(sacc" in ampere[1] and nvrtc.target_for(ampere[1], "sm_80") == "sm_80"
     assert "atomicOr" in r.sources[steps[2].source]
-    # the combining launch: one warp a row, the row in 64 bits (the record's offsets outgrow q's index type)
-    assert "for (long long row = " in r.sources[steps[2].source] and "lane * 2" in r.sources[steps[2].source]
+    # with three heads a block the next tile's Q K^T is issued ahead of the last tile's P V (which runs during the
+    # softmax), and the partial outputs leave through shared memory as one bulk copy a row; with one, neither
+    assert ("wg_wait<32, 1>(&sacc" in online) == (hb > 1)
+    assert ("cp.async.bulk.global.shared::cta" in online) == (hb > 1)
+    # the combining launch: one warp a row, the row in 64 bits (the record's offsets outgrow q's index type), four
+    # columns a lane (an online record's rows are 16-byte aligned), stored 8 bytes at a time
+    combine = r.sources[steps[2].source]
+    assert "for (long long row = " in combine and "lane * 4" in combine and "reinterpret_cast<uint2*>(&out0" in combine
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]
 

@@ -239,7 +239,8 @@ def wgmma_helpers(mma_t: str, products: dict[str, tuple[int, bool, bool]], plain
     operands into fp32 accumulators `d` (the thread's n / 2): `name(d, da, db)` with A in shared memory (K-major), or
     `name(d, a, db)` with A in registers (an mma.sync m16n8k16 A fragment of each warp's 16 rows); B in shared memory,
     K-major or in its transposed (N-contiguous) form. `wg_wait<N>(d)`: every committed product done, and N
-    accumulators fenced so that no read of them moves above the wait. With `plain_desc`, `wg_desc_plain(at, lead,
+    accumulators fenced so that no read of them moves above the wait; `wg_wait<N, P>(d)`: every product but the P
+    committed last done (those may run on). With `plain_desc`, `wg_desc_plain(at, lead,
     stride)` too: the descriptor of a tile without swizzle (core matrices of 8 rows of 16 bytes, each 128 contiguous
     bytes; for a K-major tile `lead` the bytes between core matrices along K and `stride` along M or N)."""
     plain = """__device__ __forceinline__ unsigned long long wg_desc_plain(unsigned at, unsigned lead,
@@ -252,8 +253,8 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned at, unsigned lead
   return (unsigned long long)((at & 0x3FFFFu) >> 4) | ((unsigned long long)(lead >> 4) << 16)
          | ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
 }}
-{plain}template <int N> __device__ __forceinline__ void wg_wait(float* d) {{
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+{plain}template <int N, int P = 0> __device__ __forceinline__ void wg_wait(float* d) {{
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(P) : "memory");
   #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }}"""]

@@ -82,6 +82,26 @@ the results, to the bit. On the H100 (Qwen2.5-1.5B's prefill shapes, 2048 rows o
 SDPA's online launches 125.1 -> 105.5 us, 103.6 us with P V left running (ncu: the one-pass launch 95.5 -> 75.6 us,
 still latency-bound: one block of 12 warps an SM, 28% of its issue slots used); HF's eager attention (stats,
 accumulate, combine) 241 -> 221 us, and over a 512-slot cache (one launch) 78.3 -> 68.8 us. Ampere keeps mma.sync.
+
+The online launch on Hopper with three heads a block (three key and value buffers) then:
+- issues a tile's Q K^T and, behind it, the P V of the tile before, so that those products run during this tile's
+  softmax; the rows' outputs are rescaled and the probabilities packed once that P V is waited for. The same
+  arithmetic in the same order: the same bits.
+- ends by staging its 192 rows of partial outputs in the shared memory its tiles used and copying each row out with
+  one bulk copy (`cp.async.bulk`, 512 bytes): the fragments' float2 stores wrote each row as 16 pieces of 32 bytes,
+  each across two sectors, and held the SM (one block of 12 warps) until they drained, a quarter of the launch's
+  stall samples. The online records of the tiled launches are laid out for it (`online_part_at`): every row's and
+  split's partial output first, 16-byte aligned, then the (max, sum) pairs; the combining launch reads a row's four
+  columns a lane with one 16-byte load a split and stores them as one 8-byte store where the output's rows allow.
+Measured on the H100 (the record alone at Qwen2.5-1.5B's prefill shapes, HF's mask, `Executor.profile`, alternating
+rounds against the launches before, the same outputs to the bit): 100.9 -> 99.3 us with the products overlapped,
+88.5 us with the bulk epilogue (ncu: the online launch 87.7 -> 79.2 us, the combining one 17.3 -> 15.7 us);
+the whole prefill (2048 tokens, 28 layers, one process, one export loaded with each) 13.41 -> 12.95 ms, the
+same logits to the bit. Tried and left out: the scale folded into the exponent's multiply-add (one instruction a
+score less; 90.1 us, a spill), exponentials without __expf's care for results below 2^-126 (three instructions a
+score less; no change: the loop is bound by its latencies, not its issue slots), the row blocks that see most keys
+launched first (no change), runs of 8, 10, 14 or 16 tiles a split (100.6, 88.6, 97.7, 97.6 us against 88.6 at 12),
+the combining launch's values loaded before the splits' stats (no change).
 """
 
 from __future__ import annotations
@@ -100,6 +120,7 @@ from .common import (
     literal,
     load_expr,
     round_expr,
+    storage,
     store_expr,
     tc_helpers,
     unpack16,
@@ -142,6 +163,9 @@ STAGES = 3
 # 64 rows (see the module's docstring)
 WGMMA_ARCH = 90
 _VEC = 8  # 2-byte elements per 16-byte copy
+# floats after each staged output row of the online launch's bulk epilogue: its 8 rows a store instruction writes
+# then start 4 banks apart, with no conflict
+_PAD_F = 4
 _OPERANDS = ("bfloat16", "float16")
 
 
@@ -239,8 +263,22 @@ def _online_smem(d: int, hb: int, wg: bool = False) -> int:
     """The online launch's dynamic shared memory: Q's rows of every head of the block, its key and value buffers
     (for the warpgroup MMA unpadded, swizzled, and 1,024 bytes more to align them)."""
     if wg:
-        return (BM * hb + 2 * online_stages(hb) * BN) * d * 2 + 1024
+        tiles = (BM * hb + 2 * online_stages(hb) * BN) * d * 2
+        staged = BM * hb * (d + _PAD_F) * 4 if online_stages(hb) >= 3 else 0  # (the bulk epilogue's rows)
+        return max(tiles, staged) + 1024
     return (BM * hb + 2 * online_stages(hb) * BN) * (d + _VEC) * 2
+
+
+def online_part_at(splits: int, dv: int, row: str, z: str) -> str:
+    """Where split z's partial output of `row` starts in an online split record (the tiled launches' layout: every
+    row's and split's dv floats first, 16-byte aligned for the online launch's bulk copies, then the (max, sum) pairs;
+    the record's size is the generic layout's, rows * splits * (2 + dv))."""
+    return f"(({row}) * {splits} + {z}) * {dv}"
+
+
+def online_stat_at(rows: int, splits: int, dv: int, row: str, z: str) -> str:
+    """Where split z's (max, sum) of `row` is in an online split record (see online_part_at)."""
+    return f"{rows * splits * dv}LL + (({row}) * {splits} + {z}) * 2"
 
 
 def _wgmma(p: AttentionKernel, arch: int) -> bool:
@@ -301,6 +339,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
     hb = heads_per_block(p, mode)
     wg = mode != "classify" and _wgmma(p, arch)
+    # the online launch on the warpgroup MMA with three buffers or more: a tile's Q K^T issued ahead of the P V of the
+    # tile before, whose products then run during this tile's softmax (overlap_loop below)
+    overlap = wg and mode == "online" and online_stages(hb) >= 3
 
     def swz(r: str, dd: str, rows: int) -> str:
         """The element (row r, column dd, a multiple of 8) of a tile of `rows` rows in the warpgroup MMA's layout:
@@ -579,24 +620,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # (no warpgroup copies into a buffer before every warpgroup's products from it are done)
     pv_done = f"\n  wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
     pv_wait = f"\n    wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
-    online_loop = f"""
-  // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
-  // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
-  // the operand dtype for P V (as ATen's fused kernels do), the sum adds them before that rounding. K and V of the
-  // next tile are copied into the other buffers during the whole of this tile's work.
-{acc_init}  mx[0] = mx[1] = {NEG_INF_F};
-  sum[0] = sum[1] = 0.0f;
-  auto load_kv = [&](const int bf, const {ityp} j0) {{
-    for (int c = tid; c < {BN * cpr}; c += {threads}) {{
-      const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
-      const {ityp} j = j0 + r;
-      const bool in = j < jend;
-      tc_cp16(&Ks[bf * {tile_h} + {kv_at}], a1 + (in ? ({g.k_at}) : 0), in);
-      tc_cp16(&Vs[bf * {tile_h} + {kv_at}], a2 + (in ? ({g.v_at('j')}) : 0), in);
-    }}
-    tc_commit();
-  }};
-  int cur = next_tile(tile_lo - 1), bf = 0;
+    plain_loop = f"""  int cur = next_tile(tile_lo - 1), bf = 0;
   if (cur < tile_hi) load_kv(0, ({ityp})cur * {BN}); else tc_commit();
   while (cur < tile_hi) {{
     const int nx = next_tile(cur);
@@ -643,7 +667,95 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     cur = nx;
     bf = (bf + 1) % {stages};
   }}{pv_done}
-  // each row's sum over its four threads (their max is the same)
+"""
+    # the overlapped loop: after a tile's barrier the next tile's copies, this tile's Q K^T, then the P V of the tile
+    # before (its probabilities kept in pf); the softmax of this tile runs while that P V does, which is waited for
+    # only where the rows' outputs are rescaled and pf is packed again. A buffer's copies come after the barrier that
+    # follows its last P V (three buffers: the one of the tile before last)
+    overlap_loop = f"""  // pv: the buffer of the P V still to issue (-1: none)
+  int cur = next_tile(tile_lo - 1), bf = 0, pv = -1;
+  if (cur < tile_hi) load_kv(0, ({ityp})cur * {BN}); else tc_commit();
+  unsigned pf[{BN // 16}][4];
+  while (cur < tile_hi) {{
+    const int nx = next_tile(cur);
+    tc_wait<0>();  // this tile's K and V
+    __syncthreads();
+    if (nx < tile_hi) load_kv((bf + 1) % {stages}, ({ityp})nx * {BN}); else tc_commit();
+    qk_issue(Ks + bf * {tile_h});
+    if (pv >= 0) {{
+      const unsigned short* const vb = Vs + pv * {tile_h};
+{pv_wgmma("vb")}
+      wg_wait<{BN // 2}, 1>(&sacc[0][0]);  // the scores (the P V runs on)
+    }} else {{
+      wg_wait<{BN // 2}>(&sacc[0][0]);
+    }}
+    scores(({ityp})cur * {BN});
+    float mu[2], f[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {{
+      float tm = {NEG_INF_F};
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb) tm = fmaxf(tm, fmaxf(sacc[nb][2 * r], sacc[nb][2 * r + 1]));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+      const float mn = fmaxf(mx[r], tm);
+      f[r] = 1.0f;
+      if (mn != mx[r]) {{  // (exp(-inf) is 0: nothing summed yet)
+        f[r] = __expf(mx[r] - mn);
+        sum[r] *= f[r];
+        mx[r] = mn;
+      }}
+      mu[r] = (mx[r] == {NEG_INF_F}) ? 0.0f : mx[r];  // a row with every key so far hidden: exp(-inf - 0) = 0
+    }}
+    #pragma unroll
+    for (int nb = 0; nb < {BN // 8}; ++nb)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {{
+        sacc[nb][e] = __expf(sacc[nb][e] - mu[e >> 1]);
+        sum[e >> 1] += sacc[nb][e];
+      }}
+    wg_wait<{d // 2}>(&oacc[0][0]);  // the P V of the tile before
+    #pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (f[r] != 1.0f) {{
+        #pragma unroll
+        for (int nb = 0; nb < {d // 8}; ++nb) {{
+          oacc[nb][2 * r] *= f[r];
+          oacc[nb][2 * r + 1] *= f[r];
+        }}
+      }}
+    #pragma unroll
+    for (int nb = 0; nb < {BN // 8}; ++nb) {{
+      pf[nb >> 1][(nb & 1) * 2] = fa_pack(sacc[nb][0], sacc[nb][1]);
+      pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(sacc[nb][2], sacc[nb][3]);
+    }}
+    pv = bf;
+    cur = nx;
+    bf = (bf + 1) % {stages};
+  }}
+  if (pv >= 0) {{
+    const unsigned short* const vb = Vs + pv * {tile_h};
+{pv_wgmma("vb", wait=True)}
+  }}
+"""
+    online_loop = f"""
+  // one pass (an online record: the graph leaves the probabilities' rounding to the kernel): each tile's scores
+  // raise the rows' running max, which rescales their sum and output; the probabilities against it are rounded to
+  // the operand dtype for P V (as ATen's fused kernels do), the sum adds them before that rounding. K and V of the
+  // next tile are copied into the other buffers during the whole of this tile's work.
+{acc_init}  mx[0] = mx[1] = {NEG_INF_F};
+  sum[0] = sum[1] = 0.0f;
+  auto load_kv = [&](const int bf, const {ityp} j0) {{
+    for (int c = tid; c < {BN * cpr}; c += {threads}) {{
+      const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
+      const {ityp} j = j0 + r;
+      const bool in = j < jend;
+      tc_cp16(&Ks[bf * {tile_h} + {kv_at}], a1 + (in ? ({g.k_at}) : 0), in);
+      tc_cp16(&Vs[bf * {tile_h} + {kv_at}], a2 + (in ? ({g.v_at('j')}) : 0), in);
+    }}
+    tc_commit();
+  }};
+{overlap_loop if overlap else plain_loop}  // each row's sum over its four threads (their max is the same)
   #pragma unroll
   for (int r = 0; r < 2; ++r) {{
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
@@ -660,6 +772,13 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     }}"""
     guard_rows = f"(row0 < {t} && !(mx[0] > {dead} / 4.0f)) || (row1 < {t} && !(mx[1] > {dead} / 4.0f))"
     # this split's share of the rows' outputs, in float32, for the combining launch
+    rows_all = b * h * t
+    if p.online:
+        part_at = "out1 + " + online_part_at(p.splits, d, "rowbase + ti", "z")
+        stat_at = "out1 + " + online_stat_at(rows_all, p.splits, d, "rowbase + row", "z")
+    else:
+        part_at = f"out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2"
+        stat_at = f"out1 + (rowbase + row) * {p.splits * stride} + z * {stride}"
     partial_out = f"""
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb)
@@ -667,9 +786,34 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     for (int r = 0; r < 2; ++r) {{
       const {ityp} ti = r ? row1 : row0;
       if (ti < {t})
-        *reinterpret_cast<float2*>(out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2 + nb * 8 + 2 * t4) =
-            make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
+        *reinterpret_cast<float2*>({part_at} + nb * 8 + 2 * t4) = make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
     }}"""
+    if overlap and k.outs[1].offset % 4 == 0:
+        # the block's 192 rows staged in the shared memory of its tiles (free once every warp is past the barrier of
+        # the stats above), each warp's 16 rows then copied out by its lanes as 16 bulk copies of a whole row: the
+        # float2 stores of the fragments wrote every row as 16 pieces of 32 bytes, each across two sectors, and the
+        # block's last stores held the SM until they drained
+        pitch = d + _PAD_F
+        partial_out = f"""
+  {{
+    float* const stage = reinterpret_cast<float*>(Qs) + warp * {16 * pitch};
+    #pragma unroll
+    for (int nb = 0; nb < {d // 8}; ++nb)
+      #pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<float2*>(stage + (g8 + 8 * r) * {pitch} + nb * 8 + 2 * t4) =
+            make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // (the copies read through the async proxy)
+    __syncwarp();
+    const {ityp} ti = m0 + rw * 16 + lane;
+    if (lane < 16 && ti < {t}) {{
+      const unsigned src = (unsigned)__cvta_generic_to_shared(stage + lane * {pitch});
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], {d * 4};"
+                   :: "l"({part_at}), "r"(src) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // (the shared memory read before the exit)
+    }}
+  }}"""
     # which of this split's tiles are live and mixed (bits 0-14 and 16-30; bit 15: a score of absurd size)
     tile_bits = """  int bits = 0;
   for (int i = tile_lo; i < tile_hi; ++i)
@@ -681,7 +825,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     for (int r = 0; r < 2; ++r) {{
       const {ityp} row = r ? row1 : row0;
       if (t4 == 0 && row < {t}) {{
-        float* st = out1 + (rowbase + row) * {p.splits * stride} + z * {stride};
+        float* st = {stat_at};
         st[0] = mx[r];
         st[1] = sum[r];
       }}
@@ -826,6 +970,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     #pragma unroll
     for (int s = 0; s < {ks}; ++s) tc_ldsm(qf[s], &{q_stage}[{q_at_warp}]);
     __syncthreads();  // every warp has its fragments before tiles are copied into the buffer"""
+    qk_wait = f"\n      wg_wait<{BN // 2}>(&sacc[0][0]);"
     if wg:
         # the online launch: the warpgroup hw's 64 rows of Q (a region of 64 columns every {BM * hb} rows) in shared
         # memory; the others: Q's fragments in registers. Times K's tile, K 16 at a time
@@ -839,8 +984,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       #pragma unroll
       for (int s = 0; s < {ks}; ++s)
         {q_operand} wg_desc(kb_s + (s / 4) * {BN * 128} + (s % 4) * 32, 16, 1024));
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      wg_wait<{BN // 2}>(&sacc[0][0]);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");{"" if overlap else qk_wait}
     }}"""
     else:
         qk_products = f"""    #pragma unroll
@@ -861,43 +1005,28 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # Q K^T with Q's tile in shared memory (the online launch) or its fragments in registers (the others), K's tile
     # in shared memory; P V with P in registers and V's tile in its transposed form
     products = {"fa_qk": (BN, False, False)} if mode == "online" else {"fa_qkr": (BN, True, False)}
+    zero_scores = f"""    #pragma unroll
+    for (int nb = 0; nb < {BN // 8}; ++nb)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[nb][e] = 0.0f;"""
+    tile_kind = f"""    const bool edge = m0 + {BM} > {t} || j0 + {BN} > jend{edge_causal};
+    const bool mixed = tmixed[j0 / {BN}];"""
+    if overlap:  # the products issued on their own (the loop waits for them), the scores finished after the wait
+        scores_head = f"""  auto qk_issue = [&](const unsigned short* kb) {{
+{zero_scores}
+{qk_products}
+  }};
+  auto scores = [&](const {ityp} j0) {{
+{tile_kind}"""
+    else:
+        scores_head = f"""  auto scores = [&](const {ityp} j0, const unsigned short* kb) {{
+{tile_kind}
+{mask_load if not late_mask else ""}
+{zero_scores}
+{qk_products}"""
     wg_helpers = wgmma_helpers(mma_t, {**products, "fa_pv": (d, True, True)}) if wg else ""
-    src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
-{tc_helpers(mma_t)}{wg_helpers}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
-  const {pack_t} v = {pack}(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&v);
-}}
-{signature(threads, MIN_BLOCKS if hb == 1 else 1)} {{
-{WAIT}
-{shared}
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // rw: the warp's 16 rows of the block's 64; hw: its head of the block's {hb}
-  const int rw = warp & {WARPS - 1}, hw = warp / {WARPS};
-  const int g8 = lane >> 2, t4 = lane & 3;
-  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
-  const {ityp} hg = blockIdx.y % {h // hb}, bi = blockIdx.y / {h // hb};
-  const {ityp} hi = hg * {hb} + hw;
-  const {ityp} kvh = hi / {group};{repair_exit}
-  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
-  // the two query rows of this thread's accumulator fragments
-  const {ityp} row0 = m0 + rw * 16 + g8, row1 = row0 + 8;
-
-  // Q: 64 rows through shared memory (the V buffer) into fragments, zero past the last row (a split block loads
-  // them once it knows it has tiles to compute)
-{q_regs}
-  auto load_q = [&]() {{
-    for (int c = tid; c < {BM * hb * cpr}; c += {threads}) {{
-      const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
-      const {ityp} ti = m0 + r % {BM};
-      const {ityp} hi = hg * {hb} + r / {BM};
-      const bool in = ti < {t};
-      tc_cp16(&{q_stage}[{swz("r", "dd", BM * hb) if wg else f"r * {dpad} + dd"}], a0 + (in ? {g.q_at} : 0), in);
-    }}
-    tc_commit();
-    tc_wait<0>();
-    __syncthreads();{q_frags}
-  }};{"" if split else chr(10) + "  load_q();"}
-
+    # one tile of K or V (pass 1 and pass 2; the online loops copy both at once)
+    load_tile_src = "" if overlap else f"""
   auto load_tile = [&](unsigned short* dst, const auto* src, const {ityp} j0, const bool is_v) {{
     for (int c = tid; c < {BN * cpr}; c += {32 * WARPS}) {{
       const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
@@ -907,56 +1036,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     }}
     tc_commit();
   }};
-  // which key tiles some row of the block sees (decided once, from the mask: one coalesced pass over it)
-  const int ntiles = (int)((jend + {BN - 1}) / {BN});
-  int tile_lo = 0, tile_hi = ntiles;  // the tiles this block computes{split_head}
-  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
-  for (int i = tid; i < ntiles; i += {threads}) {{
-    tlive[i] = {live_default};
-    tmixed[i] = 0;
-  }}
-  __syncthreads();{tile_choice}
-  bool skip = true;
-  // the next tile to compute after tile i
-  auto next_tile = [&](int i) -> int {{
-    for (++i; i < tile_hi && skip && !tlive[i]; ++i) {{}}
-    return i;
-  }};
-  // S = Q K^T over the tile in sacc (K in kb), then rounded, scaled and masked as the graph stores the scores
-  float sacc[{BN // 8}][4];
-  float big = 0.0f;  // the largest unmasked score seen (additive masks: the skipping's guard)
-  // edge: a tile that crosses the last row, the last key or the causal diagonal (the others need no bounds test)
-  auto scores = [&](const {ityp} j0, const unsigned short* kb) {{
-    const bool edge = m0 + {BM} > {t} || j0 + {BN} > jend{edge_causal};
-    const bool mixed = tmixed[j0 / {BN}];
-{mask_load if not late_mask else ""}
-    #pragma unroll
-    for (int nb = 0; nb < {BN // 8}; ++nb)
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) sacc[nb][e] = 0.0f;
-{qk_products}
-    #pragma unroll
-    for (int nb = 0; nb < {BN // 8}; ++nb)
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) {{
-        float s = sacc[nb][e];
-        s = {round_expr('s', sd)};
-        s = {round_expr(f's * {scale}', sd)};
-        {"big = fmaxf(big, fabsf(s));" if additive else ""}
-        sacc[nb][e] = s;
-      }}{late_mask_apply if late_mask else mask_apply}
-    if (edge) {{
-      #pragma unroll
-      for (int nb = 0; nb < {BN // 8}; ++nb)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {{
-          const {ityp} ti = (e < 2) ? row0 : row1;
-          const {ityp} j = j0 + nb * 8 + 2 * t4 + (e & 1);
-          if (!(ti < {t} && j < jend{causal_test})) sacc[nb][e] = {NEG_INF_F};
-        }}
-    }}
-  }};
-
+"""
+    # (the overlapped online loop scores a tile in two steps, and has no use for pass 1)
+    pass1_src = f"""\
   // pass 1: each row's max and sum of exponentials (per thread over its columns, then over the 4 threads of a row);
   // K tiles alternate between the two buffers, the next one copied while this one is used
   float mx[2], sum[2];
@@ -1001,7 +1083,87 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         mx[r] = mn;
       }}
   }};
-{middle}{tail}
+"""
+    if overlap:
+        pass1_src = "  float mx[2], sum[2];  // each row's running max and sum\n"
+    src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
+{tc_helpers(mma_t)}{wg_helpers}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
+  const {pack_t} v = {pack}(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}}
+{signature(threads, MIN_BLOCKS if hb == 1 else 1)} {{
+{WAIT}
+{shared}
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // rw: the warp's 16 rows of the block's 64; hw: its head of the block's {hb}
+  const int rw = warp & {WARPS - 1}, hw = warp / {WARPS};
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
+  const {ityp} hg = blockIdx.y % {h // hb}, bi = blockIdx.y / {h // hb};
+  const {ityp} hi = hg * {hb} + hw;
+  const {ityp} kvh = hi / {group};{repair_exit}
+  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
+  // the two query rows of this thread's accumulator fragments
+  const {ityp} row0 = m0 + rw * 16 + g8, row1 = row0 + 8;
+
+  // Q: 64 rows through shared memory (the V buffer) into fragments, zero past the last row (a split block loads
+  // them once it knows it has tiles to compute)
+{q_regs}
+  auto load_q = [&]() {{
+    for (int c = tid; c < {BM * hb * cpr}; c += {threads}) {{
+      const int r = c / {cpr}, dd = (c % {cpr}) * {_VEC};
+      const {ityp} ti = m0 + r % {BM};
+      const {ityp} hi = hg * {hb} + r / {BM};
+      const bool in = ti < {t};
+      tc_cp16(&{q_stage}[{swz("r", "dd", BM * hb) if wg else f"r * {dpad} + dd"}], a0 + (in ? {g.q_at} : 0), in);
+    }}
+    tc_commit();
+    tc_wait<0>();
+    __syncthreads();{q_frags}
+  }};{"" if split else chr(10) + "  load_q();"}
+{load_tile_src}  // which key tiles some row of the block sees (decided once, from the mask: one coalesced pass over it)
+  const int ntiles = (int)((jend + {BN - 1}) / {BN});
+  int tile_lo = 0, tile_hi = ntiles;  // the tiles this block computes{split_head}
+  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
+  for (int i = tid; i < ntiles; i += {threads}) {{
+    tlive[i] = {live_default};
+    tmixed[i] = 0;
+  }}
+  __syncthreads();{tile_choice}
+  bool skip = true;
+  // the next tile to compute after tile i
+  auto next_tile = [&](int i) -> int {{
+    for (++i; i < tile_hi && skip && !tlive[i]; ++i) {{}}
+    return i;
+  }};
+  // S = Q K^T over the tile in sacc (K in kb), then rounded, scaled and masked as the graph stores the scores
+  float sacc[{BN // 8}][4];
+  float big = 0.0f;  // the largest unmasked score seen (additive masks: the skipping's guard)
+  // edge: a tile that crosses the last row, the last key or the causal diagonal (the others need no bounds test)
+{scores_head}
+    #pragma unroll
+    for (int nb = 0; nb < {BN // 8}; ++nb)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {{
+        float s = sacc[nb][e];
+        s = {round_expr('s', sd)};
+        s = {round_expr(f's * {scale}', sd)};
+        {"big = fmaxf(big, fabsf(s));" if additive else ""}
+        sacc[nb][e] = s;
+      }}{late_mask_apply if late_mask else mask_apply}
+    if (edge) {{
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+          const {ityp} ti = (e < 2) ? row0 : row1;
+          const {ityp} j = j0 + nb * 8 + 2 * t4 + (e & 1);
+          if (!(ti < {t} && j < jend{causal_test})) sacc[nb][e] = {NEG_INF_F};
+        }}
+    }}
+  }};
+
+{pass1_src}{middle}{tail}
 }}
 """
     return src
@@ -1029,17 +1191,19 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     col_steps = -(-dv // 64)  # a lane's column pairs of a row
     additive = g.mask is not None and p.mask == "additive"
     dead = literal(dead_threshold(program.dtype_of(g.mask)) if additive else -1e30, "float32")
+    # (an online record: the tiled launches' layout, see online_part_at)
+    part = online_part_at(splits, dv, "row", "zz") if p.online else f"(row * {splits} + zz) * {stride} + 2"
     if p.online:
         row_stats = f"""
     int* const fl = reinterpret_cast<int*>(out1 + {rows * splits * stride}LL) + (bh * {rbs} + ti / {BM}) * {splits};
     float mx = {NEG_INF_F};
     for (int zz = 0; zz < {splits}; ++zz)
-      if (u[zz]) mx = fmaxf(mx, out1[(row * {splits} + zz) * {stride}]);
+      if (u[zz]) mx = fmaxf(mx, out1[{online_stat_at(rows, splits, dv, "row", "zz")}]);
     float tot = 0.0f;
     bool huge = false;
     for (int zz = 0; zz < {splits}; ++zz)
       if (u[zz]) {{
-        const float* st = out1 + (row * {splits} + zz) * {stride};
+        const float* st = out1 + {online_stat_at(rows, splits, dv, "row", "zz")};
         tot += st[1] * ((st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx));
         huge |= (fl[zz] >> 15) & 1;
       }}
@@ -1050,16 +1214,70 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     float f[{splits}];
     #pragma unroll
     for (int zz = 0; zz < {splits}; ++zz) {{
-      const float* st = out1 + (row * {splits} + zz) * {stride};
+      const float* st = out1 + {online_stat_at(rows, splits, dv, "row", "zz")};
       f[zz] = (!live[zz] || st[0] == {NEG_INF_F}) ? 0.0f : __expf(st[0] - mx);
     }}"""
         term, scale = "v[cs][zz].{0} * f[zz]", """
       acc.x *= inv;
       acc.y *= inv;"""
+        scale4 = scale + """
+      acc.z *= inv;
+      acc.w *= inv;"""
     else:
         row_stats = ""
         weights = ""
-        term, scale = "v[cs][zz].{0}", ""
+        term, scale, scale4 = "v[cs][zz].{0}", "", ""
+    # an online record's rows are 16-byte aligned (online_part_at): four columns a lane, one 16-byte load a split, and
+    # the four results stored as one 8-byte store where the output's rows allow it
+    _, os_ = pad4(g.out, "cuda")
+    wide = (p.online and k.outs[1].offset % 4 == 0 and dv % 4 == 0 and od in _OPERANDS and os_[3] == 1
+            and g.out.offset % 4 == 0 and all(st % 4 == 0 for st in os_[:3]))
+    if wide:
+        col_steps = -(-dv // 128)
+        loads = f"""    float4 v[{col_steps}][{splits}];
+    #pragma unroll
+    for (int cs = 0; cs < {col_steps}; ++cs)
+      #pragma unroll
+      for (int zz = 0; zz < {splits}; ++zz)
+        v[cs][zz] = live[zz] && lane * 4 + cs * 128 < {dv}
+            ? *reinterpret_cast<const float4*>(out1 + {part} + lane * 4 + cs * 128)
+            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);"""
+        body = f"""      const {ityp} dd = lane * 4 + cs * 128;
+      if (dd >= {dv}) break;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      #pragma unroll
+      for (int zz = 0; zz < {splits}; ++zz)
+        if (live[zz]) {{
+          acc.x += {term.format("x")};
+          acc.y += {term.format("y")};
+          acc.z += {term.format("z")};
+          acc.w += {term.format("w")};
+        }}{scale4}
+      __align__(8) {storage(od)} o4[4] = {{{", ".join(store_expr(od, f"acc.{c}", "float32") for c in "xyzw")}}};
+      *reinterpret_cast<uint2*>(&out0[{g.o_at}]) = *reinterpret_cast<const uint2*>(o4);"""
+    else:
+        loads = f"""    float2 v[{col_steps}][{splits}];
+    #pragma unroll
+    for (int cs = 0; cs < {col_steps}; ++cs)
+      #pragma unroll
+      for (int zz = 0; zz < {splits}; ++zz)
+        v[cs][zz] = live[zz] && lane * 2 + cs * 64 < {dv}
+            ? *reinterpret_cast<const float2*>(out1 + {part} + lane * 2 + cs * 64)
+            : make_float2(0.0f, 0.0f);"""
+        body = f"""      const {ityp} d0 = lane * 2 + cs * 64;
+      if (d0 >= {dv}) break;
+      float2 acc = make_float2(0.0f, 0.0f);
+      #pragma unroll
+      for (int zz = 0; zz < {splits}; ++zz)
+        if (live[zz]) {{
+          acc.x += {term.format("x")};
+          acc.y += {term.format("y")};
+        }}{scale}
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) {{
+        const {ityp} dd = d0 + e;
+        out0[{g.o_at}] = {store_expr(od, '(e ? acc.y : acc.x)', 'float32')};
+      }}"""
     src = f"""{PRELUDE}
 {signature(block, 0)} {{
 {WAIT}
@@ -1077,30 +1295,10 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     bool live[{splits}];
     #pragma unroll
     for (int zz = 0; zz < {splits}; ++zz) live[zz] = u[zz] != 0;{weights}
-    float2 v[{col_steps}][{splits}];
-    #pragma unroll
-    for (int cs = 0; cs < {col_steps}; ++cs)
-      #pragma unroll
-      for (int zz = 0; zz < {splits}; ++zz)
-        v[cs][zz] = live[zz] && lane * 2 + cs * 64 < {dv}
-            ? *reinterpret_cast<const float2*>(out1 + (row * {splits} + zz) * {stride} + 2 + lane * 2 + cs * 64)
-            : make_float2(0.0f, 0.0f);
+{loads}
     #pragma unroll
     for (int cs = 0; cs < {col_steps}; ++cs) {{
-      const {ityp} d0 = lane * 2 + cs * 64;
-      if (d0 >= {dv}) break;
-      float2 acc = make_float2(0.0f, 0.0f);
-      #pragma unroll
-      for (int zz = 0; zz < {splits}; ++zz)
-        if (live[zz]) {{
-          acc.x += {term.format("x")};
-          acc.y += {term.format("y")};
-        }}{scale}
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) {{
-        const {ityp} dd = d0 + e;
-        out0[{g.o_at}] = {store_expr(od, '(e ? acc.y : acc.x)', 'float32')};
-      }}
+{body}
     }}
   }}
 }}
