@@ -620,6 +620,13 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # (no warpgroup copies into a buffer before every warpgroup's products from it are done)
     pv_done = f"\n  wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
     pv_wait = f"\n    wg_wait<{d // 2}>(&oacc[0][0]);" if wg else ""
+    # row r's max over the tile (over its four threads) and with the running one, in both online loops
+    tile_max = f"""      float tm = {NEG_INF_F};
+      #pragma unroll
+      for (int nb = 0; nb < {BN // 8}; ++nb) tm = fmaxf(tm, fmaxf(sacc[nb][2 * r], sacc[nb][2 * r + 1]));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+      const float mn = fmaxf(mx[r], tm);"""
     plain_loop = f"""  int cur = next_tile(tile_lo - 1), bf = 0;
   if (cur < tile_hi) load_kv(0, ({ityp})cur * {BN}); else tc_commit();
   while (cur < tile_hi) {{
@@ -632,12 +639,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     float mu[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {{
-      float tm = {NEG_INF_F};
-      #pragma unroll
-      for (int nb = 0; nb < {BN // 8}; ++nb) tm = fmaxf(tm, fmaxf(sacc[nb][2 * r], sacc[nb][2 * r + 1]));
-      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
-      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-      const float mn = fmaxf(mx[r], tm);
+{tile_max}
       if (mn != mx[r]) {{  // (exp(-inf) is 0: nothing summed yet)
         const float f = __expf(mx[r] - mn);
         sum[r] *= f;
@@ -693,12 +695,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     float mu[2], f[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {{
-      float tm = {NEG_INF_F};
-      #pragma unroll
-      for (int nb = 0; nb < {BN // 8}; ++nb) tm = fmaxf(tm, fmaxf(sacc[nb][2 * r], sacc[nb][2 * r + 1]));
-      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
-      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-      const float mn = fmaxf(mx[r], tm);
+{tile_max}
       f[r] = 1.0f;
       if (mn != mx[r]) {{  // (exp(-inf) is 0: nothing summed yet)
         f[r] = __expf(mx[r] - mn);
