@@ -264,9 +264,15 @@ def _online_smem(d: int, hb: int, wg: bool = False) -> int:
     (for the warpgroup MMA unpadded, swizzled, and 1,024 bytes more to align them)."""
     if wg:
         tiles = (BM * hb + 2 * online_stages(hb) * BN) * d * 2
-        staged = BM * hb * (d + _PAD_F) * 4 if online_stages(hb) >= 3 else 0  # (the bulk epilogue's rows)
+        staged = BM * hb * (d + _PAD_F) * 4 if _overlapped(hb) else 0  # (the bulk epilogue's rows)
         return max(tiles, staged) + 1024
     return (BM * hb + 2 * online_stages(hb) * BN) * (d + _VEC) * 2
+
+
+def _overlapped(hb: int) -> bool:
+    """Whether the online launch on the warpgroup MMA with `hb` heads a block runs the overlapped loop and the bulk
+    epilogue: three buffers or more, so that a tile's copies never land in one a P V still reads."""
+    return online_stages(hb) >= 3
 
 
 def online_part_at(splits: int, dv: int, row: str, z: str) -> str:
@@ -341,7 +347,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     wg = mode != "classify" and _wgmma(p, arch)
     # the online launch on the warpgroup MMA with three buffers or more: a tile's Q K^T issued ahead of the P V of the
     # tile before, whose products then run during this tile's softmax (overlap_loop below)
-    overlap = wg and mode == "online" and online_stages(hb) >= 3
+    overlap = wg and mode == "online" and _overlapped(hb)
 
     def swz(r: str, dd: str, rows: int) -> str:
         """The element (row r, column dd, a multiple of 8) of a tile of `rows` rows in the warpgroup MMA's layout:
@@ -1173,7 +1179,8 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     gives zeros). Where the row's max is at or below the skipping's threshold, or a split saw a score of absurd size,
     the skipped tiles may not add zero: the row block is marked for the repair launch (bit 31 of its first split's
     flags).
-    One warp a row, two output columns a lane at a time: the row's index arithmetic (64-bit divisions where the
+    One warp a row, two output columns a lane at a time (four where an online record's rows are aligned and the
+    output's allow 8-byte stores: `wide` below): the row's index arithmetic (64-bit divisions where the
     record is large) and its flags and stats are done once for its columns, not once a column pair. Qwen2.5-1.5B's
     prefill attention alone on the H100 (its four launches, `Executor.profile`, three alternating rounds): 129.5 ->
     127.4 us; this launch stays about 20 us, reading the splits' float32 records."""
