@@ -24,6 +24,7 @@ from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
 from .passes.dtype import apply_compute_dtype, explain_compute_dtype
 from .passes.normalize import canonicalize_conv_padding, inplace_to_outofplace, remove_noops
+from .passes.slice_hoisting import hoist_slices
 from .program import CompiledProgram, Recipe, WeightSpec
 from .targets.codegen import get_codegen_target
 from .targets.config import TargetConfig, default_config
@@ -34,7 +35,7 @@ FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_
 # Lowering choices that trade memory for speed on targets with a fast GEMM library.
 LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores", "gemm_prologue", "column_epilogue", "conv_side")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
-OPTIONAL_PASSES = ("bn_fold", *FUSION_PASSES, *LOWERING_OPTIONS)
+OPTIONAL_PASSES = ("bn_fold", "slice_hoisting", *FUSION_PASSES, *LOWERING_OPTIONS)
 
 
 @dataclass
@@ -108,6 +109,10 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         n = _run_pass("bn_fold", fold_batchnorm, graph, recipes)
         passes.append(f"bn_fold({n})")
     graph.remove_dead()
+    if "slice_hoisting" not in disable_passes:
+        n = _run_pass("slice_hoisting", hoist_slices, graph)
+        if n:
+            passes.append(f"slice_hoisting({n})")
 
     choice = explain_compute_dtype(graph, cfg, dtype)
     compute = choice.dtype

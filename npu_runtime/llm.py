@@ -238,11 +238,13 @@ class LLM:
                                f"'{be.compile_target()}' programs; re-export with --target {be.compile_target()}")
             progs[kind] = prog
 
-        # One weight set for both programs: they share placeholder names (one export, same model).
+        # One weight set for both programs: they share placeholder names (one export, same model). The decode may
+        # group some differently (the prefill's last layer computes q for its last token only, so its q is not
+        # concatenated with k and v there): those are loaded too.
         weights = load_weights(progs["prefill"], mdir, be)
-        missing = [w.name for w in progs["decode"].weights if w.name not in weights.buffers]
+        missing = {w.name for w in progs["decode"].weights if w.name not in weights.buffers}
         if missing:
-            raise LLMError(f"decode program needs weights the prefill program has not: {missing[:8]}")
+            weights.buffers.update(load_weights(progs["decode"], mdir, be, names=missing).buffers)
 
         for kind, prog in progs.items():  # every name the cache map gives is one of the program's
             g = cache_map["graphs"][kind]

@@ -21,7 +21,7 @@ import glob
 import os
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -363,21 +363,24 @@ def _made_in_order(specs: list[WeightSpec], src: TensorSource, allow_nan: bool
 @entry_point("loading the weights")
 @collector_paused()
 def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: bool = True,
-                 progress: Callable[[int, int, str], None] | None = None, allow_nan: bool = False) -> WeightSet:
+                 progress: Callable[[int, int, str], None] | None = None, allow_nan: bool = False,
+                 names: Collection[str] | None = None) -> WeightSet:
     """Read, transform (recipes) and upload every weight the program needs (the dtype rules and NaN policy are in
-    the module's docstring)."""
+    the module's docstring). `names`: only the weights of these names (the rest loaded already for another program
+    of the same checkpoint); checkpoint keys none of them reads are then not reported as unexpected."""
     src = source if isinstance(source, TensorSource) else TensorSource(source)
     report = WeightReport()
     limit = Limits().max_bytes
-    for spec in program.weights:
+    specs = program.weights if names is None else [w for w in program.weights if w.name in names]
+    for spec in specs:
         nbytes = program.buffers[spec.buffer].nbytes
         if nbytes > limit:
             raise WeightError(f"weight '{spec.name}' needs {format_bytes(nbytes)}, above the limit of "
                               f"{format_bytes(limit)} ($NPUSIM_MAX_BYTES)")
     buffers: dict[str, DeviceBuffer] = {}
     used_keys: set[str] = set()
-    total = len(program.weights)
-    for i, (spec, arr, one) in enumerate(_made_in_order(program.weights, src, allow_nan)):
+    total = len(specs)
+    for i, (spec, arr, one) in enumerate(_made_in_order(specs, src, allow_nan)):
         used_keys.update(spec.recipe.sources.values())
         used_keys.update(spec.recipe.fallback_keys)
         report.merge(one)
@@ -388,7 +391,8 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
             buffers[spec.name] = backend.upload(np.ascontiguousarray(arr), spec.dtype)
         if progress:
             progress(i + 1, total, spec.key)
-    report.unexpected = sorted(k for k in src.keys() - used_keys if not k.endswith("num_batches_tracked"))
+    if names is None:
+        report.unexpected = sorted(k for k in src.keys() - used_keys if not k.endswith("num_batches_tracked"))
     if strict and not report.ok:
         raise WeightError(f"weights do not match the program '{program.model_name}': {report.summary()}", report)
     for text in report.notices + report.warnings:
