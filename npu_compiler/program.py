@@ -528,6 +528,14 @@ class _Reader:
             raise self.fail(path, f"view reaches element {r.extent() - 1} of buffer {r.buffer}, which has {numel}")
         return r
 
+    def rows(self, v: Any, path: str) -> list[int]:
+        """A kernel's `out_rows`: none, or [dim, start, stop] with start < stop (written by files since slice
+        hoisting; older files have no such key)."""
+        got = list(self.ints(v, path))
+        if got and (len(got) != 3 or got[0] >= MAX_RANK or not got[1] < got[2]):
+            raise self.fail(path, f"expected [] or [dim, start, stop] with start < stop, got {_short(v)}")
+        return got
+
     def kernel(self, v: Any, path: str) -> KernelCall:
         name = self.str_(self.get(v, "name", path), f"{path}.name")
         kpath = f"kernel {name!r} ({path})"
@@ -543,7 +551,8 @@ class _Reader:
                           self.each(self.get(v, "outs", path), f"{path}.outs", self.ref),
                           self.strs(self.get(v, "nodes", path), f"{path}.nodes"),
                           self.str_(self.get(v, "group", path), f"{path}.group"),
-                          self.strs(self.get(v, "out_values", path), f"{path}.out_values"))
+                          self.strs(self.get(v, "out_values", path), f"{path}.out_values"),
+                          self.rows(v.get("out_rows", []) if isinstance(v, dict) else [], f"{path}.out_rows"))
         try:
             spec.check(call, self.buffers)
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:

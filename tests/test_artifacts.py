@@ -199,7 +199,11 @@ def test_loads_outside_their_buffer_are_refused(net) -> None:
     lambda d: d["kernels"].append(copy.deepcopy(d["kernels"][0]) | {"kind": "nope"}),
     lambda d: d.__setitem__("kernels", "many"),
     lambda d: d.pop("buffers"),
-], ids=["row_dims", "unknown_field", "dtype", "numel", "arena", "input_shape", "kind", "type", "missing"])
+    lambda d: d["kernels"][0].__setitem__("out_rows", [1, 5, 2]),
+    lambda d: d["kernels"][0].__setitem__("out_rows", [1, 2]),
+    lambda d: d["kernels"][0].__setitem__("out_rows", "rows"),
+], ids=["row_dims", "unknown_field", "dtype", "numel", "arena", "input_shape", "kind", "type", "missing",
+        "out_rows_empty", "out_rows_short", "out_rows_type"])
 def test_field_edits_give_clean_errors(net, mutate) -> None:
     prog, *_ = net
     d = prog.to_dict()

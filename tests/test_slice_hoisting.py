@@ -94,6 +94,32 @@ def test_rows_kept_by_the_output_are_the_only_ones_computed(keep, rows):
     assert attention and all(k.outs[0].shape[2] == rows for k in attention)
 
 
+def test_per_node_verify_compares_the_rows_a_kernel_computed(tmp_path):
+    """`verify --per-node` maps each kernel to the IR value it holds: a kernel that computes some rows of it is
+    compared with those rows of the reference (not refused for its shape), also after a round trip of the artifact."""
+    from npu_compiler.program import CompiledProgram
+    from npu_export.reference import run_reference_all
+    from npu_runtime import inspect as npi
+
+    torch.manual_seed(4)
+    module = _Block(lambda x: x[:, -1:]).eval()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((B, T, D)).astype(np.float32)
+    mask = np.where(rng.random((B, 1, T, T)) < 0.3, -1e4, 0.0).astype(np.float32)
+    ir = _export(module, x, mask)
+    prog = CompiledProgram.from_bytes(npu_compiler.compile(ir, "cpu", dtype="float32").to_bytes())
+    ws = npu_runtime.load_weights(prog, state_dict_numpy(module), CPU)
+    feeds = dict(zip([s.name for s in prog.inputs], (x, mask)))
+    sd = {k: torch.from_numpy(v) for k, v in state_dict_numpy(module).items()}
+    values, node_outputs = run_reference_all(ir, sd, feeds)
+    rows = npi.check_kernels(prog, npi.capture_outputs(CPU.create_executor(prog), feeds, ws), values, node_outputs)
+    # (a node's internal steps, such as attention's scratch launches, hold no value to compare)
+    partial = [r for r, k in zip(rows, prog.kernels) if k.out_rows and r.value is not None]
+    assert all(k.out_rows[1:] == [T - 1, T] for k in prog.kernels if k.out_rows)
+    assert len(partial) >= 5 and all(r.comparison is not None and r.passed for r in partial), npi.format_table(rows)
+    assert npi.first_failure(rows) is None
+
+
 def test_causal_attention_keeps_all_its_query_rows():
     """A causal mask is aligned to the first query: a slice of the queries would change which keys each row sees,
     so the attention (and the projections before it) keep every row; what follows it still runs on one."""

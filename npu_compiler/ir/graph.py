@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# Graph.meta key: the name of a value that holds only some rows of the IR's value it stands for -> [dim, start, stop]
+# (slice hoisting computes no others); per-node verify compares such a kernel with those rows of the reference
+HOISTED_ROWS = "hoisted_rows"
+
 
 @dataclass(frozen=True)
 class TensorType:

@@ -195,6 +195,9 @@ class KernelCall:
     # IR value names of the node being lowered when this kernel was emitted (per-node verify maps the kernel's
     # output back to the reference with it).
     out_values: list[str] = field(default_factory=list)
+    # [dim, start, stop] where the first output holds only those rows of that value (slice hoisting computed no
+    # others); empty: all of it
+    out_rows: list[int] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -203,4 +206,5 @@ class KernelCall:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "spec": self.spec.to_data(),
                 "args": [dataclasses.asdict(r) for r in self.args], "outs": [dataclasses.asdict(r) for r in self.outs],
-                "nodes": list(self.nodes), "group": self.group, "out_values": list(self.out_values)}
+                "nodes": list(self.nodes), "group": self.group, "out_values": list(self.out_values),
+                "out_rows": list(self.out_rows)}

@@ -122,7 +122,8 @@ def _fold(k1: KernelCall, k2: KernelCall, buffers: Sequence[BufferSpec], touched
         return None
     spec = dataclasses.replace(g1, epilogue=expr, acc_groups=groups)
     call = KernelCall(k1.name, spec, [*k1.args, *(k2.args[j] for j in extra)], [out],
-                      list(dict.fromkeys([*k1.nodes, *k2.nodes])), k1.group, list(k2.out_values))
+                      list(dict.fromkeys([*k1.nodes, *k2.nodes])), k1.group, list(k2.out_values),
+                      list(k2.out_rows))
     try:
         spec.check(call, buffers)
     except ValueError as e:

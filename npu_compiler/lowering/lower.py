@@ -14,7 +14,7 @@ from ..dtypes import is_float
 from ..errors import InternalError, NPUSimError, UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
-from ..ir.graph import Graph, Node, TensorType, Value
+from ..ir.graph import HOISTED_ROWS, Graph, Node, TensorType, Value
 from ..kernels import GeneratedKernel, KernelSpec, Scatter
 from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, full_ref
 from ..targets.codegen import CodegenTarget
@@ -176,6 +176,8 @@ class Lowering:
             nodes=nodes if nodes is not None else (list(node.origin) if node else []),
             group=group or (node.op if node else "copy"),
             out_values=[v.name for v in node.outputs] if node else [],
+            out_rows=list(self.graph.meta.get(HOISTED_ROWS, {}).get(node.outputs[0].name, []))
+            if node and node.outputs else [],
         )
         try:
             spec.check(k, self.buffers)

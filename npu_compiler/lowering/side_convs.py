@@ -118,7 +118,7 @@ def _fold(side: KernelCall, main: KernelCall, buffers: Sequence[BufferSpec],
     spec = dataclasses.replace(m, epilogue=expr, side_stride=tuple(s.stride), side_bias=s.bias)
     args = [*main.args[:first], *side_args, *(main.args[a] for a in kept)]
     call = KernelCall(main.name, spec, args, list(main.outs), list(dict.fromkeys([*side.nodes, *main.nodes])),
-                      main.group, list(main.out_values))
+                      main.group, list(main.out_values), list(main.out_rows))
     try:
         spec.check(call, buffers)
     except ValueError as e:

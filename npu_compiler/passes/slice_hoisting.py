@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..expr.aten_table import ELEMENTWISE
-from ..ir.graph import Graph, Node, TensorType, Value
+from ..ir.graph import HOISTED_ROWS, Graph, Node, TensorType, Value
 from ..ir.infer import RULES
 
 _ROW_OPS = {"slice.Tensor", "select.int"}
@@ -323,6 +323,8 @@ class _Hoister:
         if smaller is None:
             return False
         new.append(smaller)
+        # the rows of the IR's value this one holds: per-node verify compares them with those of the reference
+        self.graph.meta.setdefault(HOISTED_ROWS, {})[smaller.output.name] = [d, lo, hi]
         for x, k in zip(node.inputs, dims):
             if k is not None:
                 self.readers[id(x)].remove(node)
