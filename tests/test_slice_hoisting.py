@@ -220,3 +220,42 @@ def test_tiny_qwen2_prefill_with_last_logits_only(tmp_path):
     assert_close(outs[False][logits].reshape(-1), ref, "float32", "accumulate", what="last-token logits vs HF")
     for name in outs[True]:
         assert_close(outs[False][name], outs[True][name], "float32", "accumulate", what=f"{name} with vs without")
+
+
+class _Rules(torch.nn.Module):
+    """The other rules: embedding rows, transpose, permute, unsqueeze + expand, a reshape that keeps the dim, cat and
+    softmax over another dim, reductions with keepdim, matmul broadcasting a weight, squeeze; two readers (a slice
+    and a select) whose hull is rows 2:4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, D)
+        self.w = torch.nn.Parameter(torch.randn(3 * D, D) * 0.1)
+
+    def forward(self, ids, x):
+        y = (self.emb(ids) + x).transpose(0, 1).permute(1, 0, 2)
+        z = y.unsqueeze(2).expand(B, T, 2, D).reshape(B, T, 2 * D)
+        s = torch.softmax(torch.cat([z, x], dim=-1), dim=-1)
+        m = s.amax(dim=-1, keepdim=True) + s.sum(-1, keepdim=True)
+        out = torch.matmul(s.unsqueeze(2), self.w).squeeze(2) * m
+        return out[:, 2:4], out[:, 3]
+
+
+def test_the_other_rules_against_torch():
+    torch.manual_seed(6)
+    module = _Rules().eval()
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 32, size=(B, T)).astype(np.int64)
+    x = rng.standard_normal((B, T, D)).astype(np.float32)
+    ir = _export(module, ids, x)
+    with torch.no_grad():
+        want = module(torch.from_numpy(ids), torch.from_numpy(x))
+    prog = npu_compiler.compile(ir, "cpu", dtype="float32")
+    ws = npu_runtime.load_weights(prog, state_dict_numpy(module), CPU)
+    got = CPU.create_executor(prog).run_numpy(dict(zip([s.name for s in prog.inputs], (ids, x))), ws)
+    for g, w in zip(got.values(), want):
+        assert_close(g, w.numpy(), "float32", "accumulate", what="rules vs torch")
+    # every op from the embedding on runs on the two rows kept: no kernel writes all T rows
+    assert _hoisted(prog) >= 10
+    assert not [k.name for k in prog.kernels if any(T in tuple(o.shape)[:2] for o in k.outs)], \
+        [(k.name, k.group, [tuple(o.shape) for o in k.outs]) for k in prog.kernels]

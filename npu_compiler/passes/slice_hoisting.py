@@ -273,11 +273,12 @@ class _Hoister:
         return types[0] if len(types) == 1 else None
 
     def _node(self, base: str, op: str, inputs: list[Value], attrs: dict, origin: list[str],
-              expect: tuple[int, ...]) -> Node | None:
+              expect: TensorType) -> Node | None:
+        """A new node, typed by its op's rule; None where that type is not `expect` (the rewrite is then not made)."""
         name = self._name(base)
         node = Node(name, op, inputs, [], attrs, list(origin))
         t = self._typed(node)
-        if t is None or t.shape != expect:
+        if t != expect:
             return None
         node.outputs = [Value(name, t, "node", node, 0)]
         return node
@@ -314,12 +315,12 @@ class _Hoister:
                 inputs.append(x)
                 continue
             s = self._node(x.name, "slice.Tensor", [x], {"dim": k, "start": lo, "end": hi, "step": 1},
-                           node.origin, x.shape[:k] + (hi - lo,) + x.shape[k + 1:])
+                           node.origin, TensorType(x.shape[:k] + (hi - lo,) + x.shape[k + 1:], x.dtype))
             if s is None:
                 return False
             new.append(s)
             inputs.append(s.output)
-        smaller = self._node(node.name, node.op, inputs, attrs, node.origin, shape)
+        smaller = self._node(node.name, node.op, inputs, attrs, node.origin, TensorType(shape, out.dtype))
         if smaller is None:
             return False
         new.append(smaller)
