@@ -197,8 +197,24 @@ class LLM:
     cache: dict[str, DeviceBuffer]  # by cache input name (k_cache_i / v_cache_i), bound to both executors
     prefill_graph: _Graph = field(repr=False)
     decode_graph: _Graph = field(repr=False)
-    tokenizer: Any = field(default=None, repr=False)
+    model_dir: Path | None = None  # where the tokenizer is read from, on first use
     eos_token_ids: tuple[int, ...] = ()
+    _tokenizer: Any = field(default=None, repr=False)
+    _tokenizer_read: bool = field(default=False, repr=False)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model directory's tokenizer (`Tokenizer`), or None without a tokenizer.json. Read on first use, not
+        at load: a real model's tokenizer.json takes 0.3 s or more to parse, and running on token ids needs none."""
+        if not self._tokenizer_read and self.model_dir is not None:
+            from .tokenizer import Tokenizer
+
+            try:
+                self._tokenizer = Tokenizer.from_dir(self.model_dir)
+            except Exception as e:  # noqa: BLE001  (the tokenizers package's own errors name no file)
+                raise LLMError(f"{self.model_dir / 'tokenizer.json'}: cannot be read as a tokenizer ({e})") from e
+            self._tokenizer_read = True
+        return self._tokenizer
 
     # ---- loading -----------------------------------------------------------------------------------------------
     @classmethod
@@ -290,8 +306,6 @@ class LLM:
                 e.prepare()  # launches resolved and device graphs captured now, not on the first token
             graphs[kind] = _Graph(prog, ex, int(g["seq_len"]), names, mask_dtype, logits, step, greedy)
 
-        from .tokenizer import Tokenizer
-
         cfg = read_json(mdir / "config.json")
         gen_cfg_path = mdir / "generation_config.json"
         gen_cfg = read_json(gen_cfg_path) if gen_cfg_path.is_file() else {}
@@ -302,8 +316,7 @@ class LLM:
         if not all(e is None or (isinstance(e, int) and not isinstance(e, bool)) for e in eos_list):
             raise LLMError(f"{mdir}: eos_token_id must be an integer or a list of them, got {eos!r}")
         eos_ids = tuple(int(e) for e in eos_list if e is not None)
-        return cls(out, manifest, cache_map, be, weights, cache, graphs["prefill"], graphs["decode"],
-                   Tokenizer.from_dir(mdir), eos_ids)
+        return cls(out, manifest, cache_map, be, weights, cache, graphs["prefill"], graphs["decode"], mdir, eos_ids)
 
     # ---- facts -------------------------------------------------------------------------------------------------
     @property

@@ -254,3 +254,19 @@ def test_cli_export_llm_config_graphs_only(tmp_path, capsys):
     assert man["model_dir"] is None and (tmp_path / man["files"]["decode"]).is_file()
     with pytest.raises(LLMError, match="graphs only"):
         LLM.load(tmp_path, "cpu")
+
+
+def test_a_broken_tokenizer_is_named_when_text_is_first_used(setup_f32, tmp_path):
+    """The tokenizer is read on first use (not at load: running on token ids needs none); a broken tokenizer.json
+    is then refused with its path, and token ids still run."""
+    import shutil
+
+    from npu_runtime.llm import LLMError
+
+    _, _, d, _ = setup_f32
+    shutil.copytree(d / "hf", tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.json").write_text("{ not json")
+    llm = LLM.load(d / "npu", "cpu", model_dir=tmp_path / "hf")
+    assert len(llm.generate([1, 2, 3], 2, stop_tokens=[]).tokens) == 2
+    with pytest.raises(LLMError, match=r"tokenizer\.json: cannot be read as a tokenizer"):
+        llm.generate_text("w1 w2", 2)
