@@ -100,9 +100,12 @@ def _number(v: Any, where: str, name: str) -> int | float | bool:
     return v
 
 
-def _int_list(v: Any, where: str, name: str, n: int | None, empty_ok: bool) -> list[int]:
-    """`int[N]`: a list of N ints, or one int (or a list of one) that ATen repeats N times; `int[]`: any list."""
+def _int_list(v: Any, where: str, name: str, n: int | None, empty_ok: bool, bare_ok: bool = True) -> list[int]:
+    """`int[N]`: a list of N ints, or one int (or a list of one) that ATen repeats N times; `int[1]`: any list, or
+    one int; `int[]`: any list (`bare_ok` False: ATen's schema refuses a bare int there)."""
     if _is_int(v):
+        if not bare_ok:
+            raise _bad(where, name, f"must be a list of integers, got {_short(v)}")
         return [_int(v, where, name)] * (n or 1)
     if not isinstance(v, list | tuple):
         raise _bad(where, name, f"must be a list of integers, got {_short(v)}")
@@ -169,7 +172,7 @@ def check_value(arg: Arg, value: Any, where: str) -> Any:
         n = int(inner) if inner and inner != "1" else None
         if n is not None and name in NO_REPEAT and (not isinstance(value, list | tuple) or len(value) != n):
             raise _bad(where, name, f"must have {n} entries, got {_short(value)}")
-        out = _int_list(value, where, name, n, arg.default == [])
+        out = _int_list(value, where, name, n, arg.default == [], bare_ok=bool(inner))
     elif base in ("float", "Scalar"):
         out = _number(value, where, name)
     elif base == "float[]":

@@ -1,6 +1,7 @@
-"""The inputs the fuzz suite mutates: the project's own ResNet and tiny Qwen2 (prefill and decode) exported to IR
-JSON with their weights, and the artifacts compiled from them. Built once per cache folder (deterministic: fixed
-seeds, fixed sizes), so a corpus case names its seed and replays on the same bytes."""
+"""The inputs the fuzz suite mutates: the project's own ResNet and tiny Qwen2 (prefill, prefill keeping the last
+token's logits, and decode) exported to IR JSON with their weights, and the artifacts compiled from them. Built once
+per cache folder (deterministic: fixed seeds, fixed sizes), so a corpus case names its seed and replays on the same
+bytes."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 import os
 from pathlib import Path
 
-SEED_IRS = ("resnet", "qwen_prefill", "qwen_decode")
+# qwen_prefill_last keeps the last token's logits only (as `export-llm` does): slice hoisting runs on its last layer
+SEED_IRS = ("resnet", "qwen_prefill", "qwen_decode", "qwen_prefill_last")
 SEED_ARTIFACTS = ("resnet_f32", "resnet_f16", "qwen_decode_f32", "qwen_prefill_bf16")
-STAMP = "seeds-v2"
+STAMP = "seeds-v3"
 
 
 def _weights_of(model) -> dict:
@@ -44,6 +46,9 @@ def build(folder: str | os.PathLike) -> Path:
     e = export_qwen2(q, out / "export" / "qwen", max_cache_len=16, prefill_len=4, dtype="float32")
     (out / "qwen_prefill.json").write_text(Path(e.prefill_path).read_text())
     (out / "qwen_decode.json").write_text(Path(e.decode_path).read_text())
+    e = export_qwen2(q, out / "export" / "qwen_last", max_cache_len=16, prefill_len=4, dtype="float32",
+                     prefill_last_logits_only=True)
+    (out / "qwen_prefill_last.json").write_text(Path(e.prefill_path).read_text())
     save_file(_weights_of(q), str(out / "qwen.safetensors"))
 
     for name, ir, dtype in (("resnet_f32", "resnet", "float32"), ("resnet_f16", "resnet", "float16"),
