@@ -4,7 +4,8 @@ A program often keeps a few rows of a long computation: an LLM's prefill keeps t
 (`hidden[:, -1:]`), a classifier the [CLS] token (`hidden[:, 0]`). Everything between the last op that mixes rows and
 that slice is computed per row, so the slice can move up to that op: `slice(linear(x, W), 1, -1)` becomes
 `linear(slice(x, 1, -1), W)`. In Qwen2's prefill at 2048 tokens that is the last layer's attention queries, output
-projection and MLP (a tenth of a layer's work stays: its keys and values go to the cache for every token).
+projection and MLP: on the H100 that layer takes about 100 us instead of 470 (its first RMSNorm, keys and values stay
+whole: they go to the cache for every token), the whole prefill 12.88 -> 12.54 ms.
 
 The pass walks the graph from its outputs up. A value whose readers all take rows of one dim (`slice.Tensor` with
 step 1, `select.int`) and whose producer computes each row of that dim from the same rows of its operands (the
