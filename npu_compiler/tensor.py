@@ -6,6 +6,16 @@ import math
 from dataclasses import dataclass
 
 
+def slice_bounds(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """ATen's `slice` bounds over a dim of `size`: None for the ends, negative counted from the end, both clamped into
+    the dim, `end` at least `start`."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start, end = (start + size if start < 0 else start), (end + size if end < 0 else end)
+    start = min(max(start, 0), size)
+    return start, min(max(end, start), size)
+
+
 def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 from ..program import TensorRef, contiguous_strides
-
-INT64_MAX = 9223372036854775807
+from ..tensor import slice_bounds
 
 
 def norm_dim(dim: int, rank: int) -> int:
@@ -80,15 +79,8 @@ def expand(ref: TensorRef, shape: tuple[int, ...]) -> TensorRef:
 
 def slice_(ref: TensorRef, dim: int, start: int | None, end: int | None, step: int) -> TensorRef:
     d = norm_dim(dim, len(ref.shape))
-    size = ref.shape[d]
-    start = 0 if start is None else start
-    end = size if end is None or end >= INT64_MAX else end
-    if start < 0:
-        start += size
-    if end < 0:
-        end += size
-    start, end = min(max(start, 0), size), min(max(end, 0), size)
-    n = max(0, -(-(end - start) // step))
+    start, end = slice_bounds(start, end, ref.shape[d])
+    n = -(-(end - start) // step)
     shape = list(ref.shape)
     strides = list(ref.strides)
     shape[d] = n

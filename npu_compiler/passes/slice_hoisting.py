@@ -30,6 +30,8 @@ from collections.abc import Callable
 from ..expr.aten_table import ELEMENTWISE
 from ..ir.graph import HOISTED_ROWS, Graph, Node, TensorType, Value
 from ..ir.infer import RULES
+from ..ir.infer.core import norm_dim
+from ..tensor import slice_bounds
 
 _ROW_OPS = {"slice.Tensor", "select.int"}
 # elementwise by the table, except those whose operands are not broadcast against the output
@@ -44,34 +46,26 @@ Plan = tuple[list[int | None], dict]
 Rule = Callable[[Node, int], Plan | None]
 
 
-def _norm(dim: int, rank: int) -> int:
-    return dim + rank if dim < 0 else dim
-
-
 def _interval(node: Node) -> tuple[int, int, int] | None:
     """(dim, start, stop) of the rows a slice or select reads from its input, or None (a strided slice)."""
     x = node.inputs[0]
     dim = node.attrs.get("dim", 0)
     if not isinstance(dim, int) or not -x.type.rank <= dim < x.type.rank:
         return None
-    dim = _norm(dim, x.type.rank)
+    dim = norm_dim(dim, x.type.rank)
     size = x.shape[dim]
     if node.op == "select.int":
         i = node.attrs.get("index")
         if not isinstance(i, int) or not -size <= i < size:
             return None
-        i = _norm(i, size)
+        i = i + size if i < 0 else i
         return dim, i, i + 1
     if node.attrs.get("step", 1) != 1:
         return None
     start, end = node.attrs.get("start"), node.attrs.get("end")
-    start = 0 if start is None else start
-    end = size if end is None else end
-    if not isinstance(start, int) or not isinstance(end, int):
+    if not all(v is None or isinstance(v, int) for v in (start, end)):
         return None
-    start = min(max(start + size if start < 0 else start, 0), size)
-    end = min(max(end + size if end < 0 else end, start), size)
-    return dim, start, end
+    return dim, *slice_bounds(start, end, size)
 
 
 def _aligned(node: Node, d: int) -> list[int | None] | None:
@@ -114,7 +108,7 @@ def _slice_other(node: Node, d: int) -> Plan | None:
 def _cat(node: Node, d: int) -> Plan | None:
     out = node.output.type
     cdim = node.attrs.get("dim", 0)
-    if not isinstance(cdim, int) or _norm(cdim, out.rank) == d or any(x.type.rank != out.rank for x in node.inputs):
+    if not isinstance(cdim, int) or norm_dim(cdim, out.rank) == d or any(x.type.rank != out.rank for x in node.inputs):
         return None
     return [d] * len(node.inputs), dict(node.attrs)
 
@@ -136,17 +130,17 @@ def _reshape(node: Node, d: int) -> Plan | None:
 
 def _transpose(node: Node, d: int) -> Plan | None:
     rank = node.output.type.rank
-    a, b = _norm(node.attrs["dim0"], rank), _norm(node.attrs["dim1"], rank)
+    a, b = norm_dim(node.attrs["dim0"], rank), norm_dim(node.attrs["dim1"], rank)
     return _first_only(node, b if d == a else a if d == b else d)
 
 
 def _permute(node: Node, d: int) -> Plan | None:
     rank = node.output.type.rank
-    return _first_only(node, _norm(node.attrs["dims"][d], rank))
+    return _first_only(node, norm_dim(node.attrs["dims"][d], rank))
 
 
 def _unsqueeze(node: Node, d: int) -> Plan | None:
-    u = _norm(node.attrs["dim"], node.output.type.rank)
+    u = norm_dim(node.attrs["dim"], node.output.type.rank)
     return _first_only(node, None if d == u else d if d < u else d - 1)
 
 
@@ -164,12 +158,7 @@ def _squeezed(node: Node, k: int, src: tuple[int, ...]) -> bool:
         return True
     dims = node.attrs["dim"]
     dims = dims if isinstance(dims, list | tuple) else [dims]
-    return k in {_norm(x, len(src)) for x in dims}
-
-
-def _expand(node: Node, d: int) -> Plan | None:
-    dims = _aligned(node, d)
-    return (dims, dict(node.attrs)) if dims is not None else None
+    return k in {norm_dim(x, len(src)) for x in dims}
 
 
 def _linear(node: Node, d: int) -> Plan | None:
@@ -197,14 +186,14 @@ def _reduction(node: Node, d: int) -> Plan | None:
     dims = node.attrs.get("dim")
     if not dims:
         return None
-    reduced = {_norm(x, rank) for x in dims}
+    reduced = {norm_dim(x, rank) for x in dims}
     kept = list(range(rank)) if node.attrs.get("keepdim") else [k for k in range(rank) if k not in reduced]
     di = kept[d]
     return _first_only(node, None if di in reduced else di)
 
 
 def _softmax(node: Node, d: int) -> Plan | None:
-    return _first_only(node, None if _norm(node.attrs["dim"], node.output.type.rank) == d else d)
+    return _first_only(node, None if norm_dim(node.attrs["dim"], node.output.type.rank) == d else d)
 
 
 def _layer_norm(node: Node, d: int) -> Plan | None:
@@ -235,7 +224,8 @@ RULES_BY_OP: dict[str, Rule] = {
     **{op: _softmax for op in _SOFTMAXES},
     "slice.Tensor": _slice_other, "select.int": _slice_other, "cat.default": _cat,
     "transpose.int": _transpose, "permute.default": _permute, "unsqueeze.default": _unsqueeze,
-    "squeeze.default": _squeeze, "squeeze.dim": _squeeze, "squeeze.dims": _squeeze, "expand.default": _expand,
+    "squeeze.default": _squeeze, "squeeze.dim": _squeeze, "squeeze.dims": _squeeze,
+    "expand.default": _elementwise,  # (its size attribute is set to the smaller shape where the rule is applied)
     "linear.default": _linear, "matmul.default": _matmul, "bmm.default": _matmul, "mm.default": _matmul,
     "layer_norm.default": _layer_norm, "embedding.default": _embedding,
     "scaled_dot_product_attention.default": _attention,

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 from ...dtypes import INT_DTYPES
+from ...tensor import slice_bounds
 from ..graph import Node, TensorType, Value
 from .core import InferError, _representable, _same, _same_shape, broadcast, infers, norm_dim, result_type, tensor
 
@@ -127,11 +128,7 @@ def _slice(node: Node) -> list[TensorType]:
     step = a["step"]
     if step <= 0:
         raise InferError(f"step {step} must be positive")
-    n = x.shape[d]
-    start = 0 if a["start"] is None else a["start"]
-    end = n if a["end"] is None else a["end"]
-    start, end = (start + n if start < 0 else start), (end + n if end < 0 else end)
-    start, end = min(max(start, 0), n), min(max(end, start, 0), n)
+    start, end = slice_bounds(a["start"], a["end"], x.shape[d])
     shape = list(x.shape)
     shape[d] = (end - start + step - 1) // step
     return _same_shape(x, shape)
