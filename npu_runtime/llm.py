@@ -8,6 +8,7 @@ mask to the device and one row of logits back. No torch here: this runs where on
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
@@ -27,7 +28,7 @@ from npu_compiler.program import CompiledProgram
 from . import llm_io
 from .backend import Backend, DeviceBuffer, get_backend
 from .errors import NPURuntimeError
-from .weights import WeightSet, load_weights
+from .weights import TensorSource, WeightSet, load_weights
 
 __all__ = ["LLM", "LLMError", "GenerationResult", "MANIFEST_FORMAT", "SUPPORTED_MODEL_TYPES", "sample_token"]
 
@@ -199,22 +200,19 @@ class LLM:
     decode_graph: _Graph = field(repr=False)
     model_dir: Path | None = None  # where the tokenizer is read from, on first use
     eos_token_ids: tuple[int, ...] = ()
-    _tokenizer: Any = field(default=None, repr=False)
-    _tokenizer_read: bool = field(default=False, repr=False)
 
-    @property
+    @functools.cached_property
     def tokenizer(self) -> Any:
         """The model directory's tokenizer (`Tokenizer`), or None without a tokenizer.json. Read on first use, not
         at load: a real model's tokenizer.json takes 0.3 s or more to parse, and running on token ids needs none."""
-        if not self._tokenizer_read and self.model_dir is not None:
-            from .tokenizer import Tokenizer
+        if self.model_dir is None:
+            return None
+        from .tokenizer import Tokenizer
 
-            try:
-                self._tokenizer = Tokenizer.from_dir(self.model_dir)
-            except Exception as e:  # noqa: BLE001  (the tokenizers package's own errors name no file)
-                raise LLMError(f"{self.model_dir / 'tokenizer.json'}: cannot be read as a tokenizer ({e})") from e
-            self._tokenizer_read = True
-        return self._tokenizer
+        try:
+            return Tokenizer.from_dir(self.model_dir)
+        except Exception as e:  # noqa: BLE001  (the tokenizers package's own errors name no file)
+            raise LLMError(f"{self.model_dir / 'tokenizer.json'}: cannot be read as a tokenizer ({e})") from e
 
     # ---- loading -----------------------------------------------------------------------------------------------
     @classmethod
@@ -257,10 +255,11 @@ class LLM:
         # One weight set for both programs: they share placeholder names (one export, same model). The decode may
         # group some differently (the prefill's last layer computes q for its last token only, so its q is not
         # concatenated with k and v there): those are loaded too.
-        weights = load_weights(progs["prefill"], mdir, be)
+        source = TensorSource(mdir)  # (the checkpoint's files opened once for both)
+        weights = load_weights(progs["prefill"], source, be)
         missing = {w.name for w in progs["decode"].weights if w.name not in weights.buffers}
         if missing:
-            weights.buffers.update(load_weights(progs["decode"], mdir, be, names=missing).buffers)
+            weights.buffers.update(load_weights(progs["decode"], source, be, names=missing).buffers)
 
         for kind, prog in progs.items():  # every name the cache map gives is one of the program's
             g = cache_map["graphs"][kind]
