@@ -564,6 +564,75 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     assert not failures, failures[0]
 
 
+class _SdpaLayers(torch.nn.Module):
+    """Three SDPA layers over one mask, as a decoder's layers read it; `derived`: each layer reads the mask after an
+    op of its own (a tensor some kernel writes)."""
+
+    def __init__(self, derived: bool = False) -> None:
+        super().__init__()
+        self.derived = derived
+
+    def forward(self, q, k, v, m):
+        for i in range(3):
+            mask = m * (i + 1) if self.derived else m
+            q = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return q
+
+
+def _sdpa_layers_args(t: int = 1100, heads: int = 6, kv_heads: int = 2, d: int = 64) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    vis = torch.arange(t)[None, :] <= torch.arange(t)[:, None]
+    mask = torch.where(vis, 0.0, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)[None, None]
+    return [torch.randn(1, heads, t, d, generator=gen).to(torch.bfloat16),
+            torch.randn(1, kv_heads, t, d, generator=gen).to(torch.bfloat16),
+            torch.randn(1, kv_heads, t, d, generator=gen).to(torch.bfloat16), mask]
+
+
+@needs_nvrtc
+def test_attention_layers_over_one_mask_classify_it_once() -> None:
+    """Online split records over the same mask share one tile table (a uint8 buffer alive from the first record to
+    the last): where the mask is an input no kernel writes only the first record launches the classifying scan, the
+    others read the table it left. A mask some kernel writes is classified by every record; a record whose nearest
+    earlier toucher of the table is not a record over the same mask and spec classifies again; a record that
+    claims a table of another size is refused at load."""
+    from dataclasses import replace
+
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.cuda import flash_attention as FA
+
+    args = _sdpa_layers_args()
+    program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
+    att = [k for k in program.kernels if k.kind == "attention"]
+    assert len(att) == 3 and all(k.spec.online and k.spec.splits >= 2 for k in att)
+    tables = {k.outs[-1].buffer for k in att}
+    assert len(tables) == 1 and program.buffers[att[0].outs[-1].buffer].dtype == "uint8"
+    assert att[0].spec.tile_table == FA.tile_table(1, 6, 1100, 1100) == att[0].outs[-1].numel
+    r = rendered(program)
+    n_launches = [len(r.steps[program.kernels.index(k)]) for k in att]
+    assert n_launches == [4, 3, 3], n_launches
+    assert [FA.table_left(k, program, 90) for k in att] == [False, True, True]
+    failures = _check_sources({s.source: r.sources[s.source] for k in att for s in r.steps[program.kernels.index(k)]})
+    assert not failures, failures[0]
+
+    derived = npu_compiler.compile(ir_dict(_SdpaLayers(True), args, "sdpa_derived"), "cuda", dtype="bfloat16")
+    datt = [k for k in derived.kernels if k.kind == "attention"]
+    assert len(datt) == 3 and not any(FA.table_left(k, derived, 90) for k in datt)
+    rd = rendered(derived)
+    assert [len(rd.steps[derived.kernels.index(k)]) for k in datt] == [4, 4, 4]
+
+    # the second record's spec differs (another scale): it and the third (whose nearest toucher is now the second,
+    # which classifies) still run correctly, each from a table some launch of theirs or of the record before wrote
+    other = replace(att[1], spec=replace(att[1].spec, scale=0.5))
+    kernels = list(program.kernels)
+    kernels[program.kernels.index(att[1])] = other
+    edited = replace(program, kernels=kernels)
+    assert [FA.table_left(k, edited, 90) for k in (att[0], other, att[2])] == [False, False, False]
+    bad = replace(att[1], spec=replace(att[1].spec, tile_table=att[1].spec.tile_table + 1))
+    with pytest.raises(ValueError, match="tile table"):
+        bad.spec.check(bad, program.buffers)
+
+
 @needs_nvrtc
 def test_masked_softmax_sources_compile() -> None:
     """npu.softmax (scale and mask read with the row) renders and assembles in every dtype."""

@@ -62,6 +62,10 @@ class AttentionKernel(KernelSpec):
     # keys) and keep them at least as precise as `probs_dtype`. False: the graph rounds the normalised probabilities
     # itself (a softmax, then a cast) and every kernel rounds exactly there. The reference rounds exactly either way.
     online: bool = False
+    # > 0: outs[-1] holds this many bytes, the target's table of the mask's key tiles (a tiled split attention: which
+    # tiles some query row sees, which hold mask values to add). Every record over the same mask shares the buffer,
+    # so that the target may classify the mask once and later records read the table it left (see targets/cuda).
+    tile_table: int = bounded(0, default=0)
 
     @property
     def rows(self) -> int:
@@ -70,7 +74,8 @@ class AttentionKernel(KernelSpec):
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         nargs = 3 + (self.mask != "none") + self.valid_len
         expect(len(call.args) == nargs, f"attention with {len(call.args)} arguments, expected {nargs}")
-        expect(len(call.outs) == 1 + (self.splits > 0), f"attention with {len(call.outs)} outputs")
+        expect(len(call.outs) == 1 + (self.splits > 0) + (self.tile_table > 0),
+               f"attention with {len(call.outs)} outputs")
         expect(self.heads % self.kv_heads == 0, f"{self.heads} query heads over {self.kv_heads} kv heads")
         q, k, v = call.args[:3]
         b, h, t, lk, d, dv = self.batch, self.heads, self.q_len, self.kv_len, self.head_dim, self.v_dim
@@ -98,6 +103,12 @@ class AttentionKernel(KernelSpec):
                    "attention split scratch of the wrong size or dtype")
         else:
             expect(self.scratch_extra == 0, "attention scratch entries without key splits")
+        if self.tile_table:
+            expect(self.splits > 0 and self.online and self.mask != "none",
+                   "an attention tile table without key splits, an online softmax and a mask")
+            tab = call.outs[-1]
+            expect(dtype_of(buffers, tab) == "uint8" and tab.numel == self.tile_table,
+                   "attention tile table of the wrong size or dtype")
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         read = sum(ref_bytes(buffers, r) for r in call.args)

@@ -433,9 +433,23 @@ def attention(L: Lowering, node: Node) -> None:
         # target keeps beside them.
         outs.append(L.scratch(f"{node.name}.split_scratch", "float32",
                               (b * h * t * splits * (2 + v.shape[-1]) + extra,)))
+    table = L.target.attention_tile_table(b, h, t, lk) if tiled and splits and online and mask_kind != "none" else 0
+    if table:
+        outs.append(_tile_table(L, node.name, args[3:], (b, h, t, lk, table)))
     L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
                            a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"), bool(a.get("valid_len")),
-                           splits, extra, online), args, outs)
+                           splits, extra, online, table), args, outs)
+
+
+def _tile_table(L: Lowering, name: str, mask_refs: list[TensorRef], dims: tuple[int, ...]) -> TensorRef:
+    """The tile table of an attention over this mask (and cache positions): one buffer for every record over the
+    same views with the same dimensions, alive from the first to the last, so that the target can classify the
+    mask's tiles once (a decoder's layers all read one mask)."""
+    key = (tuple((r.buffer, tuple(r.shape), tuple(r.strides), r.offset) for r in mask_refs), dims)
+    tables = L.memo.setdefault("attention_tile_tables", {})
+    if key not in tables:
+        tables[key] = L.scratch(f"{name}.tile_table", "uint8", (dims[-1],))
+    return tables[key]
 
 
 def _read_head_last(L: Lowering, v: Value) -> bool:

@@ -54,6 +54,8 @@ class Lowering:
         self._inplace_inputs: dict[int, str] = {}  # buffer id -> graph input name updated in place
         self._roots, self._last_read, self._root_is_output = self._view_roots()
         self.pending: dict[int, Pending] = {}
+        # what lowering rules share across nodes, by rule (one tile table for every attention over a mask)
+        self.memo: dict[str, dict] = {}
         self._graph_outputs = {id(v) for v in graph.outputs}
         self._users: dict[int, list[Node]] | None = None
         # Where convs run as implicit GEMMs on matrix units, image activations are channels-last ([N, H, W, C] in

@@ -49,6 +49,12 @@ class CodegenTarget:
         max. Default: (0, 0), no splits."""
         return 0, 0
 
+    def attention_tile_table(self, batch: int, heads: int, q_len: int, kv_len: int) -> int:
+        """For a tiled attention with key splits, an online softmax and a mask: how many bytes the target's table
+        of the mask's key tiles takes (AttentionKernel.tile_table: a buffer every record over the same mask shares).
+        Default: 0, no table."""
+        return 0
+
     def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int, online: bool) -> int:
         """For an attention split across blocks by `decode_attention_blocks`: how many float32 scratch entries the
         target keeps beside the split record (`online`: the record's, see AttentionKernel). Default: 0."""

@@ -230,3 +230,32 @@ def test_online_decode_with_no_visible_key_gives_zeros(cuda_backend) -> None:
     feeds = {s.name: to_np(a) for s, a in zip(program.inputs, [q, k, v, m], strict=True)}
     got = ex.run_numpy(feeds, {})[program.outputs[0].name].astype(np.float32)
     assert np.all(got == 0)
+
+
+class _SdpaLayers(torch.nn.Module):
+    """Three SDPA layers over one additive mask (a decoder's layers all read one)."""
+
+    def forward(self, q, k, v, m):
+        for _ in range(3):
+            q = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+        return q
+
+
+def test_layers_over_one_mask_read_the_first_layers_tile_table(cuda_backend) -> None:
+    """The second and third layers launch no classifying scan of their own: they read the tile table the first
+    layer's scan left (the mask is an input no kernel writes). A causal mask over a cache longer than the rows (the
+    slots past them hidden, as a prefill's are), three query heads a KV head's group: the output of the third layer
+    as PyTorch computes it."""
+    from npu_compiler.targets.cuda import flash_attention as FA
+
+    gen = torch.Generator().manual_seed(3)
+    t, lk, h, hk, d = 1100, 1300, 6, 2, 64
+    vis = torch.arange(lk)[None, :] <= torch.arange(t)[:, None]
+    mask = torch.where(vis, 0.0, torch.finfo(torch.bfloat16).min).to(torch.bfloat16)[None, None]
+    args = [torch.randn((1, h, t, d), generator=gen).to(torch.bfloat16),
+            torch.randn((1, hk, lk, d), generator=gen).to(torch.bfloat16),
+            torch.randn((1, hk, lk, d), generator=gen).to(torch.bfloat16), mask]
+    program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
+    attn = [k for k in program.kernels if k.kind == "attention"]
+    assert len(attn) == 3 and [FA.table_left(k, program, 90) for k in attn] == [False, True, True]
+    _assert_matches_torch(program, _SdpaLayers(), args, "bfloat16", "sdpa_layers", cuda_backend)

@@ -56,10 +56,12 @@ The online launch's blocks are shaped for grouped-query heads: where a KV head's
 of HEADS_PER_BLOCK (3), a block computes that many heads of its row block and split (4 warps each, 12 warps, one
 block an SM as three blocks of four warps were), so that each key and value tile is copied from L2 once for the
 three heads. Under a mask, a launch before it classifies the mask's tiles once (`classify`: one block a row block,
-CLASSIFY_TILES key tiles and head of the mask, the scan above; one byte a tile in the record's scratch, live and
-mixed), instead of every split block of every head scanning its part of the mask again; a split block ORs its heads'
+CLASSIFY_TILES key tiles and head of the mask, the scan above; one byte a tile, live and mixed, in the record's tile
+table), instead of every split block of every head scanning its part of the mask again; a split block ORs its heads'
 bytes. Where the mask (and the positions of a valid length) are inputs no kernel writes, the scan runs before the
-launch's wait and the launch starts early, beside the kernel before it (`Launch.early`). Q stays in shared memory
+launch's wait and the launch starts early, beside the kernel before it (`Launch.early`); and since every record over
+the same mask shares one table (`AttentionKernel.tile_table`), only the first of them classifies it (`table_left`: a
+decoder's layers read one mask). Q stays in shared memory
 (a k-step's fragment loaded where it is used), key and value tiles go through STAGES buffers (the next tile's copies
 in flight during the whole of this one's work; no barrier at a tile's end), and a mixed tile's mask values are loaded
 where they are added: each of these had kept a register array alive beside the products, and the kernel spilled in
@@ -188,13 +190,16 @@ def tiles_apply(dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head
     return True
 
 
-def _split_extra(batch: int, heads: int, q_len: int, kv_len: int, splits: int, online: bool) -> int:
+def _split_extra(batch: int, heads: int, q_len: int, splits: int) -> int:
     """The scratch ints after the split record: the first launch's flags and the accumulating (or online) launch's,
-    one per block each; for an online record then the mask's tile table (one byte a (batch, head, row block, key
-    tile), room for a mask of its own for every head)."""
-    blocks = batch * heads * -(-q_len // BM)
-    table = -(-blocks * -(-kv_len // BN) // 4) if online else 0
-    return 2 * blocks * splits + table
+    one per block each."""
+    return 2 * batch * heads * -(-q_len // BM) * splits
+
+
+def tile_table(batch: int, heads: int, q_len: int, kv_len: int) -> int:
+    """Bytes of an online split record's table of its mask's key tiles (AttentionKernel.tile_table): one a (batch,
+    head, row block, key tile), room for a mask of its own for every head."""
+    return batch * heads * -(-q_len // BM) * -(-kv_len // BN)
 
 
 def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
@@ -209,14 +214,16 @@ def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
     if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= FULL_BLOCKS):
         return 0, 0
     splits = max(2, -(-n_tiles // ONLINE_TILES_PER_SPLIT)) if online else -(-n_tiles // TILES_PER_SPLIT)
-    return splits, _split_extra(batch, heads, q_len, kv_len, splits, online)
+    return splits, _split_extra(batch, heads, q_len, splits)
 
 
 def _split_layout(p: AttentionKernel, n_outs: int) -> bool:
-    """Whether a split attention record has the layout the tiled split launches use (else the generic split runs)."""
+    """Whether a split attention record has the layout the tiled split launches use (else the generic split runs):
+    its flags after the split record, and an online record over a mask its tile table."""
     n_tiles = -(-p.kv_len // BN)
-    return (n_outs == 2 and -(-n_tiles // p.splits) <= MAX_TILES_PER_SPLIT
-            and p.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, p.kv_len, p.splits, p.online))
+    table = tile_table(p.batch, p.heads, p.q_len, p.kv_len) if p.online and p.mask != "none" else 0
+    return (n_outs == 2 + (table > 0) and -(-n_tiles // p.splits) <= MAX_TILES_PER_SPLIT
+            and p.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, p.splits) and p.tile_table == table)
 
 
 def applies(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
@@ -246,6 +253,25 @@ def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
     p: AttentionKernel = k.spec
     reads = [k.args[3]] + ([k.args[-1]] if p.valid_len else [])
     return all(unwritten_input(program, r.buffer) for r in reads)
+
+
+def table_left(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+    """Whether an earlier record of the program left this one's tile table as its own classifying launch would write
+    it, so that it launches none: the nearest earlier kernel touching the table's buffer is an attention record with
+    the same spec, mask (and cache positions) and table, rendered with these launches, and the mask (and positions)
+    are inputs no kernel writes. A decoder's layers then classify their shared mask once, in the first layer (the
+    launch took 8 us a layer in Qwen2.5-1.5B's prefill graph)."""
+    p: AttentionKernel = k.spec
+    if not p.tile_table or not _classify_early(k, program):
+        return False
+    table = k.outs[-1]
+    at = next((i for i, kk in enumerate(program.kernels) if kk is k), 0)
+    for kj in reversed(program.kernels[:at]):
+        if all(r.buffer != table.buffer for r in (*kj.outs, *kj.args)):
+            continue
+        return (kj.spec == p and kj.outs[-1] == table and kj.args[3:] == k.args[3:]
+                and applies(kj, program, arch))
+    return False
 
 
 def _mask_batches_heads(g) -> tuple[int, int]:
@@ -307,7 +333,7 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
         hb = heads_per_block(p, "online")
         online_grid = (grid[0], grid[1] // hb, grid[2]) if t and bh else grid
         classify = []
-        if p.mask != "none":  # the mask's tiles classified once, for every split block to read
+        if p.mask != "none" and not table_left(k, program, arch):  # classified once, for every split block to read
             g = attention_geometry(k, "cuda")
             bm, hm = _mask_batches_heads(g)
             n_tiles = -(-p.kv_len // BN)
@@ -444,14 +470,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       __syncthreads();"""
     n_tiles = max(1, -(-lk // BN))
     rbs = -(-t // BM)  # row blocks per (batch, head)
-    # the classified tiles of an online record's mask (see _split_extra): after the split record and its two flag arrays
-    table_at = b * h * t * p.splits * (2 + d) + 2 * b * h * rbs * p.splits
     if mode == "classify":
         # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
         # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
         bm, hm = _mask_batches_heads(g)
         # where the mask and the positions are inputs no kernel writes, the scan runs before the wait (overlapping
-        # the kernel before); only the table's bytes, in the record's scratch, wait
+        # the kernel before); only the table's bytes wait
         early = _classify_early(k, program)
         return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {signature(32 * WARPS, 0)} {{
@@ -467,8 +491,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
   __syncthreads();{live_scan}
 {INPUTS_END + chr(10) + WAIT if early else ""}
-  unsigned char* const tab = reinterpret_cast<unsigned char*>(out1 + {table_at}LL) +
-                             ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
+  unsigned char* const tab = out2 + ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
   for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
 }}
 """
@@ -847,7 +870,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     unsigned v = 0;
     #pragma unroll
     for (int e = 0; e < {hb if hm > 1 else 1}; ++e)
-      v |= reinterpret_cast<const unsigned char*>(out1 + {table_at}LL)[
+      v |= out2[
           ((long long)({"bi" if bm > 1 else "0"} * {hm} + {tab_head}) * {rbs} + blockIdx.x) * {n_tiles} + i];
     tlive[i] = v & 1;
     tmixed[i] = v >> 1;

@@ -25,7 +25,7 @@ from .conv_tc import applies as conv_tc_applies
 from .conv_tc import convs_on_tensor_cores, side_fits
 from .decode_attention import scores_scratch
 from .flash_attention import applies as tiles_fit
-from .flash_attention import tile_splits, tiles_apply
+from .flash_attention import tile_splits, tile_table, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
 from .gemv import GEMV_MAX_M, PROLOGUE_BYTES, gemv, gemv_applies, gemv_fits, prologue_applies
 from .library import (
@@ -94,6 +94,9 @@ class CudaTarget(CodegenTarget):
 
     def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip, online=False) -> tuple[int, int]:
         return tile_splits(batch, heads, q_len, kv_len, may_skip, online)
+
+    def attention_tile_table(self, batch, heads, q_len, kv_len) -> int:
+        return tile_table(batch, heads, q_len, kv_len)
 
     def decode_attention_scratch(self, batch, heads, q_len, kv_len, online) -> int:
         return scores_scratch(batch, heads, q_len, kv_len, online)
