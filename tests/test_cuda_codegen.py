@@ -633,6 +633,36 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
         bad.spec.check(bad, program.buffers)
 
 
+def test_online_split_blocks_run_longest_first() -> None:
+    """The online split launch takes its blocks longest first: a permutation of every (row block, heads, split),
+    ordered by the key tiles a causal mask would leave each (a row block sees the tiles up to its last row), so
+    that the second wave is the short blocks; the source reads the order from a table. A grid too large for a table
+    keeps its own order."""
+    from dataclasses import replace
+
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.cuda import flash_attention as FA
+
+    program = npu_compiler.compile(ir_dict(_SdpaLayers(), _sdpa_layers_args(), "sdpa_layers"), "cuda",
+                                   dtype="bfloat16")
+    att = next(k for k in program.kernels if k.kind == "attention")
+    p = att.spec
+    hb = FA.heads_per_block(p, "online")
+    order = FA.online_order(p, hb)
+    rbs, gy = -(-p.q_len // FA.BM), p.heads // hb
+    blocks = [(c & 0xFFF, c >> 12 & 0xFFF, c >> 24) for c in order]
+    assert sorted(blocks) == sorted((x, y, z) for x in range(rbs) for y in range(gy) for z in range(p.splits))
+    n_tiles = -(-p.kv_len // FA.BN)
+    tps = -(-n_tiles // p.splits)
+    tiles = [max(0, min(tps, x + 1 - tps * z)) for x, _, z in blocks]  # (1100 rows: row block x sees x + 1 tiles)
+    assert tiles == sorted(tiles, reverse=True) and tiles[0] == tps and tiles[-1] == 0
+    online = next(s for s in CudaTarget().kernel_sources(att, program) if "fa_order" in s)
+    assert f"fa_order[{len(order)}] = {{{order[0]},{order[1]}," in online
+    big = replace(p, q_len=FA.BM * (FA.MAX_ORDERED_BLOCKS // gy // p.splits + 1))
+    assert FA.online_order(big, hb) is None
+
+
 @needs_nvrtc
 def test_masked_softmax_sources_compile() -> None:
     """npu.softmax (scale and mask read with the row) renders and assembles in every dtype."""
