@@ -3,6 +3,7 @@ attention, with their epilogues (bias, residual add, activation) as expressions 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -445,7 +446,7 @@ def _tile_table(L: Lowering, name: str, mask_refs: list[TensorRef], dims: tuple[
     """The tile table of an attention over this mask (and cache positions): one buffer for every record over the
     same views with the same dimensions, alive from the first to the last, so that the target can classify the
     mask's tiles once (a decoder's layers all read one mask)."""
-    key = (tuple((r.buffer, tuple(r.shape), tuple(r.strides), r.offset) for r in mask_refs), dims)
+    key = (tuple(dataclasses.astuple(r) for r in mask_refs), dims)
     tables = L.memo.setdefault("attention_tile_tables", {})
     if key not in tables:
         tables[key] = L.scratch(f"{name}.tile_table", "uint8", (dims[-1],))

@@ -108,6 +108,8 @@ the combining launch's values loaded before the splits' stats (no change).
 
 from __future__ import annotations
 
+import functools
+
 from ...kernels import AttentionKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, attention_geometry, grid_for, pad4
@@ -257,7 +259,7 @@ def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
     return all(unwritten_input(program, r.buffer) for r in reads)
 
 
-def online_order(p: AttentionKernel, hb: int) -> list[int] | None:
+def online_order(p: AttentionKernel, hb: int) -> tuple[int, ...] | None:
     """The online split launch's blocks, longest first: block i computes the (row block x, heads y, split z) packed
     as x | y << 12 | z << 24 in entry i. Its live key tiles are known at run time only (the mask), so they are
     estimated as a causal mask at cache position 0 gives them (row block x sees the key tiles up to its last row's):
@@ -265,20 +267,26 @@ def online_order(p: AttentionKernel, hb: int) -> list[int] | None:
     which left blocks of whole splits to the second wave. Any order gives the same results (every block writes its
     own split's record). Qwen2.5-1.5B's prefill on the H100 (8 layers, one process): the attention record 84.5 ->
     80.2 us a layer. None where the grid is too large to order by a table (the grid's order then)."""
-    rbs, gy, splits = -(-p.q_len // BM), p.batch * p.heads // hb, p.splits
+    return _longest_first(p.q_len, p.kv_len, p.batch * p.heads // hb, p.splits)
+
+
+@functools.cache
+def _longest_first(q_len: int, kv_len: int, gy: int, splits: int) -> tuple[int, ...] | None:
+    """online_order of a grid (computed once for a decoder's identical layers)."""
+    rbs = -(-q_len // BM)
     if not (rbs and gy and splits) or rbs * gy * splits > MAX_ORDERED_BLOCKS or max(rbs, gy) >= 1 << 12 \
             or splits >= 1 << 8:
         return None
-    n_tiles = -(-p.kv_len // BN)
+    n_tiles = -(-kv_len // BN)
     tps = -(-n_tiles // splits)
 
     def est(x: int, z: int) -> int:
-        seen = (min(p.q_len, (x + 1) * BM) - 1) // BN + 1  # the tiles a causal row block sees, from key 0
+        seen = (min(q_len, (x + 1) * BM) - 1) // BN + 1  # the tiles a causal row block sees, from key 0
         return max(0, min(tps, seen - tps * z))
 
     blocks = sorted(((x, y, z) for z in range(splits) for y in range(gy) for x in range(rbs)),
                     key=lambda c: (-est(c[0], c[2]), c[2], -c[0], c[1]))
-    return [x | y << 12 | z << 24 for x, y, z in blocks]
+    return tuple(x | y << 12 | z << 24 for x, y, z in blocks)
 
 
 def table_left(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
