@@ -552,6 +552,13 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     ampere = CudaTarget(80).kernel_sources(att, program)
     assert "wgmma" not in ampere[1] and "tc_mma(sacc" in ampere[1] and nvrtc.target_for(ampere[1], "sm_80") == "sm_80"
     assert "atomicOr" in r.sources[steps[2].source]
+    # on Hopper with three heads a block, a split block that is the only one with live tiles for its row block writes
+    # the rows' outputs itself (used 2, which the combine skips) and marks the row block for the repair in its own
+    # flags; the repair reads every split's
+    sole = FA.sole_split_applies(att, program, 90)
+    assert sole == (hb > 1) and ("used[z] = 2;" in online) == sole
+    assert "if (sole) continue;" in r.sources[steps[2].source]
+    assert f"for (int zz = 0; zz < {att.spec.splits}; ++zz) marked |= fl[zz];" in r.sources[steps[3].source]
     # with three heads a block the next tile's Q K^T is issued ahead of the last tile's P V (which runs during the
     # softmax), and the partial outputs leave through shared memory as one bulk copy a row; with one, neither
     assert ("wg_wait<32, 1>(&sacc" in online) == (hb > 1)
