@@ -68,7 +68,7 @@ decoder's layers read one mask). Q stays in shared memory
 (a k-step's fragment loaded where it is used), key and value tiles go through STAGES buffers (the next tile's copies
 in flight during the whole of this one's work; no barrier at a tile's end), and a mixed tile's mask values are loaded
 where they are added: each of these had kept a register array alive beside the products, and the kernel spilled in
-its loop. Its runs are ONLINE_TILES_PER_SPLIT (12) tiles: fewer partial outputs to write and combine.
+its loop. Its runs are ONLINE_TILES_PER_SPLIT (14) tiles: fewer partial outputs to write and combine.
 Measured on the H100, the kernel alone at Qwen2.5-1.5B's shapes (2048 rows over a 2560-slot cache, 12 heads over 2,
 HF's mask; a one-off A/B script, the same outputs to the bit): 177.6 -> 157.5 us with three heads a block, 148.0 us
 with runs of 12 tiles (168.0 at 6, 151.9 at 15), 129.1 us with the classifying launch (137.6 with 8 tiles a block);
@@ -105,8 +105,9 @@ the whole prefill (2048 tokens, 28 layers, one process, one export loaded with e
 same logits to the bit. Tried and left out: the scale folded into the exponent's multiply-add (one instruction a
 score less; 90.1 us, a spill), exponentials without __expf's care for results below 2^-126 (three instructions a
 score less; no change: the loop is bound by its latencies, not its issue slots), the row blocks that see most keys
-launched first (no change), runs of 8, 10, 14 or 16 tiles a split (100.6, 88.6, 97.7, 97.6 us against 88.6 at 12),
-the combining launch's values loaded before the splits' stats (no change).
+launched first (no change), runs of 8, 10, 14 or 16 tiles a split (100.6, 88.6, 97.7, 97.6 us against 88.6 at 12,
+the blocks in the grid's order; once they ran longest first, 14 won: see ONLINE_TILES_PER_SPLIT), the combining
+launch's values loaded before the splits' stats (no change).
 """
 
 from __future__ import annotations
@@ -147,8 +148,10 @@ MIN_ARCH = 80  # mma.sync with bf16 operands and ldmatrix / cp.async: Ampere and
 MIN_ROWS = 16  # fewer query rows than an MMA tile has: the row kernels do less work
 TILES_PER_SPLIT = 8  # key tiles per block where the keys are split across blocks
 # the online launch's blocks (HEADS_PER_BLOCK heads each) make one pass: longer runs mean fewer partial outputs to
-# write and combine (Qwen2.5-1.5B's prefill attention alone on the H100: 155.6 us at 8 tiles, 148.0 at 12, 168.0 at 6)
-ONLINE_TILES_PER_SPLIT = 12
+# write and combine (Qwen2.5-1.5B's prefill attention alone on the H100: 155.6 us at 8 tiles, 148.0 at 12, 168.0 at 6;
+# with the blocks longest first (online_order), 14 against 12: the record 79.8 -> 77.3 us a layer in one process,
+# 79.8 -> 77.6 in another; its 2560-key cache in 3 splits instead of 4)
+ONLINE_TILES_PER_SPLIT = 14
 # the most blocks the online launch orders by a table in its source (online_order); larger grids keep their order
 MAX_ORDERED_BLOCKS = 8192
 MAX_TILES_PER_SPLIT = 15  # a split's live and mixed tiles are bits of one int (bit 15: the guard's flag)
