@@ -303,8 +303,9 @@ class CudaExecutor(Executor):
                              merged.get(i)) for i, (e0, e1) in enumerate(marks)]
 
     def outputs(self) -> dict[str, CudaBuffer]:
-        # built once (until a binding changes): every run writes the same buffers, and wrapping them again cost a
-        # run of the step-inputs program (whose outputs come before the prefill's launch) about a sixth of its time
+        # built once (until a binding changes): every run writes the same buffers, and wrapping them again took 46 us
+        # of host time for the prefill program's 17 outputs; the step-inputs program's run, whose outputs came
+        # before the prefill's launch, paid its share while the GPU waited
         if self._outputs is None:
             out: dict[str, CudaBuffer] = {}
             for s in self.program.outputs:

@@ -1012,14 +1012,8 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   }
   load_q();
 """
-        tail = online_loop + "\n" + split_stats + partial_out + """
-  if (rw == 0 && lane == 0) {
-    flags[z] = bits;
-    used[z] = 1;
-  }"""
-        if sole_ok:
-            tail = online_loop + "\n" + split_stats + _sole_split(k, program, ityp, threads, hb, n_tiles, rbs,
-                                                                    additive, dead) + partial_out + """
+        sole = _sole_split(k, program, ityp, threads, hb, n_tiles, rbs, additive, dead) if sole_ok else ""
+        tail = online_loop + "\n" + split_stats + sole + partial_out + """
   if (rw == 0 && lane == 0) {
     flags[z] = bits;
     used[z] = 1;
