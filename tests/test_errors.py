@@ -139,6 +139,26 @@ def test_inputs_bound_to_overlapping_memory_are_refused_where_a_kernel_writes_on
     ex.bind_buffers({pid: CpuBuffer(pos.reshape(1, 1), "int64"), cpos: CpuBuffer(pos, "int64")})
 
 
+def test_outputs_are_wrapped_once_and_again_after_a_binding(tmp_path):
+    """`outputs()` gives the same buffers every run (in a dict of its own each call); binding an input that an
+    output aliases (a KV cache updated in place) makes that output the caller's buffer from then on."""
+    from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
+
+    exp = export_qwen2(tiny_qwen2_config(), tmp_path, max_cache_len=32, prefill_len=8, dtype="float32")
+    prog = npu_compiler.compile(exp.decode_path, "cpu", dtype="float32", rope_theta=10000.0)
+    k0 = exp.cache_map["graphs"]["decode"]["layers"][0]["k_input"]
+    out = next(s.name for s in prog.outputs if s.alias_of == k0)
+    spec = {s.name: s for s in prog.inputs}
+    be = npu_runtime.get_backend("cpu")
+    ex = be.create_executor(prog)
+    first, again = ex.outputs(), ex.outputs()
+    assert first is not again and all(first[n] is again[n] for n in first)
+    cache = be.zeros(tuple(spec[k0].shape), spec[k0].device_dtype)
+    assert not np.shares_memory(first[out].native_handle, cache.native_handle)
+    ex.bind_buffers({k0: cache})
+    assert np.shares_memory(ex.outputs()[out].native_handle, cache.native_handle)
+
+
 def test_missing_and_misshaped_weights(small):
     ir, model = small
     prog = npu_compiler.compile(ir, "cpu", dtype="float32")

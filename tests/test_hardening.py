@@ -247,7 +247,7 @@ def test_executor_entry_points_wrap_bugs(monkeypatch) -> None:
     prog = npu_compiler.compile(small_ir())
     ex = CPU.create_executor(prog)
     ws = npu_runtime.load_weights(prog, small_weights(), CPU)
-    monkeypatch.setattr(type(ex), "_outputs", lambda self: {}["x"])
+    monkeypatch.setattr(type(ex), "_output_view", lambda self, spec: {}["x"])
     with pytest.raises(InternalError, match="while running the program: KeyError"):
         ex.run({"x": np.zeros((2, 6), np.float32)}, ws)
     with pytest.raises(InputError, match="complex64"):

@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import as_strided
 from npu_compiler.errors import ArtifactError, KernelFault
 from npu_compiler.limits import Limits
 from npu_compiler.memory_check import check_sizes
-from npu_compiler.program import CompiledProgram, KernelCall, TensorRef
+from npu_compiler.program import CompiledProgram, KernelCall, TensorRef, TensorSpec
 
 from ..backend import DeviceBuffer
 from ..dtypes import np_dtype
@@ -64,6 +64,7 @@ class CpuExecutor(Executor):
             self.flat[specs[name].buffer] = buf.native_handle.reshape(-1)
             self._bound_inputs[name] = buf
         self._steps = []
+        self._forget_outputs()
 
     def bind_weights(self, weights: WeightSet) -> None:
         for bid, buf in self._weight_buffers(weights):
@@ -104,7 +105,7 @@ class CpuExecutor(Executor):
         with np.errstate(all="ignore"):
             for step in self._steps:
                 step()
-        return self._outputs()
+        return self.outputs()
 
     def run_observed(self, inputs: Mapping[str, Any], weights: WeightSet | None = None,
                      before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None) -> None:
@@ -139,12 +140,8 @@ class CpuExecutor(Executor):
         if not self._steps:
             self._build()
 
-    def _outputs(self) -> dict[str, DeviceBuffer]:
-        return {s.name: CpuBuffer(self.flat[s.buffer].reshape(s.shape), s.device_dtype) for s in self.program.outputs}
-
-    def outputs(self) -> dict[str, DeviceBuffer]:
-        """The buffers the outputs are written to (the same ones every run: bind them as another program's inputs)."""
-        return self._outputs()
+    def _output_view(self, spec: TensorSpec) -> CpuBuffer:
+        return CpuBuffer(self.flat[spec.buffer].reshape(spec.shape), spec.device_dtype)
 
     def prepare(self) -> None:
         """Build every kernel's closure now (it happens on the first run otherwise)."""

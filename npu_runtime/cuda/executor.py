@@ -75,7 +75,6 @@ class CudaExecutor(Executor):
         self._weights_bound: int | None = None
         self._weights: WeightSet | None = None
         self._bound: dict[str, CudaBuffer] = {}
-        self._outputs: dict[str, CudaBuffer] | None = None  # (outputs(): the same buffers every run)
         self._steps: list[Callable[[], None]] | None = None
         self._pdl = pdl_launcher(self.stream.ptr, self.state.arch) if use_graph else None
         self._graph = None
@@ -100,7 +99,7 @@ class CudaExecutor(Executor):
         for name, buf in bindings.items():
             self._bound[name] = buf
             self._ptr[specs[name].buffer] = buf.ptr
-        self._outputs = None  # (an output that aliases a bound input is now the caller's buffer)
+        self._forget_outputs()
         self._invalidate()
 
     def bind_weights(self, weights: WeightSet) -> None:
@@ -302,20 +301,10 @@ class CudaExecutor(Executor):
         return [KernelTiming(i, cp.cuda.get_elapsed_time(start, e0) * 1e-3, cp.cuda.get_elapsed_time(e0, e1) * 1e-3,
                              merged.get(i)) for i, (e0, e1) in enumerate(marks)]
 
-    def outputs(self) -> dict[str, CudaBuffer]:
-        # built once (until a binding changes): every run writes the same buffers, and wrapping them again took 46 us
-        # of host time for the prefill program's 17 outputs; the step-inputs program's run, whose outputs came
-        # before the prefill's launch, paid its share while the GPU waited
-        if self._outputs is None:
-            out: dict[str, CudaBuffer] = {}
-            for s in self.program.outputs:
-                if s.alias_of is not None and s.alias_of in self._input_specs:
-                    buf = self.input_buffer(s.alias_of)
-                else:
-                    buf = self._own[s.buffer]
-                out[s.name] = CudaBuffer(buf.array.reshape(s.shape), s.device_dtype, self.state)
-            self._outputs = out
-        return dict(self._outputs)
+    def _output_view(self, spec: TensorSpec) -> CudaBuffer:
+        aliased = spec.alias_of is not None and spec.alias_of in self._input_specs
+        buf = self.input_buffer(spec.alias_of) if aliased else self._own[spec.buffer]
+        return CudaBuffer(buf.array.reshape(spec.shape), spec.device_dtype, self.state)
 
     @property
     def graph_active(self) -> bool:

@@ -117,6 +117,7 @@ class WebGPUExecutor(Executor):
             self._bound[name] = buf
             self._where[specs[name].buffer] = (buf.buffer, buf.offset)
         self._groups = None
+        self._forget_outputs()
 
     def bind_weights(self, weights: WeightSet) -> None:
         for bid, buf in self._weight_buffers(weights):
@@ -222,15 +223,10 @@ class WebGPUExecutor(Executor):
             raise NPURuntimeError(f"{where}: an int64 value left the int32 range the webgpu backend computes integers "
                                   "in (WGSL has no 64-bit integers); run this model on the cpu or cuda backend")
 
-    def outputs(self) -> dict[str, WebGPUBuffer]:
-        out: dict[str, WebGPUBuffer] = {}
-        for s in self.program.outputs:
-            if s.alias_of is not None and s.alias_of in self._input_specs:
-                buf = self.input_buffer(s.alias_of)
-            else:
-                buf = self._own[s.buffer]
-            out[s.name] = WebGPUBuffer(buf.buffer, s.shape, s.device_dtype, self.state, buf.offset)
-        return out
+    def _output_view(self, spec: TensorSpec) -> WebGPUBuffer:
+        aliased = spec.alias_of is not None and spec.alias_of in self._input_specs
+        buf = self.input_buffer(spec.alias_of) if aliased else self._own[spec.buffer]
+        return WebGPUBuffer(buf.buffer, spec.shape, spec.device_dtype, self.state, buf.offset)
 
     # ---- profiling and inspection ----------------------------------------------------------------------------
     @property
