@@ -355,6 +355,17 @@ def sole_split_applies(k: KernelCall, program: CompiledProgram, arch: int) -> bo
             and all(st % _VEC == 0 for st in os_[:3]))
 
 
+def _table_byte(g, hb: int, rbs: int, n_tiles: int) -> str:
+    """Code that ORs into `v` the tile table's bytes of key tile i for the block's heads (the mask's own where it
+    has one a head) in row block bx (see the classifying launch)."""
+    bm, hm = _mask_batches_heads(g)
+    head = f"hg * {hb} + e" if hm > 1 else "0"
+    return f"""unsigned v = 0;
+    #pragma unroll
+    for (int e = 0; e < {hb if hm > 1 else 1}; ++e)
+      v |= out2[((long long)({"bi" if bm > 1 else "0"} * {hm} + {head}) * {rbs} + bx) * {n_tiles} + i];"""
+
+
 def _sole_split(k: KernelCall, program: CompiledProgram, ityp: str, threads: int, hb: int, n_tiles: int, rbs: int,
                 additive: bool, dead: str) -> str:
     """The online launch's end where its block's split is the only one with live key tiles for the row block (a
@@ -370,12 +381,7 @@ def _sole_split(k: KernelCall, program: CompiledProgram, ityp: str, threads: int
     od = program.dtype_of(g.out)
     pitch = d + _PAD_F
     if g.mask is not None:
-        bm, hm = _mask_batches_heads(g)
-        tab_head = f"hg * {hb} + e" if hm > 1 else "0"
-        other = f"""unsigned v = 0;
-        #pragma unroll
-        for (int e = 0; e < {hb if hm > 1 else 1}; ++e)
-          v |= out2[((long long)({"bi" if bm > 1 else "0"} * {hm} + {tab_head}) * {rbs} + bx) * {n_tiles} + i];
+        other = f"""{_table_byte(g, hb, rbs, n_tiles)}
         other |= v & 1;"""
     else:
         other = "other = 1;"
@@ -990,15 +996,9 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         # of absurd size (the combining launch checks the skipping's guard on the combined max)
         tile_choice = ""
         if mask is not None:  # the classifying launch's table: a tile is live (mixed) if it is for one of the heads
-            bm, hm = _mask_batches_heads(g)
-            tab_head = f"hg * {hb} + e" if hm > 1 else "0"
             tile_choice = f"""
   for (int i = tile_lo + tid; i < tile_hi; i += {threads}) {{
-    unsigned v = 0;
-    #pragma unroll
-    for (int e = 0; e < {hb if hm > 1 else 1}; ++e)
-      v |= out2[
-          ((long long)({"bi" if bm > 1 else "0"} * {hm} + {tab_head}) * {rbs} + bx) * {n_tiles} + i];
+    {_table_byte(g, hb, rbs, n_tiles)}
     tlive[i] = v & 1;
     tmixed[i] = v >> 1;
   }}
