@@ -985,6 +985,35 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
         assert any(on) == (arch == 90) and not all(on)
 
 
+def test_hopper_convs_of_one_partial_wave_take_an_sm_each() -> None:
+    """A conv on the warpgroup MMA whose grid is at most one block an SM takes stages enough to hold more than half
+    of an SM's shared memory (no SM can take two of its blocks when it launches while the kernel before it still
+    runs); one of more blocks keeps STAGES, two blocks an SM."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.cuda import conv_tc
+
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(512, 512, 1), nn.ReLU(), nn.Conv2d(512, 512, 3, padding=1)).eval()
+    seen = {}
+    for side in (7, 14):  # batch 64: 3,136 pixels (25 x 4 = 100 tiles) and 12,544 (98 x 4 = 392)
+        ir = ir_dict(model, [torch.empty(64, 512, side, side)], f"convs{side}")
+        program = npu_compiler.compile(ir, "cuda", dtype="float16")
+        launches = [(i, text, s.launch) for i, text, s in _launches(program)
+                    if program.kernels[i].kind == "conv2d" and "wgmma.mma_async" in text]
+        assert launches, side
+        for _, _, launch in launches:
+            blocks = math.prod(launch.grid)
+            one_wave = blocks <= conv_tc.SMS
+            seen[one_wave] = True
+            assert launch.block == 256
+            if one_wave:
+                assert conv_tc.MAX_SMEM[90] // 2 < launch.smem <= conv_tc.MAX_SMEM[90], (side, launch)
+            else:
+                assert launch.smem == (128 + 128) * conv_tc.BK_COPIES * 2 * conv_tc.STAGES, (side, launch)
+    assert seen == {True: True, False: True}
+
+
 @needs_nvrtc
 def test_small_pool_windows_are_written_out_into_the_vector_form() -> None:
     """A channels-last max pool (ResNet's 3 x 3 window, stride 2, padding 1, after a conv on tensor cores) is written
