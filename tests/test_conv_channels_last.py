@@ -24,7 +24,7 @@ import npu_runtime  # noqa: E402
 from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.program import CompiledProgram  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
-from npu_compiler.targets.cuda.conv_tc import splits_for, tile_for  # noqa: E402
+from npu_compiler.targets.cuda.conv_tc import splits_for, tall_tiles, tile_for  # noqa: E402
 from npu_compiler.tensor import memory_order  # noqa: E402
 from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
 from npu_runtime.errors import WeightError  # noqa: E402
@@ -223,6 +223,11 @@ def test_block_tiles() -> None:
     assert splits_for(64 * 7 * 7, 512, 4608, 90, wide=True) == 1 and splits_for(64 * 7 * 7, 512, 4608, 90) == 1
     assert tile_for(7 * 7, 512, wide=True)[:2] == (64, 128) and splits_for(7 * 7, 512, 4608, 90, wide=True) == 8
     assert tile_for(2 * 33 * 33, 40)[:2] == (64, 64)
+    # Hopper's 192-pixel tiles where the busiest SM then multiplies fewer pixels: ResNet-50's third stage at batch 64
+    # (196 tiles of 128 -> 132 of 192), not its second (392 -> 262: three rounds of 128 against two of 192) nor its
+    # fourth (100 -> 68) nor 64 channels
+    assert tall_tiles(64 * 14 * 14, 256) and not tall_tiles(64 * 14 * 14, 1024)
+    assert not tall_tiles(64 * 28 * 28, 128) and not tall_tiles(64 * 7 * 7, 512) and not tall_tiles(64 * 56 * 56, 64)
     tiles = set()
     for _dt, (n, _c, h, w), o, k, stride, pad, dil, *_ in CASES.values():
         ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1

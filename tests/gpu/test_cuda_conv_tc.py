@@ -62,6 +62,10 @@ CASES = {
     # the 128 x 128 and 64 x 128 tiles
     "1x1_tile128_fp16": ("float16", (2, 16, 64, 66), 256, 1, 1, 0, 1, True, True, True, True),
     "3x3_tile64x128_bf16": ("bfloat16", (2, 16, 66, 64), 128, 3, 1, 1, 1, True, True, True, True),
+    # Hopper's 192 x 128 tiles of three warpgroups (conv_tc.tall_tiles: 53 x 2 of them against 79 x 2 of 128 x 128;
+    # 107 against 160), the last pixel tile a part one
+    "3x3_tall_fp16": ("float16", (4, 64, 50, 50), 256, 3, 1, 1, 1, True, True, True, True),
+    "1x1_tall_bf16": ("bfloat16", (5, 64, 64, 64), 128, 1, 1, 0, 1, False, True, True, False),
     # few pixels and a long K (1,024 outputs, K = 2,304): the K split across 8 blocks of a cluster that sum their
     # parts in shared memory (Hopper); "scratch": as a GPU without clusters runs it, 9 splits summed by a second launch
     "split_k_3x3_fp16": ("float16", (1, 256, 128, 128), 256, 3, 4, 1, 1, True, True, True, True),
@@ -72,6 +76,8 @@ CASES["split_k_scratch_3x3_fp16"] = CASES["split_k_3x3_fp16"]
 # on Hopper, the cases whose pixels come through a shared-memory window (the element-by-element inputs of the others
 # have too few pixel tiles or do not fit half of its shared memory: a K of 500, 16 channels of 3 output rows)
 WINDOWED = {"7x7_stem_window_b3_fp16", "3x3_window_rows_fp16", "5x5_window_copies_bf16"}
+# on Hopper, the cases on 192 x 128 tiles (1x1_stride2: 89 of them against 133 of 128 x 128)
+TALL = {"3x3_tall_fp16", "1x1_tall_bf16", "1x1_stride2_b2_bf16"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -100,6 +106,7 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> 
     if int(cuda_backend.state.arch) == 90:  # pixels read element by element come through a window where it fits
         source = CudaTarget(90).kernel_sources(main, program)[0]
         assert ("copy_window" in source) == (name in WINDOWED), name
+        assert ("__launch_bounds__(384, 1)" in source) == (name in TALL), name
     if main.spec.splits > 1:
         clustered = conv_tc.in_cluster(main.spec.splits, int(cuda_backend.state.arch))
         assert clustered == ("scratch" not in name and int(cuda_backend.state.arch) >= 90)
