@@ -5,7 +5,8 @@ Rows: compile of both programs and load (kernel cache warm), one prefill call of
 last token's logits, `npusim generate` of a `--prompt`-token prompt (time to first token, decode rate at that
 context). Peers: the Hugging Face model's whole forward over the same tokens (logits of the last token only), eager
 and torch.compile (default mode). Both sides use the attention `--attn` names (transformers' default, SDPA, unless
-told otherwise).
+told otherwise). Prefill and the peers: the median of `--iters` calls; time to first token: the median of `--iters`
+`generate` calls of one new token; decode rate: the median of three `generate` calls of `--new` tokens.
 
     python bench/bench_generate.py [--config qwen2.5-1.5b] [--prefill-len 2048] [--prompt 2000] [--new 256]
         [--attn sdpa] [--json out.json]
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-cache-len", type=int, default=2560)
     ap.add_argument("--prompt", type=int, default=2000, help="prompt length for generate")
     ap.add_argument("--new", type=int, default=256, help="new tokens for generate")
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=30,
+                    help="timed calls of prefill, of the peers and of generate's first token (their medians)")
     ap.add_argument("--attn", default="sdpa", choices=["eager", "sdpa"], help="attention implementation to export")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     ap.add_argument("--json", default=None)
@@ -86,14 +88,17 @@ def main(argv: list[str] | None = None) -> int:
                           lambda: g.executor.profile(feeds), args.profile)
 
         prompt = [int(x) for x in rng.integers(0, vocab, size=args.prompt)]
-        ttft, rate = [], []
-        for _ in range(3):
+        rate = []
+        for _ in range(3):  # each rate is already over --new steps
             res = llm.generate(prompt, args.new, stop_tokens=[])
-            ttft.append(res.prefill_seconds * 1e3)
             rate.append(res.decode_tokens_per_s)
+        ttft = []
+        for _ in range(args.iters):
+            first = llm.generate(prompt, 1, stop_tokens=[])
+            ttft.append(first.prefill_seconds * 1e3)
         row["ttft_ms"] = statistics.median(ttft)
         row["decode_tokens_per_s"] = statistics.median(rate)
-        row["prefill_calls"] = res.prefill_calls
+        row["prefill_calls"] = first.prefill_calls
 
         # peers: the same model (the folder's random weights) in PyTorch, last-token logits only
         from transformers import Qwen2ForCausalLM
