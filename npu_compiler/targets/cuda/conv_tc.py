@@ -408,12 +408,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         bm, bn, wm_, wn_ = TALL_TILE
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
-    one_wave = wgmma and not side and -(-p_total // bm) * -(-o_total // bn) <= SMS
+    o_tiles = -(-o_total // bn)
+    one_wave = wgmma and not side and -(-p_total // bm) * o_tiles <= SMS
     stages = SIDE_STAGES if side else one_wave_stages(bm, bn, bk, arch) if one_wave else STAGES
     smem = smem_bytes(p_total, o_total, bk, cluster, wide, stages)
     cpr = bk // 8  # 16-byte copies per tile row
     # pixels read element by element: through a shared-memory window where it fits (conv_window.py)
-    o_tiles = -(-o_total // bn)
     grid_blocks = max(1, SMS * conv_window.GRID_BLOCKS // o_tiles)
     win = None if vec_a or splits > 1 else conv_window.plan(x, w.shape, out.shape, spec.stride, spec.padding,
                                                              spec.dilation, bm, bn, bk,
@@ -933,7 +933,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {epilogue_src}
 }}
 """
-    main = (src, Launch((-(-o_total // bn), -(-p_total // bm), splits), threads, ptrs, smem))
+    main = (src, Launch((o_tiles, -(-p_total // bm), splits), threads, ptrs, smem))
     if splits == 1 or cluster:
         return [main]
     n = p_total * o_total
