@@ -76,6 +76,18 @@ class _Device:
                                       keep=self._workspace)
         return self._cublas
 
+    @property
+    def workspace_ptr(self) -> int:
+        """The cuBLAS workspace (made with the handle): cuBLASLt's calls on the same stream share it."""
+        self.cublas  # noqa: B018
+        return int(self._workspace.data.ptr)
+
+    @property
+    def workspace_bytes(self) -> int:
+        from .cublas import WORKSPACE_BYTES  # noqa: PLC0415
+
+        return WORKSPACE_BYTES
+
 
 @functools.cache
 def device_state(index: int = 0) -> _Device:

@@ -26,10 +26,12 @@ from ..executor import Executor, allocation_guard
 from ..profiling import KernelTiming
 from ..weights import WeightSet
 from .backend import CudaBackend, CudaBuffer, storage_dtype
+from .cublaslt import LtGemm
 from .launch import pdl_launcher
 from .modules import load_kernels
 
 STATIC_SMEM = 48 * 1024  # the dynamic shared memory a launch may ask for without opting in
+LT_ALIGN = 16  # bytes: a bias vector cuBLASLt's epilogue reads (else the plain path: fill, then beta = 1)
 BIND_ALIGN = 16  # bytes: a bound buffer's device address, as the arena's buffers and CuPy's allocations are
 
 
@@ -115,6 +117,7 @@ class CudaExecutor(Executor):
 
     # ---- launches ---------------------------------------------------------------------------------------------------
     def _build(self) -> None:
+        self.bias_epilogues: set[str] = set()  # the GEMMs whose bias cuBLASLt's epilogue adds (names)
         self._steps = [s for i in range(len(self.program.kernels)) for s in self._kernel_steps(i)]
 
     def _pointer(self, k, which: str, i: int) -> int:
@@ -126,11 +129,17 @@ class CudaExecutor(Executor):
     def _kernel_steps(self, index: int) -> list[Callable[[], None]]:
         k = self.program.kernels[index]
         steps: list[Callable[[], None]] = []
-        for step in self.rendered.steps[index]:
+        rendered = self.rendered.steps[index]
+        lt = self._bias_epilogue(k, rendered)
+        if lt is not None:
+            # the bias added by the GEMM itself: the launch that filled the output with it (the first) is not run
+            rendered = rendered[1:]
+            self.bias_epilogues.add(k.name)
+        for step in rendered:
             if not isinstance(step, SourceLaunch):
                 plan = step.plan
                 if plan["m"] and plan["n"]:
-                    steps.append(self._gemm_step(k, plan))
+                    steps.append(self._gemm_step(k, plan, lt))
                 continue
             launch = step.launch
             grid = tuple(int(g) for g in launch.grid)
@@ -155,17 +164,42 @@ class CudaExecutor(Executor):
             steps.append(run_kernel)
         return steps
 
-    def _gemm_step(self, k, plan: dict[str, Any]) -> Callable[[], None]:
+    def _bias_epilogue(self, k, rendered: list) -> LtGemm | None:
+        """The cuBLASLt plan of a GEMM whose bias its epilogue adds (`gemm._bias_epilogue`), where the rendered steps
+        are the fill, then that GEMM, and cuBLASLt has an algorithm for it; else None (the steps run as rendered)."""
+        if len(rendered) < 2 or not isinstance(rendered[0], SourceLaunch) or isinstance(rendered[1], SourceLaunch):
+            return None
+        plan = rendered[1].plan
+        bias = plan.get("bias_epilogue")
+        if not bias or not (plan["m"] and plan["n"] and plan["k"]):
+            return None
+        ref = k.args[bias["arg"]]
+        if (self._ptr[ref.buffer] + bias["offset"] * itemsize(plan["dtype_c"])) % LT_ALIGN:
+            return None
+        self.state.cublas  # noqa: B018  (the workspace the plan is made for)
+        return LtGemm.create(plan, self.state.workspace_bytes)
+
+    def _gemm_step(self, k, plan: dict[str, Any], lt: LtGemm | None = None) -> Callable[[], None]:
         handle = self.state.cublas
         scalar = np.float64 if plan["compute"] == 70 else np.float32
         # host scalars (pointer mode host): read when the call is made or captured, so they must stay alive
         alpha = np.array([plan["alpha"]], dtype=scalar)
-        beta = np.array([plan["beta"]], dtype=scalar)
+        beta = np.array([plan["beta"] if lt is None else 0.0], dtype=scalar)
         a = self._ptr[k.args[plan["a_arg"]].buffer]
         b = self._ptr[k.args[plan["b_arg"]].buffer]
         c = self._ptr[k.outs[0].buffer]
         isa, isb, isc = (itemsize(plan[f"dtype_{x}"]) for x in "abc")
         p = plan
+        if lt is not None:
+            (oa, ob, oc), = plan["calls"]
+            bias = self._ptr[k.args[plan["bias_epilogue"]["arg"]].buffer] + plan["bias_epilogue"]["offset"] * isc
+            ws, ws_bytes, stream = self.state.workspace_ptr, self.state.workspace_bytes, self.stream.ptr
+
+            def run_lt(keep=(alpha, beta, lt)) -> None:
+                lt.run(alpha.ctypes.data, beta.ctypes.data, a + oa * isa, b + ob * isb, c + oc * isc, bias, ws,
+                       ws_bytes, stream)
+
+            return run_lt
         calls = [(p["transa"], p["transb"], p["m"], p["n"], p["k"], alpha.ctypes.data,
                   a + oa * isa, p["type_a"], p["lda"], p["stride_a"],
                   b + ob * isb, p["type_b"], p["ldb"], p["stride_b"],

@@ -93,6 +93,7 @@ def gemm_plan(k: KernelCall, program: CompiledProgram) -> dict[str, Any]:
         oc = out.offset + sum(i * st[2] for i, (_, st) in zip(idx, outer))
         calls.append([oa, ob, oc])
     return {
+        "bias_epilogue": _bias_epilogue(k, program, count, calls),
         "transa": lb[0], "transb": la[0],
         "m": n, "n": m, "k": kk,
         "lda": lb[1], "ldb": la[1], "ldc": ldc,
@@ -105,3 +106,20 @@ def gemm_plan(k: KernelCall, program: CompiledProgram) -> dict[str, Any]:
         "beta": float(spec.beta) if spec.bias else 0.0,
         "flops": 2 * m * n * kk * math.prod(batch),
     }
+
+
+def _bias_epilogue(k: KernelCall, program: CompiledProgram, batch_count: int, calls: list) -> dict[str, int] | None:
+    """Where the runtime may add the bias in cuBLASLt's epilogue instead of filling the output with it first (the
+    launch before the GEMM): one call of 16-bit operands, beta 1 (the epilogue adds the bias unscaled), and a bias
+    of the output's dtype that is one row broadcast over the output's rows (its vector is cuBLAS's per-row bias of
+    the column-major result). {"arg": the bias's argument index, "offset": its element offset}."""
+    spec = k.spec
+    if not spec.bias or spec.beta != 1.0 or batch_count != 1 or len(calls) != 1:
+        return None
+    a, bias, out = k.args[0], k.args[2], k.outs[0]
+    if program.dtype_of(a) not in ("bfloat16", "float16") or program.dtype_of(bias) != program.dtype_of(out):
+        return None
+    n = spec.n
+    if any(s != 0 for s in bias.strides[:-1]) or (n > 1 and bias.strides[-1] != 1):
+        return None
+    return {"arg": 2, "offset": int(bias.offset)}
