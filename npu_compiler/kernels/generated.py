@@ -42,19 +42,38 @@ class Scatter:
 
 @dataclass(frozen=True)
 class GeneratedKernel(KernelSpec):
+    """`expr` at every index of the iteration space into `outs[0]`. A row kernel (`row_dims`, a reduction over the
+    row) may also store `side`, an elementwise value over the same index space (no reduction), into `outs[1]`: an
+    intermediate a later kernel reads that the row kernel computes anyway (a residual sum its norm reads), written
+    by it instead of by a pass of its own."""
+
     kind = "generated"
 
     expr: X.Expr
     reduce_shape: tuple[int, ...] = bounded(0, 2**40, default=())
     row_dims: int = bounded(0, 64, default=0)
     scatter: Scatter | None = None
+    side: X.Expr | None = None
 
     def iteration_shape(self, call: KernelCall) -> tuple[int, ...]:
         return tuple(self.scatter.shape) if self.scatter is not None else tuple(call.outs[0].shape)
 
     # ---- contract --------------------------------------------------------------------------------------------------
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
-        expect(len(call.outs) == 1, f"a generated kernel writes one output, this one {len(call.outs)}")
+        n_outs = 1 if self.side is None else 2
+        expect(len(call.outs) == n_outs, f"a generated kernel {'with' if self.side is not None else 'without'} a "
+                                         f"side output writes {n_outs} output(s), this one {len(call.outs)}")
+        if self.side is not None:
+            shape = self.iteration_shape(call)
+            expect(self.scatter is None and self.row_dims > 0 and bool(self.reduce_shape),
+                   "only a row kernel (row_dims and a reduction, no scatter) stores a side output")
+            expect(tuple(call.outs[1].shape) == tuple(shape),
+                   f"side output of shape {list(call.outs[1].shape)} for an iteration space of {list(shape)}")
+            expect(call.outs[1].buffer != call.outs[0].buffer, "the side output shares the output's buffer")
+            for n in X.walk(self.side):
+                expect(not isinstance(n, X.Reduce | X.RIndex | X.Acc),
+                       f"a side output is elementwise: it has a {type(n).__name__}")
+            check_expr(self.side, arg_context(call, buffers, shape))
         for i, a in enumerate(call.args):
             expect(a.is_whole(buffers[a.buffer].numel),
                    f"argument {i} of a generated kernel must be its whole buffer (loads carry their own maps)")
@@ -90,13 +109,28 @@ class GeneratedKernel(KernelSpec):
         read = epilogue_reads(self.expr, call, buffers, shape, tuple(self.reduce_shape))
         if self.scatter is not None:
             read += epilogue_reads(self.scatter.index, call, buffers, shape)
-        return KernelCost(flops, read, points * itemsize(buffers[out.buffer].dtype))
+        written = points * itemsize(buffers[out.buffer].dtype)
+        if self.side is not None:  # its reads are the row's own (the norm reads the same elements): no more traffic
+            flops += expr_flops(self.side, points)
+            written += points * itemsize(buffers[call.outs[1].buffer].dtype)
+        return KernelCost(flops, read, written)
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         args = [arrays.buffer(a) for a in call.args]
         out = arrays.view(call.outs[0])
         shape = self.iteration_shape(call)
         ev = Evaluator(self.expr, shape, self.reduce_shape, args)
+        if self.side is not None:
+            side_out = arrays.view(call.outs[1])
+            side_ev = Evaluator(self.side, shape, (), args)
+
+            def run_with_side() -> None:
+                value = ev.evaluate()  # every read before either store: a side output may alias nothing it reads
+                side = side_ev.evaluate()
+                store(out, value)
+                store(side_out, side)
+
+            return run_with_side
         if self.scatter is None:
             def run() -> None:
                 store(out, ev.evaluate())

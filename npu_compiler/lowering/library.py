@@ -15,7 +15,9 @@ from ..ir.graph import Node, Value
 from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel
 from ..program import TensorRef, contiguous_strides
 from . import views as V
+from .greedy import Pending
 from .registry import lowers
+from .rows import ROW_OPS
 
 if TYPE_CHECKING:
     from .lower import Lowering
@@ -64,8 +66,22 @@ def gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | 
     if bias is not None:
         args.append(V.expand(bias, full))
     res = V.expand(residual, full) if residual is not None else None
-    epilogue, extra, prologue = L.epilogue_args(epilogue_of(L, full, out_v.dtype, res, activation, origins),
-                                                len(args), prologue)
+    epilogue = epilogue_of(L, full, out_v.dtype, res, activation, origins)
+    if (epilogue is not None and prologue is None and L.greedy_fusion and L.target.row_side_outputs
+            and not L.is_graph_output(out_v) and any(u.op in ROW_OPS for u in L.users(out_v))
+            and L.target.gemm_epilogue_apart(m, tuple(batch), L.dtype_of(args[0]), out_v.dtype)):
+        # The target runs this epilogue as a pass of its own after its GEMM library's call, and a row kernel (a norm)
+        # reads the result: the product goes to a buffer of its own and the epilogue stays a pending elementwise
+        # result over it, which its readers inline and the norm writes as its side output (one pass, not two)
+        product = L.new_buffer(f"{out_v.name}.product", "arena", out_v.dtype, math.prod(full))
+        spec = GemmKernel(m, n, k, tuple(batch), float(alpha), bias is not None, float(beta), None, None, ())
+        kcall = L.emit(spec, args, [TensorRef(product.id, full, contiguous_strides(full), 0)])
+        acc = X.Load(out_v.dtype, product.id, contiguous_strides(full), 0, ())
+        expr = X.substitute(epilogue, lambda e: acc if isinstance(e, X.Acc) else None)
+        L.pending[buf.id] = Pending(expr, full, [*origins, *node.origin], node)
+        L.bind(out_v, view(out) if view is not None else V.reshape(out, out_shape))
+        return
+    epilogue, extra, prologue = L.epilogue_args(epilogue, len(args), prologue)
     spec = GemmKernel(m, n, k, tuple(batch), float(alpha), bias is not None, float(beta), epilogue, prologue,
                       (k,) if prologue is not None and any(isinstance(e, X.Reduce) for e in X.walk(prologue)) else ())
     kcall = L.emit(spec, args + extra, [out])

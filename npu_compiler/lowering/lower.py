@@ -16,7 +16,7 @@ from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
 from ..ir.graph import HOISTED_ROWS, Graph, Node, TensorType, Value
 from ..kernels import GeneratedKernel, KernelSpec, Scatter
-from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, full_ref
+from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_strides, full_ref
 from ..targets.codegen import CodegenTarget
 from . import views as V
 from .greedy import Pending, bind_args, compose, recomputes_costly
@@ -198,19 +198,23 @@ class Lowering:
         expr = build(self.loader(out.shape, reduce_shape, origins))
         return self._emit_generated(out, expr, reduce_shape, origins, row_dims)
 
-    def loader(self, out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str]) -> Loader:
+    def loader(self, out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str],
+               inlined: list[tuple[int, tuple[int, ...], int, bool]] | None = None) -> Loader:
+        """`inlined`, where given, gets (buffer, strides, offset, inside a reduction) of each pending result a load
+        inlines."""
         def load(ref: TensorRef, rstrides: tuple[int, ...] | None = None, strides: tuple[int, ...] | None = None
                  ) -> X.Expr:
             if rstrides is None and strides is None:  # broadcast the operand to the output
                 e = V.expand(ref, out_shape)
-                return self.load_raw(ref.buffer, e.strides, e.offset, (), out_shape, (), origins)
+                return self.load_raw(ref.buffer, e.strides, e.offset, (), out_shape, (), origins, inlined)
             return self.load_raw(ref.buffer, tuple(strides if strides is not None else ref.strides), ref.offset,
-                                 tuple(rstrides or ()), out_shape, reduce_shape, origins)
+                                 tuple(rstrides or ()), out_shape, reduce_shape, origins, inlined)
 
         return load
 
     def load_raw(self, buffer: int, strides: tuple[int, ...], offset: int, rstrides: tuple[int, ...],
-                 out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str]) -> X.Expr:
+                 out_shape: tuple[int, ...], reduce_shape: tuple[int, ...], origins: list[str],
+                 inlined: list[tuple[int, tuple[int, ...], int, bool]] | None = None) -> X.Expr:
         p = self.pending.get(buffer)
         if p is not None:
             sizes = tuple(out_shape) + (tuple(reduce_shape) if rstrides else ())
@@ -219,6 +223,8 @@ class Lowering:
                                                                               len(out_shape))
             if e is not None:
                 origins.extend(o for o in p.origin if o not in origins)
+                if inlined is not None:
+                    inlined.append((buffer, tuple(strides), offset, bool(rstrides)))
                 return e
             self.materialize(buffer)
         return X.Load(self.buffers[buffer].dtype, buffer, tuple(strides), offset, tuple(rstrides))
@@ -232,13 +238,14 @@ class Lowering:
                         tuple(indices), guard, fill)
 
     def _emit_generated(self, out: TensorRef, expr: X.Expr, reduce_shape: tuple[int, ...], origins: list[str],
-                        row_dims: int = 0, scatter: Scatter | None = None) -> KernelCall:
-        exprs, arg_buffers = bind_args([expr, scatter.index if scatter else None])
+                        row_dims: int = 0, scatter: Scatter | None = None,
+                        side: tuple[TensorRef, X.Expr] | None = None) -> KernelCall:
+        exprs, arg_buffers = bind_args([expr, scatter.index if scatter else None, side[1] if side else None])
         expr = exprs[0]
         if scatter is not None:
             scatter = Scatter(scatter.dim, exprs[1], scatter.shape)
-        spec = GeneratedKernel(expr, tuple(reduce_shape), row_dims, scatter)
-        k = self.emit(spec, [full_ref(self.buffers[b]) for b in arg_buffers], [out])
+        spec = GeneratedKernel(expr, tuple(reduce_shape), row_dims, scatter, exprs[2])
+        k = self.emit(spec, [full_ref(self.buffers[b]) for b in arg_buffers], [out] + ([side[0]] if side else []))
         nodes = list(dict.fromkeys([*origins, *k.nodes]))
         if len(nodes) > len(k.nodes):
             k.nodes = nodes
@@ -246,6 +253,32 @@ class Lowering:
             if self._node is None or self._node.op in ELEMENTWISE or self._node.op in REDUCE_OPS:
                 k.group = "fused_elementwise"
         return k
+
+    def side_output(self, out: TensorRef, inlined: list[tuple[int, tuple[int, ...], int, bool]]
+                    ) -> tuple[TensorRef, X.Expr] | None:
+        """A pending elementwise result that the row kernel writing `out` computes at each of its own elements
+        (read element for element, in its own index space) and that a later kernel reads: the row kernel stores it
+        too (`GeneratedKernel.side`), in place of a pass that would write it alone (a residual sum and the norm
+        that reads it: one kernel). Where the target keeps such stores apart (`row_side_outputs`), none."""
+        if not (self.greedy_fusion and self.target.row_side_outputs):
+            return None
+        shape = tuple(out.shape)
+        own = contiguous_strides(shape)
+        for buffer, strides, offset, in_reduce in inlined:
+            p = self.pending.get(buffer)
+            if (p is None or in_reduce or p.reduce_shape or math.prod(p.shape) != math.prod(shape) or offset
+                    or any(n != 1 and s != c for s, c, n in zip(strides, own, shape)) or buffer == out.buffer
+                    or self.buffers[buffer].numel != math.prod(shape)):
+                continue
+            root = self._roots.get(id(p.node.outputs[0]), id(p.node.outputs[0]))
+            if self._last_read.get(root, -1) <= self._index and root not in self._root_is_output:
+                continue  # no later kernel reads it: it need not be written at all
+            e = compose(p, own, 0, shape, len(shape))  # its value at each of the row kernel's own elements
+            if e is None:
+                continue
+            del self.pending[buffer]
+            return TensorRef(buffer, shape, own, 0), e
+        return None
 
     def materialize(self, buffer: int) -> None:
         """Write a pending result to its buffer (a consumer needs it in memory)."""

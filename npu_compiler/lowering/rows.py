@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 F32 = "float32"
 NEG_INF = float("-inf")
+# the ops lowered as row kernels over their input's own elements (`row_kernel`): a pending elementwise result they
+# read may be written by them (`Lowering.side_output`)
+ROW_OPS = ("softmax.int", "_softmax.default", "log_softmax.int", "_log_softmax.default", "npu.softmax", "npu.rmsnorm",
+           "layer_norm.default", "group_norm.default")
 
 
 def _round(e: X.Expr, dtype: str | None) -> X.Expr:
@@ -48,7 +52,8 @@ def row_kernel(L: Lowering, out: TensorRef, build: Callable[[Callable[[TensorRef
     k = row_dims
     red = tuple(out.shape[len(out.shape) - k:]) if out.shape else (1,)
     origins: list[str] = []
-    load = L.loader(out.shape, red, origins)
+    inlined: list = []
+    load = L.loader(out.shape, red, origins, inlined)
 
     def at_elem(ref: TensorRef) -> X.Expr:
         return load(ref)
@@ -61,7 +66,7 @@ def row_kernel(L: Lowering, out: TensorRef, build: Callable[[Callable[[TensorRef
     if k == 1 and L.defer_row(out, math.prod(out.shape[:-1]) if out.shape else 1):
         L.pending[out.buffer] = Pending(expr, tuple(out.shape), [*origins, *L._node.origin], L._node, red)
         return
-    L._emit_generated(out, expr, red, origins, row_dims=k)
+    L._emit_generated(out, expr, red, origins, row_dims=k, side=L.side_output(out, inlined) if red else None)
 
 
 def softmax_expr(value: Callable[[Callable[[TensorRef], X.Expr]], X.Expr], at_elem, at_row, out_dtype: str,

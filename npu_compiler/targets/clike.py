@@ -689,10 +689,12 @@ def elementwise_ilp(lang: Language, n_out: int) -> int:
 def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_extents: list[int], store: Store,
                     iteration: tuple[int, ...], reduce_shape: tuple[int, ...], row_dims: int,
                     ptrs: list[tuple[str, int]], restrict: bool = True, names: str = "",
-                    blocks: tuple[str, str] | None = None) -> tuple[KernelText, Launch]:
+                    blocks: tuple[str, str] | None = None,
+                    side: tuple[X.Expr, Store] | None = None) -> tuple[KernelText, Launch]:
     """`render_expression`'s kernel before the language wraps it: its parameters (named with the prefix `names`),
     body, helpers and shared arrays. `blocks` (elementwise kernels only): the block index and the grid size the
-    body runs over, where it is one part of a larger grid."""
+    body runs over, where it is one part of a larger grid. `side` (row kernels only: `GeneratedKernel.side`): a
+    second value stored at each element of the row into `out1`, a parameter after `out0`."""
     shape = tuple(iteration)
     n_out = math.prod(shape)
     n_red = math.prod(reduce_shape) if reduce_shape else 1
@@ -701,6 +703,7 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     # values are separate loops, and every address stays inside its buffer; the last: an elementwise loop's index,
     # which passes n_out by up to its elements a thread times the grid)
     extents = [n_out, n_red, max_extent(store.shape, store.strides, store.offset), *arg_extents,
+               *([max_extent(side[1].shape, side[1].strides, side[1].offset)] if side is not None else []),
                n_out + elementwise_ilp(lang, n_out) * ELEMENTWISE_BLOCK * lang.max_grid]
     ityp = lang.index_type(max(extents))
     order = memory_order(shape, tuple(store.strides)) if tuple(store.shape) == shape else None
@@ -710,7 +713,12 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     rows_mode = has_reduce and (row_dims > 0 or not serial)
     if store.scatter_dim is not None and rows_mode:
         raise NPUCompileError(f"{lang.name} target: a scatter kernel with a reduction")
-    params = [(f"{names}out0", store.dtype, True)] + [(f"{names}a{i}", dt, False) for i, dt in enumerate(arg_dtypes)]
+    if side is not None and not (rows_mode and row_dims and blocks is None and tuple(side[1].shape) == shape):
+        raise NPUCompileError(f"{lang.name} target: a side output outside a row kernel's elements")
+    params = [(f"{names}out0", store.dtype, True)]
+    if side is not None:
+        params.append((f"{names}out1", side[1].dtype, True))
+    params += [(f"{names}a{i}", dt, False) for i, dt in enumerate(arg_dtypes)]
     arg_names = [f"{names}a{i}" for i in range(len(arg_dtypes))]
     outer = shape[:len(shape) - row_dims]
     row = shape[len(shape) - row_dims:]
@@ -740,6 +748,9 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
         r.reduce_width = _row_vector_width(lang, expr, reduce_shape, arg_dtypes)
         width = (_vector_width(lang, expr, store, shape, None, arg_dtypes, outside_reduce=True)
                  if row_dims and shape[-1] > 1 else 0)
+        if side is not None and width and _vector_width(lang, side[0], side[1], shape, None, arg_dtypes,
+                                                        outside_reduce=True) != width:
+            width = 0  # both stores a vector at a time, or neither
         if width:
             # a vector of `width` neighbouring row elements a step (`_vector_width`): a thread's loads that move along
             # the row one vector load each, its values the row shares (its reductions) computed once
@@ -747,11 +758,16 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
             r.elem_scope = elem
             elem.lines.append(elem.indent + lang.decl("e", ityp, f"ev * {lang.index_literal(width, ityp)}"))
             elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
-            moving = _loads_along(expr, len(shape) - 1, False)
-            values = _lanes(lang, r, expr, elem, moving, width)
+            exprs = [expr] if side is None else [expr, side[0]]
+            moving = list(dict.fromkeys(ld for e in exprs for ld in _loads_along(e, len(shape) - 1, False)))
+            values = _lanes_of(lang, r, exprs, elem, moving, width)
             elem.lines += [elem.indent + line
-                           for line in lang.vector_store(f"{names}out0", _store_where(store), store.dtype, values,
+                           for line in lang.vector_store(f"{names}out0", _store_where(store), store.dtype, values[0],
                                                          expr.dtype)]
+            if side is not None:
+                elem.lines += [elem.indent + line
+                               for line in lang.vector_store(f"{names}out1", _store_where(side[1]), side[1].dtype,
+                                                             values[1], side[0].dtype)]
             body += row_scope.lines
             body.append("    " + lang.loop("ev", ityp, lang.thread_id, str(row_n // width), lang.block_dim))
             body += elem.lines
@@ -762,6 +778,10 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
             elem.lines += decompose(lang, "e", row, "o", ityp, elem.indent, first=len(outer))
             value = r.emit(expr, elem)
             elem.lines.append(elem.indent + _store_line(lang, r, store, value, expr.dtype, elem, names))
+            if side is not None:
+                side_value = r.emit(side[0], elem)
+                elem.lines.append(elem.indent + lang.store(f"{names}out1", _store_where(side[1]), side[1].dtype,
+                                                           side_value, side[0].dtype))
             body += row_scope.lines
             body += ["    " + lang.row_loop_hint] if lang.row_loop_hint else []
             body.append("    " + lang.loop("e", ityp, lang.thread_id, str(row_n), lang.block_dim))
@@ -1063,11 +1083,17 @@ def _loads_along(expr: X.Expr, dim: int, along_reduce: bool) -> list[X.Load]:
 
 def _lanes(lang: Language, r: ExprRenderer, expr: X.Expr, scope: Scope, moving: list[X.Load], width: int,
            in_reduce: bool = False, inner: int | None = None) -> list[str]:
-    """Into `scope`: one vector load for each load of `moving` (at the scope's first element), then `expr` for each
-    of the vector's elements in turn, its moving loads replaced by that element; returns the elements' values.
-    Values that do not depend on the element are computed once, where the renderer puts them. With `inner` (the
-    output dim the vector runs along), a gather that reads a run of the vector's width (`_vector_gather_ok`) is one
-    guarded vector load at the first element's address, and the output index along `inner` is the element's own."""
+    return _lanes_of(lang, r, [expr], scope, moving, width, in_reduce, inner)[0]
+
+
+def _lanes_of(lang: Language, r: ExprRenderer, exprs: list[X.Expr], scope: Scope, moving: list[X.Load], width: int,
+              in_reduce: bool = False, inner: int | None = None) -> list[list[str]]:
+    """Into `scope`: one vector load for each load of `moving` (at the scope's first element), then each of `exprs`
+    for each of the vector's elements in turn, its moving loads replaced by that element; returns each expression's
+    element values. Values that do not depend on the element are computed once, where the renderer puts them (and
+    values the expressions share, once for them all). With `inner` (the output dim the vector runs along), a gather
+    that reads a run of the vector's width (`_vector_gather_ok`) is one guarded vector load at the first element's
+    address, and the output index along `inner` is the element's own."""
     for k, ld in enumerate(moving):
         terms = [(f"o{d}", st) for d, st in enumerate(ld.strides)] + [(f"r{d}", st) for d, st in enumerate(ld.rstrides)]
         scope.lines += [scope.indent + line
@@ -1075,7 +1101,7 @@ def _lanes(lang: Language, r: ExprRenderer, expr: X.Expr, scope: Scope, moving: 
                                                      f"{r.prefix}v{k}")]
     sub: dict[X.Expr, X.Expr] = {ld: X.Acc(ld.dtype, k) for k, ld in enumerate(moving)}
     if inner is not None:
-        runs = [n for n in X.walk(expr) if isinstance(n, X.Gather) and n not in sub
+        runs = [n for expr in exprs for n in X.walk(expr) if isinstance(n, X.Gather) and n not in sub
                 and _vector_gather_ok(n, inner, r.out_shape, width, r.arg_dtypes)]
         for g in dict.fromkeys(runs):
             ok, where = r.gather_address(g, scope)
@@ -1083,20 +1109,22 @@ def _lanes(lang: Language, r: ExprRenderer, expr: X.Expr, scope: Scope, moving: 
             scope.lines += [scope.indent + line for line in lang.vector_load_if(
                 r.arg_names[g.arg], where, g.dtype, f"{r.prefix}v{len(sub)}", ok, fill)]
             sub[g] = X.Acc(g.dtype, len(sub))
-    lane_expr = X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load | X.Gather) else None)
-    values = []
+    lane_exprs = [X.substitute(expr, lambda n: sub.get(n) if isinstance(n, X.Load | X.Gather) else None)
+                  for expr in exprs]
+    values: list[list[str]] = [[] for _ in exprs]
     saved = r.acc  # a vectorized reduction rendered inside an element's expression keeps the element's values
     for lane in range(width):
         lane_scope = Scope(scope.indent, parent=scope)
         r.acc = [f"{r.prefix}v{k}[{lane}]" for k in range(len(sub))]
-        here = lane_expr
-        if inner is not None and lane:
-            def own(n: X.Expr, lane: int = lane) -> X.Expr | None:
-                if isinstance(n, X.Index) and n.dim == inner:
-                    return X.Binary(n.dtype, "add", n, X.Const(n.dtype, lane))
-                return None
-            here = X.substitute(lane_expr, own)
-        values.append(r.emit(here, lane_scope, in_reduce=in_reduce))
+        for j, lane_expr in enumerate(lane_exprs):
+            here = lane_expr
+            if inner is not None and lane:
+                def own(n: X.Expr, lane: int = lane) -> X.Expr | None:
+                    if isinstance(n, X.Index) and n.dim == inner:
+                        return X.Binary(n.dtype, "add", n, X.Const(n.dtype, lane))
+                    return None
+                here = X.substitute(lane_expr, own)
+            values[j].append(r.emit(here, lane_scope, in_reduce=in_reduce))
         scope.lines += lane_scope.lines
         r.acc = saved
     return values

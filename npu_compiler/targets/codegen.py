@@ -34,6 +34,15 @@ class CodegenTarget:
     # a GEMM of at most this many rows may compute its operand in a prologue (`gemm_prologue`); 0: never. Row results
     # (norms) with at most this many rows are kept pending for one.
     gemm_prologue_rows: ClassVar[int] = 0
+    # a row kernel may also store an elementwise value it reads (`GeneratedKernel.side`: a residual sum its norm
+    # reads, written by the norm instead of by a pass of its own)
+    row_side_outputs: ClassVar[bool] = False
+
+    def gemm_epilogue_apart(self, m: int, batch: tuple[int, ...], a_dtype: str, out_dtype: str) -> bool:
+        """Whether a GEMM of m rows (these operand and result dtypes) runs its epilogue (residual add, activation) as
+        a pass of its own after the product is stored, so the lowering may leave the epilogue to the kernels that
+        read the result (`Lowering` keeps it pending). Default: no (the GEMM kernel computes its epilogue)."""
+        return False
 
     def attention_on_tensor_cores(self, dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head_dim: int,
                                   v_dim: int, refs: tuple) -> bool:

@@ -11,6 +11,7 @@ class CpuTarget(CodegenTarget):
     name = "cpu"
     materializes_iteration_space = True
     library_kernels = LIBRARY_KINDS
+    row_side_outputs = True
 
     def gemm_column_groups(self, call, buffers) -> bool:
         return True  # the reference runs any GEMM

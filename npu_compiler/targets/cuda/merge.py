@@ -46,15 +46,22 @@ def part_text(k: KernelCall, program: CompiledProgram, names: str = "", blocks: 
     dts = [program.dtype_of(a) for a in k.args]
     extents = [program.buffers[a.buffer].numel for a in k.args]
     shape, reduce_shape = tuple(spec.iteration_shape(k)), tuple(spec.reduce_shape)
+    side = None
+    if spec.side is not None:
+        o1 = k.outs[1]
+        side = (spec.side, Store(tuple(o1.shape), tuple(o1.strides), o1.offset, program.dtype_of(o1)))
     key = (X.fingerprint(spec.expr), tuple(dts), tuple(extents), st.shape, st.strides, st.offset, st.dtype,
            st.scatter_dim, None if st.scatter_index is None else X.fingerprint(st.scatter_index), st.scatter_size,
-           shape, reduce_shape, spec.row_dims, names, blocks)
+           shape, reduce_shape, spec.row_dims, names, blocks,
+           None if side is None else (X.fingerprint(side[0]), side[1].shape, side[1].strides, side[1].offset,
+                                      side[1].dtype))
     if key not in _TEXTS:
         if len(_TEXTS) >= MAX_CACHED_TEXTS:
             _TEXTS.clear()
+        outs = [("out", 0)] + ([("out", 1)] if side is not None else [])
         _TEXTS[key] = expression_text(CUDA, spec.expr, dts, extents, st, shape, reduce_shape, spec.row_dims,
-                                      [("out", 0)] + [("arg", i) for i in range(len(k.args))], names=names,
-                                      blocks=blocks)
+                                      outs + [("arg", i) for i in range(len(k.args))], names=names,
+                                      blocks=blocks, side=side)
     text, launch = _TEXTS[key]
     return replace(text, params=list(text.params), body=list(text.body), helpers=set(text.helpers),
                    shared=dict(text.shared)), launch

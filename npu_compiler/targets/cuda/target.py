@@ -5,8 +5,9 @@ kernel records, never source), and a compile on a machine without a GPU can stil
 A kernel renders to steps, run in order, each either
 - `Launch`: launch `npu_kernel` of a source with the base pointers of the buffers of its `ptrs` as arguments, or
 - `Cublas`: the cuBLAS call(s) of a GEMM (see `gemm.py`).
-A cuBLAS GEMM is [bias fill] -> cuBLAS -> [epilogue]; every other kernel is one launch, or three for split decode
-attention.
+A cuBLAS GEMM is [bias fill] -> cuBLAS -> [epilogue] (the runtime runs the fill and the GEMM as one cuBLASLt call
+with the bias in its epilogue where the plan allows it: `gemm._bias_epilogue`); every other kernel is one launch, or
+three for split decode attention.
 """
 
 from __future__ import annotations
@@ -83,11 +84,16 @@ class CudaTarget(CodegenTarget):
     decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)
     attention_gemm_min_rows = 64  # prefill without tiled attention: QK^T and PV on tensor cores (cuBLAS)
     gemm_prologue_rows = GEMV_MAX_M  # decode's norms computed by the GEMV that reads them
+    row_side_outputs = True
 
     def __init__(self, arch: int = 90) -> None:
         # the device's compute capability (major * 10 + minor): which tensor-core instructions the kernels may use.
         # A compile assumes a current GPU; the runtime renders with its device's.
         self.arch = arch
+
+    def gemm_epilogue_apart(self, m, batch, a_dtype, out_dtype) -> bool:
+        # more rows than a GEMV takes: cuBLAS, then the epilogue as a launch of its own (`render_kernel`)
+        return m > GEMV_MAX_M and (a_dtype, out_dtype) in SUPPORTED
 
     def attention_on_tensor_cores(self, dtypes, probs_dtype, q_len, head_dim, v_dim, refs) -> bool:
         return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.arch)

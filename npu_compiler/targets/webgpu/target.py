@@ -77,6 +77,9 @@ class WebGPUTarget(CodegenTarget):
         or three for split decode attention."""
         spec = k.spec
         where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
+        if isinstance(spec, GeneratedKernel) and spec.side is not None:
+            raise NPUCompileError(f"{where}: the webgpu target has no row kernel that stores a side output "
+                                  "(compile for webgpu: its lowering makes none)")
         if isinstance(spec, GeneratedKernel):
             src, launch, params = render_generated(k, program)
             parts = [(src, launch, params)]
