@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
-from fused_cases import build, op_cases  # noqa: E402
+from fused_cases import Fn, build, ir_dict, op_cases  # noqa: E402
 from helpers import assert_waits_first  # noqa: E402
 
 import npu_compiler  # noqa: E402
-from npu_compiler.program import CompiledProgram, TensorRef  # noqa: E402
+from npu_compiler.program import CompiledProgram, KernelCall, TensorRef  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, RenderedProgram, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.common import literal  # noqa: E402
 from npu_compiler.targets.cuda.target import Cublas, SourceLaunch  # noqa: E402
@@ -1185,3 +1185,60 @@ def test_repeated_kernels_render_once() -> None:
     assert len(X.fingerprint(e)) == 16
     zero, neg = X.Const("float32", 0.0), X.Const("float32", -0.0)
     assert X.fingerprint(X.Binary("float32", "add", zero, neg)) != X.fingerprint(X.Binary("float32", "add", neg, zero))
+
+
+class _LinearRows(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def _gemm_plan_of(module, args, dtype: str) -> tuple[CompiledProgram, KernelCall, dict]:
+    program = npu_compiler.compile(ir_dict(module, args, "gemm"), "cuda", dtype=dtype)
+    (k,) = [c for c in program.kernels if c.kind == "gemm"]
+    (plan,) = [st.plan for st in rendered(program).steps[program.kernels.index(k)] if isinstance(st, Cublas)]
+    return program, k, plan
+
+
+def test_bias_epilogue_plan_adds_the_bias_row_as_cublaslt_reads_it() -> None:
+    """A bf16 linear of more rows than a GEMV takes: the plan offers cuBLASLt's bias epilogue (the runtime then
+    skips the fill), and reading it as cuBLASLt does (D = alpha op(A) op(B) + bias[i] on row i of the column-major
+    result, C not read) gives alpha * a @ b + bias."""
+    module = _LinearRows(64, 40).to(torch.bfloat16)
+    x = torch.randn((3, 30, 64)).to(torch.bfloat16)
+    program, k, plan = _gemm_plan_of(module, [x], "bfloat16")
+    bias_at = plan["bias_epilogue"]
+    assert bias_at == {"arg": 2, "offset": k.args[2].offset}
+    rng = np.random.default_rng(1)
+    flats = {}
+    for r in [*k.args, *k.outs]:
+        flats.setdefault(r.buffer, rng.standard_normal(program.buffers[r.buffer].numel))
+    out_flat = flats[k.outs[0].buffer]
+    lt = dict(plan, beta=0.0)
+    _emulate_cublas(lt, flats[k.args[lt["a_arg"]].buffer], flats[k.args[lt["b_arg"]].buffer], out_flat)
+    bias_flat = flats[k.args[bias_at["arg"]].buffer]
+    ((_, _, oc),) = plan["calls"]
+    rows = np.arange(plan["m"])
+    for j in range(plan["n"]):
+        out_flat[oc + rows + j * plan["ldc"]] += bias_flat[bias_at["offset"] + rows]
+    a, b = _strided(flats[k.args[0].buffer], k.args[0]), _strided(flats[k.args[1].buffer], k.args[1])
+    expect = k.spec.alpha * np.matmul(a, b) + _strided(bias_flat, k.args[2])
+    np.testing.assert_allclose(_strided(out_flat, k.outs[0]), expect, rtol=1e-12, atol=1e-12)
+
+
+def test_bias_epilogue_plan_only_where_it_adds_what_the_fill_would() -> None:
+    x = torch.randn((40, 64))
+    _, _, plan = _gemm_plan_of(_LinearRows(64, 40), [x], "float32")
+    assert plan["bias_epilogue"] is None  # float32 keeps cuBLAS's fill and beta
+    scaled = Fn(lambda c, a, b: torch.addmm(c, a, b, beta=0.5))
+    args = [torch.randn((48,)).to(torch.bfloat16), x.to(torch.bfloat16), torch.randn((64, 48)).to(torch.bfloat16)]
+    _, k, plan = _gemm_plan_of(scaled, args, "bfloat16")
+    assert k.spec.bias and k.spec.beta == 0.5 and plan["bias_epilogue"] is None  # the epilogue adds it unscaled
+    _, k, plan = _gemm_plan_of(Fn(lambda c, a, b: torch.addmm(c, a, b)), args, "bfloat16")
+    assert plan["bias_epilogue"] == {"arg": 2, "offset": 0}  # the same row at beta 1: the epilogue's
+    args[0] = torch.randn((40, 48)).to(torch.bfloat16)
+    _, k, plan = _gemm_plan_of(Fn(lambda c, a, b: torch.addmm(c, a, b)), args, "bfloat16")
+    assert k.spec.bias and plan["bias_epilogue"] is None  # a matrix, not one row broadcast: no bias vector
