@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
-from fused_cases import Fn, build, ir_dict, op_cases  # noqa: E402
+from fused_cases import Fn, Lin, build, ir_dict, op_cases  # noqa: E402
 from helpers import assert_waits_first  # noqa: E402
 
 import npu_compiler  # noqa: E402
@@ -1187,15 +1187,6 @@ def test_repeated_kernels_render_once() -> None:
     assert X.fingerprint(X.Binary("float32", "add", zero, neg)) != X.fingerprint(X.Binary("float32", "add", neg, zero))
 
 
-class _LinearRows(torch.nn.Module):
-    def __init__(self, k: int, n: int) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(k, n)
-
-    def forward(self, x):
-        return self.lin(x)
-
-
 def _gemm_plan_of(module, args, dtype: str) -> tuple[CompiledProgram, KernelCall, dict]:
     program = npu_compiler.compile(ir_dict(module, args, "gemm"), "cuda", dtype=dtype)
     (k,) = [c for c in program.kernels if c.kind == "gemm"]
@@ -1207,7 +1198,7 @@ def test_bias_epilogue_plan_adds_the_bias_row_as_cublaslt_reads_it() -> None:
     """A bf16 linear of more rows than a GEMV takes: the plan offers cuBLASLt's bias epilogue (the runtime then
     skips the fill), and reading it as cuBLASLt does (D = alpha op(A) op(B) + bias[i] on row i of the column-major
     result, C not read) gives alpha * a @ b + bias."""
-    module = _LinearRows(64, 40).to(torch.bfloat16)
+    module = Lin(64, 40).to(torch.bfloat16)
     x = torch.randn((3, 30, 64)).to(torch.bfloat16)
     program, k, plan = _gemm_plan_of(module, [x], "bfloat16")
     bias_at = plan["bias_epilogue"]
@@ -1231,7 +1222,7 @@ def test_bias_epilogue_plan_adds_the_bias_row_as_cublaslt_reads_it() -> None:
 
 def test_bias_epilogue_plan_only_where_it_adds_what_the_fill_would() -> None:
     x = torch.randn((40, 64))
-    _, _, plan = _gemm_plan_of(_LinearRows(64, 40), [x], "float32")
+    _, _, plan = _gemm_plan_of(Lin(64, 40), [x], "float32")
     assert plan["bias_epilogue"] is None  # float32 keeps cuBLAS's fill and beta
     scaled = Fn(lambda c, a, b: torch.addmm(c, a, b, beta=0.5))
     args = [torch.randn((48,)).to(torch.bfloat16), x.to(torch.bfloat16), torch.randn((64, 48)).to(torch.bfloat16)]

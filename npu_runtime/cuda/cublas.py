@@ -14,32 +14,42 @@ WORKSPACE_BYTES = 32 << 20
 _c = ctypes
 
 
-@functools.cache
-def library() -> ctypes.CDLL:
-    """libcublas as CuPy loads it (the same file, so the same library instance in the process)."""
+def load_library(pathfinder_name: str, sonames: tuple[str, ...], what: str) -> ctypes.CDLL:
+    """An NVIDIA library as CuPy loads it (through cuda-pathfinder: the same file, so the same library instance in
+    the process), else by its sonames; NPURuntimeError naming every attempt where none loads."""
     errors = []
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib  # noqa: PLC0415
 
-        loaded = load_nvidia_dynamic_lib("cublas")
+        loaded = load_nvidia_dynamic_lib(pathfinder_name)
         if loaded.abs_path:
             return ctypes.CDLL(loaded.abs_path)
     except Exception as e:  # noqa: BLE001  (pathfinder's own not-found errors)
         errors.append(str(e))
-    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+    for name in sonames:
         try:
             return ctypes.CDLL(name)
         except OSError as e:
             errors.append(str(e))
-    raise NPURuntimeError(f"cannot load cuBLAS: {'; '.join(errors)}")
+    raise NPURuntimeError(f"cannot load {what}: {'; '.join(errors)}")
+
+
+def c_function(lib: ctypes.CDLL, name: str, *argtypes: Any) -> Any:
+    """`name` of `lib` with its argument types, returning a status int."""
+    f = getattr(lib, name)
+    f.argtypes = list(argtypes)
+    f.restype = _c.c_int
+    return f
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    return load_library("cublas", ("libcublas.so.13", "libcublas.so.12", "libcublas.so"), "cuBLAS")
 
 
 @functools.cache
 def _fn(name: str, *argtypes: Any) -> Any:
-    f = getattr(library(), name)
-    f.argtypes = list(argtypes)
-    f.restype = _c.c_int
-    return f
+    return c_function(library(), name, *argtypes)
 
 
 def _check(status: int, what: str) -> None:

@@ -17,6 +17,7 @@ import weakref
 from typing import Any
 
 from ..errors import NPURuntimeError
+from .cublas import c_function, load_library
 
 _c = ctypes
 
@@ -31,26 +32,14 @@ HEURISTIC_BYTES = 96  # cublasLtMatmulHeuristicResult_t: algo (64), workspaceSiz
 @functools.cache
 def library() -> ctypes.CDLL | None:
     try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib  # noqa: PLC0415
-
-        loaded = load_nvidia_dynamic_lib("cublasLt")
-        if loaded.abs_path:
-            return ctypes.CDLL(loaded.abs_path)
-    except Exception:  # noqa: BLE001  (pathfinder's own not-found errors: try the loader's path)
-        pass
-    for name in ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+        return load_library("cublasLt", ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"), "cuBLASLt")
+    except NPURuntimeError:
+        return None  # the plain cuBLAS path serves
 
 
+@functools.cache
 def _fn(name: str, *argtypes: Any) -> Any:
-    f = getattr(library(), name)
-    f.argtypes = list(argtypes)
-    f.restype = _c.c_int
-    return f
+    return c_function(library(), name, *argtypes)
 
 
 class _Failed(Exception):
@@ -93,15 +82,16 @@ class LtGemm:
         self._finalizer = weakref.finalize(self, _destroy, self._objects)
 
     @classmethod
-    def create(cls, p: dict[str, Any], workspace_bytes: int) -> LtGemm | None:
-        """The plan of gemm plan `p` (one call, no batch) with its bias in the epilogue, or None where cuBLASLt is
-        unavailable or finds no algorithm."""
+    def create(cls, p: dict[str, Any], bias: int, workspace_bytes: int) -> LtGemm | None:
+        """The plan of gemm plan `p` (one call, no batch) with the bias vector at device address `bias` added in
+        its epilogue, or None where cuBLASLt is unavailable or finds no algorithm."""
         handle = _handle()
         if handle is None:
             return None
         g = cls()
         try:
             g._make(handle, p, workspace_bytes)
+            _set("cublasLtMatmulDescSetAttribute", g.desc, DESC_BIAS_POINTER, _c.c_void_p(bias))
         except (_Failed, AttributeError):
             g._finalizer()
             return None
@@ -147,11 +137,10 @@ class LtGemm:
         # (handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, its size, stream)
         self._matmul = _fn("cublasLtMatmul", *[_c.c_void_p] * 14, _c.c_size_t, _c.c_void_p)
 
-    def run(self, alpha_ptr: int, beta_ptr: int, a: int, b: int, c: int, bias: int, workspace: int,
-            workspace_bytes: int, stream: int) -> None:
+    def run(self, alpha_ptr: int, beta_ptr: int, a: int, b: int, c: int, workspace: int, workspace_bytes: int,
+            stream: int) -> None:
         """D = C (in place) = alpha * op(A) op(B) + bias; `beta_ptr` points at 0 (C is not read)."""
         try:
-            _set("cublasLtMatmulDescSetAttribute", self.desc, DESC_BIAS_POINTER, _c.c_void_p(bias))
             _ok(self._matmul(self.handle, self.desc, alpha_ptr, a, self.a, b, self.b, beta_ptr, c, self.c, c, self.c,
                              self.result, workspace, workspace_bytes, stream))
         except _Failed as e:

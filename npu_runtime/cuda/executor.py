@@ -173,11 +173,10 @@ class CudaExecutor(Executor):
         bias = plan.get("bias_epilogue")
         if not bias or not (plan["m"] and plan["n"] and plan["k"]):
             return None
-        ref = k.args[bias["arg"]]
-        if (self._ptr[ref.buffer] + bias["offset"] * itemsize(plan["dtype_c"])) % LT_ALIGN:
+        address = self._ptr[k.args[bias["arg"]].buffer] + bias["offset"] * itemsize(plan["dtype_c"])
+        if address % LT_ALIGN:
             return None
-        self.state.cublas  # noqa: B018  (the workspace the plan is made for)
-        return LtGemm.create(plan, self.state.workspace_bytes)
+        return LtGemm.create(plan, address, self.state.workspace_bytes)
 
     def _gemm_step(self, k, plan: dict[str, Any], lt: LtGemm | None = None) -> Callable[[], None]:
         handle = self.state.cublas
@@ -192,12 +191,11 @@ class CudaExecutor(Executor):
         p = plan
         if lt is not None:
             (oa, ob, oc), = plan["calls"]
-            bias = self._ptr[k.args[plan["bias_epilogue"]["arg"]].buffer] + plan["bias_epilogue"]["offset"] * isc
             ws, ws_bytes, stream = self.state.workspace_ptr, self.state.workspace_bytes, self.stream.ptr
 
             def run_lt(keep=(alpha, beta, lt)) -> None:
-                lt.run(alpha.ctypes.data, beta.ctypes.data, a + oa * isa, b + ob * isb, c + oc * isc, bias, ws,
-                       ws_bytes, stream)
+                lt.run(alpha.ctypes.data, beta.ctypes.data, a + oa * isa, b + ob * isb, c + oc * isc, ws, ws_bytes,
+                       stream)
 
             return run_lt
         calls = [(p["transa"], p["transb"], p["m"], p["n"], p["k"], alpha.ctypes.data,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fused_cases import TORCH_DTYPES, ir_dict
+from fused_cases import TORCH_DTYPES, Lin, ir_dict
 from helpers import LinearResidual
 from tolerances import assert_close
 
@@ -16,15 +16,6 @@ import npu_runtime
 from npu_export.cnn import model_tensors
 
 from .util import to_np
-
-
-class Linear(torch.nn.Module):
-    def __init__(self, k: int, n: int) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(k, n)
-
-    def forward(self, x):
-        return self.lin(x)
 
 
 class Addmm(torch.nn.Module):
@@ -41,11 +32,11 @@ class Addmm(torch.nn.Module):
 
 CASES = {
     # name: module, rows, k, n, dtype, bias in the epilogue
-    "linear_bf16": (Linear, 300, 1536, 2048, "bfloat16", True),
-    "linear_fp16_odd_n": (Linear, 129, 520, 1000, "float16", True),
+    "linear_bf16": (Lin, 300, 1536, 2048, "bfloat16", True),
+    "linear_fp16_odd_n": (Lin, 129, 520, 1000, "float16", True),
     "linear_residual_bf16": (LinearResidual, 256, 512, 768, "bfloat16", True),
-    "linear_batched_rows_bf16": (Linear, (4, 70), 256, 384, "bfloat16", True),
-    "linear_fp32": (Linear, 200, 256, 384, "float32", False),
+    "linear_batched_rows_bf16": (Lin, (4, 70), 256, 384, "bfloat16", True),
+    "linear_fp32": (Lin, 200, 256, 384, "float32", False),
     "addmm_beta_half_bf16": (Addmm, 200, 256, 384, "bfloat16", False),
 }
 
@@ -85,10 +76,10 @@ def test_linear_bias_rounds_once(cuda_backend) -> None:
 
     gen = torch.Generator().manual_seed(7)
     rows, k, n = 256, 1024, 512
-    module = Linear(k, n)
+    module = Lin(k, n)
     with torch.no_grad():
-        module.lin.weight.copy_(torch.randint(-8, 9, (n, k), generator=gen).float())
-        module.lin.bias.copy_(torch.randint(-16, 17, (n,), generator=gen).float() / 4)  # quarters: exact in bf16
+        module.fc.weight.copy_(torch.randint(-8, 9, (n, k), generator=gen).float())
+        module.fc.bias.copy_(torch.randint(-16, 17, (n,), generator=gen).float() / 4)  # quarters: exact in bf16
     module = module.to(torch.bfloat16).eval()
     x = torch.randint(-8, 9, (rows, k), generator=gen).to(torch.bfloat16)
     program = npu_compiler.compile(ir_dict(module, [x], "lin_exact"), "cuda", dtype="bfloat16")
@@ -96,8 +87,8 @@ def test_linear_bias_rounds_once(cuda_backend) -> None:
     ex = cuda_backend.create_executor(program)
     got = ex.run_numpy({program.inputs[0].name: to_np(x)}, weights)[program.outputs[0].name]
     assert ex.bias_epilogues, "the bias was not added in the GEMM's epilogue"
-    acc = x.double().numpy() @ module.lin.weight.detach().double().numpy().T  # exact: integers below 2^24
-    bias = module.lin.bias.detach().double().numpy()
+    acc = x.double().numpy() @ module.fc.weight.detach().double().numpy().T  # exact: integers below 2^24
+    bias = module.fc.bias.detach().double().numpy()
     once = (acc + bias).astype(np.float32).astype(ml_dtypes.bfloat16)
     twice = (acc.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64) + bias).astype(np.float32)
     twice = twice.astype(ml_dtypes.bfloat16)
