@@ -56,12 +56,20 @@ def test_glu_folds_and_matches_torch(act, bias, swap, m, dtype) -> None:
     assert_close(got.astype(np.float32), ref, dtype, "accumulate", what=f"{act} glu {dtype}")
 
 
-def test_cuda_folds_only_gemvs() -> None:
-    """On cuda the fold needs the GEMV (at most 8 rows): a prefill's GEMM runs on cuBLAS and keeps its kernel after."""
-    for m, folds in ((1, True), (8, True), (9, False), (64, False)):
-        ir = ir_dict(GluProjection(256, 128), [torch.randn(m, 256)], "glu")
-        prog = npu_compiler.compile(ir, "cuda", dtype="bfloat16")
-        assert bool(_folded(prog)) == folds, (m, [k.name for k in prog.kernels])
+def test_cuda_folds_gemvs_and_hopper_tiles() -> None:
+    """On cuda the fold needs the GEMV (at most 8 rows) or, for more rows, the grouped kernel on Hopper
+    (`grouped_gemm.grouped_fits`: 16-bit operands, no bias, rows of 16-byte multiples); a float32 prefill's GEMM, one
+    with a bias or one whose rows the tensor memory accelerator cannot copy runs on cuBLAS and keeps its kernel after.
+    """
+    cases = [  # rows, k, dtype, bias, folds
+        (1, 256, "bfloat16", False, True), (8, 256, "bfloat16", False, True), (9, 256, "bfloat16", False, True),
+        (64, 256, "bfloat16", False, True), (64, 256, "float16", False, True), (1, 256, "float32", False, True),
+        (9, 256, "float32", False, False), (64, 256, "bfloat16", True, False), (64, 100, "bfloat16", False, False),
+    ]
+    for m, k, dtype, bias, folds in cases:
+        ir = ir_dict(GluProjection(k, 128, bias=bias), [torch.randn(m, k)], "glu")
+        prog = npu_compiler.compile(ir, "cuda", dtype=dtype)
+        assert bool(_folded(prog)) == folds, (m, k, dtype, bias, [k.name for k in prog.kernels])
         assert len(prog.kernels) == (1 if folds else 2)
 
 

@@ -360,6 +360,57 @@ def test_llm_step_programs_compile() -> None:
     assert not failures, failures[0]
 
 
+@functools.cache
+def _prefill_program(dtype: str) -> CompiledProgram:
+    """The tiny Qwen2's prefill of 64 tokens: more rows than a GEMV takes."""
+    import tempfile
+
+    from npu_export.qwen2 import export_qwen2, tiny_qwen2_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        export_qwen2(tiny_qwen2_config(), tmp, max_cache_len=128, prefill_len=64, dtype=dtype,
+                     attn_implementation="sdpa")
+        with open(os.path.join(tmp, "prefill.json")) as f:
+            ir = json.load(f)
+    return npu_compiler.compile(ir, "cuda", dtype=dtype)
+
+
+@needs_nvrtc
+def test_prefill_gate_up_is_one_grouped_kernel() -> None:
+    """A prefill's gate/up projection and SiLU(gate) * up are one GEMM over two column groups, which Hopper runs on
+    the tensor memory accelerator: its tensor maps describe the activations as [rows, k] and the weight as [2 H, k]
+    rows, in tiles of 64 x 128, over the buffers the record names; the source assembles for sm_90a. An older GPU
+    renders the same record as the plain kernel, which assembles too; float32 keeps cuBLAS and the elementwise
+    kernel."""
+    from npu_compiler.targets.cuda import grouped_gemm as GG
+
+    program = _prefill_program("bfloat16")
+    grouped = [(i, k) for i, k in enumerate(program.kernels) if k.kind == "gemm" and k.spec.acc_groups == 2]
+    assert len(grouped) == 2, [k.name for k in program.kernels]  # one a layer
+    r = rendered(program)
+    sources = {}
+    for i, k in grouped:
+        spec = k.spec
+        assert spec.m == 64 and spec.n == 2 * spec.out_n and k.outs[0].shape[-1] == spec.out_n
+        (step,) = r.steps[i]
+        maps = step.launch.tensor_maps
+        assert [m["ref"] for m in maps] == [("arg", 0), ("arg", 1)]
+        assert maps[0]["dims"] == (spec.k, spec.m) and maps[1]["dims"] == (spec.k, spec.n)
+        assert [m["box"] for m in maps] == [(GG.BK, GG.BM), (GG.BK, GG.BH)]
+        assert maps[1]["pitch"] == k.args[1].strides[-1] and step.launch.ptrs[0] == ("maps", 0)
+        assert step.launch.smem == GG.SMEM and step.launch.block == GG.THREADS
+        sources[f"grouped_{i}"] = r.sources[step.source]
+    old = CudaTarget(80).render_program(program)
+    for i, _ in grouped:
+        (step,) = old.steps[i]
+        assert not step.launch.tensor_maps
+        sources[f"plain_{i}"] = old.sources[step.source]
+    failures = _check_sources(sources)
+    assert not failures, failures[0]
+    fp32 = _prefill_program("float32")
+    assert not any(k.kind == "gemm" and k.spec.acc_groups != 1 for k in fp32.kernels)
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:

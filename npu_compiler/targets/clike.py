@@ -47,8 +47,8 @@ OUTER, ROW, RED = 1, 2, 4  # what a value depends on: the row's index, the eleme
 @dataclass
 class Launch:
     """How the runtime launches one source: grid (blocks or workgroups per dim), threads per block, dynamic shared
-    memory, the pointer arguments in order (each ("out", i) or ("arg", i): the base of that buffer), and whether it
-    should start early (`early`)."""
+    memory, the pointer arguments in order (each ("out", i) or ("arg", i): the base of that buffer; ("maps", 0): where
+    the runtime put the launch's `tensor_maps`), and whether it should start early (`early`)."""
 
     grid: tuple[int, int, int]
     block: int
@@ -57,6 +57,11 @@ class Launch:
     # work before the wait for the launch before it (weights, L2 prefetches) that pays off when this launch starts
     # early: the launch before it then lets it launch before waiting itself (cuda: target._early_triggers)
     early: bool = False
+    # cuda: the tensor maps (Hopper's tensor memory accelerator) the runtime encodes over the launch's buffers once it
+    # knows their addresses, 128 bytes each, in order, in device memory: each {"ref": ("arg" or "out", i), "offset":
+    # elements, "dtype", "dims": (inner, outer) elements, "pitch": elements between outer rows, "box": (inner, outer)
+    # elements a copy}, the 128-byte swizzle, zero fill past the edges
+    tensor_maps: tuple = ()
 
 
 def ptrs_of(k: KernelCall) -> list[tuple[str, int]]:

@@ -29,6 +29,7 @@ from .backend import CudaBackend, CudaBuffer, storage_dtype
 from .cublaslt import LtGemm
 from .launch import pdl_launcher
 from .modules import load_kernels
+from .tensor_maps import encode_all
 
 STATIC_SMEM = 48 * 1024  # the dynamic shared memory a launch may ask for without opting in
 LT_ALIGN = 16  # bytes: a bias vector cuBLASLt's epilogue reads (else the plain path: fill, then beta = 1)
@@ -118,6 +119,7 @@ class CudaExecutor(Executor):
     # ---- launches ---------------------------------------------------------------------------------------------------
     def _build(self) -> None:
         self.bias_epilogues: set[str] = set()  # the GEMMs whose bias cuBLASLt's epilogue adds (names)
+        self._map_buffers: list[Any] = []
         self._steps = [s for i in range(len(self.program.kernels)) for s in self._kernel_steps(i)]
 
     def _pointer(self, k, which: str, i: int) -> int:
@@ -147,7 +149,8 @@ class CudaExecutor(Executor):
                 continue  # nothing to compute (an empty tensor)
             fn = self.kernels[step.source]
             block = (int(launch.block), 1, 1)
-            args = tuple(np.uint64(self._pointer(k, w, int(i))) for w, i in launch.ptrs)
+            maps = self._tensor_maps(k, launch)
+            args = tuple(np.uint64(maps if w == "maps" else self._pointer(k, w, int(i))) for w, i in launch.ptrs)
             smem = int(launch.smem)
             if smem > STATIC_SMEM:
                 # more dynamic shared memory than a launch gets by default: opt in, once per kernel
@@ -163,6 +166,19 @@ class CudaExecutor(Executor):
 
             steps.append(run_kernel)
         return steps
+
+    def _tensor_maps(self, k, launch) -> int:
+        """The device address of the launch's tensor maps (encoded over its buffers' addresses now, uploaded once;
+        rebuilt with the steps when a binding moves a buffer), or 0 where it has none."""
+        if not launch.tensor_maps:
+            return 0
+        addresses = [self._pointer(k, *m["ref"]) for m in launch.tensor_maps]
+        raw = encode_all(addresses, launch.tensor_maps, f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:3])})")
+        buf = self._cp.asarray(raw)  # (CuPy's allocations are 256-byte aligned: the 64 a map needs)
+        # the copy ran on CuPy's stream, not the executor's (non-blocking) one: done before any launch reads it
+        self._cp.cuda.runtime.deviceSynchronize()
+        self._map_buffers.append(buf)  # alive as long as the launches that read it
+        return int(buf.data.ptr)
 
     def _bias_epilogue(self, k, rendered: list) -> LtGemm | None:
         """The cuBLASLt plan of a GEMM whose bias its epilogue adds (`gemm._bias_epilogue`), where the rendered steps

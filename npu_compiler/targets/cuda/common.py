@@ -497,3 +497,23 @@ class CudaLanguage(Language):
 
 
 CUDA = CudaLanguage()
+
+
+class FastCudaLanguage(CudaLanguage):
+    """CudaLanguage whose float exponentials and divisions go through the special-function unit (`__expf`,
+    `__fdividef`: a few units in fp32's last place, and 0 for a divisor above 2^126), for an epilogue that a 16-bit
+    rounding follows and that runs beside tensor-core work, where the correctly rounded forms' longer, branchy
+    sequences made it the bottleneck (grouped_gemm.py). Everything else renders as CudaLanguage does."""
+
+    def unary(self, op: str, dtype: str, a: str) -> str:
+        if op == "exp" and reg(dtype) == "float":
+            return f"__expf({a})"
+        return super().unary(op, dtype, a)
+
+    def binary(self, op: str, dtype: str, a: str, b: str) -> str:
+        if op == "div" and reg(dtype) == "float":
+            return f"__fdividef({a}, {b})"
+        return super().binary(op, dtype, a, b)
+
+
+FAST_CUDA = FastCudaLanguage()

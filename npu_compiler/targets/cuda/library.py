@@ -72,10 +72,10 @@ def _grid(n: int, block: int) -> int:
 
 
 def render_epilogue(expr: X.Expr, k: KernelCall, program: CompiledProgram, names: list[str], acc: str | list[str],
-                    ityp: str, indent: str) -> tuple[list[str], str]:
+                    ityp: str, indent: str, language=CUDA) -> tuple[list[str], str]:
     """Lines computing an epilogue inline (output indices `o{d}` and the accumulator `acc` already defined: one name
-    per column group where there are several) and the name of its value."""
-    r = ExprRenderer(CUDA, KernelText([], 0), names, [_dt(program, a) for a in k.args], tuple(k.outs[0].shape),
+    per column group where there are several) and the name of its value; `language`: CUDA, or FAST_CUDA."""
+    r = ExprRenderer(language, KernelText([], 0), names, [_dt(program, a) for a in k.args], tuple(k.outs[0].shape),
                      ityp, acc=acc, prefix="ep_")
     scope = Scope(indent)
     value = r.emit(expr, scope)
@@ -712,7 +712,9 @@ def gemm_epilogue(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]
 
 def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """A plain kernel (one thread per output element) for the GEMMs cuBLAS has no type for: integers (exact in
-    int64, wrapping, as ATen), mixed operand dtypes. Bias and the epilogue inline."""
+    int64, wrapping, as ATen), mixed operand dtypes; and for a GEMM over column groups that neither the GEMV nor the
+    grouped kernel takes (a program compiled for a newer GPU: each thread sums every group's column of its output).
+    Bias and the epilogue inline."""
     spec: GemmKernel = k.spec
     a, b = k.args[0], k.args[1]
     out = k.outs[0]
@@ -725,31 +727,38 @@ def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     ityp = _ityp(a, b, out, *k.args[2:])
     lead = [f"o{d}" for d in range(rank - 2)]
     i, j = f"o{rank - 2}", f"o{rank - 1}"
+    groups, width = spec.acc_groups, spec.out_n
     a_at = affine([(v, a.strides[d]) for d, v in enumerate(lead)] + [(i, a.strides[-2]), ("kk", a.strides[-1])],
                   a.offset)
-    b_at = affine([(v, b.strides[d]) for d, v in enumerate(lead)] + [("kk", b.strides[-2]), (j, b.strides[-1])],
-                  b.offset)
 
     def cvt(x: str, dt: str) -> str:
         return x if reg(dt) == acc_t else f"({acc_t})({x})"
 
     av = cvt(load_expr(ad, "a0[" + a_at + "]"), ad)
-    bv = cvt(load_expr(bd, "a1[" + b_at + "]"), bd)
-    body = [f"    {acc_t} acc = {literal(0, acc_dt)};",
-            f"    for ({ityp} kk = 0; kk < {spec.k}; ++kk)",
-            f"      acc += {av} * {bv};"]
-    if spec.alpha != 1.0:
-        body.append(f"    acc = acc * {literal(spec.alpha, acc_dt)};")
-    if spec.bias:
-        bias = k.args[2]
-        at = affine([(f"o{d}", st) for d, st in enumerate(bias.strides)], bias.offset)
-        bv = cvt(load_expr(_dt(program, bias), f"a2[{at}]"), _dt(program, bias))
-        body.append(f"    acc = acc + {bv}" + (f" * {literal(spec.beta, acc_dt)};" if spec.beta != 1.0 else ";"))
-    value, value_dtype = "acc", acc_dt
+    body: list[str] = []
+    accs = [f"acc{g}" for g in range(groups)]
+    for g, acc in enumerate(accs):
+        col = j if g == 0 else f"({j} + {g * width})"
+        b_at = affine([(v, b.strides[d]) for d, v in enumerate(lead)] + [("kk", b.strides[-2]), (col, b.strides[-1])],
+                      b.offset)
+        bv = cvt(load_expr(bd, "a1[" + b_at + "]"), bd)
+        body += [f"    {acc_t} {acc} = {literal(0, acc_dt)};",
+                 f"    for ({ityp} kk = 0; kk < {spec.k}; ++kk)",
+                 f"      {acc} += {av} * {bv};"]
+        if spec.alpha != 1.0:
+            body.append(f"    {acc} = {acc} * {literal(spec.alpha, acc_dt)};")
+        if spec.bias:
+            bias = k.args[2]
+            at = affine([(f"o{d}", st) for d, st in enumerate(bias.strides)],
+                        bias.offset + g * width * bias.strides[-1])
+            biv = cvt(load_expr(_dt(program, bias), f"a2[{at}]"), _dt(program, bias))
+            beta = f" * {literal(spec.beta, acc_dt)}" if spec.beta != 1.0 else ""
+            body.append(f"    {acc} = {acc} + {biv}{beta};")
+    value, value_dtype = "acc0", acc_dt
     if spec.epilogue is not None:
-        body.append(f"    const {reg(od)} accv = {_round_to(od, 'acc', acc_dt)};")
-        lines, value = render_epilogue(spec.epilogue, k, program, [f"a{q}" for q in range(len(k.args))], "accv",
-                                       ityp, "    ")
+        body += [f"    const {reg(od)} accv{g} = {_round_to(od, acc, acc_dt)};" for g, acc in enumerate(accs)]
+        lines, value = render_epilogue(spec.epilogue, k, program, [f"a{q}" for q in range(len(k.args))],
+                                       "accv0" if groups == 1 else [f"accv{g}" for g in range(groups)], ityp, "    ")
         body += lines
         value_dtype = spec.epilogue.dtype
     body.append(f"    out0[{affine([(f'o{d}', s) for d, s in enumerate(out.strides)], out.offset)}] = "

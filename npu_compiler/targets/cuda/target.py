@@ -3,7 +3,8 @@
 Nothing here runs at compile time: the runtime renders a program's kernels when it loads it (so an artifact carries
 kernel records, never source), and a compile on a machine without a GPU can still check every source with NVRTC.
 A kernel renders to steps, run in order, each either
-- `Launch`: launch `npu_kernel` of a source with the base pointers of the buffers of its `ptrs` as arguments, or
+- `Launch`: launch `npu_kernel` of a source with the base pointers of the buffers of its `ptrs` as arguments (and,
+  for a kernel on the tensor memory accelerator, the address of the tensor maps the runtime encodes over them), or
 - `Cublas`: the cuBLAS call(s) of a GEMM (see `gemm.py`).
 A cuBLAS GEMM is [bias fill] -> cuBLAS -> [epilogue] (the runtime runs the fill and the GEMM as one cuBLASLt call
 with the bias in its epilogue where the plan allows it: `gemm._bias_epilogue`); every other kernel is one launch, or
@@ -29,6 +30,7 @@ from .flash_attention import applies as tiles_fit
 from .flash_attention import tile_splits, tile_table, tiles_apply
 from .gemm import SUPPORTED, gemm_plan
 from .gemv import GEMV_MAX_M, PROLOGUE_BYTES, gemv, gemv_applies, gemv_fits, prologue_applies
+from .grouped_gemm import grouped_fits, grouped_gemm
 from .library import (
     attention,
     attention_split,
@@ -121,8 +123,9 @@ class CudaTarget(CodegenTarget):
         return self.arch >= CONV_TC_MIN_ARCH and side_fits(call, buffers, self.arch)
 
     def gemm_column_groups(self, call, buffers) -> bool:
-        # the GEMV only: a decode step's gate/up projection with SiLU(gate) * up as its epilogue
-        return gemv_fits(call, buffers)
+        # a decode step's gate/up projection with SiLU(gate) * up as its epilogue on the GEMV; a prefill's on the
+        # tensor memory accelerator and warpgroup MMA (Hopper: grouped_gemm.py)
+        return gemv_fits(call, buffers) or (call.spec.m > GEMV_MAX_M and grouped_fits(call, buffers, self.arch))
 
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
@@ -133,10 +136,15 @@ class CudaTarget(CodegenTarget):
             if gemv_applies(k, program):
                 return [("launch", gemv(k, program, render_epilogue))]
             if spec.acc_groups != 1:
+                if grouped_fits(k, program.buffers, self.arch):
+                    return [("launch", grouped_gemm(k, program, render_epilogue))]
+                if spec.prologue is None:
+                    # (a program compiled for a newer GPU than this one: correct, not fast)
+                    return [("launch", gemm_direct(k, program))]
                 raise NPUCompileError(f"kernel {k.name}: a gemm whose epilogue combines {spec.acc_groups} column "
-                                      f"groups runs on the cuda target only as a GEMV (at most {GEMV_MAX_M} rows, one "
-                                      f"batch, float operands of one dtype); this one is {spec.m} x {spec.k} x "
-                                      f"{spec.n}")
+                                      f"groups and computes its operand in a prologue runs on the cuda target only "
+                                      f"as a GEMV (at most {GEMV_MAX_M} rows, one batch, float operands of one "
+                                      f"dtype); this one is {spec.m} x {spec.k} x {spec.n}")
             if spec.prologue is not None:
                 raise NPUCompileError(f"kernel {k.name}: a gemm that computes its operand in a prologue runs on the "
                                       f"cuda target only as a GEMV (at most {GEMV_MAX_M} rows, one batch, a weight "
