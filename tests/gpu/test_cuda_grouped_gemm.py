@@ -2,7 +2,8 @@
 ReGLU) with more rows than a GEMV takes: on Hopper one kernel on the tensor memory accelerator and the warpgroup MMA
 (targets/cuda/grouped_gemm.py) writes act(a) * b, against PyTorch eager on the CPU in the same dtype. The shapes
 cover a tile's edges: rows and columns that are not multiples of the 128 of a tile, a K that is not a multiple of
-the 64 of a stage, K shorter than one stage, and more tiles than the grid has blocks (each block walks several).
+the 64 of a stage, K shorter than one stage, output rows that do not start on 16 bytes (stored element by element),
+and more tiles than the grid has blocks (each block walks several).
 Where a GPU cannot run that kernel (older than the program was compiled for), the same record runs on the plain
 kernel (`gemm_direct`), checked here by rendering without it."""
 
@@ -26,6 +27,7 @@ SHAPES = [  # m, k, n (each group's columns), activation, swap
     (2048, 1536, 8960, "silu", False),
     (129, 520, 384, "gelu", True),
     (200, 40, 130, "relu", False),
+    (150, 64, 129, "silu", False),
     (1000, 256, 4096, "silu", True),
 ]
 

@@ -65,7 +65,8 @@ def grouped_fits(call: KernelCall, buffers: Sequence[BufferSpec], arch: int) -> 
     """Whether this kernel computes the column-group GEMM `call`: two groups, more rows than a GEMV takes (the caller
     checks that one first), one batch, no bias or prologue, 16-bit operands and output of one dtype, the operand a
     read row by row and the weight column by column (both with unit stride along K, rows 16-byte aligned: what a
-    tensor map copies), and an output of contiguous rows of an even width (two values a store)."""
+    tensor map copies), and an output of contiguous rows (stored 16 bytes at a time where they start on 16 bytes,
+    else element by element)."""
     spec = call.spec
     if arch < MIN_ARCH or not isinstance(spec, GemmKernel) or spec.acc_groups != GROUPS:
         return False
@@ -85,8 +86,7 @@ def grouped_fits(call: KernelCall, buffers: Sequence[BufferSpec], arch: int) -> 
     if b.strides[-2] != 1 and spec.k != 1 or not rows_ok(b.offset, b.strides[-1]):
         return False
     h = spec.out_n
-    return (out.is_contiguous() and h % 2 == 0 and out.offset % 2 == 0
-            and max(spec.m, spec.n, spec.k) < 2**31 and spec.m * h < 2**62)
+    return out.is_contiguous() and max(spec.m, spec.n, spec.k) < 2**31 and spec.m * h < 2**62
 
 
 def tensor_maps(k: KernelCall, program: CompiledProgram) -> tuple[dict, ...]:
