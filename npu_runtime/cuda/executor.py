@@ -119,7 +119,7 @@ class CudaExecutor(Executor):
     # ---- launches ---------------------------------------------------------------------------------------------------
     def _build(self) -> None:
         self.bias_epilogues: set[str] = set()  # the GEMMs whose bias cuBLASLt's epilogue adds (names)
-        self._map_buffers: list[Any] = []
+        self._maps: dict[tuple, Any] = {}  # (launch, its buffers' addresses) -> its tensor maps on the device
         self._steps = [s for i in range(len(self.program.kernels)) for s in self._kernel_steps(i)]
 
     def _pointer(self, k, which: str, i: int) -> int:
@@ -168,16 +168,21 @@ class CudaExecutor(Executor):
         return steps
 
     def _tensor_maps(self, k, launch) -> int:
-        """The device address of the launch's tensor maps (encoded over its buffers' addresses now, uploaded once;
-        rebuilt with the steps when a binding moves a buffer), or 0 where it has none."""
+        """The device address of the launch's tensor maps, or 0 where it has none: encoded over its buffers'
+        addresses and uploaded when the steps are built (again only after a binding moved a buffer: `_build` starts
+        afresh), reused by `profile`, which resolves the steps again."""
         if not launch.tensor_maps:
             return 0
-        addresses = [self._pointer(k, *m["ref"]) for m in launch.tensor_maps]
-        raw = encode_all(addresses, launch.tensor_maps, f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:3])})")
-        buf = self._cp.asarray(raw)  # (CuPy's allocations are 256-byte aligned: the 64 a map needs)
-        # the copy ran on CuPy's stream, not the executor's (non-blocking) one: done before any launch reads it
-        self._cp.cuda.runtime.deviceSynchronize()
-        self._map_buffers.append(buf)  # alive as long as the launches that read it
+        addresses = tuple(self._pointer(k, *m["ref"]) for m in launch.tensor_maps)
+        key = (id(launch), addresses)
+        buf = self._maps.get(key)
+        if buf is None:
+            where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:3])})"
+            raw = encode_all(addresses, launch.tensor_maps, where)
+            buf = self._cp.asarray(raw)  # (CuPy's allocations are 256-byte aligned: the 64 a map needs)
+            # the copy ran on CuPy's stream, not the executor's (non-blocking) one: done before any launch reads it
+            self._cp.cuda.runtime.deviceSynchronize()
+            self._maps[key] = buf  # alive as long as the launches that read it
         return int(buf.data.ptr)
 
     def _bias_epilogue(self, k, rendered: list) -> LtGemm | None:

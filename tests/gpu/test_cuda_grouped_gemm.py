@@ -83,3 +83,23 @@ def test_grouped_gemm_falls_back_to_the_plain_kernel(cuda_backend, monkeypatch) 
     assert len(steps) == 1 and not steps[0].launch.tensor_maps
     assert_close(got.astype(np.float32), _reference(module, args), "bfloat16", "accumulate", "cuda",
                  what="grouped gemm on the plain kernel")
+
+
+def test_grouped_gemm_profile_reuses_its_tensor_maps(cuda_backend) -> None:
+    """`profile` resolves the launches again over the same buffers: it reads the tensor maps encoded at load (no new
+    device copy, no synchronisation per call) and computes what the graph run computed, to the bit."""
+    if int(cuda_backend.state.arch) < 90:
+        pytest.skip("the grouped kernel needs Hopper (sm_90)")
+    module, args, program = _case(300, 1536, 1000, "silu", False, "bfloat16")
+    weights = npu_runtime.load_weights(program, model_tensors(module), cuda_backend)
+    ex = cuda_backend.create_executor(program)
+    feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
+    plain = ex.run_numpy(feeds, weights)[program.outputs[0].name]
+    maps = {key: int(buf.data.ptr) for key, buf in ex._maps.items()}
+    assert len(maps) == 1, maps
+    for _ in range(2):
+        (timing,) = ex.profile(feeds, weights)
+        assert timing.dur_s > 0
+        assert {key: int(buf.data.ptr) for key, buf in ex._maps.items()} == maps
+        profiled = ex.outputs()[program.outputs[0].name].to_numpy()
+        np.testing.assert_array_equal(profiled, plain)

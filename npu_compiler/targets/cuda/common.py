@@ -229,20 +229,22 @@ def swizzled_at(row: str, ch: str) -> str:
     return f"({row}) * 64 + ((({ch}) ^ (({row}) & 7)) * 8)"
 
 
-def wgmma_helpers(mma_t: str, products: dict[str, tuple[int, bool, bool]], plain_desc: bool = False) -> str:
+def wgmma_helpers(mma_t: str, products: dict[str, tuple], plain_desc: bool = False) -> str:
     """Device helpers of the kernels on Hopper's warpgroup MMA (`wgmma`, sm_90a only: the source asks for the
-    arch-specific target). `wg_desc(at, lead, stride)`: the shared-memory matrix descriptor of a tile in the 128-byte
-    swizzle from `at` (8 rows of 128 bytes an atom, the 16-byte chunk c of row r at chunk c ^ (r % 8); `lead` and
-    `stride` its leading and stride byte offsets: for a K-major tile the leading one is unused and the stride is the
-    1,024 bytes between 8-row atoms; for the transposed form of B the leading one is the distance between 64-column
-    regions). For each `name: (n, a_from_registers, b_transposed)` of `products` an m64 x n x k16 product of `mma_t`
-    operands into fp32 accumulators `d` (the thread's n / 2): `name(d, da, db)` with A in shared memory (K-major), or
-    `name(d, a, db)` with A in registers (an mma.sync m16n8k16 A fragment of each warp's 16 rows); B in shared memory,
-    K-major or in its transposed (N-contiguous) form. `wg_wait<N>(d)`: every committed product done, and N
-    accumulators fenced so that no read of them moves above the wait; `wg_wait<N, P>(d)`: every product but the P
-    committed last done (those may run on). With `plain_desc`, `wg_desc_plain(at, lead,
-    stride)` too: the descriptor of a tile without swizzle (core matrices of 8 rows of 16 bytes, each 128 contiguous
-    bytes; for a K-major tile `lead` the bytes between core matrices along K and `stride` along M or N)."""
+    arch-specific target). `wg_desc(at, lead, stride)`: the shared-memory matrix descriptor of a tile in the
+    128-byte swizzle from `at` (8 rows of 128 bytes an atom, the 16-byte chunk c of row r at chunk c ^ (r % 8);
+    `lead` and `stride` its leading and stride byte offsets: for a K-major tile the leading one is unused and the
+    stride is the 1,024 bytes between 8-row atoms; for the transposed form of B the leading one is the distance
+    between 64-column regions). For each `name: (n, a_from_registers, b_transposed[, scale_d])` of `products` an m64
+    x n x k16 product of `mma_t` operands into fp32 accumulators `d` (the thread's n / 2): `name(d, da, db)` with A
+    in shared memory (K-major), or `name(d, a, db)` with A in registers (an mma.sync m16n8k16 A fragment of each
+    warp's 16 rows); B in shared memory, K-major or in its transposed (N-contiguous) form. With `scale_d` the
+    product takes a last int argument: 0 overwrites `d` instead of adding to it (a tile's first K step needs no
+    zeroed accumulators). `wg_wait<N>(d)`: every committed product done, and N accumulators fenced so that no read
+    of them moves above the wait; `wg_wait<N, P>(d)`: every product but the P committed last done (those may run
+    on). With `plain_desc`, `wg_desc_plain(at, lead, stride)` too: the descriptor of a tile without swizzle (core
+    matrices of 8 rows of 16 bytes, each 128 contiguous bytes; for a K-major tile `lead` the bytes between core
+    matrices along K and `stride` along M or N)."""
     plain = """__device__ __forceinline__ unsigned long long wg_desc_plain(unsigned at, unsigned lead,
                                                                 unsigned stride) {
   return wg_desc(at, lead, stride) & ~(3ull << 62);
@@ -258,18 +260,19 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned at, unsigned lead
   #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }}"""]
-    for name, (n, a_regs, trans_b) in products.items():
+    for name, (n, a_regs, trans_b, *scaled) in products.items():
         regs = n // 2
         outs = ", ".join(f"%{i}" for i in range(regs))
         accs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+        scale, sd = (", int sd", '"r"(sd)') if scaled and scaled[0] else ("", '"r"(1)')
         if a_regs:
             params, a, b, flags = "const unsigned* a", f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}", \
                 f"%{regs + 4}", f"1, 1, {int(trans_b)}"
-            ins, pred = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)', regs + 5
+            ins, pred = f'"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), {sd}', regs + 5
         else:
             params, a, b, flags = "unsigned long long da", f"%{regs}", f"%{regs + 1}", f"1, 1, 0, {int(trans_b)}"
-            ins, pred = '"l"(da), "l"(db), "r"(1)', regs + 2
-        out.append(f"""__device__ __forceinline__ void {name}(float* d, {params}, unsigned long long db) {{
+            ins, pred = f'"l"(da), "l"(db), {sd}', regs + 2
+        out.append(f"""__device__ __forceinline__ void {name}(float* d, {params}, unsigned long long db{scale}) {{
   asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{pred}, 0;\\n"
                "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{mma_t}.{mma_t} {{{outs}}}, {a}, {b}, p, {flags};\\n}}"
                : {accs}

@@ -39,9 +39,8 @@ from collections.abc import Sequence
 from ...kernels import GemmKernel
 from ...program import BufferSpec, CompiledProgram, KernelCall
 from ..clike import Launch
-from .common import FAST_CUDA, PRELUDE, WAIT, storage, store_expr
+from .common import FAST_CUDA, PRELUDE, WAIT, storage, store_expr, wgmma_helpers
 from .gemv import SMS
-from .nvrtc import ARCH_SPECIFIC
 
 MIN_ARCH = 90  # wgmma and the tensor memory accelerator
 GROUPS = 2
@@ -104,18 +103,6 @@ def tensor_maps(k: KernelCall, program: CompiledProgram) -> tuple[dict, ...]:
     )
 
 
-def _wgmma(mma_t: str) -> str:
-    outs = ", ".join(f"%{i}" for i in range(128))
-    accs = ", ".join(f'"+f"(d[{i}])' for i in range(128))
-    return f"""__device__ __forceinline__ void gg_mma(float* d, unsigned long long da, unsigned long long db, int sd) {{
-  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %130, 0;\\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.{mma_t}.{mma_t} {{{outs}}}, %128, %129, p, 1, 1, 0, 0;\\n}}"
-               : {accs}
-               : "l"(da), "l"(db), "r"(sd));
-}}
-"""
-
-
 _HELPERS = r"""__device__ __forceinline__ unsigned gg_smem(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
@@ -138,10 +125,6 @@ __device__ __forceinline__ void gg_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void gg_copy(unsigned dst, const void* map, int x, int y, unsigned bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
-}
-// a K-major tile in the 128-byte swizzle: 8 rows of 128 bytes an atom, 1,024 bytes between atoms
-__device__ __forceinline__ unsigned long long gg_desc(unsigned at) {
-  return (unsigned long long)((at & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 """
 
@@ -189,8 +172,7 @@ def grouped_gemm(k: KernelCall, program: CompiledProgram, render_epilogue) -> tu
           for (int j = 0; j < 8; ++j)
             if (col + j < {h})
               out0[{out.offset} + ({ityp})row * {h} + col + j] = {value_j};"""
-    src = f"""{ARCH_SPECIFIC}
-{PRELUDE}{_HELPERS}{_wgmma(mma_t)}{epi_fn}
+    src = f"""{PRELUDE}{_HELPERS}{wgmma_helpers(mma_t, {"gg_mma": (2 * BH, False, False, True)})}{epi_fn}
 
 extern "C" __global__ void __launch_bounds__({THREADS}, 1) npu_kernel(const unsigned char* __restrict__ maps,
     {st_t}* __restrict__ out0, {", ".join(params)}) {{
@@ -269,7 +251,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1) npu_kernel(const unsi
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         #pragma unroll
         for (int kq = 0; kq < {BK // 16}; ++kq)
-          gg_mma(acc, gg_desc(a0 + kq * 32), gg_desc(b0 + kq * 32), (ks | kq) != 0);
+          gg_mma(acc, wg_desc(a0 + kq * 32, 16, 1024), wg_desc(b0 + kq * 32, 16, 1024), (ks | kq) != 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         // the products of the step before are done: its stage may be copied into again
