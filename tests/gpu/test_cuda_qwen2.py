@@ -36,6 +36,16 @@ def _agreement(got: np.ndarray, ref: np.ndarray, dtype: str) -> tuple[float, flo
     return raw, float(np.mean(ref.max(axis=-1) - picked <= tol))
 
 
+def _clear(ref: np.ndarray, ref32: np.ndarray, sigmas: float = 4.0) -> np.ndarray:
+    """The positions where the fp32 model's top logit leads the next by more than `sigmas` standard deviations of
+    what bf16 rounding does to a difference of two logits there, measured on an independent bf16 run (`ref`, against
+    `ref32`): the error of a lead is the difference of two errors, sqrt(2) times one's spread. A bf16 implementation
+    as accurate as that run misses the fp32 argmax at such a position with odds of about 1 in 30,000."""
+    top2 = np.sort(ref32, axis=-1)[:, -2:]
+    spread = np.sqrt(2.0) * (ref - ref32).std(axis=-1)
+    return top2[:, 1] - top2[:, 0] > sigmas * spread
+
+
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, np.float64).ravel()
     b = np.asarray(b, np.float64).ravel()
@@ -145,7 +155,9 @@ def test_qwen25_15b_real_config_bf16(cuda_backend, tmp_path) -> None:
     With random weights (std 0.02) the logits are nearly flat, so two correct bf16 implementations disagree on the
     argmax wherever the top logits are closer than their accumulated rounding. Beside the comparison with
     transformers in bf16, both are compared with the same model run in fp32: ours must be as close to it as
-    PyTorch's bf16 is."""
+    PyTorch's bf16 is, and pick its argmax wherever the fp32 model's lead is one no bf16 rounding bridges (`_clear`).
+    Where the lead is smaller, which of two correct bf16 runs picks the fp32 winner is a coin flip (on an H200,
+    over four random inits, ours 39 / 43 / 47 / 45 of 48 and PyTorch's 47 / 45 / 45 / 44, at the same error)."""
     from transformers import Qwen2ForCausalLM
 
     from npu_export.qwen2 import export_qwen2, qwen2_config
@@ -193,15 +205,20 @@ def test_qwen25_15b_real_config_bf16(cuda_backend, tmp_path) -> None:
     err_ours, err_torch = rel_err(got, ref32), rel_err(ref, ref32)
     top_ours = float(np.mean(got.argmax(-1) == ref32.argmax(-1)))
     top_torch = float(np.mean(ref.argmax(-1) == ref32.argmax(-1)))
+    clear = _clear(ref, ref32)
+    hits = got.argmax(-1) == ref32.argmax(-1)
     line = (f"qwen2.5-1.5b bf16 sdpa: min Pearson r {min(rs):.6f} over {len(ids)} positions, argmax agreement "
             f"{raw:.3f} ({agree:.3f} not counting bf16 ties); vs the fp32 model: rel err ours {err_ours:.4f} / "
-            f"torch bf16 {err_torch:.4f}, argmax ours {top_ours:.3f} / torch bf16 {top_torch:.3f}; "
+            f"torch bf16 {err_torch:.4f}, argmax ours {top_ours:.3f} / torch bf16 {top_torch:.3f} (at the "
+            f"{clear.sum()} clear leads: ours {hits[clear].mean():.3f}); "
             f"compile+load {t_load:.1f} s, decode step {np.median(times):.2f} ms (KV position {int(pos[0])}, "
             f"graph {ex.graph_active})")
     print("\n" + line)
     assert min(rs) >= 0.999
-    as_accurate_as_torch = err_ours <= 1.25 * err_torch and top_ours >= top_torch - 0.05
-    assert agree >= 0.99 or as_accurate_as_torch
+    assert err_ours <= 1.25 * err_torch, (err_ours, err_torch)
+    wrong = np.nonzero(clear & ~hits)[0]
+    assert clear.sum() >= len(ids) // 4, clear.sum()  # (else the check below would say little)
+    assert not len(wrong), f"the fp32 model's argmax missed at positions {wrong.tolist()} of {clear.sum()} clear leads"
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
