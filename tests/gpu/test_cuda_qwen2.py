@@ -203,10 +203,9 @@ def test_qwen25_15b_real_config_bf16(cuda_backend, tmp_path) -> None:
     with torch.no_grad():
         ref32 = model.float()(input_ids=torch.from_numpy(ids)[None].cuda()).logits[0].cpu().numpy()
     err_ours, err_torch = rel_err(got, ref32), rel_err(ref, ref32)
-    top_ours = float(np.mean(got.argmax(-1) == ref32.argmax(-1)))
-    top_torch = float(np.mean(ref.argmax(-1) == ref32.argmax(-1)))
-    clear = _clear(ref, ref32)
     hits = got.argmax(-1) == ref32.argmax(-1)
+    top_ours, top_torch = float(hits.mean()), float(np.mean(ref.argmax(-1) == ref32.argmax(-1)))
+    clear = _clear(ref, ref32)
     line = (f"qwen2.5-1.5b bf16 sdpa: min Pearson r {min(rs):.6f} over {len(ids)} positions, argmax agreement "
             f"{raw:.3f} ({agree:.3f} not counting bf16 ties); vs the fp32 model: rel err ours {err_ours:.4f} / "
             f"torch bf16 {err_torch:.4f}, argmax ours {top_ours:.3f} / torch bf16 {top_torch:.3f} (at the "
