@@ -1,9 +1,11 @@
-"""Graph partitioning: split an IR into contiguous accelerator ("npu") and CPU-fallback ("cpu") partitions.
+"""Graph partitioning: split an IR into contiguous accelerator ("npu") and CPU ("cpu") partitions.
 
 `partition(ir, is_supported)` walks the nodes in topological order and places each node in the earliest
 partition of its device that comes at or after every partition its inputs come from (greedy merge: independent
 branches of the same device share a partition instead of alternating). Structural no-ops (getitem, alias,
-metadata asserts, eval dropout) follow their producer, so they never cause a split or a transfer.
+metadata asserts, eval dropout) follow their producer, so they never cause a split or a transfer. A CPU partition
+runs on the CPU reference (`runner` REFERENCE: compiled for target 'cpu') where that has every one of its ops, else
+through torch_ir (TORCH): the two kinds of CPU node go to partitions of their own.
 
 The plan lists, per partition, its boundary inputs and outputs and a valid pytorch-ir sub-IR (graph inputs =
 boundary inputs, graph outputs = boundary outputs, weights/constants restricted to what it reads), and the
@@ -28,14 +30,17 @@ from .errors import IRFormatError
 from .ir.reader import checked_ir_dict
 from .ir.schema import short_op
 from .kernels import attention_flops, conv_flops, gemm_flops
-from .op_support import is_structural, support_predicate
+from .op_support import SupportPredicate, is_structural, support_predicate
 
 __all__ = [
-    "NPU", "CPU", "TensorInfo", "TransferOp", "RunPartition", "Partition", "FallbackNode", "PartitionStats",
-    "PartitionPlan", "partition", "node_flops", "format_report",
+    "NPU", "CPU", "TARGET", "REFERENCE", "TORCH", "TensorInfo", "TransferOp", "RunPartition", "Partition",
+    "FallbackNode", "PartitionStats", "PartitionPlan", "partition", "node_flops", "format_report", "plan_stats",
 ]
 
-NPU, CPU = "npu", "cpu"  # the accelerator backend (compiled programs) and the torch CPU fallback
+NPU, CPU = "npu", "cpu"  # the accelerator backend (compiled programs) and the host
+# Who runs a partition: the target's compiled program (NPU), the CPU reference's compiled program, or torch_ir
+TARGET, REFERENCE, TORCH = "target", "reference", "torch"
+RUNNERS = (TARGET, REFERENCE, TORCH)
 
 IsSupported = Callable[[Mapping[str, Any]], bool]
 
@@ -83,11 +88,13 @@ class Partition:
     outputs: list[TensorInfo]
     ir: dict[str, Any] = field(repr=False)
     flops: int = 0
+    runner: str = TARGET  # TARGET on the NPU; REFERENCE or TORCH on the CPU
 
     @property
     def name(self) -> str:
-        return f"partition {self.index} ({self.device}, {len(self.nodes)} nodes: {self.nodes[0]}..{self.nodes[-1]})" \
-            if self.nodes else f"partition {self.index} ({self.device}, empty)"
+        side = self.device if self.runner == TARGET else f"{self.device}, {self.runner}"
+        return f"partition {self.index} ({side}, {len(self.nodes)} nodes: {self.nodes[0]}..{self.nodes[-1]})" \
+            if self.nodes else f"partition {self.index} ({side}, empty)"
 
 
 @dataclass
@@ -97,6 +104,7 @@ class FallbackNode:
     reason: str
     flops: int
     partition: int
+    runner: str = TORCH  # what runs it on the CPU: REFERENCE or TORCH
 
 
 @dataclass
@@ -150,7 +158,7 @@ class PartitionPlan:
     def to_dict(self, include_ir: bool = True) -> dict[str, Any]:
         parts = []
         for p in self.partitions:
-            d = {"index": p.index, "device": p.device, "nodes": p.nodes, "flops": p.flops,
+            d = {"index": p.index, "device": p.device, "runner": p.runner, "nodes": p.nodes, "flops": p.flops,
                  "inputs": [asdict(t) for t in p.inputs], "outputs": [asdict(t) for t in p.outputs]}
             if include_ir:
                 d["ir"] = p.ir
@@ -172,7 +180,8 @@ class PartitionPlan:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PartitionPlan:
         parts = [Partition(p["index"], p["device"], list(p["nodes"]), [TensorInfo(**t) for t in p["inputs"]],
-                           [TensorInfo(**t) for t in p["outputs"]], p.get("ir") or {}, p.get("flops", 0))
+                           [TensorInfo(**t) for t in p["outputs"]], p.get("ir") or {}, p.get("flops", 0),
+                           p.get("runner", TARGET if p["device"] == NPU else TORCH))
                  for p in d["partitions"]]
         steps: list[TransferOp | RunPartition] = []
         for s in d["steps"]:
@@ -227,35 +236,78 @@ def _meta(t: Mapping[str, Any]) -> tuple[list[int], str]:
     return list(t.get("shape", [])), str(t.get("dtype", ""))
 
 
-def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupported | str) -> PartitionPlan:
+def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupported | str,
+              host_supported: IsSupported | None = None) -> PartitionPlan:
     """Split `ir` (path, JSON string or dict) into NPU/CPU partitions. `is_supported(node_dict) -> bool` decides
     placement (a target name uses `op_support.support_predicate(target)`); when it has a `reason(node)` method
-    (like `SupportPredicate`), the report says why each node falls back."""
+    (like `SupportPredicate`), the report says why each node falls back. `host_supported` decides which of the CPU
+    nodes the CPU reference runs (compiled for target 'cpu'); the others run through torch_ir. Default: the cpu
+    target's support where `is_supported` is a target name or a `SupportPredicate`, else none (torch_ir for all)."""
     pred: IsSupported = support_predicate(is_supported) if isinstance(is_supported, str) else is_supported
-    reason_of: Callable[[Mapping[str, Any]], str | None] | None = getattr(pred, "reason", None)
+    if host_supported is None and isinstance(pred, SupportPredicate):
+        host_supported = support_predicate("cpu")
     data = copy.deepcopy(checked_ir_dict(ir))  # every field checked (read_ir) before the JSON form is read here
     for key in ("graph_inputs", "graph_outputs", "nodes"):
         if not isinstance(data.get(key), list):
             raise IRFormatError(f"IR is missing the list '{key}'; is this a pytorch-ir JSON file?")
-    nodes: list[dict[str, Any]] = data["nodes"]
-    graph_inputs = {t["name"]: t for t in data["graph_inputs"]}
+    walk = _Walk(data, pred, host_supported)
+    for ni, nd in enumerate(data["nodes"]):
+        walk.place(ni, nd)
+    walk.place_pending()
+    return walk.plan()
 
-    # Tensor identity is (producer node, output index); graph inputs are their own producer.
-    tensor_name: dict[tuple[str, int], str] = {(n, 0): n for n in graph_inputs}
-    tensor_meta: dict[str, tuple[list[int], str]] = {n: _meta(t) for n, t in graph_inputs.items()}
-    producer_of: dict[str, str] = {}  # tensor name -> node name (node outputs only)
-    node_part: dict[str, int] = {}
-    parts_dev: list[str] = []
-    parts_nodes: list[list[dict[str, Any]]] = []
-    fallback_nodes: list[tuple[dict[str, Any], str]] = []
-    pending: list[dict[str, Any]] = []  # output-less structural nodes on graph inputs only (metadata asserts)
 
-    def new_partition(dev: str) -> int:
-        parts_dev.append(dev)
-        parts_nodes.append([])
-        return len(parts_dev) - 1
+class _Walk:
+    """One pass over the nodes in order (placement), then the boundaries, steps, sub-IRs and stats of the plan."""
 
-    for ni, nd in enumerate(nodes):
+    def __init__(self, data: dict[str, Any], pred: IsSupported, host: IsSupported | None) -> None:
+        self.data = data
+        self.pred = pred
+        self.host = host
+        self.reason_of: Callable[[Mapping[str, Any]], str | None] | None = getattr(pred, "reason", None)
+        self.graph_inputs = {t["name"]: t for t in data["graph_inputs"]}
+        # Tensor identity is (producer node, output index); graph inputs are their own producer.
+        self.tensor_name: dict[tuple[str, int], str] = {(n, 0): n for n in self.graph_inputs}
+        self.tensor_meta: dict[str, tuple[list[int], str]] = {n: _meta(t) for n, t in self.graph_inputs.items()}
+        self.producer_of: dict[str, str] = {}  # tensor name -> node name (node outputs only)
+        self.node_part: dict[str, int] = {}
+        self.labels: list[tuple[str, str]] = []  # per partition: (device, runner)
+        self.parts_nodes: list[list[dict[str, Any]]] = []
+        self.fallback_nodes: list[tuple[dict[str, Any], str, str]] = []  # (node, reason, runner)
+        self.pending: list[dict[str, Any]] = []  # output-less structural nodes on graph inputs only (metadata asserts)
+
+    # ---- placement ----------------------------------------------------------------------------------------------
+    def new_partition(self, label: tuple[str, str]) -> int:
+        self.labels.append(label)
+        self.parts_nodes.append([])
+        return len(self.labels) - 1
+
+    def _deps(self, nd: Mapping[str, Any], where: str) -> list[int]:
+        deps: list[int] = []
+        for i, t in enumerate(nd.get("inputs", [])):
+            prod = t.get("producer_node")
+            if prod is None:
+                continue  # a weight or constant placeholder
+            key = (prod, int(t.get("producer_output_idx", 0)))
+            if key not in self.tensor_name:
+                raise IRFormatError(f"{where} input #{i} '{t.get('name')}': producer '{prod}' output {key[1]} "
+                                    "does not exist before this node")
+            if prod in self.node_part:
+                deps.append(self.node_part[prod])
+        return deps
+
+    def _label(self, nd: Mapping[str, Any], where: str) -> tuple[tuple[str, str], str]:
+        """Where a node that does work runs, and why it is not on the target (empty when it is)."""
+        try:
+            if self.pred(nd):
+                return (NPU, TARGET), ""
+            why = (self.reason_of(nd) if self.reason_of else None) or "not supported by the target"
+            runner = REFERENCE if self.host is not None and self.host(nd) else TORCH
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # an attr of the wrong kind
+            raise IRFormatError(f"{where}: {type(e).__name__}: {e}") from e
+        return (CPU, runner), why
+
+    def place(self, ni: int, nd: Any) -> None:
         if not isinstance(nd, Mapping) or not isinstance(nd.get("name"), str) or "op_type" not in nd:
             raise IRFormatError(f"node #{ni}: needs a 'name' and an 'op_type', got {str(nd)[:80]}")
         name, op_type = nd["name"], str(nd["op_type"])
@@ -266,136 +318,138 @@ def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupport
         if any(not isinstance(t, Mapping) or not isinstance(t.get("name"), str) for t in
                [*nd.get("inputs", []), *nd.get("outputs", [])]):
             raise IRFormatError(f"{where}: every input and output needs a 'name'")
-        deps: list[int] = []
-        for i, t in enumerate(nd.get("inputs", [])):
-            prod = t.get("producer_node")
-            if prod is None:
-                continue  # a weight or constant placeholder
-            key = (prod, int(t.get("producer_output_idx", 0)))
-            if key not in tensor_name:
-                raise IRFormatError(f"{where} input #{i} '{t.get('name')}': producer '{prod}' output {key[1]} "
-                                    "does not exist before this node")
-            if prod in node_part:
-                deps.append(node_part[prod])
-        k = max(deps, default=-1)
+        k = max(self._deps(nd, where), default=-1)
         if is_structural(op_type, nd.get("attrs")):
             if k >= 0:
                 chosen = k  # a no-op stays with its producer: no split, no transfer
             elif not nd.get("outputs"):
-                pending.append(nd)
+                self.pending.append(nd)
                 chosen = -1
             else:
-                chosen = next((j for j in range(len(parts_dev)) if parts_dev[j] == NPU), -1)
-                chosen = chosen if chosen >= 0 else new_partition(NPU)
+                chosen = next((j for j, lab in enumerate(self.labels) if lab[0] == NPU), -1)
+                chosen = chosen if chosen >= 0 else self.new_partition((NPU, TARGET))
         else:
-            try:
-                dev = NPU if pred(nd) else CPU
-                why = ((reason_of(nd) if reason_of else None) or "not supported by the target") if dev == CPU else ""
-            except (ValueError, TypeError, KeyError, AttributeError) as e:  # an attr of the wrong kind
-                raise IRFormatError(f"{where}: {type(e).__name__}: {e}") from e
-            if dev == CPU:
-                fallback_nodes.append((nd, why))
-            chosen = next((j for j in range(max(k, 0), len(parts_dev)) if parts_dev[j] == dev), -1)
+            label, why = self._label(nd, where)
+            if label[0] == CPU:
+                self.fallback_nodes.append((nd, why, label[1]))
+            chosen = next((j for j in range(max(k, 0), len(self.labels)) if self.labels[j] == label), -1)
             if chosen < 0:
-                chosen = new_partition(dev)
+                chosen = self.new_partition(label)
         if chosen >= 0:
-            parts_nodes[chosen].append(nd)
-            node_part[name] = chosen
+            self.parts_nodes[chosen].append(nd)
+            self.node_part[name] = chosen
         for oi, t in enumerate(nd.get("outputs", [])):
-            tensor_name[(name, oi)] = t["name"]
-            tensor_meta[t["name"]] = _meta(t)
-            producer_of[t["name"]] = name
-    if pending:
-        target_part = 0 if parts_dev else new_partition(NPU)
-        parts_nodes[target_part][:0] = pending
-        for nd in pending:
-            node_part[nd["name"]] = target_part
+            self.tensor_name[(name, oi)] = t["name"]
+            self.tensor_meta[t["name"]] = _meta(t)
+            self.producer_of[t["name"]] = name
 
-    def part_of_tensor(t: str) -> int:
-        return node_part[producer_of[t]] if t in producer_of else -1
+    def place_pending(self) -> None:
+        if self.pending:
+            target_part = 0 if self.labels else self.new_partition((NPU, TARGET))
+            self.parts_nodes[target_part][:0] = self.pending
+            for nd in self.pending:
+                self.node_part[nd["name"]] = target_part
 
-    # Who reads what: partition -> boundary inputs (in first-use order), tensor -> partitions reading it.
-    reads: list[list[str]] = [[] for _ in parts_dev]
-    for p, pnodes in enumerate(parts_nodes):
-        seen: set[str] = set()
-        for nd in pnodes:
-            for t in nd.get("inputs", []):
-                prod = t.get("producer_node")
-                if prod is None:
-                    continue
-                tname = tensor_name[(prod, int(t.get("producer_output_idx", 0)))]
-                if part_of_tensor(tname) != p and tname not in seen:
-                    seen.add(tname)
-                    reads[p].append(tname)
-    out_names = [t["name"] for t in data["graph_outputs"]]
-    for t in out_names:
-        if t not in tensor_meta:
-            raise IRFormatError(f"graph output '{t}': not produced by any node nor a graph input")
-    writes: list[list[str]] = [[] for _ in parts_dev]
-    needed_outside = {t for r in reads for t in r} | set(out_names)
-    for p, pnodes in enumerate(parts_nodes):
-        for nd in pnodes:
-            for t in nd.get("outputs", []):
-                if t["name"] in needed_outside and t["name"] not in writes[p]:
-                    writes[p].append(t["name"])
+    # ---- the plan -----------------------------------------------------------------------------------------------
+    def part_of_tensor(self, t: str) -> int:
+        return self.node_part[self.producer_of[t]] if t in self.producer_of else -1
 
-    def info(t: str) -> TensorInfo:
-        shape, dtype = tensor_meta[t]
-        return TensorInfo(t, shape, dtype, part_of_tensor(t))
+    def _boundaries(self) -> tuple[list[list[str]], list[list[str]], list[str]]:
+        """Per partition its boundary inputs (in first-use order) and outputs (read by another partition or a graph
+        output), and the graph's output names."""
+        reads: list[list[str]] = [[] for _ in self.labels]
+        for p, pnodes in enumerate(self.parts_nodes):
+            seen: set[str] = set()
+            for nd in pnodes:
+                for t in nd.get("inputs", []):
+                    prod = t.get("producer_node")
+                    if prod is None:
+                        continue
+                    tname = self.tensor_name[(prod, int(t.get("producer_output_idx", 0)))]
+                    if self.part_of_tensor(tname) != p and tname not in seen:
+                        seen.add(tname)
+                        reads[p].append(tname)
+        out_names = [t["name"] for t in self.data["graph_outputs"]]
+        for t in out_names:
+            if t not in self.tensor_meta:
+                raise IRFormatError(f"graph output '{t}': not produced by any node nor a graph input")
+        writes: list[list[str]] = [[] for _ in self.labels]
+        needed_outside = {t for r in reads for t in r} | set(out_names)
+        for p, pnodes in enumerate(self.parts_nodes):
+            for nd in pnodes:
+                for t in nd.get("outputs", []):
+                    if t["name"] in needed_outside and t["name"] not in writes[p]:
+                        writes[p].append(t["name"])
+        return reads, writes, out_names
 
-    # Steps: a tensor moves to a device once; later readers on that device reuse it.
-    steps: list[TransferOp | RunPartition] = []
-    resident: dict[str, set[str]] = {}
-    for p, dev in enumerate(parts_dev):
-        for t in reads[p]:
-            src_part = part_of_tensor(t)
-            if src_part < 0:
-                continue  # graph inputs are bound on whichever device reads them
-            where = resident.setdefault(t, {parts_dev[src_part]})
-            if dev not in where:
-                shape, dtype = tensor_meta[t]
-                steps.append(TransferOp(t, parts_dev[src_part], dev, src_part, p, shape, dtype))
-                where.add(dev)
-        steps.append(RunPartition(p))
-        for t in writes[p]:
-            resident.setdefault(t, {dev})
+    def _steps(self, reads: list[list[str]], writes: list[list[str]]) -> list[TransferOp | RunPartition]:
+        """A tensor moves to a device once; later readers on that device reuse it."""
+        steps: list[TransferOp | RunPartition] = []
+        resident: dict[str, set[str]] = {}
+        for p, (dev, _) in enumerate(self.labels):
+            for t in reads[p]:
+                src_part = self.part_of_tensor(t)
+                if src_part < 0:
+                    continue  # graph inputs are bound on whichever device reads them
+                src = self.labels[src_part][0]
+                where = resident.setdefault(t, {src})
+                if dev not in where:
+                    shape, dtype = self.tensor_meta[t]
+                    steps.append(TransferOp(t, src, dev, src_part, p, shape, dtype))
+                    where.add(dev)
+            steps.append(RunPartition(p))
+            for t in writes[p]:
+                resident.setdefault(t, {dev})
+        return steps
 
-    weight_meta = {w["name"]: w for w in data.get("weights") or []}
-    mapping: dict[str, str] = dict(data.get("weight_name_mapping") or {})
-    constants: dict[str, Any] = dict(data.get("constants") or {})
-    used_anywhere = {mapping.get(t["name"], t["name"]) for nd in nodes for t in nd.get("inputs", [])
-                     if t.get("producer_node") is None}
+    def info(self, t: str) -> TensorInfo:
+        shape, dtype = self.tensor_meta[t]
+        return TensorInfo(t, shape, dtype, self.part_of_tensor(t))
 
-    partitions: list[Partition] = []
-    for p, dev in enumerate(parts_dev):
-        sub = _sub_ir(data, p, parts_nodes[p], reads[p], writes[p], tensor_name, tensor_meta, part_of_tensor,
-                      weight_meta, mapping, constants, used_anywhere)
-        flops = sum(node_flops(nd) for nd in parts_nodes[p])
-        partitions.append(Partition(p, dev, [nd["name"] for nd in parts_nodes[p]], [info(t) for t in reads[p]],
-                                    [info(t) for t in writes[p]], sub, flops))
+    def plan(self) -> PartitionPlan:
+        data = self.data
+        reads, writes, out_names = self._boundaries()
+        steps = self._steps(reads, writes)
+        weight_meta = {w["name"]: w for w in data.get("weights") or []}
+        mapping: dict[str, str] = dict(data.get("weight_name_mapping") or {})
+        constants: dict[str, Any] = dict(data.get("constants") or {})
+        used_anywhere = {mapping.get(t["name"], t["name"]) for nd in data["nodes"] for t in nd.get("inputs", [])
+                         if t.get("producer_node") is None}
+        partitions: list[Partition] = []
+        for p, (dev, runner) in enumerate(self.labels):
+            sub = _sub_ir(data, p, self.parts_nodes[p], reads[p], writes[p], self.tensor_name, self.tensor_meta,
+                          self.part_of_tensor, weight_meta, mapping, constants, used_anywhere)
+            flops = sum(node_flops(nd) for nd in self.parts_nodes[p])
+            partitions.append(Partition(p, dev, [nd["name"] for nd in self.parts_nodes[p]],
+                                        [self.info(t) for t in reads[p]], [self.info(t) for t in writes[p]], sub,
+                                        flops, runner))
+        fallback = [FallbackNode(nd["name"], str(nd["op_type"]), why, node_flops(nd), self.node_part[nd["name"]],
+                                 runner) for nd, why, runner in self.fallback_nodes]
+        return PartitionPlan(
+            model_name=str(data.get("model_name") or "model"),
+            target=getattr(self.pred, "target", None),
+            graph_inputs=[self.info(t) for t in self.graph_inputs],
+            graph_outputs=[self.info(t) for t in out_names],
+            partitions=partitions,
+            steps=steps,
+            fallback=fallback,
+            stats=plan_stats(partitions, steps),
+        )
 
-    fallback = [FallbackNode(nd["name"], str(nd["op_type"]), why, node_flops(nd), node_part[nd["name"]])
-                for nd, why in fallback_nodes]
+
+def plan_stats(partitions: list[Partition], steps: list[TransferOp | RunPartition]) -> PartitionStats:
+    """Coverage by nodes and FLOPs, partitions per side, transfers and their bytes."""
     flops_total = sum(p.flops for p in partitions)
     flops_npu = sum(p.flops for p in partitions if p.device == NPU)
     n_total = sum(len(p.nodes) for p in partitions)
     n_npu = sum(len(p.nodes) for p in partitions if p.device == NPU)
     transfers = [s for s in steps if isinstance(s, TransferOp)]
-    stats = PartitionStats(
+    return PartitionStats(
         nodes_total=n_total, nodes_npu=n_npu, nodes_cpu=n_total - n_npu, flops_total=flops_total,
         flops_npu=flops_npu, flops_cpu=flops_total - flops_npu,
-        partitions_npu=sum(d == NPU for d in parts_dev), partitions_cpu=sum(d == CPU for d in parts_dev),
+        partitions_npu=sum(p.device == NPU for p in partitions),
+        partitions_cpu=sum(p.device == CPU for p in partitions),
         transfers=len(transfers), transfer_bytes=sum(t.nbytes for t in transfers),
-    )
-    return PartitionPlan(
-        model_name=str(data.get("model_name") or "model"),
-        target=getattr(pred, "target", None),
-        graph_inputs=[info(t) for t in graph_inputs],
-        graph_outputs=[info(t) for t in out_names],
-        partitions=partitions,
-        steps=steps,
-        fallback=fallback,
-        stats=stats,
     )
 
 
@@ -448,31 +502,39 @@ def _human(n: float) -> str:
     return f"{n:.0f}"
 
 
+RUNNER_TEXT = {TARGET: "target '{target}'", REFERENCE: "the CPU reference", TORCH: "the CPU through torch_ir"}
+
+
+def runner_text(runner: str, target: str) -> str:
+    """Who runs a partition, in words."""
+    return RUNNER_TEXT.get(runner, runner).format(target=target)
+
+
 def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
-    """The human-readable support report: coverage, every fallback node, the plan step by step."""
+    """The human-readable support report: coverage, every fallback node and what runs it, the plan step by step."""
     s = plan.stats
     target = plan.target or "?"
 
-    def where(device: str) -> str:
-        # "npu" is the plan's name for the target's side; with --target cpu both sides run on the CPU, so say which
-        return f"target '{target}'" if device == "npu" else "the CPU fallback (torch_ir)"
-
     def side(device: str) -> str:
-        return target if device == "npu" else "fallback"
+        # "npu" is the plan's name for the target's side; with --target cpu both sides run on the CPU, so say which
+        return target if device == NPU else "host"
 
+    cpu_runners = [p.runner for p in plan.partitions if p.device == CPU]
     lines = [
         f"model {plan.model_name}: target '{target}'",
         f"coverage: {s.nodes_npu}/{s.nodes_total} nodes on the target ({100 * s.node_coverage:.1f}%), "
         f"{_human(s.flops_npu)}/{_human(s.flops_total)} FLOPs ({100 * s.flop_coverage:.1f}%)",
-        f"plan: {len(plan.partitions)} partition(s) ({s.partitions_npu} on target '{target}', {s.partitions_cpu} on "
-        f"the CPU fallback), {s.transfers} transfer(s), {_human(s.transfer_bytes)}B moved",
+        f"plan: {len(plan.partitions)} partition(s) ({s.partitions_npu} on target '{target}', "
+        f"{cpu_runners.count(REFERENCE)} on the CPU reference, {cpu_runners.count(TORCH)} through torch_ir), "
+        f"{s.transfers} transfer(s), {_human(s.transfer_bytes)}B moved",
     ]
     if plan.fallback:
-        lines.append(f"fallback to CPU ({len(plan.fallback)} node(s)):")
+        lines.append(f"on the CPU ({len(plan.fallback)} node(s)):")
         nw = max(len(f.name) for f in plan.fallback)
         ow = max(len(f.op) for f in plan.fallback)
         for f in plan.fallback:
-            lines.append(f"  {f.name:<{nw}} {f.op:<{ow}} partition {f.partition}  {_human(f.flops)} FLOPs  "
+            by = "reference" if f.runner == REFERENCE else "torch_ir"
+            lines.append(f"  {f.name:<{nw}} {f.op:<{ow}} partition {f.partition} ({by})  {_human(f.flops)} FLOPs  "
                          f"({f.reason})")
     else:
         lines.append("every op is supported: one program, no fallback")
@@ -485,6 +547,6 @@ def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
             p = plan.partitions[step.partition]
             shown = ", ".join(p.nodes[:max_nodes]) + (f", ... (+{len(p.nodes) - max_nodes})"
                                                       if len(p.nodes) > max_nodes else "")
-            lines.append(f"  run partition {p.index} on {where(p.device)}: {len(p.nodes)} node(s) [{shown}], "
-                         f"in {[t.name for t in p.inputs]}, out {[t.name for t in p.outputs]}")
+            lines.append(f"  run partition {p.index} on {runner_text(p.runner, target)}: {len(p.nodes)} node(s) "
+                         f"[{shown}], in {[t.name for t in p.inputs]}, out {[t.name for t in p.outputs]}")
     return "\n".join(lines)
