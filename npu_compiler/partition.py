@@ -35,6 +35,7 @@ from .op_support import SupportPredicate, is_structural, support_predicate
 __all__ = [
     "NPU", "CPU", "TARGET", "REFERENCE", "TORCH", "TensorInfo", "TransferOp", "RunPartition", "Partition",
     "FallbackNode", "PartitionStats", "PartitionPlan", "partition", "node_flops", "format_report", "plan_stats",
+    "transfer_steps", "runner_text",
 ]
 
 NPU, CPU = "npu", "cpu"  # the accelerator backend (compiled programs) and the host
@@ -382,26 +383,6 @@ class _Walk:
                         writes[p].append(t["name"])
         return reads, writes, out_names
 
-    def _steps(self, reads: list[list[str]], writes: list[list[str]]) -> list[TransferOp | RunPartition]:
-        """A tensor moves to a device once; later readers on that device reuse it."""
-        steps: list[TransferOp | RunPartition] = []
-        resident: dict[str, set[str]] = {}
-        for p, (dev, _) in enumerate(self.labels):
-            for t in reads[p]:
-                src_part = self.part_of_tensor(t)
-                if src_part < 0:
-                    continue  # graph inputs are bound on whichever device reads them
-                src = self.labels[src_part][0]
-                where = resident.setdefault(t, {src})
-                if dev not in where:
-                    shape, dtype = self.tensor_meta[t]
-                    steps.append(TransferOp(t, src, dev, src_part, p, shape, dtype))
-                    where.add(dev)
-            steps.append(RunPartition(p))
-            for t in writes[p]:
-                resident.setdefault(t, {dev})
-        return steps
-
     def info(self, t: str) -> TensorInfo:
         shape, dtype = self.tensor_meta[t]
         return TensorInfo(t, shape, dtype, self.part_of_tensor(t))
@@ -409,7 +390,6 @@ class _Walk:
     def plan(self) -> PartitionPlan:
         data = self.data
         reads, writes, out_names = self._boundaries()
-        steps = self._steps(reads, writes)
         weight_meta = {w["name"]: w for w in data.get("weights") or []}
         mapping: dict[str, str] = dict(data.get("weight_name_mapping") or {})
         constants: dict[str, Any] = dict(data.get("constants") or {})
@@ -425,6 +405,7 @@ class _Walk:
                                         flops, runner))
         fallback = [FallbackNode(nd["name"], str(nd["op_type"]), why, node_flops(nd), self.node_part[nd["name"]],
                                  runner) for nd, why, runner in self.fallback_nodes]
+        steps = transfer_steps(partitions)
         return PartitionPlan(
             model_name=str(data.get("model_name") or "model"),
             target=getattr(self.pred, "target", None),
@@ -435,6 +416,24 @@ class _Walk:
             fallback=fallback,
             stats=plan_stats(partitions, steps),
         )
+
+
+def transfer_steps(partitions: list[Partition]) -> list[TransferOp | RunPartition]:
+    """The partitions in order, each after the transfers it needs: a tensor moves to a device once, and later readers
+    on that device reuse it. Graph inputs (producer -1) are bound on whichever device reads them."""
+    steps: list[TransferOp | RunPartition] = []
+    resident: dict[str, set[str]] = {}
+    for p in partitions:
+        for t in p.inputs:
+            if t.producer < 0:
+                continue
+            src = partitions[t.producer].device
+            where = resident.setdefault(t.name, {src})
+            if p.device not in where:
+                steps.append(TransferOp(t.name, src, p.device, t.producer, p.index, list(t.shape), t.dtype))
+                where.add(p.device)
+        steps.append(RunPartition(p.index))
+    return steps
 
 
 def plan_stats(partitions: list[Partition], steps: list[TransferOp | RunPartition]) -> PartitionStats:
@@ -502,7 +501,7 @@ def _human(n: float) -> str:
     return f"{n:.0f}"
 
 
-RUNNER_TEXT = {TARGET: "target '{target}'", REFERENCE: "the CPU reference", TORCH: "the CPU through torch_ir"}
+RUNNER_TEXT = {TARGET: "target '{target}'", REFERENCE: "the CPU reference", TORCH: "the CPU fallback (torch_ir)"}
 
 
 def runner_text(runner: str, target: str) -> str:
@@ -517,7 +516,7 @@ def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
 
     def side(device: str) -> str:
         # "npu" is the plan's name for the target's side; with --target cpu both sides run on the CPU, so say which
-        return target if device == NPU else "host"
+        return f"target '{target}'" if device == NPU else "host"
 
     cpu_runners = [p.runner for p in plan.partitions if p.device == CPU]
     lines = [

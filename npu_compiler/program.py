@@ -132,32 +132,12 @@ class CompiledProgram:
         return _Reader(where).program(d)
 
     def to_bytes(self) -> bytes:
-        payload = msgpack.packb(self.to_dict(), use_bin_type=True)
-        return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
+        return pack_artifact(self.to_dict())
 
     @classmethod
     @entry_point("reading the artifact")
     def from_bytes(cls, blob: bytes, where: str = "<bytes>") -> CompiledProgram:
-        if len(blob) < _HEADER.size:
-            raise ArtifactError(f"{where}: not a .npubin artifact (only {len(blob)} bytes, truncated?)")
-        magic, version, length, crc = _HEADER.unpack_from(blob)
-        if magic != MAGIC:
-            raise ArtifactError(f"{where}: not a .npubin artifact (bad magic {magic!r})")
-        if version != FORMAT_VERSION:
-            raise ArtifactError(f"{where}: .npubin format version {version}, this build reads version "
-                                f"{FORMAT_VERSION}; recompile the model with this version of npusim")
-        payload = blob[_HEADER.size:]
-        if len(payload) != length:
-            raise ArtifactError(f"{where}: truncated .npubin: header says {length} payload bytes, file has "
-                                f"{len(payload)}")
-        if zlib.crc32(payload) != crc:
-            raise ArtifactError(f"{where}: corrupted .npubin: checksum mismatch")
-        try:
-            d = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
-                UnicodeDecodeError) as e:
-            raise ArtifactError(f"{where}: corrupted .npubin payload: {e}") from e
-        return cls.from_dict(d, where)
+        return cls.from_dict(unpack_artifact(blob, where), where)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write atomically (a failed write leaves no half-written artifact behind), readable as the user's umask
@@ -168,19 +148,7 @@ class CompiledProgram:
     @entry_point("reading the artifact")
     def load(cls, path: str | os.PathLike) -> CompiledProgram:
         path = os.fspath(path)
-        try:
-            size = os.path.getsize(path)
-            if size > MAX_ARTIFACT_BYTES:
-                raise ArtifactError(f"{path}: {size} bytes is too large for a .npubin artifact")
-            with open(path, "rb") as f:
-                blob = f.read()
-        except FileNotFoundError as e:
-            raise ArtifactError(f"artifact not found: {path}") from e
-        except IsADirectoryError as e:
-            raise ArtifactError(f"{path} is a folder, not a .npubin artifact") from e
-        except OSError as e:
-            raise ArtifactError(f"cannot read {path}: {e.strerror or e}") from e
-        return cls.from_bytes(blob, path)
+        return cls.from_bytes(read_artifact_file(path), path)
 
     # ---- inspection ---------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -217,6 +185,54 @@ class CompiledProgram:
             "padding_plan": self.padding_plan,
             "stats": self.stats,
         }
+
+
+# ---- the container: header, checksum, msgpack payload (shared by every kind of artifact) ----------------------------
+
+
+def pack_artifact(data: dict[str, Any]) -> bytes:
+    """An artifact's bytes: the header and the payload (`data` as msgpack)."""
+    payload = msgpack.packb(data, use_bin_type=True)
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
+
+
+def unpack_artifact(blob: bytes, where: str) -> Any:
+    """The payload of an artifact's bytes, after the header's magic, version, length and checksum are checked."""
+    if len(blob) < _HEADER.size:
+        raise ArtifactError(f"{where}: not a .npubin artifact (only {len(blob)} bytes, truncated?)")
+    magic, version, length, crc = _HEADER.unpack_from(blob)
+    if magic != MAGIC:
+        raise ArtifactError(f"{where}: not a .npubin artifact (bad magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"{where}: .npubin format version {version}, this build reads version "
+                            f"{FORMAT_VERSION}; recompile the model with this version of npusim")
+    payload = blob[_HEADER.size:]
+    if len(payload) != length:
+        raise ArtifactError(f"{where}: truncated .npubin: header says {length} payload bytes, file has "
+                            f"{len(payload)}")
+    if zlib.crc32(payload) != crc:
+        raise ArtifactError(f"{where}: corrupted .npubin: checksum mismatch")
+    try:
+        return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
+            UnicodeDecodeError) as e:
+        raise ArtifactError(f"{where}: corrupted .npubin payload: {e}") from e
+
+
+def read_artifact_file(path: str) -> bytes:
+    """An artifact file's bytes (its size bounded first); ArtifactError when it cannot be read."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_ARTIFACT_BYTES:
+            raise ArtifactError(f"{path}: {size} bytes is too large for a .npubin artifact")
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError as e:
+        raise ArtifactError(f"artifact not found: {path}") from e
+    except IsADirectoryError as e:
+        raise ArtifactError(f"{path} is a folder, not a .npubin artifact") from e
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path}: {e.strerror or e}") from e
 
 
 def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef:
@@ -313,6 +329,9 @@ class _Reader:
     def program(self, d: Any) -> CompiledProgram:
         if not isinstance(d, dict):
             raise self.fail("payload", f"expected a mapping, got {type(d).__name__}")
+        if "segments" in d:
+            raise ArtifactError(f"{self.where}: a partitioned artifact (accelerator and CPU segments), not one "
+                                "program: read it with npu_compiler.load_artifact")
         version = self.int_(self.get(d, "format_version", ""), "format_version", 0, 2**32)
         if version != FORMAT_VERSION:
             raise ArtifactError(f"{self.where}: format version {version}; recompile the model with this version")

@@ -22,7 +22,12 @@ from .errors import NPURuntimeError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["to_torch", "to_numpy", "CpuFallback", "executable_ir", "load_ir_for_executor"]
+__all__ = ["to_torch", "to_numpy", "CpuFallback", "executable_ir", "load_ir_for_executor", "require_torch",
+           "check_torch_ops", "EXTRA"]
+
+EXTRA = "pip install 'npu-simulation[export]'"  # what brings torch and torch_ir
+# ATen ops with effects outside their tensors (a file read, a print): never run from an artifact
+_REFUSED_OPS = frozenset({"from_file", "_print", "save"})
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -73,6 +78,44 @@ def to_numpy(tensor: Any) -> np.ndarray:
     return t.numpy().copy()
 
 
+def require_torch(what: str, ops: list[str]) -> None:
+    """Raise a clear error, naming the ops and the extra to install, where torch or torch_ir is missing."""
+    try:
+        import torch  # noqa: F401
+        import torch_ir  # noqa: F401
+    except ImportError as e:
+        shown = ", ".join(dict.fromkeys(ops[:6])) + (" ..." if len(set(ops)) > 6 else "")
+        raise NPURuntimeError(f"{what} runs {shown} through torch_ir (nothing else here implements them), which needs "
+                              f"PyTorch and pytorch-ir ({e}): {EXTRA}") from None
+
+
+def check_torch_ops(ir: Mapping[str, Any], what: str) -> None:
+    """Every op of `ir` must be an operator overload of torch.ops.aten (or getitem) before torch_ir may call it: a
+    name that resolves to anything else (a Python attribute of the namespace) or an op with effects outside its
+    tensors is refused, naming the node."""
+    import torch
+
+    from npu_compiler.errors import ArtifactError
+    from npu_compiler.partitioned_program import GETITEM_OPS, torch_op_problem
+
+    for node in ir.get("nodes", []):
+        op_type = node.get("op_type")
+        where = f"{what}: node '{node.get('name')}'"
+        problem = torch_op_problem(op_type)
+        if problem:
+            raise ArtifactError(f"{where}: {problem}")
+        if op_type in GETITEM_OPS:
+            continue
+        _, name, overload = op_type.split(".")
+        if name in _REFUSED_OPS:
+            raise ArtifactError(f"{where}: {op_type} acts outside its tensors (files, printing); an artifact may not "
+                                "run it")
+        packet = getattr(torch.ops.aten, name, None)
+        op = getattr(packet, overload, None) if isinstance(packet, torch._ops.OpOverloadPacket) else None
+        if not isinstance(op, torch._ops.OpOverload):
+            raise NPURuntimeError(f"{where}: {op_type} is not an operator of this PyTorch ({torch.__version__})")
+
+
 class CpuFallback:
     """One CPU partition: its sub-IR loaded once into an `IRExecutor` with the weights it reads (torch tensors
     keyed by state-dict key)."""
@@ -87,7 +130,9 @@ class CpuFallback:
         self._out_dtypes = {t["name"]: str(t["dtype"]) for t in sub_ir["graph_outputs"]}
         ir = executable_ir(load_ir_for_executor(sub_ir))
         written = written_weights(sub_ir)
-        tensors = {k: to_torch(v, copy=k in written) for k, v in weights.items()}
+        # a copy where ATen writes the weight, or where the array is read-only (a memory-mapped checkpoint)
+        tensors = {k: to_torch(v, copy=k in written or not getattr(v, "flags", None) or not v.flags.writeable)
+                   for k, v in weights.items()}
         self.executor = IRExecutor(ir, weights=tensors)
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

@@ -68,22 +68,18 @@ def partition_notice(unsupported: list[FallbackNode], target: str, limit: int = 
 def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backend: Any, dtype: str | None = None,
                     force_cpu: Iterable[str] = (), *, compile_options: Mapping[str, Any] | None = None,
                     return_executor: bool = False) -> Any:
-    """Partition `ir` for `backend` (a Backend or its name), run it once and return the outputs by name
-    (NumPy, IR dtypes). Every accelerator partition is compiled with `dtype` and `compile_options` (the keywords of
-    `npu_compiler.compile`: `disable_passes`, `fusion`, `rope_theta`). With `return_executor`, returns (outputs,
-    DAGExecutor) so a caller can time more runs or read `executor.plan` / `executor.num_transfers`."""
+    """Compile `ir` for `backend` (a Backend or its name) into a partitioned artifact (in memory), run it once and
+    return the outputs by name (NumPy, IR dtypes). Every program of it is compiled with `dtype` (None: the whole
+    graph's choice, made once) and `compile_options` (the keywords of `npu_compiler.compile`: `disable_passes`,
+    `fusion`, `rope_theta`). With `return_executor`, returns (outputs, DAGExecutor) so a caller can time more runs or
+    read `executor.plan` / `executor.num_transfers`."""
+    from npu_compiler.compile_artifact import compile_artifact
     from npu_runtime import get_backend
     from npu_runtime.dag_executor import DAGExecutor
 
     be = get_backend(backend) if isinstance(backend, str) or backend is None else backend
-    plan = make_plan(ir, be.compile_target(), force_cpu)
-    if dtype is None or dtype == "auto":
-        # The whole graph's compute dtype, the same for every partition (each would otherwise choose its own).
-        from npu_compiler.ir.reader import read_ir
-        from npu_compiler.passes.dtype import choose_compute_dtype
-        from npu_compiler.targets.config import default_config
-
-        dtype = choose_compute_dtype(read_ir(ir), default_config(be.compile_target()), None)
-    ex = DAGExecutor(plan, be, weights=weights, dtype=dtype, compile_options=compile_options)
+    art = compile_artifact(ir, be.compile_target(), force_cpu=force_cpu, dtype=None if dtype == "auto" else dtype,
+                           partitioned=True, **dict(compile_options or {}))
+    ex = DAGExecutor(art, be, weights=weights)
     outputs: dict[str, np.ndarray] = ex.run(inputs)
     return (outputs, ex) if return_executor else outputs
