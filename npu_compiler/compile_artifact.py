@@ -55,7 +55,7 @@ def compile_artifact(ir: str | os.PathLike | Mapping[str, Any], target: str = "c
         raise NPUCompileError(_refusal(plan, target))
     options = {"disable_passes": list(disable_passes), "fusion": fusion, "rope_theta": rope_theta, "limits": lim}
     if not plan.fallback and not partitioned:
-        return compile_program(ir, target, dtype=dtype, config=config, **options)
+        return compile_program(graph, target, dtype=dtype, config=config, **options)  # the graph read above
     cfg = config or default_config(target)
     choice = explain_compute_dtype(graph, cfg, dtype)
 

@@ -374,6 +374,10 @@ class DAGExecutor:
                                  f"{self._made.get(t.name)} did not run")
         return result
 
+    def host_value(self, name: str) -> np.ndarray:
+        """A tensor the last run made on the host (a CPU segment's output or a graph input), as it was made."""
+        return self._host[name]
+
     def outputs(self) -> dict[str, DeviceBuffer]:
         """The graph outputs as device buffers of the backend that every run overwrites (as `Executor.outputs`):
         a target segment's own output buffers, else a buffer the host's value is copied into after each run."""

@@ -20,6 +20,7 @@ from npu_compiler.atomic import atomic_path, check_writable, write_text
 from npu_compiler.errors import OutputError
 from npu_compiler.program import BufferSpec, CompiledProgram, KernelCall, TensorRef
 
+from .errors import NPURuntimeError
 from .metrics import Comparison, compare
 
 
@@ -33,15 +34,23 @@ class KernelCheck:
     value: str | None  # the IR value the kernel's output holds (None: an internal step of a multi-kernel node)
     comparison: Comparison | None  # None when there is nothing to compare (see `note`)
     note: str = ""
+    segment: int | None = None  # of a partitioned program: the segment whose program (or torch_ir run) this is
+
+    @property
+    def label(self) -> str:
+        return self.name if self.segment is None else f"s{self.segment}:{self.name}"
 
     @property
     def passed(self) -> bool | None:
         return None if self.comparison is None else self.comparison.passed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "kind": self.kind, "group": self.group, "nodes": self.nodes,
-                "value": self.value, "note": self.note,
-                "comparison": self.comparison.to_dict() if self.comparison else None}
+        d = {"index": self.index, "name": self.name, "kind": self.kind, "group": self.group, "nodes": self.nodes,
+             "value": self.value, "note": self.note,
+             "comparison": self.comparison.to_dict() if self.comparison else None}
+        if self.segment is not None:
+            d["segment"] = self.segment
+        return d
 
 
 def kernel_values(program: CompiledProgram, node_outputs: Mapping[str, list[str]] | None = None
@@ -126,13 +135,55 @@ def check_kernels(program: CompiledProgram, captured: Mapping[int, np.ndarray], 
     return rows
 
 
+def capture_partitioned(dag, inputs: Mapping[str, Any]) -> dict[int, tuple[dict[str, Any], dict[int, np.ndarray]]]:
+    """Run a partitioned program (a DAGExecutor) once, each program segment kernel by kernel: per segment, the inputs
+    it was given and every kernel's first output (`capture_outputs`). Torch segments' outputs stay in `dag`."""
+    got: dict[int, tuple[dict[str, Any], dict[int, np.ndarray]]] = {}
+
+    def run_stage(stage, ins: dict[str, Any]):
+        if not hasattr(stage.executor, "run_observed"):
+            raise NPURuntimeError(f"per-node checks need a backend that can stop after every kernel (cpu, webgpu); "
+                                  f"{stage.executor.backend.name} cannot yet: add --backend cpu")
+        got[stage.segment.index] = (dict(ins), capture_outputs(stage.executor, ins, stage.weights))
+        return stage.executor.outputs()
+
+    dag.launch(inputs, run_stage=run_stage)
+    return got
+
+
+def check_partitioned(dag, captured: Mapping[int, tuple[dict[str, Any], dict[int, np.ndarray]]],
+                      expected: Mapping[str, np.ndarray], node_outputs: Mapping[str, list[str]] | None = None
+                      ) -> list[KernelCheck]:
+    """Per segment in the order they ran: every kernel of a program segment against the reference value of its IR
+    node (`check_kernels`), and every output of a torch_ir segment against the reference's."""
+    rows: list[KernelCheck] = []
+    for st in dag.stages:
+        if st is None:
+            continue
+        seg = st.segment
+        if st.program is not None:
+            for r in check_kernels(st.program, captured[seg.index][1], expected, node_outputs):
+                r.segment = seg.index
+                rows.append(r)
+            continue
+        for i, t in enumerate(seg.outputs):
+            row = KernelCheck(i, "torch_ir", "torch_ir", "cpu fallback", list(seg.nodes), t.name, None,
+                              segment=seg.index)
+            if t.name not in expected:
+                row.note = f"no reference value '{t.name}'"
+            else:
+                row.comparison = compare(t.name, dag.host_value(t.name), expected[t.name], dag.program.compute_dtype)
+            rows.append(row)
+    return rows
+
+
 def first_failure(rows: list[KernelCheck]) -> KernelCheck | None:
     return next((r for r in rows if r.passed is False), None)
 
 
 def format_table(rows: list[KernelCheck]) -> str:
     # columns as wide as their longest entry: a cut name ("adaptive_avg_pool2d.defaul") is a wrong name
-    kw = max([len("kernel"), *(len(r.name) for r in rows)])
+    kw = max([len("kernel"), *(len(r.label) for r in rows)])
     gw = max([len("group"), *(len(r.group) for r in rows)])
     vw = max([len("IR value"), *(len(str(r.value or "-")) for r in rows)])
     lines = [f"{'#':>4} {'kernel':<{kw}} {'group':<{gw}} {'IR value':<{vw}} {'max_abs':>10} {'max_rel':>10} "
@@ -140,10 +191,10 @@ def format_table(rows: list[KernelCheck]) -> str:
     for r in rows:
         c = r.comparison
         if c is None:
-            lines.append(f"{r.index:>4} {r.name:<{kw}} {r.group:<{gw}} {str(r.value or '-'):<{vw}} "
+            lines.append(f"{r.index:>4} {r.label:<{kw}} {r.group:<{gw}} {str(r.value or '-'):<{vw}} "
                          f"{'-':>10} {'-':>10} {'-':>10}  ({r.note})")
         else:
-            lines.append(f"{r.index:>4} {r.name:<{kw}} {r.group:<{gw}} {str(r.value):<{vw}} {c.max_abs:>10.3g} "
+            lines.append(f"{r.index:>4} {r.label:<{kw}} {r.group:<{gw}} {str(r.value):<{vw}} {c.max_abs:>10.3g} "
                          f"{c.max_rel:>10.3g} {c.pearson:>10.6f}  {'ok' if c.passed else 'FAIL'}")
     return "\n".join(lines)
 
@@ -271,4 +322,4 @@ def _save_npy(path: str, a: np.ndarray) -> None:
 
 
 __all__ = ["KernelCheck", "kernel_values", "capture_outputs", "check_kernels", "first_failure", "format_table",
-           "kernel_program", "dump_repro"]
+           "kernel_program", "dump_repro", "capture_partitioned", "check_partitioned"]

@@ -116,6 +116,69 @@ def summarize(program: CompiledProgram, runs: list[list[KernelTiming]], backend:
     return ProfileReport(program.model_name, backend, len(runs), kernels, totals, runs)
 
 
+def summarize_partitioned(program, runs: list[list[Any]], backend: str) -> ProfileReport:
+    """Per-step statistics of a partitioned program's profiled runs (`DAGExecutor.profile`: `StepTiming`s): a row per
+    kernel of the target's segments (named `s<segment>:<kernel>`), per CPU segment (its FLOPs from the partition
+    plan) and per transfer (its bytes), in the order of the first run."""
+    rows: dict[tuple, KernelProfile] = {}
+    per: dict[tuple, list[float]] = {}
+    merged: dict[tuple, tuple] = {}
+    indexed: list[list[KernelTiming]] = []
+    sizes = {t.tensor: t.nbytes for t in program.transfers}
+    for run in runs:
+        mine = []
+        for t in run:
+            key = (t.kind, t.segment, t.index, t.tensor)
+            if key not in rows:
+                rows[key] = _step_row(program, t, len(rows), sizes)
+            per.setdefault(key, []).append(t.dur_s)
+            if t.launched_with is not None:
+                merged[key] = (t.kind, t.segment, t.launched_with, "")
+            mine.append(KernelTiming(rows[key].index, t.start_s, t.dur_s))
+        indexed.append(mine)
+    for key, row in rows.items():
+        ds = per[key]
+        row.calls, row.mean_s, row.median_s, row.min_s, row.total_s = (len(ds), statistics.fmean(ds),
+                                                                        statistics.median(ds), min(ds), sum(ds))
+        if key in merged and merged[key] in rows:
+            row.launched_with = rows[merged[key]].index
+    totals = [sum(t.dur_s for t in run) for run in runs]
+    return ProfileReport(program.model_name, backend, len(runs), list(rows.values()), totals, indexed)
+
+
+def _step_row(program, t: Any, index: int, sizes: dict[str, int]) -> KernelProfile:
+    seg = program.segments[t.segment]
+    if t.kind == "kernel":
+        k = seg.program.kernels[t.index]
+        cost = kernel_cost(seg.program, k)
+        return KernelProfile(index, f"s{seg.index}:{k.name}", k.kind, k.group, list(k.nodes), 0, 0, 0, 0, 0,
+                             cost.bytes, cost.flops)
+    if t.kind == "transfer":
+        return KernelProfile(index, f"transfer {t.tensor}", "transfer", f"transfer to segment {seg.index}",
+                             [], 0, 0, 0, 0, 0, sizes.get(t.tensor, 0), 0)
+    who = "cpu reference" if seg.program is not None else "torch_ir"
+    nbytes = sum(kernel_cost(seg.program, k).bytes for k in seg.program.kernels) if seg.program is not None else 0
+    return KernelProfile(index, f"s{seg.index}:{who.replace(' ', '_')}", "cpu segment", f"host ({who})",
+                         list(seg.nodes), 0, 0, 0, 0, 0, nbytes, seg.flops)
+
+
+def write_rows_trace(path: str | os.PathLike, report: ProfileReport) -> None:
+    """A Chrome trace of a report's rows as they ran (a partitioned program's kernels, CPU segments and transfers):
+    one complete event per step, every run a track of its own process row."""
+    events = trace_process(0, f"{report.model} ({report.backend})", "steps")
+    starts = [t.start_s for run in report.runs for t in run]
+    t0 = min(starts) if starts else 0.0
+    rows = {k.index: k for k in report.kernels}
+    for it, run in enumerate(report.runs):
+        for t in run:
+            r = rows[t.index]
+            events.append({"name": r.name, "cat": r.kind, "ph": "X", "pid": 0, "tid": 0, "ts": (t.start_s - t0) * 1e6,
+                           "dur": t.dur_s * 1e6, "args": {"index": r.index, "group": r.group, "nodes": r.nodes,
+                                                          "iteration": it, "bytes": r.bytes, "flops": r.flops}})
+    write_text(path, json.dumps(trace_document(events, {"model": report.model, "backend": report.backend,
+                                                        "iterations": report.iterations})))
+
+
 def trace_process(pid: int, process: str, thread: str = "kernels") -> list[dict[str, Any]]:
     """The metadata events that name one process row (and its one thread) of a Chrome trace."""
     return [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": process}},

@@ -72,8 +72,9 @@ def add_timing_options(p: argparse.ArgumentParser, what: str = "timed runs") -> 
 def add_force_cpu_option(p: argparse.ArgumentParser) -> None:
     # One value per flag (commas allowed): a list-taking option would swallow the positional file argument.
     p.add_argument("--force-cpu", action="extend", default=[], metavar="OP", type=_comma_list,
-                   help="run these ops (cumsum, add.Tensor, aten.add.Tensor) or node names on the CPU through the "
-                        "partition path; repeatable, or comma-separated (--force-cpu relu_,add_)")
+                   help="run these ops (cumsum, add.Tensor, aten.add.Tensor) or node names on the CPU (the CPU "
+                        "reference, which has every op the targets have) as segments of the same program; "
+                        "repeatable, or comma-separated (--force-cpu relu_,add_)")
 
 
 def _comma_list(text: str) -> list[str]:
@@ -97,8 +98,9 @@ def compile_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
-def dtype_line(program: CompiledProgram) -> str:
-    """`compute dtype D (why)`: the policy's choice for this program (npu_compiler.passes.dtype)."""
+def dtype_line(program) -> str:
+    """`compute dtype D (why)`: the policy's choice for this program or partitioned program
+    (npu_compiler.passes.dtype)."""
     reason = program.stats.get("compute_dtype_reason") if isinstance(program.stats, dict) else None
     return f"compute dtype {program.compute_dtype}" + (f" ({reason})" if reason else "")
 

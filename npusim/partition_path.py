@@ -1,5 +1,5 @@
-"""The partition path for `npusim verify` and `npusim run`: when a graph has ops the target lacks, run it as a
-partition plan (accelerator + CPU fallback) instead of failing on the single-program path.
+"""The partition path for `npusim verify` and `npusim run` on an IR: when a graph has ops the target lacks, compile it
+into a partitioned artifact (accelerator + CPU segments, `npu_compiler.compile_artifact`) and run that.
 
     unsupported = needs_partition(ir, target, force_cpu)
     if unsupported:
@@ -62,7 +62,8 @@ def partition_notice(unsupported: list[FallbackNode], target: str, limit: int = 
     more = f", ... (+{len(unsupported) - limit})" if len(unsupported) > limit else ""
     reasons = "; ".join(f"{n} {why}" for why, n in Counter(f.reason for f in unsupported).most_common(3))
     return (f"{len(unsupported)} node(s) run on the CPU instead of target '{target}' ({reasons}): {shown}{more}; "
-            "taking the partition path (those run through torch_ir; see `npusim partition` for the plan)")
+            "taking the partition path (the CPU reference runs those it has, torch_ir the rest; see `npusim "
+            "partition` for the plan)")
 
 
 def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backend: Any, dtype: str | None = None,

@@ -136,10 +136,14 @@ def test_unknown_force_cpu_op_is_an_error(small_ir, capsys, cmd):
     _one_line_error(capsys.readouterr().err, "nosuchop", "no such op or node", "relu.default")
 
 
-def test_per_node_with_force_cpu_is_an_error(small_ir, capsys):
+def test_per_node_with_force_cpu_checks_every_segment(small_ir, capsys):
+    """--force-cpu makes a partitioned program; --per-node compares the kernels of each of its segments."""
     assert main(["verify", str(small_ir / "m.json"), "--weights", str(small_ir / "w.safetensors"), "--per-node",
-                 "--force-cpu", "relu"]) == 2
-    _one_line_error(capsys.readouterr().err, "--per-node", "--force-cpu")
+                 "--force-cpu", "relu", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = report["per_node"]["kernels"]
+    assert report["passed"] and {r["segment"] for r in rows} == {0, 1, 2}
+    assert all(r["comparison"]["passed"] for r in rows)
 
 
 def test_dump_repro_says_when_nothing_failed(small_ir, capsys, tmp_path):

@@ -224,3 +224,116 @@ def test_a_torch_tensor_state_dict_and_one_file_give_the_same(chain, art):
     b = DAGExecutor(art, cpu, weights=copy.deepcopy(model.state_dict())).run({"x": torch.from_numpy(x)})
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+# ---- the command line -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_files(chain, tmp_path_factory):
+    import json
+
+    model, ir, weights, x = chain
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "chain.json").write_text(json.dumps(ir))
+    np.save(folder / "x.npy", x)
+    pc.artifact(ir, "cpu").save(folder / "api.npubin")
+    return folder, weights
+
+
+def _main(argv, capsys):
+    from npusim.cli import main
+
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr()
+
+
+def test_cli_compile_describe_run_and_verify_an_artifact(chain, cli_files, capsys):
+    import json
+
+    model, ir, _, x = chain
+    folder, weights = cli_files
+    art = folder / "chain.npubin"
+    force = ",".join(sum(pc.forced(ir), []))
+    code, cap = _main(["compile", folder / "chain.json", "-o", art, "--force-cpu", force], capsys)
+    assert code == 0 and "segments" in cap.out and "layer_norm" in cap.err
+    code, cap = _main(["describe", art], capsys)
+    assert code == 0
+    for text in ("partitioned: ", "on the CPU (", "layer_norm", "forced to the CPU", "(reference)", "transfer ",
+                 "run partition 0 on target 'cpu'", "the CPU reference:", "next: npusim describe"):
+        assert text in cap.out, text
+    code, cap = _main(["describe", art, "--json"], capsys)
+    d = json.loads(cap.out)
+    assert d["partitioned"] and len(d["segments"]) == len(npu_compiler.load_artifact(art).segments)
+    assert {f["name"] for f in d["fallback"]} >= {"gelu", "layer_norm", "sigmoid"}
+    program_segment = next(s["index"] for s in d["segments"] if "kernels" in s)
+    code, cap = _main(["describe", art, "--segment", program_segment, "--source", "0"], capsys)
+    assert code == 0 and "kernel #0" in cap.out
+    code, cap = _main(["describe", art, "--source", "0"], capsys)
+    assert code == 2 and "--segment" in cap.err
+    code, cap = _main(["run", art, "--weights", weights, "--input", f"x={folder / 'x.npy'}", "--iters", "1",
+                       "-o", folder / "out.npz"], capsys)
+    assert code == 0 and "segments" in cap.out
+    with np.load(folder / "out.npz") as z:
+        pc.check({k: z[k] for k in z.files}, ir, pc.reference(model, x), "cpu")
+    golden = folder / "golden.npz"
+    np.savez(golden, **dict(zip([t["name"] for t in ir["graph_outputs"]], pc.reference(model, x))))
+    code, cap = _main(["verify", art, "--weights", weights, "--input", f"x={folder / 'x.npy'}", "--expected",
+                       golden], capsys)
+    assert code == 0 and "PASS" in cap.out
+
+
+def test_cli_verify_per_node_compares_every_segment(chain, cli_files, capsys):
+    import json
+
+    _, ir, _, _ = chain
+    folder, weights = cli_files
+    code, cap = _main(["verify", folder / "chain.json", "--weights", weights, "--per-node", "--json", "--force-cpu",
+                       ",".join(pc.forced(ir)[0])], capsys)
+    report = json.loads(cap.out)
+    assert code == 0 and report["passed"] and report["partition_path"]
+    rows = report["per_node"]["kernels"]
+    segments = {r["segment"] for r in rows}
+    assert len(segments) == report["segments"] >= 5
+    assert sum(r["comparison"] is not None for r in rows) == report["per_node"]["compared"] >= 8
+
+
+def test_cli_profile_shows_cpu_segments_and_transfers_as_rows(cli_files, capsys, tmp_path):
+    import json
+
+    folder, weights = cli_files
+    art = folder / "api.npubin"
+    code, cap = _main(["profile", art, "--weights", weights, "--iters", "2", "--warmup", "1", "--json", "--trace",
+                       tmp_path / "t.json"], capsys)
+    assert code == 0
+    rows = json.loads(cap.out)["kernels"]
+    kinds = {r["kind"] for r in rows}
+    assert {"transfer", "cpu segment", "gemm"} <= kinds
+    assert sum(r["kind"] == "transfer" for r in rows) == len(npu_compiler.load_artifact(art).transfers)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert any(e.get("cat") == "transfer" for e in events)
+
+
+def test_cli_estimate_flags_host_work(cli_files, capsys):
+    import json
+
+    folder, _ = cli_files
+    art = folder / "api.npubin"
+    code, cap = _main(["estimate", art], capsys)
+    assert code == 0 and "HOST WORK, NOT PREDICTED" in cap.out and "[host] segment" in cap.out
+    code, cap = _main(["estimate", art, "--json"], capsys)
+    d = json.loads(cap.out)
+    assert d["host_work"]["predicted"] is False and d["host_work"]["segments"]
+    assert d["predicted_npu_s"] > 0 and any(k.startswith("segment ") for k in d)
+
+
+def test_cli_no_fallback_refuses_listing_the_nodes(cli_files, capsys):
+    folder, _ = cli_files
+    out = folder / "pure.npubin"
+    code, cap = _main(["compile", folder / "chain.json", "-o", out, "--no-fallback", "--force-cpu", "gelu,sigmoid"],
+                      capsys)
+    assert code == 1 and not out.exists()
+    line = cap.err.strip()
+    assert "\n" not in line and "--no-fallback" in line and "gelu (aten.gelu.default" in line and "sigmoid" in line
+    code, cap = _main(["compile", folder / "chain.json", "-o", out, "--no-fallback"], capsys)
+    assert code == 0 and isinstance(npu_compiler.load_artifact(out), CompiledProgram)

@@ -1,34 +1,59 @@
-"""npusim compile IR.json -o X.npubin"""
+"""npusim compile IR.json -o X.npubin [--target T] [--no-fallback] [--force-cpu OP]"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from ..common import add_compile_options, check_output_folder, compile_kwargs, dtype_line
+from ..common import add_compile_options, add_force_cpu_option, check_output_folder, compile_kwargs, dtype_line
 
 
 def register(sub) -> None:
     p = sub.add_parser("compile", help="compile an IR JSON into a .npubin artifact",
-                       description="Compile a pytorch-ir JSON graph into a .npubin artifact for a target.")
+                       description="Compile a pytorch-ir JSON graph into one .npubin artifact for a target, whatever "
+                                   "its ops: where the target lacks some, the artifact holds the target's programs, "
+                                   "the CPU segments that run the rest (on the CPU reference where it has the op, "
+                                   "else through torch_ir) and the transfers between them; `npusim describe` shows "
+                                   "which nodes run where and why.")
     p.add_argument("ir", help="IR JSON file written by pytorch-ir (torch_ir)")
     p.add_argument("-o", "--output", required=True, help="artifact to write (.npubin)")
-    p.add_argument("--target", default="cpu", help="codegen target: cpu, cuda, webgpu (the backend that will run it)")
+    p.add_argument("--target", default="cpu", help="codegen target: cpu, cuda, webgpu (the backend that will run it); "
+                                                   "its op support decides what runs on the CPU")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="a pure accelerator program: refuse a graph with ops the target lacks (listing them) instead "
+                        "of running them on the CPU")
+    add_force_cpu_option(p)
     add_compile_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import npu_compiler
+    from npu_compiler.partition import format_report
+
+    from ..partition_path import check_force_cpu
 
     check_output_folder(args.output)
+    check_force_cpu(args.ir, args.force_cpu)
     t0 = time.perf_counter()
-    prog = npu_compiler.compile(args.ir, args.target, **compile_kwargs(args))
-    prog.save(args.output)
+    art = npu_compiler.compile_artifact(args.ir, args.target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
+                                        **compile_kwargs(args))
+    art.save(args.output)
     dt = time.perf_counter() - t0
-    print(f"compiled {prog.model_name} for {prog.target} ({prog.compute_dtype}): {len(prog.kernels)} kernels, "
-          f"{prog.weight_bytes / 1e6:.2f} MB weights, {prog.buffer_bytes / 1e6:.2f} MB buffers "
-          f"(peak intermediate {prog.arena_bytes / 1e6:.2f} MB) in {dt:.2f} s -> {args.output}")
-    print(dtype_line(prog))
+    if isinstance(art, npu_compiler.PartitionedProgram):
+        plan = art.plan()
+        s = plan.stats
+        print(f"compiled {art.model_name} for {art.target} ({art.compute_dtype}): {len(art.segments)} segments "
+              f"({s.partitions_npu} on the target, {s.partitions_cpu} on the CPU: {s.nodes_cpu} of {s.nodes_total} "
+              f"nodes), {art.kernel_count} kernels, {s.transfers} transfers, {art.weight_bytes / 1e6:.2f} MB weights "
+              f"in {dt:.2f} s -> {args.output}")
+        print(dtype_line(art))
+        print(format_report(plan).split("\nsteps:")[0], file=sys.stderr)
+    else:
+        print(f"compiled {art.model_name} for {art.target} ({art.compute_dtype}): {len(art.kernels)} kernels, "
+              f"{art.weight_bytes / 1e6:.2f} MB weights, {art.buffer_bytes / 1e6:.2f} MB buffers "
+              f"(peak intermediate {art.arena_bytes / 1e6:.2f} MB) in {dt:.2f} s -> {args.output}")
+        print(dtype_line(art))
     print(f"next: npusim describe {args.output}; npusim run {args.output} --weights WEIGHTS.safetensors")
     return 0

@@ -1,4 +1,4 @@
-"""npusim describe X.npubin [--json]"""
+"""npusim describe X.npubin [--json] [--segment N] [--source K] [--graph dot|mermaid]"""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import json
 def register(sub) -> None:
     p = sub.add_parser("describe", help="inspect a .npubin artifact",
                        description="Inputs/outputs, weights and their recipes, buffers and memory, kernels with the "
-                                   "IR nodes each came from.")
+                                   "IR nodes each came from. A partitioned artifact (ops the target lacks on the CPU) "
+                                   "shows its partition report (every node on the CPU, why, and whether the CPU "
+                                   "reference or torch_ir runs it), its segments and transfers; --segment N describes "
+                                   "one segment's program as a whole artifact.")
     p.add_argument("artifact", help=".npubin file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--source", default=None, metavar="KERNEL",
@@ -17,6 +20,9 @@ def register(sub) -> None:
                         "source its target renders from it (CUDA C for cuda, WGSL for webgpu at WebGPU's default "
                         "limits; the cpu backend interprets the record); "
                         "default: the whole program is described")
+    p.add_argument("--segment", type=int, default=None, metavar="N",
+                   help="of a partitioned artifact: describe segment N's program (--source and --graph need one; "
+                        "default: the whole artifact, its report and segments)")
     p.add_argument("--graph", choices=("dot", "mermaid"), default=None,
                    help="print only the fused graph (kernels; edges where a kernel reads what another wrote) as "
                         "Graphviz DOT or Mermaid text")
@@ -37,15 +43,71 @@ def _order_name(order: list[int], rank: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from npu_compiler.program import CompiledProgram
+    from npu_compiler.partitioned_program import PartitionedProgram, load_artifact
 
-    from ..graphviz import size_breakdown, to_dot, to_mermaid
+    from ..common import CLIError
 
     if args.graph and args.json:
-        from ..common import CLIError
-
         raise CLIError("--graph prints DOT or Mermaid text, --json the description: use one or the other")
-    prog = CompiledProgram.load(args.artifact)
+    art = load_artifact(args.artifact)
+    if isinstance(art, PartitionedProgram):
+        if args.segment is None:
+            return _partitioned(args, art)
+        programs = [s.index for s in art.segments if s.program is not None]
+        if args.segment not in programs:
+            raise CLIError(f"--segment {args.segment}: not a program segment of {args.artifact} (those are "
+                           f"{', '.join(map(str, programs)) or 'none'}; the others hold IR nodes run by torch_ir)")
+        return _program(args, art.segments[args.segment].program)
+    if args.segment is not None:
+        raise CLIError(f"--segment: {args.artifact} is one program, not a partitioned artifact")
+    return _program(args, art)
+
+
+def _partitioned(args: argparse.Namespace, art) -> int:
+    """A partitioned artifact: its report, its segments and transfers."""
+    from npu_compiler.partition import format_report, runner_text
+
+    from ..common import CLIError
+
+    if args.source is not None or args.graph:
+        raise CLIError(f"{args.artifact} is partitioned: pick a segment's program with --segment N for --source or "
+                       "--graph")
+    d = art.describe()
+    if args.json:
+        print(json.dumps(d, indent=1))
+        return 0
+    print(f"{d['model_name']}  target={d['target']}  compute={d['compute_dtype']}  format v{d['format_version']}  "
+          f"partitioned: {len(art.segments)} segments, {art.kernel_count} kernels")
+    if art.stats.get("compute_dtype_reason"):
+        print(f"compute dtype: {art.stats['compute_dtype_reason']}")
+    print("inputs:")
+    for t in d["inputs"]:
+        extra = f"  valid range [{t['value_range'][0]}, {t['value_range'][1]})" if "value_range" in t else ""
+        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
+    print("outputs:")
+    for t in d["outputs"]:
+        extra = f"  (updates input '{t['alias_of']}' in place)" if "alias_of" in t else ""
+        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
+    print(format_report(art.plan()))
+    print("segments:")
+    for s in d["segments"]:
+        who = runner_text(s["runner"], art.target)
+        if "kernels" in s:
+            kinds: dict[str, int] = {}
+            for k in s["kernels"]:
+                kinds[k["kind"]] = kinds.get(k["kind"], 0) + 1
+            what = (f"{s['kernel_count']} kernels ({', '.join(f'{k} {n}' for k, n in kinds.items())}), weights "
+                    f"{s['weight_bytes'] / 1e6:.3f} MB")
+        else:
+            what = "IR nodes: " + ", ".join(dict.fromkeys(s["ops"]))
+        print(f"  {s['index']:>3} {who}: {len(s['nodes'])} node(s), {what}")
+    print(f"next: npusim describe {args.artifact} --segment N (one segment's program, its kernels and sources)")
+    return 0
+
+
+def _program(args: argparse.Namespace, prog) -> int:
+    from ..graphviz import size_breakdown, to_dot, to_mermaid
+
     if args.source is not None:
         return _print_kernel(prog, args.source)
     if args.graph:

@@ -65,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
         progs = _llm_programs(path)
     else:
         progs = {"program": _load_program(args.artifact)}
+    partitioned = _partitioned(progs["program"]) if "program" in progs else None
+    if partitioned is not None:
+        if args.compare_gpu:
+            print("npusim estimate: error: --compare-gpu measures one program; this artifact is partitioned (measure "
+                  "its segments and transfers with `npusim profile`)", file=sys.stderr)
+            return 2
+        progs = {f"segment {s.index}": s.program for s in partitioned.segments if s.device == "npu"}
     if args.compare_gpu and not args.weights:
         print("npusim estimate: error: --compare-gpu needs --weights W.safetensors", file=sys.stderr)
         return 2
@@ -84,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         # One program: its estimate at the top level; an LLM folder: one per program and the LLM figures.
-        out: dict[str, Any] = ({kind: e.to_dict() for kind, e in ests.items()} if llm
+        out: dict[str, Any] = ({kind: e.to_dict() for kind, e in ests.items()} if llm or partitioned
                                else ests["program"].to_dict())
+        if partitioned is not None:
+            out["host_work"] = _host_work(partitioned)
+            out["predicted_npu_s"] = sum(e.time_s for e in ests.values())
         if measured is not None:
             out["measured"] = {"backend": measured.backend, "kernel_total_s": measured.kernel_total_s,
                                "iterations": measured.iterations,
@@ -97,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for kind, est in ests.items():
         _print_estimate(kind, est, progs[kind], args.top or None, measured)
+    if partitioned is not None:
+        _print_host_work(partitioned, ests)
     if llm:
         print(f"LLM ({llm['prefill_len']}-token prefill, decode at context {llm['context']}): time to first token "
               f"{llm['ttft_s'] * 1e3:.3f} ms; decode {llm['decode_step_s'] * 1e3:.3f} ms per token = "
@@ -108,11 +120,42 @@ def run(args: argparse.Namespace) -> int:
 
 def _load_program(artifact: str):
     import npu_compiler
-    from npu_compiler.program import CompiledProgram
 
     if artifact.endswith(".json"):
-        return npu_compiler.compile(artifact, "cpu")
-    return CompiledProgram.load(artifact)
+        return npu_compiler.compile_artifact(artifact, "cpu")
+    return npu_compiler.load_artifact(artifact)
+
+
+def _partitioned(art):
+    from npu_compiler import PartitionedProgram
+
+    return art if isinstance(art, PartitionedProgram) else None
+
+
+def _host_work(art) -> dict[str, Any]:
+    """What a partitioned artifact leaves to the host: its CPU segments and the transfers to and from them, flagged:
+    the NPU model predicts neither."""
+    return {"predicted": False,
+            "note": "CPU segments and transfers run on the host: not part of the NPU prediction",
+            "segments": [{"index": s.index, "runner": s.runner, "nodes": s.nodes, "flops": s.flops}
+                         for s in art.segments if s.device == "cpu"],
+            "transfers": [{"tensor": t.tensor, "src": t.src, "dst": t.dst, "bytes": t.nbytes}
+                          for t in art.transfers]}
+
+
+def _print_host_work(art, ests: dict) -> None:
+    from npu_compiler.partition import runner_text
+
+    host = _host_work(art)
+    npu_s = sum(e.time_s for e in ests.values())
+    moved = sum(t["bytes"] for t in host["transfers"])
+    print(f"partitioned: {len(ests)} segment(s) on the NPU, predicted {npu_s * 1e3:.3f} ms in all; HOST WORK, NOT "
+          f"PREDICTED: {len(host['segments'])} CPU segment(s) and {len(host['transfers'])} transfer(s) "
+          f"({moved / 1e6:.3f} MB) between the NPU and the host")
+    for s in host["segments"]:
+        nodes = ", ".join(s["nodes"][:6]) + (" ..." if len(s["nodes"]) > 6 else "")
+        print(f"  [host] segment {s['index']} on {runner_text(s['runner'], art.target)}: {s['flops'] / 1e6:.3f} "
+              f"MFLOP, nodes {nodes}")
 
 
 def _llm_programs(folder: Path) -> dict:

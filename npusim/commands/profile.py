@@ -31,7 +31,8 @@ def register(sub) -> None:
                     "time with the IR nodes and fusion group of each kernel, bytes moved, FLOPs, GB/s and GFLOP/s; "
                     "optionally write a Chrome trace (Perfetto, chrome://tracing) and a bar chart. Plain runs "
                     "(timed like `npusim run`) are interleaved with the profiled ones and reported beside them.")
-    p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly)")
+    p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly); a partitioned "
+                                                    "one shows its CPU segments and transfers as rows of their own")
     add_run_options(p)
     add_timing_options(p, "timed runs (each: one plain run and one profiled run)")
     p.add_argument("--top", type=argtypes.integer(0, name="count"), default=30, help="rows of the table (0: all)")
@@ -47,54 +48,92 @@ def run(args: argparse.Namespace) -> int:
 
     import npu_compiler
     import npu_runtime
-    from npu_compiler.program import CompiledProgram
-    from npu_runtime import profiling
 
     from ..common import check_output_folder
     from ..progress import Progress
-    from ..timing import LatencyStats
 
     for path, flag in ((args.trace, "--trace"), (args.chart, "--chart")):
         if path is not None:
             check_output_folder(path, flag)
     backend = npu_runtime.get_backend(args.backend)
     if args.artifact.endswith(".json"):
-        prog = npu_compiler.compile(args.artifact, backend.compile_target())
+        art = npu_compiler.compile_artifact(args.artifact, backend.compile_target())
     else:
-        prog = CompiledProgram.load(args.artifact)
-    inp = collect_inputs(prog, parse_inputs(args.input), args.seed)
+        art = npu_compiler.load_artifact(args.artifact)
+    inp = collect_inputs(art.inputs, parse_inputs(args.input), args.seed)
     quiet = args.quiet or args.json
     if inp.generated and not args.json:
         print(inp.notice(args.seed), file=sys.stderr)
+    if isinstance(art, npu_compiler.PartitionedProgram):
+        return _partitioned(args, art, backend, inp.arrays, quiet)
+    prog = art
     with Progress("loading weights", quiet=quiet) as bar:
         ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
     ex = backend.create_executor(prog)
     inputs = inp.arrays
+    plain, profiled, runs = _timed(lambda: ex.run(inputs, ws), lambda: ex.profile(inputs, ws), backend, args, quiet)
+    from npu_runtime import profiling
+
+    report = profiling.summarize(prog, runs, backend.name)
+    title = f"profile {prog.model_name} on {backend.name}: {len(prog.kernels)} kernels"
+    return _print(args, title, report, plain, profiled, getattr(ex, "profile_method", None), backend,
+                  lambda path: profiling.write_trace(path, prog, report))
+
+
+def _partitioned(args: argparse.Namespace, art, backend, inputs: dict, quiet: bool) -> int:
+    """A partitioned program: the target's kernels, each CPU segment and each transfer as rows of their own."""
+    from npu_runtime import profiling
+    from npu_runtime.dag_executor import DAGExecutor
+
+    dag = DAGExecutor(art, backend, weights=args.weights)
+    plain, profiled, runs = _timed(lambda: dag.launch(inputs), lambda: dag.profile(inputs), backend, args, quiet)
+    report = profiling.summarize_partitioned(art, runs, backend.name)
+    cpu = sum(s.device == "cpu" for s in art.segments)
+    title = (f"profile {art.model_name} on {backend.name}: {len(art.segments)} segments ({cpu} on the CPU, each a "
+             f"row), {art.kernel_count} kernels, {len(art.transfers)} transfers (rows of their own)")
+    method = next((getattr(st.executor, "profile_method", None) for st in dag.stages
+                   if st is not None and st.device == "npu"), None)
+    return _print(args, title, report, plain, profiled, method, backend,
+                  lambda path: profiling.write_rows_trace(path, report))
+
+
+def _timed(plain_run, profiled_run, backend, args: argparse.Namespace, quiet: bool):
+    """Warm-up, then plain and profiled runs interleaved, so that both see the same cache and clock state: the plain
+    runs' wall times, the profiled runs' wall times and the profiled runs' timings."""
+    from ..progress import Progress
+
     for _ in range(args.warmup):
-        ex.run(inputs, ws)
-        ex.profile(inputs, ws)  # a profiled run may build its own launch path on first use
+        plain_run()
+        profiled_run()  # a profiled run may build its own launch path on first use
     backend.synchronize()
-    # Plain and profiled runs interleaved, so both see the same cache and clock state.
     plain, profiled, runs = [], [], []
     with Progress("profiling", args.iters, quiet=quiet) as bar:
         for i in range(args.iters):
             t0 = time.perf_counter()
-            ex.run(inputs, ws)
+            plain_run()
             backend.synchronize()
             plain.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            runs.append(ex.profile(inputs, ws))
+            runs.append(profiled_run())
             backend.synchronize()
             profiled.append(time.perf_counter() - t0)
             bar.update(i + 1)
-    report = profiling.summarize(prog, runs, backend.name)
+    return plain, profiled, runs
+
+
+def _print(args: argparse.Namespace, title: str, report, plain: list[float], profiled: list[float],
+           method: str | None, backend, write_trace) -> int:
+    from npu_runtime import profiling
+
+    from ..timing import LatencyStats
+
     plain_stats = LatencyStats.of(plain, args.warmup)
     prof_wall = statistics.median(profiled)
     # per run, then the median: each run's kernels lie inside that run's own wall time
     share = statistics.median(k / w for k, w in zip(report.iteration_totals_s, profiled) if w > 0)
     notes = []
     if args.trace is not None:
-        profiling.write_trace(args.trace, prog, report)
+        write_trace(args.trace)
         notes.append(f"trace written: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     if args.chart is not None:
         why = profiling.write_chart(args.chart, report)
@@ -107,20 +146,21 @@ def run(args: argparse.Namespace) -> int:
                      "plain run.")
     if args.json:
         d = report.to_dict()
-        d.update(device=backend.describe(), kernel_timing=getattr(ex, "profile_method", None),
-                 plain_run=plain_stats.to_dict(), run_wall_s=plain_stats.median_s, profiled_run_wall_s=prof_wall,
-                 kernel_share_of_profiled_run=share, notes=notes)
+        d.update(device=backend.describe(), kernel_timing=method, plain_run=plain_stats.to_dict(),
+                 run_wall_s=plain_stats.median_s, profiled_run_wall_s=prof_wall, kernel_share_of_profiled_run=share,
+                 notes=notes)
         print(json.dumps(d, indent=1))
         return 0
     total = report.kernel_total_s
-    print(f"profile {prog.model_name} on {backend.name}: {len(prog.kernels)} kernels, {report.iterations} timed "
-          f"runs after {args.warmup} warm-up (medians)")
+    print(f"{title}, {report.iterations} timed runs after {args.warmup} warm-up (medians)")
     if device_line(backend):
         print(device_line(backend))
-    if getattr(ex, "profile_method", None):
-        print(f"  kernel times: {ex.profile_method}")
+    if method:
+        print(f"  kernel times: {method}")
     print(f"  plain run     {plain_stats.median_s * 1e3:.3f} ms (p90 {plain_stats.p90_s * 1e3:.3f} ms)")
-    print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which kernels {total * 1e3:.3f} ms ({100 * share:.0f}%; "
+    what = "kernels" if report.kernels and all(k.kind not in ("transfer", "cpu segment") for k in report.kernels) \
+        else "kernels, CPU segments and transfers"
+    print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which {what} {total * 1e3:.3f} ms ({100 * share:.0f}%; "
           "the rest is launch and timer overhead)")
     print(profiling.format_table(report, args.top or None))
     print("by fusion group: " + ", ".join(f"{g} {t * 1e3:.3f} ms" for g, t in list(report.by_group().items())[:8]))

@@ -47,7 +47,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import npu_compiler
     import npu_runtime
-    from npu_compiler.program import CompiledProgram
 
     from ..timing import time_runs
 
@@ -58,33 +57,29 @@ def run(args: argparse.Namespace) -> int:
     if args.force_cpu and not is_ir:
         from ..common import CLIError
 
-        raise CLIError("--force-cpu partitions an IR JSON; an artifact is one compiled program")
+        raise CLIError("--force-cpu decides how an IR is compiled; an artifact is compiled already (compile it again "
+                       "with `npusim compile --force-cpu`)")
     given = parse_inputs(args.input)
     from ..llm_contract import find_contract
 
     contract = find_contract(args.artifact)
+    theta = contract.rope_theta if contract is not None else None
     if is_ir:
-        from ..common import input_specs_from_ir
-        from ..partition_path import check_force_cpu, needs_partition, partition_notice, run_partitioned
+        from ..partition_path import check_force_cpu, needs_partition, partition_notice
 
         check_force_cpu(args.artifact, args.force_cpu)
         fallback = needs_partition(args.artifact, backend.compile_target(), args.force_cpu)
         if fallback:
             print(partition_notice(fallback, backend.compile_target()), file=sys.stderr)
-            inp = collect_inputs(input_specs_from_ir(args.artifact), given, args.seed, contract)
-            _notice(args, inp)
-            _, dag = run_partitioned(args.artifact, args.weights, inp.arrays, backend, None, args.force_cpu,
-                                     return_executor=True)
-            stats, outs = time_runs(lambda: dag.run(inp.arrays), args.warmup, args.iters)
-            title = (f"run {args.artifact} on {backend.name} + cpu fallback ({len(dag.plan.partitions)} partitions, "
-                     f"{dag.num_transfers} transfers)")
-            return _report(args, title, stats, outs, inp, backend)
-        theta = contract.rope_theta if contract is not None else None
-        prog = npu_compiler.compile(args.artifact, backend.compile_target(), rope_theta=theta)
+        art = npu_compiler.compile_artifact(args.artifact, backend.compile_target(), force_cpu=args.force_cpu,
+                                            rope_theta=theta)
         if not args.json:
-            print(dtype_line(prog))
+            print(dtype_line(art))
     else:
-        prog = CompiledProgram.load(args.artifact)
+        art = npu_compiler.load_artifact(args.artifact)
+    if isinstance(art, npu_compiler.PartitionedProgram):
+        return _run_partitioned(args, art, backend, given, contract)
+    prog = art
     inp = collect_inputs(prog, given, args.seed, contract)
     _notice(args, inp)
     from ..progress import Progress
@@ -94,6 +89,22 @@ def run(args: argparse.Namespace) -> int:
     ex = backend.create_executor(prog)
     stats, outs = time_runs(lambda: ex.run_numpy(inp.arrays, ws), args.warmup, args.iters)
     title = f"run {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels)"
+    return _report(args, title, stats, outs, inp, backend)
+
+
+def _run_partitioned(args: argparse.Namespace, art, backend, given: dict, contract) -> int:
+    """A partitioned program: its segments on the backend and the CPU, the boundaries moved between them."""
+    from npu_runtime.dag_executor import DAGExecutor
+
+    from ..timing import time_runs
+
+    inp = collect_inputs(art.inputs, given, args.seed, contract)
+    _notice(args, inp)
+    dag = DAGExecutor(art, backend, weights=args.weights)
+    stats, outs = time_runs(lambda: dag.run(inp.arrays), args.warmup, args.iters)
+    cpu = sum(s.device == "cpu" for s in art.segments)
+    title = (f"run {art.model_name} on {backend.name} ({art.compute_dtype}, {len(art.segments)} segments: {cpu} on "
+             f"the CPU, {art.kernel_count} kernels, {dag.num_transfers} transfers)")
     return _report(args, title, stats, outs, inp, backend)
 
 

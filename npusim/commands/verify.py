@@ -18,7 +18,6 @@ from ..common import (
     compile_kwargs,
     device_line,
     dtype_line,
-    input_specs_from_ir,
     parse_inputs,
 )
 
@@ -68,11 +67,12 @@ def _default_tolerances() -> str:
 
 
 def reference_weights(prog, ws) -> tuple[dict, dict]:
-    """Checkpoint keys the program resolved by itself (a tied lm_head, a computed rotary inv_freq), for the
-    reference, which reads the checkpoint by key only."""
-    extra = dict(ws.report.fallbacks)
+    """Checkpoint keys the program (or programs) resolved by itself (a tied lm_head, a computed rotary inv_freq), for
+    the reference, which reads the checkpoint by key only. `ws`: the weight set, or the weight report."""
+    report = getattr(ws, "report", ws)
+    extra = dict(report.fallbacks)
     computed = {}
-    for spec in prog.weights:
+    for spec in [w for p in (prog if isinstance(prog, list) else [prog]) for w in p.weights]:
         if spec.recipe.kind == "rope_inv_freq":
             from npu_runtime.weights import TensorSource, WeightReport, make_weight
 
@@ -89,9 +89,6 @@ def _tolerance(args: argparse.Namespace, compute: str):
 
 def _check_combinations(args: argparse.Namespace, artifact: bool) -> None:
     per_node = args.per_node or args.dump_repro
-    if per_node and args.force_cpu:
-        raise CLIError("--per-node (and --dump-repro) runs one program kernel by kernel; --force-cpu takes the "
-                       "partition path, which has no kernels to compare: use one or the other")
     if per_node and args.expected:
         raise CLIError("--per-node compares every kernel with the PyTorch reference; --expected replaces that "
                        "reference with golden outputs: use one or the other")
@@ -99,7 +96,8 @@ def _check_combinations(args: argparse.Namespace, artifact: bool) -> None:
         raise CLIError(f"{args.ir} is an artifact: comparing with PyTorch needs the IR JSON it came from; give the "
                        "IR, or golden outputs with --expected FILE.npz")
     if artifact and (per_node or args.force_cpu):
-        raise CLIError("--per-node, --dump-repro and --force-cpu need the IR JSON, not an artifact")
+        raise CLIError("--per-node, --dump-repro and --force-cpu need the IR JSON, not an artifact (--per-node "
+                       "compares every kernel with the IR's nodes; --force-cpu decides how the IR is compiled)")
     compile_opts = [f for f, on in (("--dtype", args.dtype != "auto"), ("--disable-pass", args.disable_pass),
                                     ("--no-fusion", args.no_fusion), ("--rope-theta", args.rope_theta is not None))
                     if on]
@@ -111,10 +109,9 @@ def _check_combinations(args: argparse.Namespace, artifact: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     import npu_compiler
     import npu_runtime
-    from npu_compiler.program import CompiledProgram
 
     from ..llm_contract import find_contract
-    from ..partition_path import check_force_cpu, needs_partition
+    from ..partition_path import check_force_cpu, needs_partition, partition_notice
 
     artifact = not args.ir.endswith(".json")
     _check_combinations(args, artifact)
@@ -123,16 +120,17 @@ def run(args: argparse.Namespace) -> int:
     if contract is not None and args.rope_theta is None:
         args.rope_theta = contract.rope_theta  # the export knows the rotary base its graphs were made with
     if artifact:
-        prog = CompiledProgram.load(args.ir)
+        prog = npu_compiler.load_artifact(args.ir)
+        if isinstance(prog, npu_compiler.PartitionedProgram):
+            return _verify_partitioned(args, backend, prog, [], contract)
     else:
         check_force_cpu(args.ir, args.force_cpu)
         fallback = needs_partition(args.ir, backend.compile_target(), args.force_cpu)
         if fallback:
-            if args.per_node or args.dump_repro:
-                raise CLIError(f"--per-node needs one program, but {len(fallback)} node(s) have no lowering for "
-                               f"target '{backend.compile_target()}' ({', '.join(f.op for f in fallback[:4])}); see "
-                               "`npusim partition`")
-            return _verify_partitioned(args, backend, fallback, contract)
+            print(partition_notice(fallback, backend.compile_target()), file=sys.stderr)
+            art = npu_compiler.compile_artifact(args.ir, backend.compile_target(), force_cpu=args.force_cpu,
+                                                partitioned=True, **compile_kwargs(args))
+            return _verify_partitioned(args, backend, art, fallback, contract)
         prog = npu_compiler.compile(args.ir, backend.compile_target(), **compile_kwargs(args))
     given = parse_inputs(args.input)
     expected = None
@@ -281,7 +279,8 @@ def _print_per_node(args: argparse.Namespace, per_node: dict) -> None:
         if args.dump_repro:
             print(f"--dump-repro: nothing written to {args.dump_repro} (no kernel outside the tolerance)")
     else:
-        print(f"per-node: first kernel outside the tolerance: #{bad['index']} {bad['name']} "
+        where = f"segment {bad['segment']} " if "segment" in bad else ""
+        print(f"per-node: first kernel outside the tolerance: {where}#{bad['index']} {bad['name']} "
               f"(group {bad['group']}; IR nodes {', '.join(bad['nodes'])}; IR value {bad['value']})")
         if per_node.get("repro"):
             print(f"repro written: python {per_node['repro']}")
@@ -289,59 +288,89 @@ def _print_per_node(args: argparse.Namespace, per_node: dict) -> None:
             print("next: add --dump-repro DIR for a standalone script that reruns just that kernel")
 
 
-def _verify_partitioned(args: argparse.Namespace, backend, fallback, contract=None) -> int:
-    """Ops without a lowering for the target run on the CPU (torch_ir) through the partition path; say so."""
-    from npu_compiler.ir.reader import read_ir
-    from npu_compiler.passes.dtype import explain_compute_dtype
-    from npu_compiler.targets.config import default_config
-    from npu_export.reference import load_state_dict, run_reference
+def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contract=None) -> int:
+    """A partitioned program (an artifact, or the IR compiled into one): its segments on the backend and the CPU,
+    compared with the reference or golden outputs; with --per-node, every kernel of every program segment and every
+    torch_ir segment's outputs against the reference's values of their IR nodes."""
+    from npu_runtime.dag_executor import DAGExecutor
     from npu_runtime.metrics import compare
 
-    from ..partition_path import partition_notice, run_partitioned
-
-    target = backend.compile_target()
-    print(partition_notice(fallback, target), file=sys.stderr)
-    kw = compile_kwargs(args)
-    # One compute dtype for the whole graph, given to every partition (each would otherwise choose its own).
-    choice = explain_compute_dtype(read_ir(args.ir), default_config(target), kw["dtype"])
-    compute = choice.dtype
     given = parse_inputs(args.input)
-    specs = input_specs_from_ir(args.ir)
     if args.expected:
-        _require_inputs(specs, given)
-    inp = collect_inputs(specs, given, args.seed, contract)
+        _require_inputs(art.inputs, given)
+    inp = collect_inputs(art.inputs, given, args.seed, contract)
     _notice(args, inp)
-    sd = load_state_dict(args.weights)
-    kw.pop("dtype")
-    outs, dag = run_partitioned(args.ir, sd, inp.arrays, backend, compute, args.force_cpu, compile_options=kw,
-                                return_executor=True)
+    dag = DAGExecutor(art, backend, weights=args.weights)
+    per_node = None
     if args.expected:
-        ref = _load_expected(args.expected, [(n, tuple(v.shape)) for n, v in outs.items()], args.ir)
+        outs = dag.run(inp.arrays)
+        ref = _load_expected(args.expected, [(t.name, tuple(t.shape)) for t in art.outputs], art.model_name)
         against = args.expected
     else:
-        ref = run_reference(args.ir, sd, inp.arrays)
+        from npu_export.reference import run_reference
+
+        sd = _reference_state_dict(args, art.programs, dag.pool.report)
         against = "torch_ir.IRExecutor"
+        if args.per_node or args.dump_repro:
+            per_node, ref = _per_node_partitioned(args, dag, inp.arrays, sd)
+            outs = dag.host_outputs()
+        else:
+            outs = dag.run(inp.arrays)
+            ref = run_reference(args.ir, sd, inp.arrays)
+    compute = art.compute_dtype
     tol = _tolerance(args, compute)
     rows = [compare(name, outs[name], ref[name], compute, tol) for name in ref]
-    ok = all(r.passed for r in rows)
-    report = {"backend": backend.name, "device": backend.describe(), "target": target, "compute_dtype": compute,
-              "compute_dtype_reason": choice.reason, "partition_path": True,
-              "partitions": len(dag.plan.partitions), "transfers": dag.num_transfers, "reference": against,
+    ok = all(r.passed for r in rows) and (per_node is None or per_node["first_failure"] is None)
+    report = {"model": art.model_name, "backend": backend.name, "device": backend.describe(), "target": art.target,
+              "compute_dtype": compute, "compute_dtype_reason": art.stats.get("compute_dtype_reason"),
+              "partition_path": True, "partitions": len(art.segments), "segments": len(art.segments),
+              "transfers": dag.num_transfers, "kernels": art.kernel_count, "reference": against,
               "tolerance": {**tol.to_dict(), "text": tol.describe()}, "generated_inputs": inp.generated,
-              "fallback_nodes": [{"name": f.name, "op": f.op, "reason": f.reason} for f in fallback],
-              "passed": ok, "outputs": [r.to_dict() for r in rows]}
+              "fallback_nodes": [{"name": f.name, "op": f.op, "reason": f.reason, "runner": f.runner}
+                                 for f in art.fallback],
+              "passed": ok, "outputs": [r.to_dict() for r in rows], "weights": dag.pool.report.summary()}
+    if per_node is not None:
+        report["per_node"] = per_node
     if args.json:
         print(json.dumps(report, indent=1))
-    else:
-        print(f"verify {args.ir} on {backend.name} + cpu fallback ({compute}, {report['partitions']} partitions, "
-              f"{report['transfers']} transfers) against {against}")
-        if device_line(backend):
-            print(device_line(backend))
-        print(choice.describe())
-        print(f"tolerance: {tol.describe()}")
-        _print_rows(rows)
-        print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
+        return 0 if ok else 1
+    cpu = sum(s.device == "cpu" for s in art.segments)
+    print(f"verify {art.model_name} on {backend.name} ({compute}, {len(art.segments)} segments: {cpu} on the CPU, "
+          f"{art.kernel_count} kernels, {dag.num_transfers} transfers) against {against}")
+    if device_line(backend):
+        print(device_line(backend))
+    print(dtype_line(art))
+    print(f"tolerance: {tol.describe()}")
+    _print_rows(rows)
+    if per_node is not None:
+        _print_per_node(args, per_node)
+    print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
     return 0 if ok else 1
+
+
+def _per_node_partitioned(args: argparse.Namespace, dag, inputs, sd) -> tuple[dict, dict]:
+    """Every kernel of every program segment and every torch_ir segment's outputs against the reference values of
+    their IR nodes, from one reference run; the graph outputs come from the same run."""
+    from npu_export.reference import run_reference, run_reference_all
+    from npu_runtime import inspect as npi
+
+    values, node_outputs = run_reference_all(args.ir, sd, inputs)
+    names = [t.name for t in dag.program.outputs]
+    ref = {n: values[n] for n in names if n in values}
+    if len(ref) != len(names):
+        ref = run_reference(args.ir, sd, inputs)
+    captured = npi.capture_partitioned(dag, inputs)
+    rows = npi.check_partitioned(dag, captured, values, node_outputs)
+    bad = npi.first_failure(rows)
+    result = {"kernels": [r.to_dict() for r in rows], "compared": sum(r.comparison is not None for r in rows),
+              "first_failure": bad.to_dict() if bad else None, "table": npi.format_table(rows), "repro": None}
+    if bad is not None and args.dump_repro and bad.segment is not None and bad.kind != "torch_ir":
+        st = dag.stages[bad.segment]
+        result["repro"] = npi.dump_repro(args.dump_repro, st.executor, captured[bad.segment][0], st.weights, bad,
+                                         values[bad.value])
+    if args.json:
+        del result["table"]
+    return result, ref
 
 
 def _per_node(args: argparse.Namespace, prog, executor, inputs, ws, sd) -> tuple[dict, dict]:
