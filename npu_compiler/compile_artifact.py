@@ -20,6 +20,7 @@ from .collector import collector_paused
 from .compiler import compile as compile_program
 from .errors import NPUCompileError, entry_point
 from .ir.reader import read_ir
+from .ir.schema import short_op
 from .limits import Limits
 from .op_support import is_structural, support_predicate
 from .partition import CPU, NPU, REFERENCE, TARGET, TORCH, FallbackNode, Partition, PartitionPlan, node_flops, partition
@@ -88,9 +89,10 @@ def compile_plan(plan: PartitionPlan, target: str, compute_dtype: str, compile_f
     nodes = [replace(f, runner=segments[f.partition].runner) for f in plan.fallback] + moved
     inputs = [TensorSpec(t.name, tuple(t.shape), t.dtype, _device_dtype(segments, t.name, t.dtype, "inputs"), -1,
                          value_range=(value_ranges or {}).get(t.name)) for t in plan.graph_inputs]
-    made = {t.name: s for s in segments for t in s.outputs}
+    made = {t.name: p for p in plan.partitions for t in p.outputs}
+    names = {t.name for t in plan.graph_inputs}
     outputs = [TensorSpec(t.name, tuple(t.shape), t.dtype, _device_dtype(segments, t.name, t.dtype, "outputs"), -1,
-                          alias_of=_alias(made.get(t.name), t.name)) for t in plan.graph_outputs]
+                          alias_of=_alias(made.get(t.name), segments, t.name, names)) for t in plan.graph_outputs]
     return PartitionedProgram(plan.model_name, target, compute_dtype, inputs, outputs, segments,
                               sorted(nodes, key=lambda f: f.partition), dict(stats or {}))
 
@@ -134,12 +136,20 @@ def _device_dtype(segments: list[Segment], name: str, dtype: str, side: str) -> 
     return dtype
 
 
-def _alias(seg: Segment | None, name: str) -> str | None:
-    """The graph input an output updates in place (a KV cache), where the program that makes it says so."""
-    if seg is None or seg.program is None:
+def _alias(p: Partition | None, segments: list[Segment], name: str, inputs: set[str]) -> str | None:
+    """The graph input an output updates in place (a KV cache): where the program that makes it says so, or where
+    the IR makes it as `index_copy` of a graph input (an LLM's cache write, whoever runs it)."""
+    if p is None:
         return None
-    spec = next((s for s in seg.program.outputs if s.name == name), None)
-    return spec.alias_of if spec is not None else None
+    prog = segments[p.index].program
+    spec = next((s for s in prog.outputs if s.name == name), None) if prog is not None else None
+    if spec is not None and spec.alias_of:
+        return spec.alias_of
+    node = next((nd for nd in p.ir.get("nodes", []) for t in nd.get("outputs", []) if t["name"] == name), None)
+    if node is not None and short_op(str(node["op_type"])) in ("index_copy.default", "index_copy_.default"):
+        target = node["inputs"][0]["name"] if node.get("inputs") else None
+        return target if target in inputs else None
+    return None
 
 
 def _refusal(plan: PartitionPlan, target: str, limit: int = 12) -> str:

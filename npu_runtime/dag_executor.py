@@ -132,6 +132,7 @@ class DAGExecutor:
         self._writers: dict[str, _Writer] = {}
         self._device: dict[str, tuple[DeviceBuffer, TensorSpec]] = {}
         self._host: dict[str, np.ndarray] = {}
+        self._given: dict[str, DeviceBuffer] = {}
         if bindings:
             self.bind_buffers(bindings)
 
@@ -175,7 +176,10 @@ class DAGExecutor:
         be = self.backend if seg.runner == TARGET else self.host_backend
         program = seg.program
         ws = self.pool.load(program, be, self._allow_nan) if program.weights else None
-        return _Stage(seg, NPU if seg.runner == TARGET else CPU, program, be.create_executor(program), ws)
+        executor = be.create_executor(program)
+        if ws is not None:
+            executor.bind_weights(ws)  # now, so that prepare() may build everything before the first run
+        return _Stage(seg, NPU if seg.runner == TARGET else CPU, program, executor, ws)
 
     def _torch_weights(self, seg: Segment) -> dict[str, np.ndarray]:
         """The state-dict tensors a torch segment reads, in the dtypes its IR declares (the checkpoint rules of
@@ -231,7 +235,10 @@ class DAGExecutor:
                 if st.segment.runner == TARGET:
                     st.executor.bind_buffers({name: buf})
             for out in written:
-                if self._made.get(out) is not None and self.stages[self._made[out]].device == CPU:
+                st = self.stages[self._made[out]] if self._made.get(out) is not None else None
+                in_place = st is not None and st.device == NPU and \
+                    self._out_specs[st.segment.index][out].alias_of == name
+                if st is not None and not in_place:  # written elsewhere: copied into the caller's buffer after a run
                     self._writers[out] = _Writer(self.backend, t, buf)
             self._bound[name] = buf
 
@@ -271,7 +278,11 @@ class DAGExecutor:
         `run_stage(stage, inputs)`: runs a program segment instead of its executor's `run` (per-node checks)."""
         self._check_inputs(inputs)
         self._host = {}
+        self._given = {}  # inputs given as device buffers of the backend: read there by the target's segments
         for name, v in inputs.items():
+            if isinstance(v, DeviceBuffer):
+                self._given[name] = v
+                continue
             arr = np.asarray(v) if isinstance(v, np.ndarray) else _host_array(v)
             want = self._graph_inputs[name].dtype
             self._host[name] = convert(arr, want) if dtype_name(arr.dtype) != want else arr
@@ -304,8 +315,8 @@ class DAGExecutor:
                 self._host[t.name] = got[t.name]
             if timings is not None:
                 timings.append(StepTiming("segment", seg.index, -1, t0, clock() - t0))
-        for out, writer in self._writers.items():  # in-place updates made on the host, into the caller's buffers
-            writer.write(self._host[out])
+        for out, writer in self._writers.items():  # updates made elsewhere, into the caller's (or staging) buffers
+            writer.write(self._host[out] if out in self._host else self._device[out][0])
 
     def _run_program(self, st: _Stage, ins: dict[str, Any], timings: list[StepTiming] | None) -> Mapping[str, Any]:
         if timings is None:
@@ -320,9 +331,9 @@ class DAGExecutor:
         if st.device == CPU:
             if name in self._host:
                 return self._host[name]
-            if name in self._bound:  # a bound graph input read on the host
-                t = self._graph_inputs[name]
-                self._host[name] = convert(self._bound[name].to_numpy(), t.dtype)
+            on_device = self._bound.get(name) or self._given.get(name)
+            if on_device is not None:  # a graph input on the device, read on the host
+                self._host[name] = convert(on_device.to_numpy(), self._graph_inputs[name].dtype)
                 return self._host[name]
             buf, spec = self._device[name]
             return self._move(name, st, CPU, lambda: buf.to_numpy(spec), timings)
@@ -330,8 +341,8 @@ class DAGExecutor:
             buf, spec = self._device[name]
             mine = next(s for s in st.program.inputs if s.name == name)
             return buf if buf.dtype == mine.device_dtype else buf.to_numpy(spec)
-        if name in self._graph_inputs:
-            return self._host[name]  # a graph input is bound like any program input: not a transfer
+        if name in self._graph_inputs:  # bound like any program input: not a transfer
+            return self._given[name] if name in self._given else self._host[name]
         if name not in self._uploads:
             spec = next(s for s in st.program.inputs if s.name == name)
             arr = self._host[name]
@@ -367,8 +378,8 @@ class DAGExecutor:
             elif t.name in self._device:
                 buf, spec = self._device[t.name]
                 result[t.name] = buf.to_numpy(spec)
-            elif t.name in self._bound:
-                result[t.name] = convert(self._bound[t.name].to_numpy(), t.dtype)
+            elif t.name in self._bound or t.name in self._given:
+                result[t.name] = convert((self._bound.get(t.name) or self._given[t.name]).to_numpy(), t.dtype)
             else:
                 raise InputError(f"graph output '{t.name}' ({t.dtype}{list(t.shape)}) was not produced: segment "
                                  f"{self._made.get(t.name)} did not run")
@@ -417,8 +428,12 @@ class _Writer:
                                                 **({"bindings": {"x": target}} if target is not None else {}))
         self.buffer = target if target is not None else self.executor.outputs()["y"]
 
-    def write(self, host: np.ndarray) -> None:
-        self.executor.run({"x": np.require(convert(np.asarray(host), self.dtype), requirements="C")})
+    def write(self, value: np.ndarray | DeviceBuffer) -> None:
+        """Copy a host array (converted to the buffer's dtype) or a device buffer of the backend into the buffer."""
+        if isinstance(value, DeviceBuffer):
+            self.executor.run({"x": value})
+        else:
+            self.executor.run({"x": np.require(convert(np.asarray(value), self.dtype), requirements="C")})
 
 
 def _copy_program(target: str, shape: tuple[int, ...], dtype: str) -> CompiledProgram:

@@ -4,6 +4,11 @@ The weights are loaded once into one `WeightSet` that both executors are bound t
 backend as one buffer per layer and kind, allocated once and bound to both executors. The programs write those
 buffers in place (their cache outputs alias the cache inputs), so a step moves only token ids, positions and a
 mask to the device and one row of logits back. No torch here: this runs where only the runtime is installed.
+
+A program may be a partitioned artifact (ops the target lacks in CPU segments): it runs as a `DAGExecutor` bound to
+the same cache and step buffers, its segments' weights read from the same checkpoint (those kept the same way by
+both programs uploaded once), and a cache write made on the host copied into the cache buffer after the step. Only
+a torch_ir segment needs torch.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import numpy as np
 
 from npu_compiler.collector import collector_paused
 from npu_compiler.errors import entry_point
+from npu_compiler.partitioned_program import PartitionedProgram, load_artifact
 from npu_compiler.program import CompiledProgram
 
 from . import llm_io
 from .backend import Backend, DeviceBuffer, get_backend
+from .dag_executor import DAGExecutor, WeightPool
 from .errors import NPURuntimeError
 from .weights import TensorSource, WeightSet, load_weights
 
@@ -173,7 +180,7 @@ def sample_token(logits: np.ndarray, rng: np.random.Generator, *, temperature: f
 
 @dataclass
 class _Graph:
-    program: CompiledProgram
+    program: CompiledProgram | PartitionedProgram
     executor: Any
     seq_len: int
     names: dict[str, str]  # input_ids, position_ids, cache_position, attention_mask, logits
@@ -181,6 +188,10 @@ class _Graph:
     logits_spec: Any
     inputs: Any = None  # the executor of the step-inputs program: positions and mask from the start slot
     greedy: Any = None  # the executor of the argmax program over the logits
+
+    def launch(self, inputs: dict[str, Any]) -> None:
+        """Run the program once, its outputs left on the device (a partitioned one's as `DAGExecutor.launch`)."""
+        (self.executor.launch if hasattr(self.executor, "launch") else self.executor.run)(inputs)
 
     @property
     def last_logits_only(self) -> bool:
@@ -246,7 +257,7 @@ class LLM:
         be = backend if isinstance(backend, Backend) else get_backend(backend)
         progs = {}
         for kind in ("prefill", "decode"):
-            prog = CompiledProgram.load(files[kind])
+            prog = load_artifact(files[kind])
             if prog.target != be.compile_target():
                 raise LLMError(f"{out}: programs were compiled for target '{prog.target}', backend '{be.name}' runs "
                                f"'{be.compile_target()}' programs; re-export with --target {be.compile_target()}")
@@ -254,12 +265,16 @@ class LLM:
 
         # One weight set for both programs: they share placeholder names (one export, same model). The decode may
         # group some differently (the prefill's last layer computes q for its last token only, so its q is not
-        # concatenated with k and v there): those are loaded too.
+        # concatenated with k and v there): those are loaded too. A partitioned program's segments take theirs from
+        # the same pool.
         source = TensorSource(mdir)  # (the checkpoint's files opened once for both)
-        weights = load_weights(progs["prefill"], source, be)
-        missing = {w.name for w in progs["decode"].weights if w.name not in weights.buffers}
-        if missing:
-            weights.buffers.update(load_weights(progs["decode"], source, be, names=missing).buffers)
+        pool = WeightPool(source)
+        plain = [p for p in progs.values() if isinstance(p, CompiledProgram)]
+        weights = load_weights(plain[0], source, be) if plain else WeightSet({}, pool.report, be.name)
+        for prog in plain[1:]:
+            missing = {w.name for w in prog.weights if w.name not in weights.buffers}
+            if missing:
+                weights.buffers.update(load_weights(prog, source, be, names=missing).buffers)
 
         for kind, prog in progs.items():  # every name the cache map gives is one of the program's
             g = cache_map["graphs"][kind]
@@ -295,8 +310,11 @@ class LLM:
                                                          float(cache_map["attention_mask"]["masked"])))
             made = step.outputs()
             bindings.update({names[k]: made[k] for k in ("position_ids", "cache_position", "attention_mask")})
-            ex = be.create_executor(prog, bindings=bindings)
-            ex.bind_weights(weights)
+            if isinstance(prog, CompiledProgram):
+                ex = be.create_executor(prog, bindings=bindings)
+                ex.bind_weights(weights)
+            else:
+                ex = DAGExecutor(prog, be, weights=pool, bindings=bindings)
             logits = outs[names["logits"]]
             greedy = be.create_executor(llm_io.greedy_token(be.compile_target(), tuple(logits.shape),
                                                             logits.device_dtype),
@@ -341,7 +359,7 @@ class LLM:
         `llm_io.step_inputs`). The step-inputs program writes the positions and the mask (query at position p sees
         slots 0..p) where `g` reads them."""
         self._step_inputs(g, start, front_pads)
-        g.executor.run({g.names["input_ids"]: ids.reshape(1, g.seq_len).astype(np.int64)})
+        g.launch({g.names["input_ids"]: ids.reshape(1, g.seq_len).astype(np.int64)})
 
     @staticmethod
     def _step_inputs(g: _Graph, start: int, front_pads: int = 0) -> None:
@@ -493,7 +511,7 @@ class LLM:
 
         def queue(source: Any, at: int) -> Callable[[], np.ndarray]:
             self._step_inputs(g, at)
-            g.executor.run({ids: source})
+            g.launch({ids: source})
             return g.greedy.run({})["token"].read_later()
 
         made = g.greedy.outputs()["token"]

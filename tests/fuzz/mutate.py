@@ -463,7 +463,49 @@ def gen_artifact_ops(r: random.Random, seed_blob: bytes) -> list:
     return ops or [["set", ["model_name"], "x"]]
 
 
+SEGMENT_FIELDS = ["index", "device", "runner", "nodes", "inputs", "outputs", "flops", "program", "ir"]
+TORCH_OPS = ["aten.from_file.default", "aten.__class__.__init__", "aten.__dict__.clear", "os.system", "aten.add",
+             "aten.nonexistent.default", "aten.sort.default", "aten.empty.memory_format", "getitem",
+             "aten._print.default", "builtins.eval.default", "aten.add.Tensor"]
+
+
+def _segment_op(r: random.Random, data: dict) -> list:
+    """A partitioned artifact's segment fields: its runner and device, its boundary tensors, the list itself, a torch
+    segment's ops and attributes (hostile op names among them), the report's entries."""
+    segs = data["segments"]
+    i = r.randrange(len(segs))
+    seg = segs[i]
+    c = r.randrange(8)
+    if c == 0:
+        return [["set", ["segments", i, r.choice(SEGMENT_FIELDS)], r.choice(INTERESTING[:40] + ["cpu", "npu", "torch",
+                                                                                              "reference", "target"])]]
+    if c == 1:
+        return [["set", ["segments", i, "runner"], r.choice(["target", "reference", "torch", "python"])]]
+    if c == 2 and seg.get("ir"):
+        j = r.randrange(len(seg["ir"]["nodes"]))
+        return [["set", ["segments", i, "ir", "nodes", j, "op_type"], r.choice(TORCH_OPS + CANARY_PAYLOADS)]]
+    if c == 3 and seg.get("ir"):
+        j = r.randrange(len(seg["ir"]["nodes"]))
+        return [["set", ["segments", i, "ir", "nodes", j, "attrs", r.choice(["output_size", "dim", "x", "dtype"])],
+                 r.choice(INTERESTING)]]
+    if c == 4:
+        j, k = r.randrange(len(segs)), r.randrange(len(segs))
+        return [["set", ["segments", i, r.choice(["inputs", "outputs"])], segs[j][r.choice(["inputs", "outputs"])]
+                 if k % 2 else []]]
+    if c == 5:
+        return [["move", ["segments", i], r.randrange(len(segs))]] if r.random() < 0.5 else [["del", ["segments", i]]]
+    if c == 6 and data.get("fallback"):
+        j = r.randrange(len(data["fallback"]))
+        return [["set", ["fallback", j, r.choice(["name", "partition", "runner", "op"])],
+                 r.choice(INTERESTING[:30] + ["linear", "torch", "reference"])]]
+    key = r.choice(["inputs", "outputs"])
+    return [["set", [key, 0, r.choice(["name", "shape", "dtype", "device_dtype", "alias_of", "value_range"])],
+             r.choice(INTERESTING[:40] + DTYPE_NAMES[:6])]]
+
+
 def _artifact_op(r: random.Random, data: dict) -> list:
+    if "segments" in data and r.random() < 0.4:
+        return _segment_op(r, data)
     strategy = r.choices(["int", "string", "value", "list", "dict", "expr", "bytes", "header"],
                          weights=[30, 14, 12, 12, 8, 14, 6, 4])[0]
     paths = walk(data)

@@ -381,23 +381,31 @@ def _dot_problem(text: str) -> str | None:
 
 def _artifact_deterministic(path: Path, ctx: Context, seed: str) -> Outcome:
     """Run the accepted program twice, its arena and output buffers filled with different garbage first: outputs
-    that differ read memory no kernel wrote (an inconsistent plan or views)."""
+    that differ read memory no kernel wrote (an inconsistent plan or views). A partitioned artifact: every program
+    segment's buffers so filled, the whole run compared."""
     import npu_runtime
-    from npu_compiler.program import CompiledProgram
+    from npu_compiler.partitioned_program import PartitionedProgram, load_artifact
 
     try:
-        prog = CompiledProgram.load(path)
+        prog = load_artifact(path)
         cpu = npu_runtime.get_backend("cpu")
-        ws = npu_runtime.load_weights(prog, ctx.weights(seed), cpu)
         inputs = sane_inputs(prog.inputs)
         results = []
         for fill in (0x00, 0xFF):
-            ex = cpu.create_executor(prog)
-            ex.arena[:] = fill
-            for b in prog.buffers:
-                if b.kind == "output":
-                    ex.flat[b.id].view(np.uint8)[:] = fill
-            results.append({k: np.asarray(v).copy() for k, v in ex.run_numpy(inputs, ws).items()})
+            if isinstance(prog, PartitionedProgram):
+                from npu_runtime.dag_executor import DAGExecutor
+
+                dag = DAGExecutor(prog, cpu, weights=ctx.weights(seed))
+                for st in dag.stages:
+                    if st is not None and st.executor is not None:
+                        _garbage(st.executor, fill)
+                got = dag.run(inputs)
+            else:
+                ws = npu_runtime.load_weights(prog, ctx.weights(seed), cpu)
+                ex = cpu.create_executor(prog)
+                _garbage(ex, fill)
+                got = ex.run_numpy(inputs, ws)
+            results.append({k: np.asarray(v).copy() for k, v in got.items()})
     except Exception as e:
         return classify_exception(e)
     for name in results[0]:
@@ -405,6 +413,14 @@ def _artifact_deterministic(path: Path, ctx: Context, seed: str) -> Outcome:
         if a.tobytes() != b.tobytes():
             return Outcome("invalid", f"output {name} depends on uninitialised memory")
     return Outcome("valid")
+
+
+def _garbage(ex, fill: int) -> None:
+    """A cpu executor's arena and output buffers filled with `fill` bytes."""
+    ex.arena[:] = fill
+    for b in ex.program.buffers:
+        if b.kind == "output":
+            ex.flat[b.id].view(np.uint8)[:] = fill
 
 
 # ---- weights --------------------------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ from pathlib import Path
 
 # qwen_prefill_last keeps the last token's logits only (as `export-llm` does): slice hoisting runs on its last layer
 SEED_IRS = ("resnet", "qwen_prefill", "qwen_decode", "qwen_prefill_last")
-SEED_ARTIFACTS = ("resnet_f32", "resnet_f16", "qwen_decode_f32", "qwen_prefill_bf16")
-STAMP = "seeds-v3"
+# resnet_parts_f32 is partitioned: its max pool on the CPU reference, its average pool through torch_ir, between
+# segments for the target (the fuzzer mutates segment fields, programs inside segments and a torch segment's IR)
+SEED_ARTIFACTS = ("resnet_f32", "resnet_f16", "qwen_decode_f32", "qwen_prefill_bf16", "resnet_parts_f32")
+STAMP = "seeds-v4"
 
 
 def _weights_of(model) -> dict:
@@ -55,6 +57,8 @@ def build(folder: str | os.PathLike) -> Path:
                             ("qwen_decode_f32", "qwen_decode", "float32"),
                             ("qwen_prefill_bf16", "qwen_prefill", "bfloat16")):
         npu_compiler.compile(str(out / f"{ir}.json"), "cpu", dtype=dtype).save(out / f"{name}.npubin")
+    npu_compiler.compile_artifact(str(out / "resnet.json"), "cpu", dtype="float32", force_cpu=["max_pool2d"],
+                                  force_torch=["adaptive_avg_pool2d"]).save(out / "resnet_parts_f32.npubin")
     from npu_export.llm_export import export_llm
 
     export_llm(out / "llm", config="tiny", random_weights=True, max_cache_len=32, prefill_len=8, dtype="float32",

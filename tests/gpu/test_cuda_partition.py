@@ -1,5 +1,5 @@
-"""The partition path on the cuda backend, unchanged: ops the target lacks run on the CPU through torch_ir, the
-rest on the GPU, with the transfers at the boundaries; the outputs match PyTorch."""
+"""Partitioned programs on the cuda backend: ops the target lacks (or that are forced there) run on the CPU, the rest
+on the GPU, with the transfers at the boundaries; the outputs match PyTorch, and the LLM runtime runs them."""
 
 from __future__ import annotations
 
@@ -42,3 +42,57 @@ def test_partitioned_run_matches_torch(cuda_backend) -> None:
     for name, r in zip(names, ref):
         np.testing.assert_allclose(np.asarray(outs[name], np.float32), r.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
     print(f"\npartition on cuda: {len(plan.partitions)} partitions, {ex.num_transfers} transfers, outputs match")
+
+
+def test_partitioned_artifact_round_trips_and_matches_torch(cuda_backend, tmp_path) -> None:
+    """A partitioned artifact compiled for cuda, with CPU segments of both kinds (the CPU reference's programs and
+    torch_ir's nodes), written, read back and run against PyTorch; tensors made on the GPU stay there for the GPU
+    segments after them."""
+    import partitioned_cases as pc
+
+    import npu_compiler
+    from npu_compiler.partition import REFERENCE, TARGET, TORCH
+    from npu_runtime.dag_executor import DAGExecutor
+
+    model, ir, sd, x = pc.make()
+    art = pc.artifact(ir, "cuda")
+    art.save(tmp_path / "chain.npubin")
+    back = npu_compiler.load_artifact(tmp_path / "chain.npubin")
+    targets = {s.runner: {s.program.target} for s in back.segments if s.program is not None}
+    assert targets == {TARGET: {"cuda"}, REFERENCE: {"cpu"}}
+    assert any(s.runner == TORCH for s in back.segments)
+    ex = DAGExecutor(back, cuda_backend, weights=sd)
+    out = ex.run({"x": x})
+    pc.check(out, ir, pc.reference(model, x), "cuda")
+    assert ex.num_transfers == len(back.transfers) > 0
+    timings = ex.profile({"x": x})
+    assert {t.kind for t in timings} == {"kernel", "segment", "transfer"}
+    print(f"\npartitioned artifact on cuda: {len(back.segments)} segments, {ex.num_transfers} transfers, outputs match")
+
+
+def test_llm_on_partitioned_programs(cuda_backend, tmp_path) -> None:
+    """An export-llm folder for cuda whose prefill and decode are partitioned (the MLP's SiLU on the CPU reference,
+    the cache writes through torch_ir) gives the logits of the plain cuda programs: the cache buffers bound on the
+    GPU, the writes made on the host copied into them after each step."""
+    import json
+    import shutil
+
+    import npu_compiler
+    from npu_export.llm_export import export_llm
+    from npu_runtime.llm import LLM
+
+    plain = tmp_path / "plain"
+    export_llm(plain, config="tiny", random_weights=True, max_cache_len=32, prefill_len=8, dtype="float32",
+               target="cuda")
+    parts = tmp_path / "parts"
+    shutil.copytree(plain, parts)
+    theta = json.loads((plain / "cache_map.json").read_text())["rope"]["theta"]
+    for kind in ("prefill", "decode"):
+        npu_compiler.compile_artifact(plain / f"{kind}.json", "cuda", dtype="float32", force_cpu=["silu"],
+                                      force_torch=["index_copy"], rope_theta=theta).save(parts / f"{kind}.npubin")
+    a, b = LLM.load(plain, cuda_backend), LLM.load(parts, cuda_backend)
+    prompt = [3, 14, 15, 9, 2, 6, 5, 3, 5, 8, 9]
+    np.testing.assert_allclose(b.prefill(prompt)[0], a.prefill(prompt)[0], atol=1e-4, rtol=1e-4)
+    for pos, tok in enumerate([7, 9, 3], start=len(prompt)):
+        np.testing.assert_allclose(b.decode_step(tok, pos), a.decode_step(tok, pos), atol=1e-4, rtol=1e-4)
+    assert b.generate(prompt[:5], 6, stop_tokens=[]).tokens == a.generate(prompt[:5], 6, stop_tokens=[]).tokens
