@@ -44,15 +44,15 @@ class IRFormatError(NPUCompileError):
 
 
 class UnsupportedOpError(NPUCompileError):
-    """An op has no lowering for the target. The partition path runs such ops on the CPU instead."""
+    """An op has no lowering for the target. `compile_artifact` (the partition path) runs such ops on the CPU."""
 
     def __init__(self, node: str, op: str, target: str, detail: str = "") -> None:
         self.node, self.op, self.target = node, op, target
         msg = (
             f"node '{node}': op '{op}' is not supported by target '{target}'"
             + (f" ({detail})" if detail else "")
-            + ". Use the partition path (`npusim partition` / `npusim verify`, or npu_runtime.DAGExecutor) "
-            "to run unsupported ops on the CPU."
+            + ". `npusim compile` (npu_compiler.compile_artifact) runs such ops on the CPU in segments of the same "
+            "artifact, and `npusim run` / `verify` on the IR do so by themselves (`npusim partition` shows the plan)."
         )
         super().__init__(msg)
 

@@ -198,7 +198,7 @@ def _tensor(t: TensorInfo) -> dict[str, Any]:
 
 
 def _spec(t: TensorSpec) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+    d: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "device_dtype": t.device_dtype}
     if t.alias_of:
         d["alias_of"] = t.alias_of
     if t.value_range:

@@ -166,15 +166,12 @@ def write_rows_trace(path: str | os.PathLike, report: ProfileReport) -> None:
     """A Chrome trace of a report's rows as they ran (a partitioned program's kernels, CPU segments and transfers):
     one complete event per step, every run a track of its own process row."""
     events = trace_process(0, f"{report.model} ({report.backend})", "steps")
-    starts = [t.start_s for run in report.runs for t in run]
-    t0 = min(starts) if starts else 0.0
     rows = {k.index: k for k in report.kernels}
-    for it, run in enumerate(report.runs):
-        for t in run:
-            r = rows[t.index]
-            events.append({"name": r.name, "cat": r.kind, "ph": "X", "pid": 0, "tid": 0, "ts": (t.start_s - t0) * 1e6,
-                           "dur": t.dur_s * 1e6, "args": {"index": r.index, "group": r.group, "nodes": r.nodes,
-                                                          "iteration": it, "bytes": r.bytes, "flops": r.flops}})
+    for it, t, start in _steps(report):
+        r = rows[t.index]
+        events.append({"name": r.name, "cat": r.kind, "ph": "X", "pid": 0, "tid": 0, "ts": start * 1e6,
+                       "dur": t.dur_s * 1e6, "args": {"index": r.index, "group": r.group, "nodes": r.nodes,
+                                                      "iteration": it, "bytes": r.bytes, "flops": r.flops}})
     write_text(path, json.dumps(trace_document(events, {"model": report.model, "backend": report.backend,
                                                         "iterations": report.iterations})))
 
@@ -197,19 +194,25 @@ def trace_document(events: list[dict[str, Any]], other: dict[str, Any]) -> dict[
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
+def _steps(report: ProfileReport):
+    """(iteration, timing, its start from the first timing's) of every timed step of every run."""
+    starts = [t.start_s for run in report.runs for t in run]
+    t0 = min(starts) if starts else 0.0
+    for it, run in enumerate(report.runs):
+        for t in run:
+            yield it, t, t.start_s - t0
+
+
 def chrome_trace(program: CompiledProgram, report: ProfileReport) -> dict[str, Any]:
     """Chrome trace event format: one complete ('X') event per kernel launch, ts/dur in microseconds. Every run
     is a track of its own process row laid out in time order, so Perfetto shows iterations side by side."""
     events = trace_process(0, f"{program.model_name} ({report.backend})")
-    starts = [t.start_s for run in report.runs for t in run]
-    t0 = min(starts) if starts else 0.0
     costs = {k.index: k for k in report.kernels}
-    for it, run in enumerate(report.runs):
-        for t in run:
-            kp = costs[t.index]
-            extra = {} if t.launched_with is None else {"launched_with": program.kernels[t.launched_with].name}
-            events.append(kernel_event(program.kernels[t.index], t.index, 0, t.start_s - t0, t.dur_s,
-                                       {"iteration": it, "bytes": kp.bytes, "flops": kp.flops, **extra}))
+    for it, t, start in _steps(report):
+        kp = costs[t.index]
+        extra = {} if t.launched_with is None else {"launched_with": program.kernels[t.launched_with].name}
+        events.append(kernel_event(program.kernels[t.index], t.index, 0, start, t.dur_s,
+                                   {"iteration": it, "bytes": kp.bytes, "flops": kp.flops, **extra}))
     return trace_document(events, {"model": program.model_name, "backend": report.backend,
                                    "iterations": report.iterations})
 

@@ -77,3 +77,55 @@ def artifact(ir: dict, target: str):
 
     force_cpu, force_torch = forced(ir)
     return npu_compiler.compile_artifact(ir, target, force_cpu=force_cpu, force_torch=force_torch, dtype="float32")
+
+
+def llm_folders(tmp_path, target: str, cache_len: int = 32, prefill_len: int = 8):
+    """A tiny random Qwen2 exported for `target` (the plain folder) and a copy whose prefill and decode programs are
+    partitioned: the MLP's SiLU on the CPU reference, the KV cache writes through torch_ir (so the cache is written
+    on the host and must land in the shared cache buffers). Returns (plain, partitioned)."""
+    import json
+    import shutil
+
+    import npu_compiler
+    from npu_export.llm_export import export_llm
+
+    plain = tmp_path / "plain"
+    export_llm(plain, config="tiny", random_weights=True, max_cache_len=cache_len, prefill_len=prefill_len,
+               dtype="float32", target=target)
+    parts = tmp_path / "parts"
+    shutil.copytree(plain, parts)
+    theta = json.loads((plain / "cache_map.json").read_text())["rope"]["theta"]
+    for kind in ("prefill", "decode"):
+        art = npu_compiler.compile_artifact(plain / f"{kind}.json", target, dtype="float32", force_cpu=["silu"],
+                                            force_torch=["index_copy"], rope_theta=theta)
+        assert any(o.alias_of for o in art.outputs)  # the cache outputs update the cache inputs
+        art.save(parts / f"{kind}.npubin")
+    return plain, parts
+
+
+def same_logits(a, b, prompt: list[int], steps: list[int]) -> None:
+    """Two LLMs give the same prefill logits and decode-step logits (float32: within 1e-4)."""
+    np.testing.assert_allclose(b.prefill(prompt)[0], a.prefill(prompt)[0], atol=1e-4, rtol=1e-4)
+    for pos, tok in enumerate(steps, start=len(prompt)):
+        np.testing.assert_allclose(b.decode_step(tok, pos), a.decode_step(tok, pos), atol=1e-4, rtol=1e-4)
+
+
+def round_trip(tmp_path, backend):
+    """Chain compiled for `backend`'s target with its CPU segments, written, read back (every segment kind
+    present, each program for its own target) and run against PyTorch. Returns the DAGExecutor and the input."""
+    import npu_compiler
+    from npu_compiler.partition import REFERENCE, TARGET, TORCH
+    from npu_runtime.dag_executor import DAGExecutor
+
+    model, ir, sd, x = make()
+    target = backend.compile_target()
+    art = artifact(ir, target)
+    art.save(tmp_path / "chain.npubin")
+    back = npu_compiler.load_artifact(tmp_path / "chain.npubin")
+    assert back.to_bytes() == art.to_bytes()
+    targets = {s.runner: {s.program.target} for s in back.segments if s.program is not None}
+    assert targets == {TARGET: {target}, REFERENCE: {"cpu"}} and any(s.runner == TORCH for s in back.segments)
+    ex = DAGExecutor(back, backend, weights=sd)
+    check(ex.run({"x": x}), ir, reference(model, x), backend.name)
+    assert ex.num_transfers == len(back.transfers) > 0
+    return ex, x

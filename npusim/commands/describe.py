@@ -80,14 +80,7 @@ def _partitioned(args: argparse.Namespace, art) -> int:
           f"partitioned: {len(art.segments)} segments, {art.kernel_count} kernels")
     if art.stats.get("compute_dtype_reason"):
         print(f"compute dtype: {art.stats['compute_dtype_reason']}")
-    print("inputs:")
-    for t in d["inputs"]:
-        extra = f"  valid range [{t['value_range'][0]}, {t['value_range'][1]})" if "value_range" in t else ""
-        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
-    print("outputs:")
-    for t in d["outputs"]:
-        extra = f"  (updates input '{t['alias_of']}' in place)" if "alias_of" in t else ""
-        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
+    _print_io(d)
     print(format_report(art.plan()))
     print("segments:")
     for s in d["segments"]:
@@ -125,15 +118,7 @@ def _program(args: argparse.Namespace, prog) -> int:
     if device:
         print(f"device: {device}")
     print(f"passes: {', '.join(d['passes'])}")
-    print("inputs:")
-    for t in d["inputs"]:
-        # half-open, as generated inputs and `generate` use it: token ids 0..vocab-1 are [0, vocab)
-        extra = f"  valid range [{t['value_range'][0]}, {t['value_range'][1]})" if "value_range" in t else ""
-        print(f"  {t['name']:<24} {t['dtype']}{t['shape']} (device {t['device_dtype']}){extra}")
-    print("outputs:")
-    for t in d["outputs"]:
-        extra = f"  (updates input '{t['alias_of']}' in place)" if "alias_of" in t else ""
-        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
+    _print_io(d)
     print(f"memory: weights {d['weight_bytes'] / 1e6:.3f} MB, buffers {d['buffer_bytes'] / 1e6:.3f} MB "
           f"(arena {d['arena_bytes'] / 1e6:.3f} MB for intermediates that would take "
           f"{d['unplanned_intermediate_bytes'] / 1e6:.3f} MB unshared)")
@@ -170,6 +155,18 @@ def _program(args: argparse.Namespace, prog) -> int:
         extra = sum(p["extra_bytes"] for p in d["padding_plan"])
         print(f"channel padding plan: {len(d['padding_plan'])} tensors, {extra / 1e6:.3f} MB extra")
     return 0
+
+
+def _print_io(d: dict) -> None:
+    print("inputs:")
+    for t in d["inputs"]:
+        # half-open, as generated inputs and `generate` use it: token ids 0..vocab-1 are [0, vocab)
+        extra = f"  valid range [{t['value_range'][0]}, {t['value_range'][1]})" if "value_range" in t else ""
+        print(f"  {t['name']:<24} {t['dtype']}{t['shape']} (device {t['device_dtype']}){extra}")
+    print("outputs:")
+    for t in d["outputs"]:
+        extra = f"  (updates input '{t['alias_of']}' in place)" if "alias_of" in t else ""
+        print(f"  {t['name']:<24} {t['dtype']}{t['shape']}{extra}")
 
 
 def _device(target: str) -> str | None:

@@ -160,6 +160,7 @@ def _print_host_work(art, ests: dict) -> None:
 
 def _llm_programs(folder: Path) -> dict:
     from npu_compiler.errors import ArtifactError
+    from npu_compiler.partitioned_program import load_artifact
     from npu_compiler.program import CompiledProgram
 
     man = folder / "manifest.json"
@@ -167,9 +168,15 @@ def _llm_programs(folder: Path) -> dict:
         raise ArtifactError(f"{folder}: a folder must be an export-llm output (no manifest.json)")
     try:
         files = json.loads(man.read_text())["files"]
-        return {kind: CompiledProgram.load(folder / files[kind]) for kind in ("prefill", "decode")}
+        progs = {kind: load_artifact(folder / files[kind]) for kind in ("prefill", "decode")}
     except (KeyError, TypeError, json.JSONDecodeError) as e:
         raise ArtifactError(f"{man}: not an export-llm manifest ({e})") from e
+    for kind, prog in progs.items():
+        if not isinstance(prog, CompiledProgram):
+            raise ArtifactError(f"{folder / files[kind]}: the {kind} program is partitioned (some of its ops run on "
+                                "the CPU), so the folder has no time to first token to predict; estimate it alone "
+                                f"(npusim estimate {folder / files[kind]}) for its NPU segments and its host work")
+    return progs
 
 
 def _llm_summary(folder: Path, ests: dict) -> dict[str, Any]:

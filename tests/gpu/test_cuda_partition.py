@@ -50,49 +50,23 @@ def test_partitioned_artifact_round_trips_and_matches_torch(cuda_backend, tmp_pa
     segments after them."""
     import partitioned_cases as pc
 
-    import npu_compiler
-    from npu_compiler.partition import REFERENCE, TARGET, TORCH
-    from npu_runtime.dag_executor import DAGExecutor
-
-    model, ir, sd, x = pc.make()
-    art = pc.artifact(ir, "cuda")
-    art.save(tmp_path / "chain.npubin")
-    back = npu_compiler.load_artifact(tmp_path / "chain.npubin")
-    targets = {s.runner: {s.program.target} for s in back.segments if s.program is not None}
-    assert targets == {TARGET: {"cuda"}, REFERENCE: {"cpu"}}
-    assert any(s.runner == TORCH for s in back.segments)
-    ex = DAGExecutor(back, cuda_backend, weights=sd)
-    out = ex.run({"x": x})
-    pc.check(out, ir, pc.reference(model, x), "cuda")
-    assert ex.num_transfers == len(back.transfers) > 0
+    ex, x = pc.round_trip(tmp_path, cuda_backend)
     timings = ex.profile({"x": x})
     assert {t.kind for t in timings} == {"kernel", "segment", "transfer"}
-    print(f"\npartitioned artifact on cuda: {len(back.segments)} segments, {ex.num_transfers} transfers, outputs match")
+    print(f"\npartitioned artifact on cuda: {len(ex.program.segments)} segments, {ex.num_transfers} transfers, outputs "
+          "match")
 
 
 def test_llm_on_partitioned_programs(cuda_backend, tmp_path) -> None:
     """An export-llm folder for cuda whose prefill and decode are partitioned (the MLP's SiLU on the CPU reference,
     the cache writes through torch_ir) gives the logits of the plain cuda programs: the cache buffers bound on the
     GPU, the writes made on the host copied into them after each step."""
-    import json
-    import shutil
+    import partitioned_cases as pc
 
-    import npu_compiler
-    from npu_export.llm_export import export_llm
     from npu_runtime.llm import LLM
 
-    plain = tmp_path / "plain"
-    export_llm(plain, config="tiny", random_weights=True, max_cache_len=32, prefill_len=8, dtype="float32",
-               target="cuda")
-    parts = tmp_path / "parts"
-    shutil.copytree(plain, parts)
-    theta = json.loads((plain / "cache_map.json").read_text())["rope"]["theta"]
-    for kind in ("prefill", "decode"):
-        npu_compiler.compile_artifact(plain / f"{kind}.json", "cuda", dtype="float32", force_cpu=["silu"],
-                                      force_torch=["index_copy"], rope_theta=theta).save(parts / f"{kind}.npubin")
+    plain, parts = pc.llm_folders(tmp_path, "cuda")
     a, b = LLM.load(plain, cuda_backend), LLM.load(parts, cuda_backend)
     prompt = [3, 14, 15, 9, 2, 6, 5, 3, 5, 8, 9]
-    np.testing.assert_allclose(b.prefill(prompt)[0], a.prefill(prompt)[0], atol=1e-4, rtol=1e-4)
-    for pos, tok in enumerate([7, 9, 3], start=len(prompt)):
-        np.testing.assert_allclose(b.decode_step(tok, pos), a.decode_step(tok, pos), atol=1e-4, rtol=1e-4)
+    pc.same_logits(a, b, prompt, [7, 9, 3])
     assert b.generate(prompt[:5], 6, stop_tokens=[]).tokens == a.generate(prompt[:5], 6, stop_tokens=[]).tokens
