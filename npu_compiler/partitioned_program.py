@@ -362,6 +362,9 @@ class _SegmentsReader(_Reader):
             problem = torch_op_problem(nd["op_type"])
             if problem:
                 raise self.fail(f"{path}.nodes[{i}].op_type", problem)
+            problem = _sizes_problem(nd)
+            if problem:
+                raise self.fail(f"{path}.nodes[{i}].attrs", problem)
         for key, infos in (("graph_inputs", seg.inputs), ("graph_outputs", seg.outputs)):
             got = [(t["name"], list(t["shape"]), str(t["dtype"])) for t in data[key]]
             if got != [(t.name, list(t.shape), t.dtype) for t in infos]:
@@ -397,6 +400,43 @@ class _SegmentsReader(_Reader):
             src = made.get(t.name)
             if src is None or (src[0], src[1]) != (list(t.shape), t.dtype):
                 raise self.fail(f"outputs[{i}]", f"{t.name!r} {t.dtype}{list(t.shape)} is made by no segment")
+
+
+# The smallest bound on a torch node's integer attributes (a kernel size, an FFT length): what no small model exceeds.
+SMALL_INTS = 1 << 16
+
+
+def _sizes_problem(nd: dict[str, Any]) -> str | None:
+    """Of a node whose op the IR reader has no schema for (so no rule ties its attributes to its declared tensors):
+    an integer attribute, or the product of a list of them, beyond every element count the node declares (and
+    beyond SMALL_INTS). ATen would allocate (or loop) by such a number: a crafted `size` could ask for terabytes
+    behind a one-element declared output."""
+    from .ir.schema import lookup
+
+    if nd["op_type"] in GETITEM_OPS or lookup(str(nd["op_type"])) is not None:
+        return None
+    bound = SMALL_INTS
+    for t in [*nd.get("inputs", []), *nd.get("outputs", [])]:
+        n = 1
+        for d in t["shape"]:
+            n *= d
+        bound = max(bound, n)
+    stack = list((nd.get("attrs") or {}).items())
+    while stack:
+        name, v = stack.pop()
+        ints = v if isinstance(v, list) and all(type(x) is int for x in v) else [v] if type(v) is int else None
+        if ints is not None:
+            n = 1
+            for x in ints:
+                n *= max(abs(x), 1)
+                if n > bound:
+                    return (f"'{name}' = {_short(v)} reaches {bound + 1} or more, beyond every tensor of the node "
+                            f"({bound} elements at most); an artifact may not ask for more than it declares")
+        elif isinstance(v, list):
+            stack.extend((name, x) for x in v)
+        elif isinstance(v, dict):
+            stack.extend(v.items())
+    return None
 
 
 def _short(v: Any) -> str:

@@ -128,7 +128,7 @@ class CpuFallback:
         self.input_names = [t["name"] for t in sub_ir["graph_inputs"]]
         self.output_names = [t["name"] for t in sub_ir["graph_outputs"]]
         self._out_dtypes = {t["name"]: str(t["dtype"]) for t in sub_ir["graph_outputs"]}
-        ir = executable_ir(load_ir_for_executor(sub_ir))
+        ir = executable_ir(load_ir_for_executor(sub_ir, device="cpu"))  # the CPU's, whatever device the IR names
         written = written_weights(sub_ir)
         # a copy where ATen writes the weight, or where the array is read-only (a memory-mapped checkpoint)
         tensors = {k: to_torch(v, copy=k in written or not getattr(v, "flags", None) or not v.flags.writeable)

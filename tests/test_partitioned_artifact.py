@@ -126,6 +126,12 @@ def _op_type(d, value):
     s["ir"]["nodes"][0]["op_type"] = value
 
 
+def _huge_factory(d):
+    node = _seg(d, TORCH)[1]["ir"]["nodes"][0]
+    node["op_type"] = "aten.new_empty.default"  # an op the IR reader has no rule for
+    node["attrs"] = {"size": [100_000, 100_000, 100]}
+
+
 def _renumber_reversed(d):
     d["segments"].reverse()
     for i, s in enumerate(d["segments"]):
@@ -154,6 +160,7 @@ HOSTILE = {
     "output made by no segment": (lambda d: d["outputs"][0].update(name="nowhere"), r"outputs\[0\]"),
     "shape of a boundary changed": (lambda d: _seg(d, TORCH)[1]["inputs"][0].update(shape=[4, 33]),
                                     r"segments\[\d+\]\.(inputs\[0\]|ir)"),
+    "an allocation beyond the declared tensors": (lambda d: _huge_factory(d), r"ir.nodes\[0\].attrs: 'size'"),
     "device dtype of an input": (lambda d: d["inputs"][0].update(device_dtype="float16"), r"inputs\[0\].device_dtype"),
 }
 
