@@ -4,8 +4,8 @@
 The CPU segments are made by forcing ops the target has (`force_cpu`: run by the CPU reference; `force_torch`:
 through torch_ir), not by ops some target lacks today: those get lowerings over time, and the forced ones stay
 valid whatever the targets gain. One weight (l2.weight) is read by a target linear and by a linear forced to the
-CPU reference and torch_ir, so each segment must load it in its own way; the layer norm's weights are read by
-torch_ir only.
+CPU reference and by one through torch_ir, so each segment must load it in its own way; the layer norm's weights
+are read by torch_ir only.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class Chain(torch.nn.Module):
     def forward(self, x: torch.Tensor):
         h = F.gelu(self.l1(x))  # target linear, gelu on the CPU reference
         g = self.norm(h) * torch.sigmoid(h)  # layer norm and sigmoid through torch_ir, mul on the target
-        s = self.l2(g) + F.linear(g.tanh(), self.l2.weight) * 0.5  # the second linear (and its tanh) on the CPU
+        # l2's weight read three times: on the target, by the CPU reference (after its tanh) and through torch_ir
+        s = self.l2(g) + F.linear(g.tanh(), self.l2.weight) * 0.5 + F.linear(g, self.l2.weight, self.l2.bias) * 0.25
         y = self.l3(s.relu())
         return y.softmax(-1), s.sum(-1)
 
@@ -39,8 +40,9 @@ def linear_nodes(ir: dict) -> list[str]:
 
 def forced(ir: dict) -> tuple[list[str], list[str]]:
     """(force_cpu, force_torch) for Chain's IR: gelu, tanh and the second use of l2.weight on the CPU reference,
-    the layer norm and the sigmoid through torch_ir."""
-    return ["gelu", "tanh", linear_nodes(ir)[2]], ["layer_norm", "sigmoid"]
+    the layer norm, the sigmoid and the third use of l2.weight through torch_ir."""
+    linears = linear_nodes(ir)
+    return ["gelu", "tanh", linears[2]], ["layer_norm", "sigmoid", linears[3]]
 
 
 def make(seed: int = 0, batch: int = 4) -> tuple[torch.nn.Module, dict, dict, np.ndarray]:
