@@ -243,7 +243,10 @@ def test_fused_groups_never_move_more_dram_bytes_than_their_parts(programs, pres
                 nodes = set(k.nodes)
                 parts = [j for j, u in enumerate(unfused.kernels) if u.nodes and set(u.nodes) <= nodes]
                 assert parts, (name, k.name, k.nodes)
-                assert f_bytes[i] <= sum(u_bytes[j] for j in parts), (name, k.name, k.group, resident)
+                # a decode attention reads the cache positions (a few bytes) to skip the cache past them
+                control = k.spec.cost(k, fused.buffers).read_of(len(k.args) - 1) if getattr(
+                    k.spec, "valid_len", False) else 0
+                assert f_bytes[i] <= sum(u_bytes[j] for j in parts) + control, (name, k.name, k.group, resident)
                 checked += 1
             assert checked > 0
 
@@ -506,8 +509,7 @@ def test_a_gemm_prologue_is_vector_work_before_the_array():
     assert w.a.on_chip and w.a.bytes == m_ * k_ * 4 and w.b.bytes == n_ * k_ * 4
     # the prologue reads x [m, k] and the norm's weight [k]; the epilogue the residual [m, n]
     assert sorted(o.bytes for o in w.extra) == sorted([m_ * k_ * 4, k_ * 4, m_ * n_ * 4])
-    assert w.prologue_ops >= 4 * m_ * k_  # square, sum, divide, scale by the weight: per element of A
+    # square, sum, divide, scale by the weight: per element of A; the residual add per output element
+    assert w.vector_ops >= 4 * m_ * k_ + m_ * n_
     npu = load_npu("tpu-v1")
-    with_prologue = estimate(w, npu)
-    without = estimate(dataclasses.replace(w, prologue_ops=0), npu)
-    assert with_prologue.vector_ops - without.vector_ops == w.prologue_ops
+    assert estimate(w, npu).vector_ops == w.vector_ops

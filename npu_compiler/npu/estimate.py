@@ -117,9 +117,10 @@ def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: i
     """Predict every kernel of `program` on `npu`. `context_len`: tokens that decode attention reads from its cache
     (default: the whole static cache). `arena_on_chip`: override the residency rule of `arena_fits`."""
     resident = arena_fits(program, npu) if arena_on_chip is None else arena_on_chip
+    on_chip = {b.id for b in program.buffers if b.kind == "arena"} if resident else set()
     kernels = []
     for i, k in enumerate(program.kernels):
-        work = kernel_work(program, k, arena_on_chip=resident, context_len=context_len)
+        work = kernel_work(program, k, on_chip=on_chip, context_len=context_len)
         est = estimate(work, npu)
         kernels.append(KernelEstimate(i, k.name, k.kind, k.group, list(k.nodes), describe_work(work), est,
                                       est.cycles / npu.clock_hz, est.utilization(npu)))

@@ -101,7 +101,7 @@ def conv_as_gemm(c: ConvWork) -> GemmWork:
     return GemmWork(
         m=c.n * c.ho * c.wo, n=c.o // c.groups, k=(c.c // c.groups) * c.kh * c.kw + c.side_c, a=c.x, b=c.weight,
         out=c.out,
-        a_elem=c.elem, b_elem=c.elem, out_elem=c.elem, batch=c.groups, extra=c.extra, epilogue_ops=c.epilogue_ops,
+        a_elem=c.elem, b_elem=c.elem, out_elem=c.elem, batch=c.groups, extra=c.extra, vector_ops=c.vector_ops,
         label=c.label)
 
 
@@ -170,7 +170,7 @@ def moving_bytes_per_mac(g: GemmWork, npu: NPUConfig) -> int:
 
 def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None) -> Estimate:
     cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch)
-    ops = g.epilogue_ops * g.batch * g.m * g.n + g.prologue_ops
+    ops = g.vector_ops
     dram, tiles = gemm_dram(g, npu)
     sram = gemm_array_sram(g, npu) + dram
     reg = g.macs * moving_bytes_per_mac(g, npu)
@@ -190,11 +190,9 @@ def attention(w: AttentionWork, npu: NPUConfig) -> Estimate:
     bh = w.batch * (w.heads // group)
     m = w.q_len * group
     scores = Operand(w.batch * w.heads * w.q_len * w.kv_len * 4, on_chip=True)
-    qk = GemmWork(m, w.kv_len, w.head_dim, w.q, w.k, scores, w.elem, w.elem, 4, bh, label="qk")
+    qk = GemmWork(m, w.kv_len, w.head_dim, w.q, w.k, scores, w.elem, w.elem, 4, bh, extra=w.extra, label="qk")
     pv = GemmWork(m, w.v_dim, w.kv_len, scores, w.v, w.out, 4, w.elem, w.elem, bh, label="pv")
-    per_score = 5 + (w.mask is not None)
-    sm = VectorWork(per_score * w.batch * w.heads * w.q_len * w.kv_len,
-                    (scores, *((w.mask,) if w.mask is not None else ())), (scores,), "softmax")
+    sm = VectorWork(w.softmax_ops, (scores, *((w.mask,) if w.mask is not None else ())), (scores,), "softmax")
     parts = [gemm(qk, npu), vector(sm, npu), gemm(pv, npu)]
     busy = [max(p.compute_cycles, p.onchip_cycles, p.dram_cycles) for p in parts]
     latency = max(p.latency_cycles for p in parts)
