@@ -9,6 +9,7 @@ from typing import Any
 from ..program import CompiledProgram
 from ..targets.config import NPUConfig
 from .model import Estimate, estimate
+from .residency import STAGING_SHARES, ResidencyPlan, plan_residency
 from .work import AttentionWork, ConvWork, GemmWork, VectorWork, Work, kernel_work
 
 
@@ -46,7 +47,7 @@ class ProgramEstimate:
     model: str
     npu: NPUConfig
     kernels: list[KernelEstimate]
-    arena_on_chip: bool  # the program's intermediates stay in the activation buffer
+    residency: ResidencyPlan
     context_len: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -101,33 +102,41 @@ class ProgramEstimate:
                 "time_by_bound_s": self.by_bound()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "npu": self.npu.to_dict(), "arena_on_chip": self.arena_on_chip,
+        r = self.residency
+        return {"model": self.model, "npu": self.npu.to_dict(),
+                "residency": {"policy": r.policy, "capacity_bytes": r.capacity, "resident_tensors": r.resident_tensors,
+                              "spilled_tensors": r.spilled_tensors, "peak_bytes": r.peak_bytes},
                 "context_len": self.context_len, "totals": self.totals(), "by_group": self.by_group(),
                 "kernels": [k.to_dict() for k in self.kernels], "notes": self.notes}
-
-
-def arena_fits(program: CompiledProgram, npu: NPUConfig) -> bool:
-    """Intermediates stay on chip when the compiler's static arena (the peak of live intermediates, at their
-    planned offsets) fits in the activation buffer; otherwise every kernel reads and writes them in DRAM."""
-    return program.arena_bytes <= npu.activation_buffer_kib * 1024
 
 
 def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: int | None = None,
                      arena_on_chip: bool | None = None) -> ProgramEstimate:
     """Predict every kernel of `program` on `npu`. `context_len`: tokens that decode attention reads from its cache
-    (default: the whole static cache). `arena_on_chip`: override the residency rule of `arena_fits`."""
-    resident = arena_fits(program, npu) if arena_on_chip is None else arena_on_chip
-    on_chip = {b.id for b in program.buffers if b.kind == "arena"} if resident else set()
+    (default: the whole static cache). `arena_on_chip`: None plans each tensor's residency in the activation buffer
+    (`residency.plan_residency`); True keeps every intermediate on chip whatever its size, False none."""
+    policy = {None: "plan", True: "all", False: "none"}[arena_on_chip]
+    capacity = int(npu.activation_buffer_kib * 1024)
+    best = None
+    for share in STAGING_SHARES if policy == "plan" else (1 / 2,):
+        plan = plan_residency(program, capacity, context_len=context_len, policy=policy, staging_share=share)
+        est = _estimate_with(program, npu, plan, context_len)
+        if best is None or est.time_s < best.time_s:
+            best = est
+    return best
+
+
+def _estimate_with(program: CompiledProgram, npu: NPUConfig, plan: ResidencyPlan,
+                   context_len: int | None) -> ProgramEstimate:
     kernels = []
     for i, k in enumerate(program.kernels):
-        work = kernel_work(program, k, on_chip=on_chip, context_len=context_len)
+        work = kernel_work(program, k, plan.kernels[i], context_len=context_len)
         est = estimate(work, npu)
+        if plan.kernels[i].spilled:
+            est.detail["spills"] = [program.buffers[b].name for b in plan.kernels[i].spilled]
         kernels.append(KernelEstimate(i, k.name, k.kind, k.group, list(k.nodes), describe_work(work), est,
                                       est.cycles / npu.clock_hz, est.utilization(npu)))
-    notes = [f"intermediates ({program.arena_bytes / 2**20:.2f} MiB arena) "
-             + ("stay in the activation buffer" if resident else
-                f"do not fit the {npu.activation_buffer_kib / 1024:.2f} MiB activation buffer: they go to DRAM")]
-    return ProgramEstimate(program.model_name, npu, kernels, resident, context_len, notes)
+    return ProgramEstimate(program.model_name, npu, kernels, plan, context_len, [plan.summary()])
 
 
 def describe_work(w: Work) -> str:

@@ -102,7 +102,7 @@ def conv_as_gemm(c: ConvWork) -> GemmWork:
         m=c.n * c.ho * c.wo, n=c.o // c.groups, k=(c.c // c.groups) * c.kh * c.kw + c.side_c, a=c.x, b=c.weight,
         out=c.out,
         a_elem=c.elem, b_elem=c.elem, out_elem=c.elem, batch=c.groups, extra=c.extra, vector_ops=c.vector_ops,
-        label=c.label)
+        label=c.label, staging=c.staging)
 
 
 def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
@@ -112,9 +112,11 @@ def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
     B-resident: B is cut into column panels that fit the weight buffer, each read once; A is read once per panel
     unless all of A fits the activation buffer. A-resident: A is cut into row panels that fit the activation
     buffer, each read once; B is read once per panel unless all of B fits the weight buffer. The order that moves
-    fewer DRAM bytes is taken. Operands resident on chip (intermediates in the activation buffer) cost no DRAM."""
+    fewer DRAM bytes is taken. Operands resident on chip (intermediates in the activation buffer) cost no DRAM, and
+    an A resident on chip is one panel. The activation buffer's share for tiles is what the residency plan leaves
+    free (`staging`)."""
     wcap = npu.weight_buffer_kib * 1024 / 2
-    icap = npu.activation_buffer_kib * 1024 / 2
+    icap = (npu.activation_buffer_kib * 1024 if g.staging is None else g.staging) / 2
     acc_cols = max(1, int(npu.accumulator_kib * 1024 / 2 // npu.accumulator_bytes))  # accumulators of one row
     fa, fb = g.a.bytes / g.batch, g.b.bytes / g.batch
     a_row, b_col = fa / max(g.m, 1), fb / max(g.n, 1)
@@ -125,10 +127,10 @@ def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
     mt = max(1, min(g.m, acc_cols // nt))
     b_reads1 = 1 if b_col * nt <= wcap else math.ceil(g.m / mt)
     a_reads1 = 1 if fa <= icap else panels_n
-    # A-resident
-    mt2 = max(1, min(g.m, int(icap // a_row) if a_row else g.m))
+    # A-resident (an A held on chip between kernels is one panel already)
+    mt2 = g.m if g.a.on_chip else max(1, min(g.m, int(icap // a_row) if a_row else g.m))
     panels_m = math.ceil(g.m / mt2)
-    a_reads2 = 1 if a_row * mt2 <= icap else math.ceil(g.n / max(1, acc_cols // mt2))
+    a_reads2 = 1 if g.a.on_chip or a_row * mt2 <= icap else math.ceil(g.n / max(1, acc_cols // mt2))
     b_reads2 = 1 if fb <= wcap else panels_m
 
     def cost(a_reads: int, b_reads: int) -> float:
@@ -190,8 +192,9 @@ def attention(w: AttentionWork, npu: NPUConfig) -> Estimate:
     bh = w.batch * (w.heads // group)
     m = w.q_len * group
     scores = Operand(w.batch * w.heads * w.q_len * w.kv_len * 4, on_chip=True)
-    qk = GemmWork(m, w.kv_len, w.head_dim, w.q, w.k, scores, w.elem, w.elem, 4, bh, extra=w.extra, label="qk")
-    pv = GemmWork(m, w.v_dim, w.kv_len, scores, w.v, w.out, 4, w.elem, w.elem, bh, label="pv")
+    qk = GemmWork(m, w.kv_len, w.head_dim, w.q, w.k, scores, w.elem, w.elem, 4, bh, extra=w.extra, label="qk",
+                  staging=w.staging)
+    pv = GemmWork(m, w.v_dim, w.kv_len, scores, w.v, w.out, 4, w.elem, w.elem, bh, label="pv", staging=w.staging)
     sm = VectorWork(w.softmax_ops, (scores, *((w.mask,) if w.mask is not None else ())), (scores,), "softmax")
     parts = [gemm(qk, npu), vector(sm, npu), gemm(pv, npu)]
     busy = [max(p.compute_cycles, p.onchip_cycles, p.dram_cycles) for p in parts]

@@ -7,12 +7,12 @@ each kernel's typed record (`npu_compiler.kernels`).
 
 from __future__ import annotations
 
-from collections.abc import Container
 from dataclasses import dataclass
 
 from ..dtypes import itemsize
 from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel, KernelCost
 from ..program import CompiledProgram, KernelCall, TensorRef
+from .residency import Placement
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class GemmWork:
     extra: tuple[Operand, ...] = ()  # epilogue and prologue operands (bias, residual, a norm's input), read once
     vector_ops: int = 0  # the vector unit's work beside the array: a prologue computing A, the epilogue, all batches
     label: str = "gemm"
+    staging: float | None = None  # activation-buffer bytes free for its streamed tiles (None: the whole buffer)
 
     @property
     def macs(self) -> int:
@@ -73,6 +74,7 @@ class ConvWork:
     vector_ops: int = 0  # bias and epilogue, all output elements
     label: str = "conv2d"
     side_c: int = 0  # a 1x1 side conv's input channels (its K, added to the conv's: one GEMM over both)
+    staging: float | None = None
 
     @property
     def macs(self) -> int:
@@ -99,6 +101,7 @@ class AttentionWork:
     label: str = "attention"
     softmax_ops: int = 0  # the vector unit's work on the scores (scale, mask, max, exp, sum, divide)
     extra: tuple[Operand, ...] = ()  # what else it reads (the cache positions)
+    staging: float | None = None
 
     @property
     def macs(self) -> int:
@@ -118,31 +121,34 @@ class VectorWork:
 Work = GemmWork | ConvWork | AttentionWork | VectorWork
 
 
-def kernel_work(program: CompiledProgram, k: KernelCall, *, on_chip: Container[int] = (),
+def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | None = None, *,
                 context_len: int | None = None) -> Work:
     """What kernel `k` of `program` asks of the NPU: its shape from its typed record, its operations and bytes from
-    its kind's one count (`KernelCall.spec.cost`, which the profiler reads too). `on_chip`: the buffers that stay
-    in the activation buffer across this kernel (the residency plan's); every other operand is DRAM traffic.
-    `context_len`: tokens a decode attention reads from its cache (None: the whole static cache)."""
+    its kind's one count (`KernelCall.spec.cost`, which the profiler reads too), each operand on chip or in DRAM as
+    the residency plan's `placement` says (None: every operand in DRAM). `context_len`: tokens a decode attention
+    reads from its cache (None: the whole static cache)."""
     cost = k.spec.cost(k, program.buffers, context_len=context_len)
+    place = placement or Placement()
 
     def read(i: int) -> Operand:
-        ref = k.args[i]
-        return Operand(cost.read_of(i), ref.buffer in on_chip)
+        return Operand(cost.read_of(i), k.args[i].buffer in place.reads_on_chip)
 
     def reads_except(*skip: int) -> tuple[Operand, ...]:
-        return tuple(Operand(t.bytes, t.buffer in on_chip) for t in cost.reads if t.index not in skip)
+        return tuple(Operand(t.bytes, t.buffer in place.reads_on_chip) for t in cost.reads if t.index not in skip)
 
     def written(i: int = 0) -> Operand:
         t = next(t for t in cost.writes if t.index == i)
-        return Operand(t.bytes, t.buffer in on_chip)
+        return Operand(t.bytes, t.buffer in place.writes_on_chip)
 
     def elem(ref: TensorRef) -> int:
         return itemsize(program.buffers[ref.buffer].dtype)
 
+    spills = (Operand(place.spill_bytes),) if place.spill_bytes else ()
+    staging = place.staging_bytes
     spec = k.spec
     if isinstance(spec, GemmKernel):
-        return _gemm_work(program, k, cost, read, reads_except, written, elem)
+        return _gemm_work(program, k, cost, read, lambda *skip: reads_except(*skip) + spills, written, elem,
+                          staging)
     if isinstance(spec, Conv2dKernel):
         x, w, out = k.args[0], k.args[1], k.outs[0]
         n, c, h, wd = x.shape
@@ -150,19 +156,19 @@ def kernel_work(program: CompiledProgram, k: KernelCall, *, on_chip: Container[i
         ho, wo = out.shape[2:]
         side_c = k.args[spec.side_first_arg].shape[1] if spec.side_stride else 0
         return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, read(0), read(1), written(), tuple(spec.stride),
-                        tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), reads_except(0, 1),
-                        cost.vector_ops, k.name, side_c)
+                        tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), reads_except(0, 1) + spills,
+                        cost.vector_ops, k.name, side_c, staging)
     if isinstance(spec, AttentionKernel):
         mask = read(3) if spec.mask != "none" else None
         return AttentionWork(spec.batch, spec.heads, spec.kv_heads, spec.q_len, spec.attended(context_len),
                              spec.head_dim, spec.v_dim, read(0), read(1), read(2), written(), mask, elem(k.args[0]),
-                             k.name, cost.vector_ops, reads_except(0, 1, 2, 3))
+                             k.name, cost.vector_ops, reads_except(0, 1, 2, 3) + spills, staging)
     outs = tuple(written(t.index) for t in cost.writes)
-    return VectorWork(cost.vector_ops, reads_except(), outs, k.name)
+    return VectorWork(cost.vector_ops, reads_except(), outs + spills, k.name)
 
 
-def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, reads_except, written,
-               elem) -> GemmWork:
+def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, reads_except, written, elem,
+               staging: float | None) -> GemmWork:
     """Orient the product so that B is the weight (C^T = B^T A^T when the weight is A, as in a 1x1 convolution
     lowered to a GEMM), and fold the batch into M when B is shared by every batch entry."""
     spec: GemmKernel = k.spec
@@ -175,7 +181,7 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, 
         a_elem = itemsize(spec.prologue.dtype)
         a_op = Operand(batch * m * kk * a_elem, on_chip=True)
         return GemmWork(m, n, kk, a_op, read(spec.b_arg), written(), a_elem, elem(b), elem(out), batch,
-                        reads_except(spec.b_arg), cost.vector_ops, k.name)
+                        reads_except(spec.b_arg), cost.vector_ops, k.name, staging)
     a = k.args[0]
     a_op, b_op = read(0), read(1)
 
@@ -190,4 +196,4 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, 
     if batch > 1 and shared(b):
         m, batch = m * batch, 1
     return GemmWork(m, n, kk, a_op, b_op, written(), elem(a), elem(b), elem(out), batch, reads_except(0, 1),
-                    cost.vector_ops, k.name)
+                    cost.vector_ops, k.name, staging)
