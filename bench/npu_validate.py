@@ -144,7 +144,8 @@ def _scalesim_run(layer: Layer, rows: int, cols: int, dataflow: str) -> int:
 def _npu(rows: int, cols: int, dataflow: str, base: NPUConfig | None = None) -> NPUConfig:
     base = base or load_npu("tpu-v1")
     full = {"ws": "weight_stationary", "os": "output_stationary", "is": "input_stationary"}[dataflow]
-    return dataclasses.replace(base, array_rows=rows, array_cols=cols, dataflow=full, preload_overlap=False)
+    return dataclasses.replace(base, array_rows=rows, array_cols=cols, dataflow=full, preload_overlap=False,
+                               fold_overlap=False, array_formats={})
 
 
 # ---- the models' layers ------------------------------------------------------------------------------------------

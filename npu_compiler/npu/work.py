@@ -43,6 +43,8 @@ class GemmWork:
     vector_ops: int = 0  # the vector unit's work beside the array: a prologue computing A, the epilogue, all batches
     label: str = "gemm"
     staging: float | None = None  # activation-buffer bytes free for its streamed tiles (None: the whole buffer)
+    dtypes: tuple[str, str] = ("float16", "float16")  # A's and B's: the MACs' number formats
+    out_dtype: str = "float16"  # what the epilogue computes in
 
     @property
     def macs(self) -> int:
@@ -75,6 +77,8 @@ class ConvWork:
     label: str = "conv2d"
     side_c: int = 0  # a 1x1 side conv's input channels (its K, added to the conv's: one GEMM over both)
     staging: float | None = None
+    dtypes: tuple[str, str] = ("float16", "float16")  # the input's and the weights'
+    out_dtype: str = "float16"
 
     @property
     def macs(self) -> int:
@@ -102,6 +106,7 @@ class AttentionWork:
     softmax_ops: int = 0  # the vector unit's work on the scores (scale, mask, max, exp, sum, divide)
     extra: tuple[Operand, ...] = ()  # what else it reads (the cache positions)
     staging: float | None = None
+    dtypes: tuple[str, str] = ("float16", "float16")  # Q's and K's
 
     @property
     def macs(self) -> int:
@@ -116,6 +121,7 @@ class VectorWork:
     reads: tuple[Operand, ...]
     writes: tuple[Operand, ...]
     label: str = "vector"
+    dtype: str = ""  # the number format it computes in (its output's)
 
 
 Work = GemmWork | ConvWork | AttentionWork | VectorWork
@@ -143,11 +149,14 @@ def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | 
     def elem(ref: TensorRef) -> int:
         return itemsize(program.buffers[ref.buffer].dtype)
 
+    def dtype(ref: TensorRef) -> str:
+        return program.buffers[ref.buffer].dtype
+
     spills = (Operand(place.spill_bytes),) if place.spill_bytes else ()
     staging = place.staging_bytes
     spec = k.spec
     if isinstance(spec, GemmKernel):
-        return _gemm_work(program, k, cost, read, lambda *skip: reads_except(*skip) + spills, written, elem,
+        return _gemm_work(program, k, cost, read, lambda *skip: reads_except(*skip) + spills, written, elem, dtype,
                           staging)
     if isinstance(spec, Conv2dKernel):
         x, w, out = k.args[0], k.args[1], k.outs[0]
@@ -157,17 +166,18 @@ def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | 
         side_c = k.args[spec.side_first_arg].shape[1] if spec.side_stride else 0
         return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, read(0), read(1), written(), tuple(spec.stride),
                         tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), reads_except(0, 1) + spills,
-                        cost.vector_ops, k.name, side_c, staging)
+                        cost.vector_ops, k.name, side_c, staging, (dtype(x), dtype(w)), dtype(out))
     if isinstance(spec, AttentionKernel):
         mask = read(3) if spec.mask != "none" else None
         return AttentionWork(spec.batch, spec.heads, spec.kv_heads, spec.q_len, spec.attended(context_len),
                              spec.head_dim, spec.v_dim, read(0), read(1), read(2), written(), mask, elem(k.args[0]),
-                             k.name, cost.vector_ops, reads_except(0, 1, 2, 3) + spills, staging)
+                             k.name, cost.vector_ops, reads_except(0, 1, 2, 3) + spills, staging,
+                             (dtype(k.args[0]), dtype(k.args[1])))
     outs = tuple(written(t.index) for t in cost.writes)
-    return VectorWork(cost.vector_ops, reads_except(), outs + spills, k.name)
+    return VectorWork(cost.vector_ops, reads_except(), outs + spills, k.name, dtype(k.outs[0]))
 
 
-def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, reads_except, written, elem,
+def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, reads_except, written, elem, dtype,
                staging: float | None) -> GemmWork:
     """Orient the product so that B is the weight (C^T = B^T A^T when the weight is A, as in a 1x1 convolution
     lowered to a GEMM), and fold the batch into M when B is shared by every batch entry."""
@@ -178,10 +188,10 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, 
     out = k.outs[0]
     if spec.prologue is not None:
         # A is computed by the vector unit from the operands it reads (extra) and handed on chip to the array
-        a_elem = itemsize(spec.prologue.dtype)
+        a_elem = elem(b)  # the prologue computes A in B's dtype (the record's check)
         a_op = Operand(batch * m * kk * a_elem, on_chip=True)
         return GemmWork(m, n, kk, a_op, read(spec.b_arg), written(), a_elem, elem(b), elem(out), batch,
-                        reads_except(spec.b_arg), cost.vector_ops, k.name, staging)
+                        reads_except(spec.b_arg), cost.vector_ops, k.name, staging, (dtype(b), dtype(b)), dtype(out))
     a = k.args[0]
     a_op, b_op = read(0), read(1)
 
@@ -196,4 +206,4 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, 
     if batch > 1 and shared(b):
         m, batch = m * batch, 1
     return GemmWork(m, n, kk, a_op, b_op, written(), elem(a), elem(b), elem(out), batch, reads_except(0, 1),
-                    cost.vector_ops, k.name, staging)
+                    cost.vector_ops, k.name, staging, (dtype(a), dtype(b)), dtype(out))

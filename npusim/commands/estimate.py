@@ -27,6 +27,13 @@ def register(sub) -> None:
                    help=f"NPU preset ({', '.join(preset_names())}) or a TOML file (default: tpu-v1)")
     p.add_argument("--context", type=int, default=None, metavar="TOKENS",
                    help="tokens decode attention reads from its KV cache (default: the whole static cache)")
+    p.add_argument("--format", dest="number_format", default=None, choices=["int8", "int16", "fp16", "bf16", "fp32"],
+                   help="cost every floating-point tensor in this number format: what the program would take once "
+                        "quantized to it (default: the program's own dtypes; a format the NPU does not take is "
+                        "costed as the nearest it takes, and flagged)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="layer-to-layer pipelining: a kernel's weight loads start during the kernel before it "
+                        "(default: kernels run one after another)")
     p.add_argument("--top", type=int, default=30, help="rows of the kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--trace", metavar="FILE.json", default=None,
@@ -68,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_gpu and not args.weights:
         print("npusim estimate: error: --compare-gpu needs --weights W.safetensors", file=sys.stderr)
         return 2
-    ests = {kind: estimate_program(p, npu, context_len=args.context) for kind, p in progs.items()}
+    ests = {kind: estimate_program(p, npu, context_len=args.context, number_format=args.number_format,
+                                   pipeline=args.pipeline) for kind, p in progs.items()}
     measured = None
     if args.compare_gpu:
         measured = _measure(progs["program"], args)
