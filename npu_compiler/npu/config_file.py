@@ -92,7 +92,7 @@ def from_mapping(data: dict[str, Any], where: str = "<npu>", seen: tuple[str, ..
         raise NPUConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: base, {known}")
     for key, value in flat.items():
         f = fields[key]
-        values[f.name] = _check(where, key, f, value)
+        values[f.name] = check_value(where, key, f, value)
     missing = [f.metadata["key"] for f in dataclasses.fields(NPUConfig)
                if f.name not in values and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
@@ -102,7 +102,9 @@ def from_mapping(data: dict[str, Any], where: str = "<npu>", seen: tuple[str, ..
     return NPUConfig(**values)
 
 
-def _check(where: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+def check_value(where: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+    """`value` for the NPUConfig field `f` (file key `key`), checked and converted, or a one-line error naming
+    `where` and the key."""
     check = f.metadata["check"]
     want = f.type if isinstance(f.type, str) else f.type.__name__
 
