@@ -26,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from doc_tables import write_between_markers  # noqa: E402
 
 DOCS = ROOT / "docs" / "npu_model.md"
 BEGIN, END = "<!-- silicon-table:begin -->", "<!-- silicon-table:end -->"
@@ -276,15 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         chip = "eyeriss" if w in BATCH else "tpu-v1"
         p = predicted(chip, w)
         print(f"  {w}: {p['macs'] / 1e9:.2f} GMAC in {p['time_s'] * 1e3:.2f} ms on {chip}", file=sys.stderr)
-    if args.write_docs:
-        doc = DOCS.read_text()
-        if BEGIN not in doc or END not in doc:
-            print(f"{DOCS}: markers {BEGIN} / {END} not found", file=sys.stderr)
-            return 1
-        head, rest = doc.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        DOCS.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-        print(f"written into {DOCS}")
+    if args.write_docs and write_between_markers(DOCS, BEGIN, END, text):
+        return 1
     return 0 if math.isfinite(sum(r.predicted for r in rows)) else 1
 
 

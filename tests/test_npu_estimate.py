@@ -13,7 +13,6 @@ import importlib.util
 import json
 import math
 import re
-import sys
 from itertools import product
 from pathlib import Path
 
@@ -436,11 +435,9 @@ def test_cli_bad_inputs_are_one_line_errors(tmp_path, capsys):
 
 
 def _validate_module():
-    spec = importlib.util.spec_from_file_location("npu_validate", ROOT / "bench" / "npu_validate.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("npu_validate", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    from helpers import load_bench
+
+    return load_bench("npu_validate")
 
 
 def test_docs_validation_table_matches_the_model():

@@ -7,10 +7,8 @@ References: the published figures (Eyeriss, JSSC 2017; TPU v1, ISCA 2017), cited
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def silicon():
-    spec = importlib.util.spec_from_file_location("npu_silicon", ROOT / "bench" / "npu_silicon.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("npu_silicon", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    from helpers import load_bench
+
+    return load_bench("npu_silicon")
 
 
 def _doc_rows(silicon) -> list[list[str]]:
