@@ -267,8 +267,9 @@ def _print_estimate(kind: str, est, program, top: int | None, measured) -> None:
     npu = est.npu
     peak = 2 * npu.peak_macs_per_s / 1e12
     title = "" if kind == "program" else f"[{kind}] "
+    fastest = max(npu.array_formats, key=npu.array_formats.get) + " " if npu.array_formats else ""
     print(f"{title}estimate {est.model} on {npu.name}: {npu.array_rows}x{npu.array_cols} "
-          f"{npu.dataflow.replace('_', '-')} array at {npu.clock_mhz:g} MHz ({peak:.2f} TFLOP/s), "
+          f"{npu.dataflow.replace('_', '-')} array at {npu.clock_mhz:g} MHz ({peak:.2f} {fastest}TOPS), "
           f"{npu.dram_gb_s:g} GB/s DRAM; {len(est.kernels)} kernels")
     for n in est.notes:
         print(f"  {n}")
