@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from doc_tables import write_between_markers  # noqa: E402
 
 from npu_compiler.npu import ConvWork, GemmWork, NPUConfig, array_cycles, kernel_work, load_npu  # noqa: E402
 from npu_compiler.npu.model import conv_as_gemm  # noqa: E402
@@ -144,7 +147,8 @@ def _scalesim_run(layer: Layer, rows: int, cols: int, dataflow: str) -> int:
 def _npu(rows: int, cols: int, dataflow: str, base: NPUConfig | None = None) -> NPUConfig:
     base = base or load_npu("tpu-v1")
     full = {"ws": "weight_stationary", "os": "output_stationary", "is": "input_stationary"}[dataflow]
-    return dataclasses.replace(base, array_rows=rows, array_cols=cols, dataflow=full, preload_overlap=False)
+    return dataclasses.replace(base, array_rows=rows, array_cols=cols, dataflow=full, preload_overlap=False,
+                               fold_overlap=False, array_formats={})
 
 
 # ---- the models' layers ------------------------------------------------------------------------------------------
@@ -252,15 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     table.append(f"{len(rows)} distinct layers; largest error {100 * worst:.3f}%.")
     text = "\n".join(table)
     print(text)
-    if args.write_docs:
-        doc = DOCS.read_text()
-        if BEGIN not in doc or END not in doc:
-            print(f"{DOCS}: markers {BEGIN} / {END} not found", file=sys.stderr)
-            return 1
-        head, rest = doc.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        DOCS.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-        print(f"written into {DOCS}")
+    if args.write_docs and write_between_markers(DOCS, BEGIN, END, text):
+        return 1
     return 0
 
 

@@ -43,8 +43,10 @@ class KernelProfile:
     min_s: float
     total_s: float  # over every timed iteration
     bytes: int
-    flops: int
+    flops: int  # 2 per multiply-add, one per vector arithmetic operation (npu_compiler.kernels.counting)
     launched_with: int | None = None  # the kernel whose launch runs this one (its time is counted there)
+    compares: int = 0  # comparisons, max/min and selects (a max pool's work)
+    bytes_by_dtype: dict[str, dict[str, int]] = field(default_factory=dict)  # {dtype: {"read": .., "written": ..}}
 
     @property
     def gbps(self) -> float:
@@ -91,7 +93,8 @@ class ProfileReport:
 
 
 def kernel_cost(program: CompiledProgram, k: KernelCall) -> KernelCost:
-    """FLOPs and bytes of one kernel: its kind's own cost model (`npu_compiler.kernels`)."""
+    """MACs, vector operations and bytes of one kernel: its kind's one count (`npu_compiler.kernels.counting`), the
+    same that `npusim estimate` reads."""
     return k.spec.cost(k, program.buffers)
 
 
@@ -111,7 +114,7 @@ def summarize(program: CompiledProgram, runs: list[list[KernelTiming]], backend:
         kernels.append(KernelProfile(
             i, k.name, k.kind, k.group, list(k.nodes), len(ds), statistics.fmean(ds) if ds else 0.0,
             statistics.median(ds) if ds else 0.0, min(ds) if ds else 0.0, sum(ds), cost.bytes, cost.flops,
-            merged.get(i)))
+            merged.get(i), cost.compares, cost.bytes_by_dtype()))
     totals = [sum(t.dur_s for t in run) for run in runs]
     return ProfileReport(program.model_name, backend, len(runs), kernels, totals, runs)
 
@@ -212,7 +215,8 @@ def chrome_trace(program: CompiledProgram, report: ProfileReport) -> dict[str, A
         kp = costs[t.index]
         extra = {} if t.launched_with is None else {"launched_with": program.kernels[t.launched_with].name}
         events.append(kernel_event(program.kernels[t.index], t.index, 0, start, t.dur_s,
-                                   {"iteration": it, "bytes": kp.bytes, "flops": kp.flops, **extra}))
+                                   {"iteration": it, "bytes": kp.bytes, "flops": kp.flops,
+                                    "compares": kp.compares, **extra}))
     return trace_document(events, {"model": program.model_name, "backend": report.backend,
                                    "iterations": report.iterations})
 
@@ -252,12 +256,12 @@ def format_table(report: ProfileReport, top: int | None = None) -> str:
     kw = max([len("kernel"), *(len(k.name) for k in rows)])
     gw = max([len("group"), *(len(k.group) for k in rows)])
     lines = [f"{'#':>4} {'kernel':<{kw}} {'group':<{gw}} {'time(us)':>10} {'%':>6} {'MB':>9} {'MFLOP':>10} "
-             f"{'GB/s':>8} {'GFLOP/s':>8}  nodes"]
+             f"{'Mcmp':>8} {'GB/s':>8} {'GFLOP/s':>8}  nodes"]
     for k in rows:
         nodes = ", ".join(k.nodes[:3]) + (" ..." if len(k.nodes) > 3 else "")
         if k.launched_with is not None:
             nodes = f"[in {report.kernels[k.launched_with].name}'s launch] {nodes}"
         lines.append(f"{k.index:>4} {k.name:<{kw}} {k.group:<{gw}} {k.median_s * 1e6:>10.1f} "
                      f"{100 * k.median_s / total:>6.1f} {k.bytes / 1e6:>9.3f} {k.flops / 1e6:>10.3f} "
-                     f"{k.gbps:>8.2f} {k.gflops:>8.2f}  {nodes}")
+                     f"{k.compares / 1e6:>8.3f} {k.gbps:>8.2f} {k.gflops:>8.2f}  {nodes}")
     return "\n".join(lines)

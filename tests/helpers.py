@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -162,3 +166,13 @@ class ThreeSmallOps(torch.nn.Module):
         a = x * 2.0 + z
         b = torch.sin(y)
         return a, b, a * b[..., :1]
+
+
+def load_bench(name: str):
+    """A script of bench/ as a module (bench/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, mod)
+    spec.loader.exec_module(mod)
+    return mod

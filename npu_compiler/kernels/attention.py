@@ -19,7 +19,8 @@ import numpy as np
 from ..dtypes import is_float
 from ..errors import KernelFault
 from ..expr.interpret import round_to, store
-from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, ref_bytes
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect
+from .counting import footprint, out_writes, ref_reads
 from .fields import bounded, one_of
 
 if TYPE_CHECKING:
@@ -110,10 +111,29 @@ class AttentionKernel(KernelSpec):
             expect(dtype_of(buffers, tab) == "uint8" and tab.numel == self.tile_table,
                    "attention tile table of the wrong size or dtype")
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
-        read = sum(ref_bytes(buffers, r) for r in call.args)
-        return KernelCost(attention_flops(self.rows, self.kv_len, self.head_dim, self.v_dim), read,
-                          ref_bytes(buffers, call.outs[0]))
+    def attended(self, context_len: int | None = None) -> int:
+        """Keys a query row attends to: `context_len` cached tokens for a decode over a static cache (its keys past
+        the last written position are never read), else every key."""
+        if self.valid_len and context_len is not None:
+            return max(1, min(self.kv_len, context_len))
+        return self.kv_len
+
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """Q K^T and P V: (head_dim + v_dim) MACs per score. Per score, arithmetic: the scale (when not 1), an
+        additive mask, subtracting the row's max, exp, the row sum's add, the normalising divide; comparisons: the
+        row max, a bool or causal mask's select. Reads: Q, the keys and values attended (each kv head once for the
+        query heads that share it), the mask for those keys, the cache positions."""
+        lk = self.attended(context_len)
+        scores = self.rows * lk
+        arith = scores * (4 + int(self.scale != 1.0) + int(self.mask == "additive"))
+        compares = scores * (1 + int(self.mask == "bool") + int(self.is_causal))
+        kv_rows = self.batch * self.kv_heads * lk
+        elements = {1: kv_rows * self.head_dim, 2: kv_rows * self.v_dim}
+        if self.mask != "none":
+            elements[3] = footprint(call.args[3]) * lk // max(self.kv_len, 1)
+        reads = ref_reads(call, buffers, range(len(call.args)), elements)
+        return KernelCost(scores * (self.head_dim + self.v_dim), arith, compares, tuple(reads),
+                          out_writes(call, buffers), (dtype_of(buffers, call.args[0]), dtype_of(buffers, call.args[1])))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         qv, kv_, vv = (arrays.view(a) for a in call.args[:3])

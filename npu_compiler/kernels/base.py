@@ -14,24 +14,11 @@ from ..dtypes import itemsize
 from ..expr import nodes as X
 from ..expr.check import ExprContext, check_expr
 from . import fields
+from .counting import KernelCost
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
     from ..tensor import TensorRef
-
-
-@dataclass(frozen=True)
-class KernelCost:
-    """What one launch costs: floating-point (or integer) operations, a multiply-add counting 2, and the bytes it
-    must move at least once (each distinct element read or written)."""
-
-    flops: int
-    bytes_read: int
-    bytes_written: int
-
-    @property
-    def bytes(self) -> int:
-        return self.bytes_read + self.bytes_written
 
 
 class Arrays(Protocol):
@@ -66,7 +53,10 @@ class KernelSpec:
         """Raise ValueError when the record does not fit the call's tensors (counts, shapes, dtypes)."""
         raise NotImplementedError
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """What one launch does (`counting.KernelCost`: MACs, vector operations, bytes per argument): the one count
+        that the profiler and the NPU model read. `context_len`: cached tokens a decode attention reads (its kind
+        alone uses it; None: the whole static cache)."""
         raise NotImplementedError
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
@@ -128,57 +118,6 @@ def check_epilogue(epilogue: X.Expr | None, call: KernelCall, buffers: Sequence[
     if epilogue is not None:
         check_expr(epilogue, arg_context(call, buffers, tuple(out.shape), acc_dtype=dtype_of(buffers, out),
                                          acc_groups=acc_groups))
-
-
-def expr_flops(e: X.Expr | None, points: int, reduce_points: int = 0) -> int:
-    """Operations of an expression evaluated at `points` output points; nodes inside a reduction (and its combine
-    step) run at `reduce_points` points (rows times the reduction extent)."""
-    if e is None:
-        return 0
-    total = 0
-    stack: list[tuple[X.Expr, bool]] = [(e, False)]
-    seen: set[int] = set()
-    while stack:
-        node, inside = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, X.Unary | X.Binary | X.Where | X.Reduce):
-            total += reduce_points if inside or isinstance(node, X.Reduce) else points
-        for c in X.children(node):
-            stack.append((c, inside or isinstance(node, X.Reduce)))
-    return total
-
-
-def epilogue_reads(e: X.Expr | None, call: KernelCall, buffers: Sequence[BufferSpec], out_shape: tuple[int, ...],
-                   reduce_shape: tuple[int, ...] = ()) -> int:
-    """Bytes an expression reads: per Load the distinct elements its map reaches, per Gather at most one element per
-    evaluation (capped by the gathered view)."""
-    if e is None:
-        return 0
-    total = 0
-    red = 1
-    for n in reduce_shape:
-        red *= n
-    points = 1
-    for n in out_shape:
-        points *= n
-    for r in X.reads(e):
-        buf = buffers[call.args[r.arg].buffer]
-        size = itemsize(buf.dtype)
-        if isinstance(r, X.Load):
-            count = 1
-            for n, s in zip(out_shape, r.strides):
-                count *= n if s else 1
-            for n, s in zip(reduce_shape, r.rstrides):
-                count *= n if s else 1
-        else:
-            view = 1
-            for n in r.shape:
-                view *= n
-            count = min(view, points * red)
-        total += min(count, buf.numel) * size
-    return total
 
 
 @dataclass

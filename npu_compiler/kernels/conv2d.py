@@ -31,11 +31,9 @@ from .base import (
     Step,
     check_epilogue,
     dtype_of,
-    epilogue_reads,
     expect,
-    expr_flops,
-    ref_bytes,
 )
+from .counting import OpCounts, expr_counts, expr_reads, merge_reads, out_writes, ref_reads
 from .fields import bounded
 
 if TYPE_CHECKING:
@@ -137,14 +135,20 @@ class Conv2dKernel(KernelSpec):
         dts = {dtype_of(buffers, r) for r in (x2, w2)}
         expect(all(is_float(d) for d in dts), f"a side conv over {sorted(dts)}")
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """Per output element Cin/g kh kw MACs (and the side conv's C2), the bias (and the side's) and the epilogue.
+        Reads: the input, the weights, the biases, the side conv's operands and what the epilogue loads; the output
+        is written once (a split's scratch is the target's, not counted)."""
         out, w = call.outs[0], call.args[1]
-        read = sum(ref_bytes(buffers, r) for r in call.args[:self.first_epilogue_arg])
-        read += epilogue_reads(self.epilogue, call, buffers, tuple(out.shape))
-        flops = conv_flops(out.numel, *w.shape[1:]) + expr_flops(self.epilogue, out.numel)
+        macs = out.numel * w.shape[1] * w.shape[2] * w.shape[3]
         if self.side_stride:
-            flops += conv_flops(out.numel, call.args[self.side_first_arg].shape[1], 1, 1)
-        return KernelCost(flops, read, ref_bytes(buffers, out))
+            macs += out.numel * call.args[self.side_first_arg].shape[1]
+        counts = OpCounts(out.numel * (int(self.bias) + int(self.side_bias)))
+        counts += expr_counts(self.epilogue, tuple(out.shape))
+        reads = merge_reads(ref_reads(call, buffers, range(self.first_epilogue_arg)),
+                            expr_reads((self.epilogue,), call, buffers, tuple(out.shape)))
+        return KernelCost(macs, counts.arith, counts.compares, reads, out_writes(call, buffers),
+                          (dtype_of(buffers, call.args[0]), dtype_of(buffers, w)))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         xv, wv = arrays.view(call.args[0]), arrays.view(call.args[1])

@@ -38,12 +38,10 @@ from .base import (
     arg_context,
     check_epilogue,
     dtype_of,
-    epilogue_reads,
     expect,
     expect_shape,
-    expr_flops,
-    ref_bytes,
 )
+from .counting import OpCounts, expr_counts, expr_reads, merge_reads, out_writes, ref_reads
 from .fields import bounded
 
 if TYPE_CHECKING:
@@ -139,16 +137,23 @@ class GemmKernel(KernelSpec):
         check_expr(self.prologue, arg_context(call, buffers, self.a_shape, tuple(self.prologue_reduce),
                                               1 if self.prologue_reduce else 0))
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """m n k MACs per batch entry; per product element the scale (alpha != 1) and the bias (and its beta != 1);
+        the epilogue per output element; the prologue per element of a (its reduction once per row and element).
+        Reads: a, b and the bias as far as their views reach, what the epilogue and the prologue load."""
         out = call.outs[0]
-        read = sum(ref_bytes(buffers, r) for r in call.args[:self.first_epilogue_arg])
-        read += epilogue_reads(self.epilogue, call, buffers, tuple(out.shape))
-        flops = gemm_flops(self.m, self.n, self.k, self.batch_count) + expr_flops(self.epilogue, out.numel)
-        if self.prologue is not None:
-            read += epilogue_reads(self.prologue, call, buffers, self.a_shape, tuple(self.prologue_reduce))
-            a_points = math.prod(self.a_shape)
-            flops += expr_flops(self.prologue, a_points, a_points if self.prologue_reduce else 0)
-        return KernelCost(flops, read, ref_bytes(buffers, out))
+        product = self.batch_count * self.m * self.n
+        counts = OpCounts(product * (int(self.alpha != 1.0) + int(self.bias) + int(self.bias and self.beta != 1.0)))
+        counts += expr_counts(self.epilogue, tuple(out.shape))
+        a_points = math.prod(self.a_shape)
+        counts += expr_counts(self.prologue, self.a_shape, a_points if self.prologue_reduce else 0,
+                              int(bool(self.prologue_reduce)))
+        operands = ref_reads(call, buffers, range(self.first_epilogue_arg))
+        reads = merge_reads(operands, expr_reads((self.epilogue,), call, buffers, tuple(out.shape)),
+                            expr_reads((self.prologue,), call, buffers, self.a_shape, tuple(self.prologue_reduce)))
+        a_dtype = self.prologue.dtype if self.prologue is not None else dtype_of(buffers, call.args[0])
+        return KernelCost(product * self.k, counts.arith, counts.compares, reads, out_writes(call, buffers),
+                          (a_dtype, dtype_of(buffers, call.args[self.b_arg])))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         b = arrays.view(call.args[self.b_arg])

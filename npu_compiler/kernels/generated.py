@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..dtypes import itemsize
 from ..errors import KernelFault
 from ..expr import nodes as X
 from ..expr.check import check_expr
 from ..expr.interpret import Evaluator, store
-from .base import Arrays, KernelCost, KernelSpec, Step, arg_context, epilogue_reads, expect, expr_flops
+from .base import Arrays, KernelCost, KernelSpec, Step, arg_context, expect
+from .counting import expr_counts, expr_reads, out_writes
 from .fields import bounded
 
 if TYPE_CHECKING:
@@ -99,21 +99,21 @@ class GeneratedKernel(KernelSpec):
                    f"a scatter position of dtype {sc.index.dtype}")
         check_expr(self.expr, arg_context(call, buffers, shape, tuple(self.reduce_shape), self.row_dims))
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """The expression's vector operations at every point of the iteration space (a reduction's body, and a row
+        kernel's reductions, once per row and reduced element), its side output's; the loads' reach; the output (a
+        scatter: the rows it writes), the side output."""
         shape = self.iteration_shape(call)
         points = math.prod(shape)
-        out = call.outs[0]
         rows = math.prod(shape[:len(shape) - self.row_dims]) if self.row_dims else points
-        red = math.prod(self.reduce_shape)
-        flops = expr_flops(self.expr, points, rows * red)
-        read = epilogue_reads(self.expr, call, buffers, shape, tuple(self.reduce_shape))
-        if self.scatter is not None:
-            read += epilogue_reads(self.scatter.index, call, buffers, shape)
-        written = points * itemsize(buffers[out.buffer].dtype)
-        if self.side is not None:  # its reads are the row's own (the norm reads the same elements): no more traffic
-            flops += expr_flops(self.side, points)
-            written += points * itemsize(buffers[call.outs[1].buffer].dtype)
-        return KernelCost(flops, read, written)
+        counts = expr_counts(self.expr, shape, rows * math.prod(self.reduce_shape), self.row_dims)
+        if self.side is not None:
+            counts += expr_counts(self.side, shape)
+        reads = expr_reads((self.expr, self.scatter.index if self.scatter is not None else None, self.side), call,
+                           buffers, shape, tuple(self.reduce_shape))
+        outs = (0,) if self.side is None else (0, 1)
+        writes = out_writes(call, buffers, outs, {i: points for i in outs})
+        return KernelCost(0, counts.arith, counts.compares, tuple(reads), writes)
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         args = [arrays.buffer(a) for a in call.args]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NPUCompileError
-from ..targets.config import DATAFLOWS, NPUConfig
+from ..targets.config import DATAFLOWS, FORMAT_BITS, NPUConfig
 
 PRESET_DIR = Path(__file__).with_name("presets")
 
@@ -58,11 +58,12 @@ def _load_file(path: Path, seen: tuple[str, ...]) -> NPUConfig:
 
 
 def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
+    tables = {f.metadata["key"] for f in dataclasses.fields(NPUConfig) if f.metadata["check"] == "formats"}
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
             for sub, v in value.items():
-                if isinstance(v, dict):
+                if isinstance(v, dict) and f"{key}.{sub}" not in tables:
                     raise NPUConfigError(f"{where}: {key}.{sub}: unexpected table (sections nest one level)")
                 flat[f"{key}.{sub}"] = v
         else:
@@ -91,16 +92,19 @@ def from_mapping(data: dict[str, Any], where: str = "<npu>", seen: tuple[str, ..
         raise NPUConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: base, {known}")
     for key, value in flat.items():
         f = fields[key]
-        values[f.name] = _check(where, key, f, value)
+        values[f.name] = check_value(where, key, f, value)
     missing = [f.metadata["key"] for f in dataclasses.fields(NPUConfig)
-               if f.name not in values and f.default is dataclasses.MISSING]
+               if f.name not in values and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
     if missing:
         raise NPUConfigError(f"{where}: missing {missing[0]!r} ({fields[missing[0]].metadata['doc']})"
                              + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     return NPUConfig(**values)
 
 
-def _check(where: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+def check_value(where: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+    """`value` for the NPUConfig field `f` (file key `key`), checked and converted, or a one-line error naming
+    `where` and the key."""
     check = f.metadata["check"]
     want = f.type if isinstance(f.type, str) else f.type.__name__
 
@@ -117,6 +121,18 @@ def _check(where: str, key: str, f: dataclasses.Field, value: Any) -> Any:
                 raise bad(f"one of {', '.join(DATAFLOWS)}")
             return full
         return value
+    if check == "formats":
+        if not isinstance(value, dict):
+            raise bad("a table of number formats, e.g. { int8 = 1.0, int16 = 0.25 }")
+        out = {}
+        for fmt, v in value.items():
+            if fmt not in FORMAT_BITS:
+                raise NPUConfigError(f"{where}: {key}.{fmt}: unknown number format; formats: "
+                                     f"{', '.join(FORMAT_BITS)}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise NPUConfigError(f"{where}: {key}.{fmt}: expected a number >= 0, got {v!r}")
+            out[fmt] = float(v)
+        return out
     if want == "bool":
         if not isinstance(value, bool):
             raise bad("true or false")

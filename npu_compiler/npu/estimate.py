@@ -8,7 +8,9 @@ from typing import Any
 
 from ..program import CompiledProgram
 from ..targets.config import NPUConfig
+from .formats import as_format
 from .model import Estimate, estimate
+from .residency import STAGING_SHARES, ResidencyPlan, plan_residency
 from .work import AttentionWork, ConvWork, GemmWork, VectorWork, Work, kernel_work
 
 
@@ -46,7 +48,7 @@ class ProgramEstimate:
     model: str
     npu: NPUConfig
     kernels: list[KernelEstimate]
-    arena_on_chip: bool  # the program's intermediates stay in the activation buffer
+    residency: ResidencyPlan
     context_len: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -72,7 +74,7 @@ class ProgramEstimate:
 
     @property
     def utilization(self) -> float:
-        cap = self.npu.array_rows * self.npu.array_cols * self.cycles
+        cap = self.npu.peak_macs_per_s / self.npu.clock_hz * self.cycles
         return self.macs / cap if cap else 0.0
 
     def by_group(self) -> dict[str, dict[str, float]]:
@@ -101,32 +103,74 @@ class ProgramEstimate:
                 "time_by_bound_s": self.by_bound()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "npu": self.npu.to_dict(), "arena_on_chip": self.arena_on_chip,
+        r = self.residency
+        return {"model": self.model, "npu": self.npu.to_dict(),
+                "residency": {"policy": r.policy, "capacity_bytes": r.capacity, "resident_tensors": r.resident_tensors,
+                              "spilled_tensors": r.spilled_tensors, "peak_bytes": r.peak_bytes},
                 "context_len": self.context_len, "totals": self.totals(), "by_group": self.by_group(),
                 "kernels": [k.to_dict() for k in self.kernels], "notes": self.notes}
 
 
-def arena_fits(program: CompiledProgram, npu: NPUConfig) -> bool:
-    """Intermediates stay on chip when the compiler's static arena (the peak of live intermediates, at their
-    planned offsets) fits in the activation buffer; otherwise every kernel reads and writes them in DRAM."""
-    return program.arena_bytes <= npu.activation_buffer_kib * 1024
-
-
 def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: int | None = None,
-                     arena_on_chip: bool | None = None) -> ProgramEstimate:
+                     arena_on_chip: bool | None = None, number_format: str | None = None,
+                     pipeline: bool = False) -> ProgramEstimate:
     """Predict every kernel of `program` on `npu`. `context_len`: tokens that decode attention reads from its cache
-    (default: the whole static cache). `arena_on_chip`: override the residency rule of `arena_fits`."""
-    resident = arena_fits(program, npu) if arena_on_chip is None else arena_on_chip
+    (default: the whole static cache). `arena_on_chip`: None plans each tensor's residency in the activation buffer
+    (`residency.plan_residency`); True keeps every intermediate on chip whatever its size, False none.
+    `number_format`: cost every floating-point tensor as this format (int8, int16, fp16, bf16, fp32: what the
+    program would take once quantized to it). `pipeline`: layer-to-layer pipelining (a kernel's weight loads start
+    during the kernel before it, in the DRAM time that one leaves idle)."""
+    notes = []
+    if number_format is not None:
+        program = as_format(program, number_format)
+        notes.append(f"every floating-point tensor costed as {number_format} (--format)")
+    policy = {None: "plan", True: "all", False: "none"}[arena_on_chip]
+    capacity = int(npu.activation_buffer_kib * 1024)
+    best = None
+    for share in STAGING_SHARES if policy == "plan" else (1 / 2,):
+        plan = plan_residency(program, capacity, context_len=context_len, policy=policy, staging_share=share)
+        est = _estimate_with(program, npu, plan, context_len, pipeline)
+        if best is None or est.time_s < best.time_s:
+            best = est
+    best.notes[:0] = notes
+    return best
+
+
+def _estimate_with(program: CompiledProgram, npu: NPUConfig, plan: ResidencyPlan, context_len: int | None,
+                   pipeline: bool) -> ProgramEstimate:
     kernels = []
+    idle = 0.0  # DRAM cycles the previous kernel left idle (pipelining prefetches into them)
     for i, k in enumerate(program.kernels):
-        work = kernel_work(program, k, arena_on_chip=resident, context_len=context_len)
+        work = kernel_work(program, k, plan.kernels[i], context_len=context_len)
         est = estimate(work, npu)
+        if plan.kernels[i].spilled:
+            est.detail["spills"] = [program.buffers[b].name for b in plan.kernels[i].spilled]
+        if pipeline:
+            idle = _prefetch(program, k, npu, est, idle, context_len, first=i == 0)
         kernels.append(KernelEstimate(i, k.name, k.kind, k.group, list(k.nodes), describe_work(work), est,
                                       est.cycles / npu.clock_hz, est.utilization(npu)))
-    notes = [f"intermediates ({program.arena_bytes / 2**20:.2f} MiB arena) "
-             + ("stay in the activation buffer" if resident else
-                f"do not fit the {npu.activation_buffer_kib / 1024:.2f} MiB activation buffer: they go to DRAM")]
-    return ProgramEstimate(program.model_name, npu, kernels, resident, context_len, notes)
+    notes = [plan.summary()]
+    notes += sorted({str(k.est.detail["format_note"]) for k in kernels if "format_note" in k.est.detail})
+    if pipeline:
+        notes.append("layer-to-layer pipelining: weight loads start during the kernel before")
+    return ProgramEstimate(program.model_name, npu, kernels, plan, context_len, notes)
+
+
+def _prefetch(program: CompiledProgram, k, npu: NPUConfig, est: Estimate, idle: float, context_len: int | None,
+              first: bool) -> float:
+    """Hide up to `idle` cycles of this kernel's weight loads (they depend on no earlier kernel) in the kernel before
+    it; returns the DRAM cycles this kernel leaves idle."""
+    cost = k.spec.cost(k, program.buffers, context_len=context_len)
+    weights = sum(t.bytes for t in cost.reads if program.buffers[t.buffer].kind in ("weight", "constant"))
+    hidden = 0.0 if first else min(idle, weights / (npu.dram_gb_s * 1e9) * npu.clock_hz, est.dram_cycles)
+    dram = est.dram_cycles - hidden
+    busy = (max(est.compute_cycles, est.onchip_cycles, dram) if npu.dram_overlap
+            else max(est.compute_cycles, est.onchip_cycles) + dram)
+    if hidden > 0:
+        est.latency_cycles = 0.0  # the first tile came in early
+        est.detail["prefetched_cycles"] = hidden
+    est.cycles = busy + est.latency_cycles
+    return est.cycles - dram
 
 
 def describe_work(w: Work) -> str:

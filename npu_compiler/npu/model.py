@@ -1,12 +1,14 @@
 """The analytical NPU model: cycles, traffic and energy of one piece of work on an `NPUConfig`.
 
-Contractions (GEMM, convolution, the two products of attention) run on an R x C systolic array in one of three
-dataflows; everything else runs on a vector unit of `lanes` operations per cycle. docs/npu_model.md derives the
-equations; the comments here say which one each function implements.
+Contractions (GEMM, convolution, the two products of attention) run on an R x C array in one of three systolic
+dataflows or the row-stationary one (`rowstationary.py`), at the rate of their number format (`formats.py`);
+everything else runs on a vector unit of `lanes` operations per cycle. docs/npu_model.md derives the equations; the
+comments here say which one each function implements.
 
-Overlap: within a kernel, DRAM transfers, on-chip buffer traffic and computation overlap completely (tiles are
-double-buffered), so a kernel takes the longest of the three, plus one DRAM latency for the first tile when it
-touches DRAM at all. Kernels run one after another.
+Overlap: within a kernel, on-chip buffer traffic and computation overlap (tiles are double-buffered), and DRAM
+transfers too where the preset says the hardware double-buffers its loads (`dram.double_buffered`), else they add;
+one DRAM latency is exposed for the first tile when a kernel touches DRAM at all. Kernels run one after another
+(`estimate_program(..., pipeline=True)` overlaps a kernel's weight loads with the kernel before it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..targets.config import DATAFLOWS, NPUConfig
+from .formats import mac_energy, mac_rate, vector_rate
+from .rowstationary import RSLayer, rs_dram, rs_map, spad_bytes_per_mac
 from .work import AttentionWork, ConvWork, GemmWork, Operand, VectorWork, Work
 
 BOUNDS = ("compute", "on-chip", "DRAM")
@@ -49,8 +53,8 @@ class Estimate:
         return sum(self.energy_pj.values())
 
     def utilization(self, npu: NPUConfig) -> float:
-        """MACs done / MACs the array could have done in the predicted cycles."""
-        cap = npu.array_rows * npu.array_cols * self.cycles
+        """MACs done / MACs the array could have done in the predicted cycles (in its fastest format)."""
+        cap = npu.peak_macs_per_s / npu.clock_hz * self.cycles
         return self.macs / cap if cap > 0 else 0.0
 
 
@@ -58,7 +62,11 @@ def estimate(work: Work, npu: NPUConfig) -> Estimate:
     if isinstance(work, GemmWork):
         return gemm(work, npu)
     if isinstance(work, ConvWork):
-        return gemm(conv_as_gemm(work), npu, detail={"conv": f"{work.kh}x{work.kw}/{work.stride[0]}"})
+        detail: dict[str, object] = {"conv": f"{work.kh}x{work.kw}/{work.stride[0]}"}
+        if DATAFLOWS[npu.dataflow] == "rs":
+            h_in = (work.ho - 1) * work.stride[0] + work.kh  # the padded rows the convolution reads
+            return gemm(conv_as_gemm(work), npu, detail, rs_layer(work), (h_in, work.stride[0]))
+        return gemm(conv_as_gemm(work), npu, detail)
     if isinstance(work, AttentionWork):
         return attention(work, npu)
     return vector(work, npu)
@@ -74,8 +82,9 @@ def array_mapping(m: int, n: int, k: int, dataflow: str) -> tuple[int, int, int]
     return {"ws": (k, n, m), "os": (m, n, k), "is": (k, m, n)}[dataflow]
 
 
-def array_cycles(m: int, n: int, k: int, npu: NPUConfig, batch: int = 1) -> tuple[int, int]:
-    """(cycles, folds) of `batch` products C[m,n] = A[m,k] B[k,n] on the array.
+def array_cycles(m: int, n: int, k: int, npu: NPUConfig, batch: int = 1, rate: float = 1.0) -> tuple[float, int]:
+    """(cycles, folds) of `batch` products C[m,n] = A[m,k] B[k,n] on the array, at `rate` MACs per cell per cycle
+    (the number format's: 0.25 for 16-bit operands on 8-bit cells, which take four passes).
 
     The work is cut into folds of R x C cells. A fold streams its `stream` vectors in, skewed by one cycle per row
     and column, so the last result leaves R + C - 2 cycles after the last vector enters: stream + R + C - 2 cycles.
@@ -83,14 +92,31 @@ def array_cycles(m: int, n: int, k: int, npu: NPUConfig, batch: int = 1) -> tupl
     In the weight- and input-stationary dataflows the fold's stationary tile first shifts in, one row per cycle
     (R cycles); with `preload_overlap` the next tile shifts in while the current fold computes, so only the first
     load shows. In the output-stationary dataflow results drain through the cells while the next fold computes.
+    With `fold_overlap` a fold's vectors enter right behind the previous fold's (which drains meanwhile): fill and
+    drain show once, and a fold takes its stream or, when the next tile shifts in during it, at least R cycles.
+    The row-stationary dataflow maps the product as 1 x 1 convolutions (`rowstationary.py`).
     """
     rows, cols = npu.array_rows, npu.array_cols
-    spatial_r, spatial_c, stream = array_mapping(m, n, k, DATAFLOWS[npu.dataflow])
+    df = DATAFLOWS[npu.dataflow]
+    if df == "rs":
+        mapping = rs_map(RSLayer(1, n, k, 1, 1, 1, m, m), npu, 1, 1, rate)
+        return mapping.cycles * batch, mapping.units * batch
+    spatial_r, spatial_c, stream = array_mapping(m, n, k, df)
     folds = math.ceil(spatial_r / rows) * math.ceil(spatial_c / cols) * batch
-    per_fold = stream + rows + cols - 2
-    preload = 0 if DATAFLOWS[npu.dataflow] == "os" else rows
-    total = folds * per_fold + (preload if npu.preload_overlap else folds * preload)
-    return (total if folds else 0), folds
+    if not folds:
+        return 0, 0
+    preload = 0 if df == "os" else rows
+    if npu.fold_overlap:
+        per_fold = max(stream, rows) if (npu.preload_overlap or df == "os") else stream + preload
+        total = folds * per_fold + rows + cols - 2 + (preload if npu.preload_overlap else 0)
+    else:
+        total = folds * (stream + rows + cols - 2) + (preload if npu.preload_overlap else folds * preload)
+    return total / rate, folds
+
+
+def rs_layer(c: ConvWork) -> RSLayer:
+    """A convolution's shape for the row-stationary dataflow (a side conv's 1x1 channels join C)."""
+    return RSLayer(c.n, c.o, c.c // c.groups + c.side_c, c.kh, c.kw, c.ho, c.wo, (c.wo - 1) * c.stride[1] + c.kw)
 
 
 def conv_as_gemm(c: ConvWork) -> GemmWork:
@@ -101,20 +127,24 @@ def conv_as_gemm(c: ConvWork) -> GemmWork:
     return GemmWork(
         m=c.n * c.ho * c.wo, n=c.o // c.groups, k=(c.c // c.groups) * c.kh * c.kw + c.side_c, a=c.x, b=c.weight,
         out=c.out,
-        a_elem=c.elem, b_elem=c.elem, out_elem=c.elem, batch=c.groups, extra=c.extra, epilogue_ops=c.epilogue_ops,
-        label=c.label)
+        a_elem=c.elem, b_elem=c.elem, out_elem=c.elem, batch=c.groups, extra=c.extra, vector_ops=c.vector_ops,
+        label=c.label, staging=c.staging, dtypes=c.dtypes, out_dtype=c.out_dtype)
 
 
 def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
-    """DRAM bytes of a GEMM with tiles chosen to fit the buffers (each double-buffered: a tile may use half).
+    """DRAM bytes of a GEMM with tiles chosen to fit the buffers (double-buffered where DRAM transfers overlap the
+    computation: a tile may use half).
 
     Every output tile reduces its whole K on chip (accumulators), so C is written once. Two loop orders:
     B-resident: B is cut into column panels that fit the weight buffer, each read once; A is read once per panel
     unless all of A fits the activation buffer. A-resident: A is cut into row panels that fit the activation
     buffer, each read once; B is read once per panel unless all of B fits the weight buffer. The order that moves
-    fewer DRAM bytes is taken. Operands resident on chip (intermediates in the activation buffer) cost no DRAM."""
-    wcap = npu.weight_buffer_kib * 1024 / 2
-    icap = npu.activation_buffer_kib * 1024 / 2
+    fewer DRAM bytes is taken. Operands resident on chip (intermediates in the activation buffer) cost no DRAM, and
+    an A resident on chip is one panel. The activation buffer's share for tiles is what the residency plan leaves
+    free (`staging`)."""
+    halves = 2 if npu.dram_overlap else 1  # double-buffered tiles take half the buffer each
+    wcap = npu.weight_buffer_kib * 1024 / halves
+    icap = (npu.activation_buffer_kib * 1024 if g.staging is None else g.staging) / halves
     acc_cols = max(1, int(npu.accumulator_kib * 1024 / 2 // npu.accumulator_bytes))  # accumulators of one row
     fa, fb = g.a.bytes / g.batch, g.b.bytes / g.batch
     a_row, b_col = fa / max(g.m, 1), fb / max(g.n, 1)
@@ -125,10 +155,10 @@ def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
     mt = max(1, min(g.m, acc_cols // nt))
     b_reads1 = 1 if b_col * nt <= wcap else math.ceil(g.m / mt)
     a_reads1 = 1 if fa <= icap else panels_n
-    # A-resident
-    mt2 = max(1, min(g.m, int(icap // a_row) if a_row else g.m))
+    # A-resident (an A held on chip between kernels is one panel already)
+    mt2 = g.m if g.a.on_chip else max(1, min(g.m, int(icap // a_row) if a_row else g.m))
     panels_m = math.ceil(g.m / mt2)
-    a_reads2 = 1 if a_row * mt2 <= icap else math.ceil(g.n / max(1, acc_cols // mt2))
+    a_reads2 = 1 if g.a.on_chip or a_row * mt2 <= icap else math.ceil(g.n / max(1, acc_cols // mt2))
     b_reads2 = 1 if fb <= wcap else panels_m
 
     def cost(a_reads: int, b_reads: int) -> float:
@@ -163,19 +193,46 @@ def gemm_array_sram(g: GemmWork, npu: NPUConfig) -> int:
 
 
 def moving_bytes_per_mac(g: GemmWork, npu: NPUConfig) -> int:
-    """Bytes that hop between neighbouring cells per MAC: the two operands that are not stationary."""
+    """Bytes that hop between neighbouring cells per MAC: the two operands that are not stationary (row stationary:
+    the scratchpad reads and writes of each MAC)."""
     acc = npu.accumulator_bytes
-    return {"ws": g.a_elem + acc, "os": g.a_elem + g.b_elem, "is": g.b_elem + acc}[DATAFLOWS[npu.dataflow]]
+    df = DATAFLOWS[npu.dataflow]
+    if df == "rs":
+        return spad_bytes_per_mac(max(g.a_elem, g.b_elem), acc)
+    return {"ws": g.a_elem + acc, "os": g.a_elem + g.b_elem, "is": g.b_elem + acc}[df]
 
 
-def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None) -> Estimate:
-    cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch)
-    ops = g.epilogue_ops * g.batch * g.m * g.n + g.prologue_ops
-    dram, tiles = gemm_dram(g, npu)
-    sram = gemm_array_sram(g, npu) + dram
+def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
+         conv: RSLayer | None = None, conv_geometry: tuple[int, int] | None = None) -> Estimate:
+    """A GEMM (or a convolution as one) on the array: cycles at its format's rate, DRAM by the tiling, on-chip
+    traffic by the dataflow (a convolution under row stationary: by its own mapping, `conv`)."""
+    rate, formats, note = mac_rate(npu, *g.dtypes)
+    info: dict[str, object] = {"m": g.m, "n": g.n, "k": g.k, "batch": g.batch, **(detail or {})}
+    if note:
+        info["format_note"] = note
+    if conv is not None and conv_geometry is not None:
+        h_in, stride = conv_geometry
+        weights_extra = sum(o.bytes for o in g.extra if not o.on_chip)
+        dram, tiles = rs_dram(conv, npu, h_in, stride, max(g.a_elem, g.b_elem), npu.accumulator_bytes,
+                              npu.activation_buffer_kib * 1024 if g.staging is None else g.staging, g.a.on_chip,
+                              g.out.on_chip)
+        dram = int(round(dram)) + weights_extra
+    else:
+        dram, tiles = gemm_dram(g, npu)
+    info.update(tiles)
+    if conv is not None:
+        mapping = rs_map(conv, npu, max(g.a_elem, g.b_elem), npu.accumulator_bytes, rate)
+        cyc, folds, onchip = mapping.cycles, mapping.units, mapping.glb_bytes
+        info.update({"active_pes": mapping.active_pes, "slots": mapping.slots})
+        onchip += sum(o.bytes for o in g.extra)
+    elif rate > 0:
+        cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch, rate)
+        onchip = gemm_array_sram(g, npu)
+    else:
+        cyc, folds, onchip = math.inf, 0, gemm_array_sram(g, npu)
     reg = g.macs * moving_bytes_per_mac(g, npu)
-    info = {"m": g.m, "n": g.n, "k": g.k, "batch": g.batch, **tiles, **(detail or {})}
-    return _finish(npu, cyc, ops, dram, sram, reg, g.macs, folds, info)
+    return _finish(npu, cyc, g.vector_ops, dram, onchip + dram, reg, g.macs, folds, info,
+                   mac_pj=mac_energy(npu, formats), vector_dtype=g.out_dtype)
 
 
 # ---- attention ---------------------------------------------------------------------------------------------------
@@ -190,13 +247,14 @@ def attention(w: AttentionWork, npu: NPUConfig) -> Estimate:
     bh = w.batch * (w.heads // group)
     m = w.q_len * group
     scores = Operand(w.batch * w.heads * w.q_len * w.kv_len * 4, on_chip=True)
-    qk = GemmWork(m, w.kv_len, w.head_dim, w.q, w.k, scores, w.elem, w.elem, 4, bh, label="qk")
-    pv = GemmWork(m, w.v_dim, w.kv_len, scores, w.v, w.out, 4, w.elem, w.elem, bh, label="pv")
-    per_score = 5 + (w.mask is not None)
-    sm = VectorWork(per_score * w.batch * w.heads * w.q_len * w.kv_len,
-                    (scores, *((w.mask,) if w.mask is not None else ())), (scores,), "softmax")
+    qk = GemmWork(m, w.kv_len, w.head_dim, w.q, w.k, scores, w.elem, w.elem, 4, bh, extra=w.extra, label="qk",
+                  staging=w.staging, dtypes=w.dtypes, out_dtype="float32")
+    pv = GemmWork(m, w.v_dim, w.kv_len, scores, w.v, w.out, 4, w.elem, w.elem, bh, label="pv", staging=w.staging,
+                  dtypes=w.dtypes, out_dtype=w.dtypes[0])
+    sm = VectorWork(w.softmax_ops, (scores, *((w.mask,) if w.mask is not None else ())), (scores,), "softmax",
+                    "float32")
     parts = [gemm(qk, npu), vector(sm, npu), gemm(pv, npu)]
-    busy = [max(p.compute_cycles, p.onchip_cycles, p.dram_cycles) for p in parts]
+    busy = [p.cycles - p.latency_cycles for p in parts]
     latency = max(p.latency_cycles for p in parts)
     return Estimate(
         cycles=sum(busy) + latency,
@@ -209,7 +267,8 @@ def attention(w: AttentionWork, npu: NPUConfig) -> Estimate:
         dram_bytes=sum(p.dram_bytes for p in parts), sram_bytes=sum(p.sram_bytes for p in parts),
         register_bytes=sum(p.register_bytes for p in parts), folds=sum(p.folds for p in parts),
         energy_pj={k: sum(p.energy_pj[k] for p in parts) for k in parts[0].energy_pj},
-        detail={"group": group, "phases": {"qk": busy[0], "softmax": busy[1], "pv": busy[2]}},
+        detail={"group": group, "phases": {"qk": busy[0], "softmax": busy[1], "pv": busy[2]},
+                **({"format_note": parts[0].detail["format_note"]} if "format_note" in parts[0].detail else {})},
     )
 
 
@@ -221,21 +280,26 @@ def vector(v: VectorWork, npu: NPUConfig) -> Estimate:
     come from or go to DRAM."""
     moved = sum(o.bytes for o in (*v.reads, *v.writes))
     dram = sum(o.bytes for o in (*v.reads, *v.writes) if not o.on_chip)
-    return _finish(npu, 0, v.ops, dram, moved + dram, 0, 0, 0, {})
+    return _finish(npu, 0, v.ops, dram, moved + dram, 0, 0, 0, {}, vector_dtype=v.dtype)
 
 
 def _finish(npu: NPUConfig, array_cyc: float, ops: int, dram: int, sram: int, reg: int, macs: int, folds: int,
-            detail: dict[str, object]) -> Estimate:
-    compute = max(array_cyc, math.ceil(ops / npu.vector_lanes))
+            detail: dict[str, object], mac_pj: float | None = None, vector_dtype: str = "") -> Estimate:
+    lane_rate, note = vector_rate(npu, vector_dtype) if vector_dtype else (1.0, None)
+    if note and ops:
+        detail.setdefault("format_note", note)
+    vector_cyc = math.ceil(ops / (npu.vector_lanes * lane_rate)) if lane_rate > 0 else (math.inf if ops else 0)
+    compute = max(array_cyc, vector_cyc)
     onchip = sram / npu.sram_bytes_per_cycle
     dram_cyc = dram / (npu.dram_gb_s * 1e9) * npu.clock_hz
     latency = npu.dram_latency_ns * 1e-9 * npu.clock_hz if dram else 0.0
     energy = {
-        "mac": macs * npu.mac_pj,
+        "mac": macs * (npu.mac_pj if mac_pj is None else mac_pj),
         "register": reg * npu.register_pj_per_byte,
         "sram": sram * npu.sram_pj_per_byte,
         "dram": dram * npu.dram_pj_per_byte,
         "vector": ops * npu.vector_op_pj,
     }
-    return Estimate(max(compute, onchip, dram_cyc) + latency, compute, onchip, dram_cyc, latency, array_cyc, macs,
-                    ops, dram, sram, reg, folds, energy, detail)
+    busy = max(compute, onchip, dram_cyc) if npu.dram_overlap else max(compute, onchip) + dram_cyc
+    return Estimate(busy + latency, compute, onchip, dram_cyc, latency, array_cyc, macs, ops, dram, sram, reg, folds,
+                    energy, detail)

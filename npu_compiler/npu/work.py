@@ -7,14 +7,12 @@ each kernel's typed record (`npu_compiler.kernels`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..dtypes import itemsize
-from ..expr import nodes as X
-from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel, GeneratedKernel
-from ..kernels.base import expr_flops
+from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel, KernelCost
 from ..program import CompiledProgram, KernelCall, TensorRef
+from .residency import Placement
 
 
 @dataclass(frozen=True)
@@ -41,10 +39,12 @@ class GemmWork:
     b_elem: int = 2
     out_elem: int = 2
     batch: int = 1
-    extra: tuple[Operand, ...] = ()  # epilogue operands (bias, residual), read once
-    epilogue_ops: int = 0  # vector operations per output element (bias, residual add, activation, scaling)
+    extra: tuple[Operand, ...] = ()  # epilogue and prologue operands (bias, residual, a norm's input), read once
+    vector_ops: int = 0  # the vector unit's work beside the array: a prologue computing A, the epilogue, all batches
     label: str = "gemm"
-    prologue_ops: int = 0  # vector operations that compute A (a norm or an activation folded in), all batches
+    staging: float | None = None  # activation-buffer bytes free for its streamed tiles (None: the whole buffer)
+    dtypes: tuple[str, str] = ("float16", "float16")  # A's and B's: the MACs' number formats
+    out_dtype: str = "float16"  # what the epilogue computes in
 
     @property
     def macs(self) -> int:
@@ -73,9 +73,12 @@ class ConvWork:
     groups: int = 1
     elem: int = 2
     extra: tuple[Operand, ...] = ()
-    epilogue_ops: int = 0
+    vector_ops: int = 0  # bias and epilogue, all output elements
     label: str = "conv2d"
     side_c: int = 0  # a 1x1 side conv's input channels (its K, added to the conv's: one GEMM over both)
+    staging: float | None = None
+    dtypes: tuple[str, str] = ("float16", "float16")  # the input's and the weights'
+    out_dtype: str = "float16"
 
     @property
     def macs(self) -> int:
@@ -100,6 +103,10 @@ class AttentionWork:
     mask: Operand | None = None
     elem: int = 2
     label: str = "attention"
+    softmax_ops: int = 0  # the vector unit's work on the scores (scale, mask, max, exp, sum, divide)
+    extra: tuple[Operand, ...] = ()  # what else it reads (the cache positions)
+    staging: float | None = None
+    dtypes: tuple[str, str] = ("float16", "float16")  # Q's and K's
 
     @property
     def macs(self) -> int:
@@ -114,80 +121,79 @@ class VectorWork:
     reads: tuple[Operand, ...]
     writes: tuple[Operand, ...]
     label: str = "vector"
+    dtype: str = ""  # the number format it computes in (its output's)
 
 
 Work = GemmWork | ConvWork | AttentionWork | VectorWork
 
 
-def kernel_work(program: CompiledProgram, k: KernelCall, *, arena_on_chip: bool = False,
+def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | None = None, *,
                 context_len: int | None = None) -> Work:
-    """What kernel `k` of `program` asks of the NPU, from its typed record. `arena_on_chip`: the program's
-    intermediates (its arena) stay in the activation buffer between kernels. `context_len`: tokens an attention
-    kernel with a valid-length bound reads from its cache (decode); None means the whole static cache."""
+    """What kernel `k` of `program` asks of the NPU: its shape from its typed record, its operations and bytes from
+    its kind's one count (`KernelCall.spec.cost`, which the profiler reads too), each operand on chip or in DRAM as
+    the residency plan's `placement` says (None: every operand in DRAM). `context_len`: tokens a decode attention
+    reads from its cache (None: the whole static cache)."""
+    cost = k.spec.cost(k, program.buffers, context_len=context_len)
+    place = placement or Placement()
 
-    def op(ref: TensorRef, numel: int | None = None) -> Operand:
-        buf = program.buffers[ref.buffer]
-        n = footprint(ref) if numel is None else numel
-        return Operand(min(n, buf.numel) * itemsize(buf.dtype), arena_on_chip and buf.kind == "arena")
+    def read(i: int) -> Operand:
+        return Operand(cost.read_of(i), k.args[i].buffer in place.reads_on_chip)
+
+    def reads_except(*skip: int) -> tuple[Operand, ...]:
+        return tuple(Operand(t.bytes, t.buffer in place.reads_on_chip) for t in cost.reads if t.index not in skip)
+
+    def written(i: int = 0) -> Operand:
+        t = next(t for t in cost.writes if t.index == i)
+        return Operand(t.bytes, t.buffer in place.writes_on_chip)
 
     def elem(ref: TensorRef) -> int:
         return itemsize(program.buffers[ref.buffer].dtype)
 
+    def dtype(ref: TensorRef) -> str:
+        return program.buffers[ref.buffer].dtype
+
+    spills = (Operand(place.spill_bytes),) if place.spill_bytes else ()
+    staging = place.staging_bytes
     spec = k.spec
     if isinstance(spec, GemmKernel):
-        return _gemm_work(program, k, op, elem)
+        return _gemm_work(program, k, cost, read, lambda *skip: reads_except(*skip) + spills, written, elem, dtype,
+                          staging)
     if isinstance(spec, Conv2dKernel):
         x, w, out = k.args[0], k.args[1], k.outs[0]
         n, c, h, wd = x.shape
         o, _, kh, kw = w.shape
         ho, wo = out.shape[2:]
-        extra = tuple(op(r) for r in k.args[2:])
         side_c = k.args[spec.side_first_arg].shape[1] if spec.side_stride else 0
-        return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, op(x), op(w), op(out), tuple(spec.stride),
-                        tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), extra,
-                        _epilogue_ops(spec.bias, 1.0, spec.epilogue) + int(spec.side_bias), k.name, side_c)
+        return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, read(0), read(1), written(), tuple(spec.stride),
+                        tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), reads_except(0, 1) + spills,
+                        cost.vector_ops, k.name, side_c, staging, (dtype(x), dtype(w)), dtype(out))
     if isinstance(spec, AttentionKernel):
-        q, kk, v = k.args[:3]
-        full = spec.kv_len
-        kv_len = max(1, min(full, context_len)) if spec.valid_len and context_len is not None else full
-        b, h, hk = spec.batch, spec.heads, spec.kv_heads
-        mask = None
-        if spec.mask != "none":  # read only for the keys attended to
-            mask = op(k.args[3], max(1, footprint(k.args[3]) * kv_len // max(full, 1)))
-        return AttentionWork(b, h, hk, spec.q_len, kv_len, spec.head_dim, spec.v_dim, op(q),
-                             op(kk, b * hk * kv_len * spec.head_dim), op(v, b * hk * kv_len * spec.v_dim),
-                             op(k.outs[0]), mask, elem(q), k.name)
-    return _generated_work(program, k, op)
+        mask = read(3) if spec.mask != "none" else None
+        return AttentionWork(spec.batch, spec.heads, spec.kv_heads, spec.q_len, spec.attended(context_len),
+                             spec.head_dim, spec.v_dim, read(0), read(1), read(2), written(), mask, elem(k.args[0]),
+                             k.name, cost.vector_ops, reads_except(0, 1, 2, 3) + spills, staging,
+                             (dtype(k.args[0]), dtype(k.args[1])))
+    outs = tuple(written(t.index) for t in cost.writes)
+    return VectorWork(cost.vector_ops, reads_except(), outs + spills, k.name, dtype(k.outs[0]))
 
 
-def footprint(ref: TensorRef) -> int:
-    """Distinct elements a strided view touches: broadcast (stride-0) dimensions count once."""
-    return math.prod(d for d, s in zip(ref.shape, ref.strides) if s != 0) if ref.shape else 1
-
-
-def _epilogue_ops(bias: bool, alpha: float, epilogue: X.Expr | None, groups: int = 1) -> int:
-    """Vector operations per element of the product: the bias, a scale, and the epilogue expression (which runs once
-    for every `groups` product elements where it combines column groups)."""
-    return int(bias) + int(alpha != 1.0) + (-(-expr_flops(epilogue, 1) // groups) if epilogue is not None else 0)
-
-
-def _gemm_work(program: CompiledProgram, k: KernelCall, op, elem) -> GemmWork:
+def _gemm_work(program: CompiledProgram, k: KernelCall, cost: KernelCost, read, reads_except, written, elem, dtype,
+               staging: float | None) -> GemmWork:
     """Orient the product so that B is the weight (C^T = B^T A^T when the weight is A, as in a 1x1 convolution
     lowered to a GEMM), and fold the batch into M when B is shared by every batch entry."""
     spec: GemmKernel = k.spec
     m, n, kk = spec.m, spec.n, spec.k
     batch = spec.batch_count
     b = k.args[spec.b_arg]
+    out = k.outs[0]
     if spec.prologue is not None:
         # A is computed by the vector unit from the operands it reads (extra) and handed on chip to the array
-        a_elem = itemsize(spec.prologue.dtype)
+        a_elem = elem(b)  # the prologue computes A in B's dtype (the record's check)
         a_op = Operand(batch * m * kk * a_elem, on_chip=True)
-        points = batch * m * kk
-        extra = tuple(op(r) for r in k.args[spec.b_arg + 1:])
-        return GemmWork(m, n, kk, a_op, op(b), op(k.outs[0]), a_elem, elem(b), elem(k.outs[0]), batch, extra,
-                        _epilogue_ops(spec.bias, spec.alpha, spec.epilogue, spec.acc_groups), k.name,
-                        expr_flops(spec.prologue, points, points if spec.prologue_reduce else 0))
+        return GemmWork(m, n, kk, a_op, read(spec.b_arg), written(), a_elem, elem(b), elem(out), batch,
+                        reads_except(spec.b_arg), cost.vector_ops, k.name, staging, (dtype(b), dtype(b)), dtype(out))
     a = k.args[0]
+    a_op, b_op = read(0), read(1)
 
     def shared(ref: TensorRef) -> bool:
         return all(s == 0 or d == 1 for d, s in zip(ref.shape[:-2], ref.strides[:-2]))
@@ -196,39 +202,8 @@ def _gemm_work(program: CompiledProgram, k: KernelCall, op, elem) -> GemmWork:
         return program.buffers[ref.buffer].kind in ("weight", "constant")
 
     if is_weight(a) and not is_weight(b):
-        a, b, m, n = b, a, n, m
+        a, b, m, n, a_op, b_op = b, a, n, m, b_op, a_op
     if batch > 1 and shared(b):
         m, batch = m * batch, 1
-    extra = tuple(op(r) for r in k.args[2:])
-    return GemmWork(m, n, kk, op(a), op(b), op(k.outs[0]), elem(a), elem(b), elem(k.outs[0]), batch, extra,
-                    _epilogue_ops(spec.bias, spec.alpha, spec.epilogue, spec.acc_groups), k.name)
-
-
-def _generated_work(program: CompiledProgram, k: KernelCall, op) -> VectorWork:
-    """An expression kernel: its operations by its record's cost model; each buffer it reads is read once, as far
-    as its loads reach (a gather reads at most one element per evaluation)."""
-    spec: GeneratedKernel = k.spec
-    shape = spec.iteration_shape(k)
-    red = tuple(spec.reduce_shape)
-    reads: dict[int, int] = {}
-    seen: set[tuple] = set()
-    for r in X.reads(spec.expr) + (X.reads(spec.scatter.index) if spec.scatter is not None else []):
-        if isinstance(r, X.Load):
-            key: tuple = (r.arg, r.strides, r.offset, r.rstrides)
-            n = math.prod(d for d, s in zip(shape, r.strides) if s != 0)
-            n *= math.prod(d for d, s in zip(red, r.rstrides) if s != 0)
-        else:
-            key = (r.arg, r.shape, r.strides, r.offset, id(r))
-            n = min(math.prod(r.shape), math.prod(shape) * max(1, math.prod(red)))
-        if key in seen:
-            continue
-        seen.add(key)
-        buf = k.args[r.arg].buffer
-        reads[buf] = reads.get(buf, 0) + n
-    operands = []
-    for buf, n in reads.items():
-        b = program.buffers[buf]
-        operands.append(op(TensorRef(buf, (b.numel,), (1,)), min(n, b.numel)))
-    out = k.outs[0]
-    written = op(out, math.prod(shape)) if spec.scatter is not None else op(out)
-    return VectorWork(spec.cost(k, program.buffers).flops, tuple(operands), (written,), k.name)
+    return GemmWork(m, n, kk, a_op, b_op, written(), elem(a), elem(b), elem(out), batch, reads_except(0, 1),
+                    cost.vector_ops, k.name, staging, (dtype(a), dtype(b)), dtype(out))

@@ -53,13 +53,19 @@ def default_config(target: str) -> TargetConfig:
 
 # ---- the NPU's compute and memory figures (what `npusim estimate` predicts with) -----------------------------------
 
-DATAFLOWS = {"weight_stationary": "ws", "output_stationary": "os", "input_stationary": "is"}
+DATAFLOWS = {"weight_stationary": "ws", "output_stationary": "os", "input_stationary": "is", "row_stationary": "rs"}
+# Number formats by the dtypes that hold them
+FORMATS = {"int8": "int8", "uint8": "int8", "int16": "int16", "float16": "fp16", "bfloat16": "bf16",
+           "float32": "fp32", "int32": "int32", "int64": "int64", "bool": "int8"}
+FORMAT_BITS = {"int8": 8, "int16": 16, "fp16": 16, "bf16": 16, "fp32": 32, "int32": 32, "int64": 64}
 
 
 def _npu_field(key: str, check: str, doc: str, default=dataclasses.MISSING):
     """A field of NPUConfig: `key` is its dotted name in an NPU file (section.key), `check` its constraint
-    ('positive', 'non_negative', 'dataflow', 'any'). The file loader reads this metadata, so the fields, the file
-    keys and their checks are written down once, here."""
+    ('positive', 'non_negative', 'dataflow', 'formats', 'any'). The file loader reads this metadata, so the fields,
+    the file keys and their checks are written down once, here."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"key": key, "check": check, "doc": doc})
     return field(default=default, metadata={"key": key, "check": check, "doc": doc})
 
 
@@ -99,6 +105,29 @@ class NPUConfig:
                                        "the next fold's stationary operand shifts in while the current fold "
                                        "computes (double-buffered cells)", False)
     accumulator_bytes: int = _npu_field("array.accumulator_bytes", "positive", "bytes of one partial sum", 4)
+    # Number formats (int8, int16, fp16, bf16, fp32): MACs per cell per cycle in each format the array takes, and
+    # operations per lane per cycle in each the vector unit takes. Empty: every format at one per cycle.
+    array_formats: dict = _npu_field("array.formats", "formats",
+                                     "MACs per cell per cycle in each number format the array takes", {})
+    vector_formats: dict = _npu_field("vector.formats", "formats",
+                                      "operations per lane per cycle in each number format the vector unit takes", {})
+    mac_pj_by_format: dict = _npu_field("energy.mac_pj_by_format", "formats",
+                                        "one MAC in a given format (formats not listed: mac_pj)", {})
+    # Overlap (what the hardware double-buffers)
+    fold_overlap: bool = _npu_field("array.fold_overlap", "any",
+                                    "a fold's operands enter while the previous fold drains (fill and drain paid once "
+                                    "per kernel, not per fold)", False)
+    dram_overlap: bool = _npu_field("dram.double_buffered", "any",
+                                    "DRAM transfers of a kernel overlap its computation (double-buffered loads); "
+                                    "false: they add", True)
+    # Row-stationary processing elements (dataflow row_stationary): scratchpad entries per PE
+    filter_spad: int = _npu_field("array.filter_spad", "positive", "row stationary: filter entries per PE", 224)
+    ifmap_spad: int = _npu_field("array.ifmap_spad", "positive", "row stationary: input entries per PE", 12)
+    psum_spad: int = _npu_field("array.psum_spad", "positive", "row stationary: partial sums per PE", 24)
+    # Area (mm^2), optional: sweeps draw it where a preset gives it
+    area_mm2_per_cell: float = _npu_field("area.cell_mm2", "non_negative", "one MAC cell", 0.0)
+    area_mm2_per_kib: float = _npu_field("area.sram_mm2_per_kib", "non_negative", "one KiB of on-chip buffer", 0.0)
+    area_mm2_fixed: float = _npu_field("area.other_mm2", "non_negative", "everything else (I/O, control)", 0.0)
 
     @property
     def clock_hz(self) -> float:
@@ -106,7 +135,15 @@ class NPUConfig:
 
     @property
     def peak_macs_per_s(self) -> float:
-        return self.array_rows * self.array_cols * self.clock_hz
+        """In the array's fastest format."""
+        return self.array_rows * self.array_cols * self.clock_hz * max(self.array_formats.values(), default=1.0)
+
+    @property
+    def area_mm2(self) -> float:
+        """Cells, buffers and the rest, where the file gives them (0: no area)."""
+        kib = self.weight_buffer_kib + self.activation_buffer_kib + self.accumulator_kib
+        return (self.array_rows * self.array_cols * self.area_mm2_per_cell + kib * self.area_mm2_per_kib
+                + self.area_mm2_fixed)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -27,13 +27,26 @@ def register(sub) -> None:
                    help=f"NPU preset ({', '.join(preset_names())}) or a TOML file (default: tpu-v1)")
     p.add_argument("--context", type=int, default=None, metavar="TOKENS",
                    help="tokens decode attention reads from its KV cache (default: the whole static cache)")
+    p.add_argument("--format", dest="number_format", default=None, choices=["int8", "int16", "fp16", "bf16", "fp32"],
+                   help="cost every floating-point tensor in this number format: what the program would take once "
+                        "quantized to it (default: the program's own dtypes; a format the NPU does not take is "
+                        "costed as the nearest it takes, and flagged)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="layer-to-layer pipelining: a kernel's weight loads start during the kernel before it "
+                        "(default: kernels run one after another)")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="design sweep (repeatable): estimate on every combination of these NPU values (a file key "
+                        "such as buffers.weights_kib, or its last part: rows=64,128,256); prints every point with "
+                        "the Pareto front of latency, energy and area (where the preset gives area); --json writes "
+                        "them, --chart draws latency against energy (PNG or SVG)")
     p.add_argument("--top", type=int, default=30, help="rows of the kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--trace", metavar="FILE.json", default=None,
                    help="Chrome trace (same format as `npusim profile --trace`) of the predicted kernels (default: "
                         "none written)")
     p.add_argument("--chart", metavar="FILE.png", default=None,
-                   help="roofline chart of the kernels (matplotlib; default: none drawn)")
+                   help="roofline chart of the kernels, or with --sweep latency against energy (matplotlib; .png or "
+                        ".svg; default: none drawn)")
     g = p.add_argument_group("measured beside predicted (--compare-gpu)")
     g.add_argument("--compare-gpu", action="store_true",
                    help="also run the program on the available backend with the profiler and show the measured "
@@ -75,7 +88,13 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_gpu and not args.weights:
         print("npusim estimate: error: --compare-gpu needs --weights W.safetensors", file=sys.stderr)
         return 2
-    ests = {kind: estimate_program(p, npu, context_len=args.context) for kind, p in progs.items()}
+    if args.sweep:
+        if args.compare_gpu or args.trace:
+            print("npusim estimate: error: --sweep takes neither --compare-gpu nor --trace", file=sys.stderr)
+            return 2
+        return _sweep(progs, npu, args)
+    ests = {kind: estimate_program(p, npu, context_len=args.context, number_format=args.number_format,
+                                   pipeline=args.pipeline) for kind, p in progs.items()}
     measured = None
     if args.compare_gpu:
         measured = _measure(progs["program"], args)
@@ -116,6 +135,87 @@ def run(args: argparse.Namespace) -> int:
     for n in notes:
         print(n)
     return 0
+
+
+def _sweep(progs: dict, npu, args: argparse.Namespace) -> int:
+    """Every combination of the --sweep values: latency (the programs' times added: an LLM folder's time to first
+    token plus one decode step), energy, DRAM traffic and area, the Pareto front marked."""
+    from npu_compiler.npu import estimate_program
+    from npu_compiler.npu.sweep import parse_axes, run_sweep
+
+    axes = parse_axes(args.sweep)
+
+    def evaluate(cfg):
+        ests = [estimate_program(p, cfg, context_len=args.context, number_format=args.number_format,
+                                 pipeline=args.pipeline) for p in progs.values()]
+        return sum(e.time_s for e in ests), sum(e.energy_pj for e in ests), sum(e.dram_bytes for e in ests)
+
+    def progress(i: int, n: int, params: dict) -> None:
+        print(f"sweep {i + 1}/{n}: " + ", ".join(f"{k}={v}" for k, v in params.items()), file=sys.stderr,
+              flush=True)
+
+    report = run_sweep(npu, axes, evaluate, progress)
+    notes = []
+    if args.chart:
+        why = _write_sweep_chart(args.chart, report)
+        notes.append(why or f"chart written: {args.chart}")
+    if args.json:
+        print(json.dumps({**report.to_dict(), "notes": notes}, indent=1))
+        return 0
+    keys = [a.key for a in axes]
+    width = [max(len(k), 8) for k in keys]
+    area = report.has_area
+    print(f"sweep of {npu.name}: {len(report.points)} designs; * marks the Pareto front of latency, energy"
+          + (" and area" if area else ""))
+    print("  ".join(f"{k:>{w}}" for k, w in zip(keys, width)) + f"  {'latency ms':>11} {'energy mJ':>10} "
+          f"{'DRAM MB':>9}" + (f" {'area mm2':>9}" if area else "") + "  front")
+    for p in report.points:
+        print("  ".join(f"{str(p.params[k]):>{w}}" for k, w in zip(keys, width))
+              + f"  {p.time_s * 1e3:>11.4f} {p.energy_pj / 1e9:>10.4f} {p.dram_bytes / 1e6:>9.3f}"
+              + (f" {p.area_mm2:>9.2f}" if area else "") + ("  *" if p.pareto else ""))
+    for n in notes:
+        print(n)
+    return 0
+
+
+def _write_sweep_chart(path: str, report) -> str | None:
+    """Latency against energy, every design a point, the Pareto front marked and joined; with area, a second panel
+    of latency against area. PNG or SVG by the file's extension."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed; skipped the chart (pip install matplotlib)"
+    from npu_export._atomic import atomic_path
+
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in ("png", "svg"):
+        return f"--chart {path}: a sweep chart is .png or .svg"
+    panels = [("energy_pj", 1e-9, "energy (mJ)")] + ([("area_mm2", 1.0, "area (mm²)")] if report.has_area else [])
+    fig, axs = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5.5), squeeze=False)
+    label = ", ".join(a.key.rsplit(".", 1)[-1] for a in report.axes)
+    for ax, (attr, scale, title) in zip(axs[0], panels):
+        xs = [p.time_s * 1e3 for p in report.points]
+        ys = [getattr(p, attr) * scale for p in report.points]
+        ax.scatter(xs, ys, s=18, c="tab:grey", alpha=0.7, label="design")
+        front = sorted((p for p in report.points if p.pareto), key=lambda p: p.time_s)
+        ax.plot([p.time_s * 1e3 for p in front], [getattr(p, attr) * scale for p in front], "o-", c="tab:red",
+                ms=5, lw=1.2, label="Pareto front")
+        for p in front:
+            ax.annotate(",".join(str(v) for v in p.params.values()), (p.time_s * 1e3, getattr(p, attr) * scale),
+                        fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.set_xlabel("latency (ms)")
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{report.base} sweep over {label}: {len(report.points)} designs")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt)
+    plt.close(fig)
+    return None
 
 
 def _load_program(artifact: str):
@@ -217,8 +317,9 @@ def _print_estimate(kind: str, est, program, top: int | None, measured) -> None:
     npu = est.npu
     peak = 2 * npu.peak_macs_per_s / 1e12
     title = "" if kind == "program" else f"[{kind}] "
+    fastest = max(npu.array_formats, key=npu.array_formats.get) + " " if npu.array_formats else ""
     print(f"{title}estimate {est.model} on {npu.name}: {npu.array_rows}x{npu.array_cols} "
-          f"{npu.dataflow.replace('_', '-')} array at {npu.clock_mhz:g} MHz ({peak:.2f} TFLOP/s), "
+          f"{npu.dataflow.replace('_', '-')} array at {npu.clock_mhz:g} MHz ({peak:.2f} {fastest}TOPS), "
           f"{npu.dram_gb_s:g} GB/s DRAM; {len(est.kernels)} kernels")
     for n in est.notes:
         print(f"  {n}")

@@ -28,9 +28,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "profile", help="time every kernel of an artifact",
         description="Run an artifact several times with a timer around every kernel launch; print a table sorted by "
-                    "time with the IR nodes and fusion group of each kernel, bytes moved, FLOPs, GB/s and GFLOP/s; "
-                    "optionally write a Chrome trace (Perfetto, chrome://tracing) and a bar chart. Plain runs "
-                    "(timed like `npusim run`) are interleaved with the profiled ones and reported beside them.")
+                    "time with the IR nodes and fusion group of each kernel, bytes moved, FLOPs, comparisons, GB/s "
+                    "and GFLOP/s; optionally write a Chrome trace (Perfetto, chrome://tracing) and a bar chart. Plain "
+                    "runs (timed like `npusim run`) are interleaved with the profiled ones and reported beside them.")
     p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly); a partitioned "
                                                     "one shows its CPU segments and transfers as rows of their own")
     add_run_options(p)
