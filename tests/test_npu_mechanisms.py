@@ -10,6 +10,7 @@ Jouppi et al., "In-Datacenter Performance Analysis of a Tensor Processing Unit",
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -110,3 +111,29 @@ def test_tpu_weights_move_as_whole_tiles_as_the_papers_600_by_600_example():
     unpadded = estimate_program(prog, dataclasses.replace(tpu, whole_weight_tiles=False), number_format="int8")
     assert unpadded.kernels[0].est.constant_dram_cycles == pytest.approx(k.est.constant_dram_cycles * 600**2
                                                                          / (9 * 256**2))
+
+
+def test_cli_zeros_option(tmp_path, capsys):
+    from npusim.cli import main
+
+    prog = _relu_program()
+    x, y = (b.name for b in prog.buffers if b.kind in ("input", "output"))
+    art = tmp_path / "relu.npubin"
+    prog.save(art)
+    eyeriss, nbytes = load_npu("eyeriss"), 4 * 64 * 32 * 32 * 2
+
+    def dram(*zeros: str) -> float:
+        assert main(["estimate", str(art), "--npu", "eyeriss", "--json", *(f"--zeros={z}" for z in zeros)]) == 0
+        return json.loads(capsys.readouterr().out)["totals"]["dram_bytes"]
+
+    assert dram() == 2 * nbytes
+    # a bare fraction: every tensor the program computes (the output), not its input
+    assert dram("0.75") == pytest.approx(nbytes * (1 + rlc_ratio(0.75, 2, eyeriss)), abs=1)
+    assert dram("0.75", f"{x}=0.5") == pytest.approx(
+        nbytes * (rlc_ratio(0.5, 2, eyeriss) + rlc_ratio(0.75, 2, eyeriss)), abs=1)
+    for bad, says in (("1.5", "between 0 and 1"), ("nope=0.5", "no tensor named 'nope'"), ("=0.5", "no tensor name"),
+                      ("half", "expected FRACTION or NAME=FRACTION")):
+        assert main(["estimate", str(art), "--npu", "eyeriss", f"--zeros={bad}"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("npusim estimate: error: --zeros: ") and says in err and err.count("\n") == 1, err
+    assert dram(f"{y}=0.75") == dram("0.75")
