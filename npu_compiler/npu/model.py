@@ -6,8 +6,10 @@ everything else runs on a vector unit of `lanes` operations per cycle. docs/npu_
 comments here say which one each function implements.
 
 Overlap: within a kernel, on-chip buffer traffic and computation overlap (tiles are double-buffered), and DRAM
-transfers too where the preset says the hardware double-buffers its loads (`dram.double_buffered`), else they add;
-one DRAM latency is exposed for the first tile when a kernel touches DRAM at all. Kernels run one after another
+transfers too where the preset says the hardware double-buffers its loads (`dram.double_buffered`), else they add
+(but for weight loads where it prefetches them, `dram.weights_prefetched`); one DRAM latency is exposed for the
+first tile when a kernel touches DRAM at all. Activations whose zero fraction is known move run-length coded and
+gate their MACs where the preset has those mechanisms (`dram.rlc_*`, `array.zero_gating`). Kernels run one after another
 (`estimate_program(..., pipeline=True)` overlaps a kernel's weight loads with the kernel before it).
 """
 
