@@ -142,12 +142,20 @@ def test_row_stationary_mapping(layer, active, slots):
 
 
 def test_eyeriss_conv_runs_row_stationary():
-    conv = ConvWork(4, 256, 13, 13, 384, 3, 3, 13, 13, Operand(4 * 256 * 169 * 2), Operand(384 * 256 * 9 * 2),
-                    Operand(4 * 384 * 169 * 2), (1, 1), (1, 1), dtypes=("int16", "int16"), out_dtype="int16")
-    e = estimate(conv, load_npu("eyeriss"))
+    conv = ConvWork(4, 256, 13, 13, 384, 3, 3, 13, 13, Operand(4 * 256 * 169 * 2),
+                    Operand(384 * 256 * 9 * 2, constant=True), Operand(4 * 384 * 169 * 2), (1, 1), (1, 1),
+                    dtypes=("int16", "int16"), out_dtype="int16")
+    eyeriss = load_npu("eyeriss")
+    e = estimate(conv, eyeriss)
     assert e.detail["active_pes"] == 156 and e.detail["order"] == "RS"
     assert e.compute_cycles == (4 * 384 * 256 // 4) * 13 * 3  # 98,304 units of 13 x 3 MACs, 4 at a time
-    # not double-buffered: the layer takes its computation and its DRAM transfers one after the other
-    assert e.cycles == pytest.approx(max(e.compute_cycles, e.onchip_cycles) + e.dram_cycles + e.latency_cycles)
+    # the filters load during the computation (prefetched into the global buffer), the inputs and outputs stop it
+    assert 0 < e.constant_dram_cycles < e.dram_cycles
+    acts = e.dram_cycles - e.constant_dram_cycles
+    assert e.cycles == pytest.approx(max(e.compute_cycles, e.onchip_cycles, e.constant_dram_cycles) + acts
+                                     + e.latency_cycles)
+    # without the filter prefetch every transfer adds to the computation
+    plain = estimate(conv, dataclasses.replace(eyeriss, weights_prefetched=False))
+    assert plain.cycles == pytest.approx(max(e.compute_cycles, e.onchip_cycles) + e.dram_cycles + e.latency_cycles)
     # every input, weight and output crosses the link at least once
     assert e.dram_bytes >= conv.x.bytes + conv.weight.bytes + conv.out.bytes

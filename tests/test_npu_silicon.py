@@ -1,6 +1,7 @@
-"""The NPU model against published silicon (bench/npu_silicon.py): the table in docs/npu_model.md is what the
+"""The NPU model against published silicon (bench/npu_silicon.py): the tables in docs/npu_model.md are what the
 presets predict today for the workloads the papers measured, each row's verdict is its error against the tolerance
-written there (25% end to end), and the figures the model reproduces stay reproduced.
+written there (25% end to end), every figure the docs call reproduced stays within it, and every figure they list
+as not met (with its reason) is indeed outside it.
 
 References: the published figures (Eyeriss, JSSC 2017; TPU v1, ISCA 2017), cited per row in the table.
 """
@@ -23,47 +24,71 @@ def silicon():
     return load_bench("npu_silicon")
 
 
-def _doc_rows(silicon) -> list[list[str]]:
+def _doc_rows(begin: str, end: str, header: str) -> list[list[str]]:
     text = (ROOT / "docs" / "npu_model.md").read_text()
-    assert silicon.BEGIN in text and silicon.END in text, "silicon table missing from docs/npu_model.md"
-    table = text.split(silicon.BEGIN, 1)[1].split(silicon.END, 1)[0]
-    assert f"tolerance {silicon.TOLERANCE:.0%} end to end" in table
+    assert begin in text and end in text, f"{begin} missing from docs/npu_model.md"
+    table = text.split(begin, 1)[1].split(end, 1)[0]
     return [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
-            if line.startswith("| ") and not line.startswith("| chip") and not line.startswith("| ---")]
+            if line.startswith("| ") and not line.startswith(f"| {header}") and not line.startswith("| ---")]
 
 
 def test_docs_table_is_what_the_presets_predict(silicon):
     rows = silicon.table_rows()
-    doc = _doc_rows(silicon)
+    doc = _doc_rows(silicon.BEGIN, silicon.END, "chip")
+    text = (ROOT / "docs" / "npu_model.md").read_text().split(silicon.BEGIN, 1)[1]
+    assert f"tolerance {silicon.TOLERANCE:.0%} end to end" in text.split(silicon.END, 1)[0]
     assert len(doc) == len(rows) == len(silicon.FIGURES)
     for r, d in zip(rows, doc):
         f = r.figure
         assert d[:4] == [f.chip, f.workload, f.metric, silicon._fmt(f.published)], d
         assert d[4] == silicon._fmt(r.predicted) and d[5] == f"{100 * r.error:+.0f}%", (d, r.predicted)
-        assert d[6] == ("yes" if r.within else "**no**") and d[7] == f.source
-        assert re.search(r"(JSSC|ISCA) 2017", f.source)
+        verdict_ok = d[6] == "yes" if r.within else d[6].startswith("**no**: ")
+        assert verdict_ok, d
+        assert d[7] == f.source and re.search(r"(JSSC|ISCA) 2017", f.source)
+        assert d[8] == (f"sets {f.fitted}" if f.fitted else "independent") + (f"; {f.caveat}" if f.caveat else "")
 
 
-def test_reproduced_figures_stay_within_the_tolerance(silicon):
-    """The figures the docs list as reproduced (Eyeriss's AlexNet frame rate, the TPU's MLPs, LSTM0 and CNN0): a
-    change to the model that moves one of them outside 25% fails here, not silently in the docs."""
-    reproduced = {("eyeriss", "AlexNet CONV1-5, batch 4", "fps"), ("eyeriss", "VGG-16 CONV1-13, batch 3", "mW"),
-                  ("tpu-v1", "MLP0", "TOPS"), ("tpu-v1", "MLP1", "TOPS"), ("tpu-v1", "LSTM0", "TOPS"),
-                  ("tpu-v1", "CNN0", "TOPS")}
-    rows = {(r.figure.chip, r.figure.workload, r.figure.metric): r for r in silicon.table_rows()}
-    for key in reproduced:
-        assert abs(rows[key].error) <= silicon.TOLERANCE, (key, rows[key].predicted)
+def test_docs_layer_table_is_what_the_preset_predicts(silicon):
+    rows = silicon.layer_rows()
+    doc = _doc_rows(silicon.LAYERS_BEGIN, silicon.LAYERS_END, "workload")
+    assert len(doc) == len(rows) == sum(len(v) for v in silicon.EYERISS_LAYERS.values())
+    for r, d in zip(rows, doc):
+        assert d[1] == r.layer
+        assert d[2:] == [f"{silicon._fmt(p)} / {silicon._fmt(m)}" for p, m in zip(r.published, r.model)], d
+
+
+def test_reproduced_figures_stay_within_the_tolerance_and_the_misses_are_listed(silicon):
+    """A figure not listed in NOT_MET must be within 25%; a change to the model that moves one outside fails here,
+    not silently in the docs. A listed miss that the model comes to reproduce must leave the list."""
+    for r in silicon.table_rows():
+        key = (r.figure.workload, r.figure.metric)
+        if key in silicon.NOT_MET:
+            assert not r.within, f"{key} is within {silicon.TOLERANCE:.0%} now ({r.error:+.0%}): drop it from NOT_MET"
+        else:
+            assert r.within, (key, r.predicted, r.figure.published)
+    assert all(any((f.workload, f.metric) == key for f in silicon.FIGURES) for key in silicon.NOT_MET)
+
+
+def test_eyeriss_dram_traffic_per_layer_follows_the_chip(silicon):
+    """With the zero fractions the chip measured, run-length coding and the filters' refetches give each AlexNet
+    layer's DRAM traffic within 10% of Table V's (5.0, 4.0, 3.0, 2.1, 1.3 MB)."""
+    for r in silicon.layer_rows():
+        if r.workload == silicon.ALEXNET_CONVS:
+            assert r.model[3] == pytest.approx(r.published[3], rel=0.10), r
 
 
 def test_workloads_have_the_papers_sizes(silicon):
     """The programs are the networks the papers ran: MAC counts and weights as published (AlexNet 666 M MACs an
-    image, VGG-16 15.3 G; the TPU's Table 1: weights and MACs per weight byte)."""
-    macs = {w: silicon.predicted("eyeriss" if w in silicon.BATCH else "tpu-v1", w)["macs"] for w in silicon.WORKLOADS}
-    assert macs["AlexNet CONV1-5, batch 4"] / 4 == pytest.approx(666e6, rel=0.002)
-    assert macs["VGG-16 CONV1-13, batch 3"] / 3 == pytest.approx(15.35e9, rel=0.002)
+    image, VGG-16 15.3 G; the TPU's Table 1: weights and MACs per weight byte; LSTM1's 600 x 600 matrices)."""
+    macs = {w: silicon.predicted(silicon.chip_of(w), w)["macs"] for w in silicon.WORKLOADS}
+    assert macs[silicon.ALEXNET_CONVS] / 4 == pytest.approx(666e6, rel=0.002)
+    assert macs[silicon.VGG16_CONVS] / 3 == pytest.approx(15.35e9, rel=0.002)
     table1 = {"MLP0": (20e6, 200), "MLP1": (5e6, 168), "LSTM0": (52e6, 64), "LSTM1": (34e6, 96), "CNN0": (8e6, 2888),
               "CNN1": (100e6, 1750)}
     for w, (weights, per_byte) in table1.items():
-        n = sum(math.prod(ws.shape) for ws in silicon.program(w).weights if len(ws.shape) > 1)  # not the biases
+        shapes = [ws.shape for ws in silicon.program(w).weights if len(ws.shape) > 1]  # not the biases
+        n = sum(math.prod(s) for s in shapes)
         assert n == pytest.approx(weights, rel=0.01), w
         assert macs[w] / n == pytest.approx(per_byte, rel=0.06), w  # int8: one byte a weight
+        if w == "LSTM1":
+            assert all(tuple(s) == (600, 600) for s in shapes)

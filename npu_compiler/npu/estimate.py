@@ -3,13 +3,14 @@ fusion group, a JSON-able report and a text table."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..program import CompiledProgram
 from ..targets.config import NPUConfig
 from .formats import as_format
-from .model import Estimate, estimate
+from .model import Estimate, busy_cycles, estimate
 from .residency import STAGING_SHARES, ResidencyPlan, plan_residency
 from .work import AttentionWork, ConvWork, GemmWork, VectorWork, Work, kernel_work
 
@@ -113,13 +114,22 @@ class ProgramEstimate:
 
 def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: int | None = None,
                      arena_on_chip: bool | None = None, number_format: str | None = None,
-                     pipeline: bool = False) -> ProgramEstimate:
+                     pipeline: bool = False, zeros: Mapping[str, float] | None = None) -> ProgramEstimate:
     """Predict every kernel of `program` on `npu`. `context_len`: tokens that decode attention reads from its cache
     (default: the whole static cache). `arena_on_chip`: None plans each tensor's residency in the activation buffer
     (`residency.plan_residency`); True keeps every intermediate on chip whatever its size, False none.
     `number_format`: cost every floating-point tensor as this format (int8, int16, fp16, bf16, fp32: what the
     program would take once quantized to it). `pipeline`: layer-to-layer pipelining (a kernel's weight loads start
-    during the kernel before it, in the DRAM time that one leaves idle)."""
+    during the kernel before it, in the DRAM time that one leaves idle). `zeros`: the fraction of zero elements of
+    the tensors it names (buffer names: measured activations); on an NPU that codes zero runs on its DRAM link or
+    gates zero operands, those tensors are costed so (the others dense)."""
+    if zeros:
+        names = {b.name for b in program.buffers}
+        for name, z in zeros.items():
+            if name not in names:
+                raise ValueError(f"zeros: no tensor named {name!r} in {program.model_name}")
+            if not 0.0 <= z <= 1.0:
+                raise ValueError(f"zeros: {name}: a fraction of zero elements is between 0 and 1, got {z!r}")
     notes = []
     if number_format is not None:
         program = as_format(program, number_format)
@@ -129,7 +139,7 @@ def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: i
     best = None
     for share in STAGING_SHARES if policy == "plan" else (1 / 2,):
         plan = plan_residency(program, capacity, context_len=context_len, policy=policy, staging_share=share)
-        est = _estimate_with(program, npu, plan, context_len, pipeline)
+        est = _estimate_with(program, npu, plan, context_len, pipeline, zeros)
         if best is None or est.time_s < best.time_s:
             best = est
     best.notes[:0] = notes
@@ -137,11 +147,11 @@ def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: i
 
 
 def _estimate_with(program: CompiledProgram, npu: NPUConfig, plan: ResidencyPlan, context_len: int | None,
-                   pipeline: bool) -> ProgramEstimate:
+                   pipeline: bool, zeros: Mapping[str, float] | None = None) -> ProgramEstimate:
     kernels = []
     idle = 0.0  # DRAM cycles the previous kernel left idle (pipelining prefetches into them)
     for i, k in enumerate(program.kernels):
-        work = kernel_work(program, k, plan.kernels[i], context_len=context_len)
+        work = kernel_work(program, k, plan.kernels[i], context_len=context_len, zeros=zeros)
         est = estimate(work, npu)
         if plan.kernels[i].spilled:
             est.detail["spills"] = [program.buffers[b].name for b in plan.kernels[i].spilled]
@@ -164,12 +174,12 @@ def _prefetch(program: CompiledProgram, k, npu: NPUConfig, est: Estimate, idle: 
     weights = sum(t.bytes for t in cost.reads if program.buffers[t.buffer].kind in ("weight", "constant"))
     hidden = 0.0 if first else min(idle, weights / (npu.dram_gb_s * 1e9) * npu.clock_hz, est.dram_cycles)
     dram = est.dram_cycles - hidden
-    busy = (max(est.compute_cycles, est.onchip_cycles, dram) if npu.dram_overlap
-            else max(est.compute_cycles, est.onchip_cycles) + dram)
+    busy = busy_cycles(npu, est.compute_cycles, est.onchip_cycles, dram, max(est.constant_dram_cycles - hidden, 0.0))
     if hidden > 0:
         est.latency_cycles = 0.0  # the first tile came in early
         est.detail["prefetched_cycles"] = hidden
     est.cycles = busy + est.latency_cycles
+    est.energy_pj["static"] = est.cycles * npu.static_pj_per_cycle
     return est.cycles - dram
 
 

@@ -6,8 +6,10 @@ everything else runs on a vector unit of `lanes` operations per cycle. docs/npu_
 comments here say which one each function implements.
 
 Overlap: within a kernel, on-chip buffer traffic and computation overlap (tiles are double-buffered), and DRAM
-transfers too where the preset says the hardware double-buffers its loads (`dram.double_buffered`), else they add;
-one DRAM latency is exposed for the first tile when a kernel touches DRAM at all. Kernels run one after another
+transfers too where the preset says the hardware double-buffers its loads (`dram.double_buffered`), else they add
+(but for weight loads where it prefetches them, `dram.weights_prefetched`); one DRAM latency is exposed for the
+first tile when a kernel touches DRAM at all. Activations whose zero fraction is known move run-length coded and
+gate their MACs where the preset has those mechanisms (`dram.rlc_*`, `array.zero_gating`). Kernels run one after another
 (`estimate_program(..., pipeline=True)` overlaps a kernel's weight loads with the kernel before it).
 """
 
@@ -42,6 +44,7 @@ class Estimate:
     folds: int = 0
     energy_pj: dict[str, float] = field(default_factory=dict)
     detail: dict[str, object] = field(default_factory=dict)
+    constant_dram_cycles: float = 0.0  # the part of dram_cycles that loads weights and constants
 
     @property
     def bound(self) -> str:
@@ -146,7 +149,7 @@ def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
     wcap = npu.weight_buffer_kib * 1024 / halves
     icap = (npu.activation_buffer_kib * 1024 if g.staging is None else g.staging) / halves
     acc_cols = max(1, int(npu.accumulator_kib * 1024 / 2 // npu.accumulator_bytes))  # accumulators of one row
-    fa, fb = g.a.bytes / g.batch, g.b.bytes / g.batch
+    fa, fb = dram_bytes(g.a, npu) / g.batch, weight_dram_bytes(g, npu) / g.batch
     a_row, b_col = fa / max(g.m, 1), fb / max(g.n, 1)
 
     # B-resident
@@ -169,9 +172,44 @@ def gemm_dram(g: GemmWork, npu: NPUConfig) -> tuple[int, dict[str, object]]:
         chosen, a_reads, b_reads, tiles = "B-resident", a_reads1, b_reads1, {"n_tile": nt, "panels": panels_n}
     else:
         chosen, a_reads, b_reads, tiles = "A-resident", a_reads2, b_reads2, {"m_tile": mt2, "panels": panels_m}
-    once = sum(o.bytes for o in (g.out, *g.extra) if not o.on_chip)
-    total = int(round(g.batch * min(c1, c2))) + once
-    return total, {"order": chosen, "a_reads": a_reads, "b_reads": b_reads, **tiles}
+    once = sum(dram_bytes(o, npu) for o in (g.out, *g.extra) if not o.on_chip)
+    total = int(round(g.batch * min(c1, c2) + once))
+    constant = (0 if g.b.on_chip or not g.b.constant else g.batch * fb * b_reads) + sum(
+        o.bytes for o in g.extra if o.constant and not o.on_chip)
+    return total, {"order": chosen, "a_reads": a_reads, "b_reads": b_reads, **tiles, "constant_bytes": constant}
+
+
+def rlc_ratio(zeros: float, elem: int, npu: NPUConfig) -> float:
+    """Coded / dense bytes of a tensor with a fraction `zeros` of zero elements under the NPU's run-length coding:
+    a pair (run of up to `rlc_max_run` zeros, the next value) per nonzero, plus a pair with a zero value for every
+    run longer than the longest a pair codes; `rlc_pairs_per_word` pairs in a word of `rlc_word_bits`. With zeros
+    spread independently a nonzero ends a run with probability 1 - z, and a run outlasts one pair with
+    probability z^(L+1) (L = rlc_max_run): (1 - z) / (1 - z^(L+1)) pairs an element. Below about 25% zeros the
+    code is longer than the data (Eyeriss: 21.3 bits a pair against 16 bits an element); the hardware codes every
+    activation it moves anyway."""
+    z = min(max(zeros, 0.0), 1.0)
+    runs = npu.rlc_max_run + 1
+    pairs = 1 / runs if z >= 1.0 else (1 - z) / (1 - z ** runs)
+    return pairs * npu.rlc_word_bits / npu.rlc_pairs_per_word / (8 * elem)
+
+
+def dram_bytes(op: Operand, npu: NPUConfig) -> float:
+    """What `op` moves over the DRAM link: run-length coded where the NPU codes activations and the tensor's zero
+    fraction is known (weights and constants are stored as they are), else its bytes."""
+    if npu.rlc_max_run and op.zeros is not None and op.elem and not op.constant:
+        return op.bytes * rlc_ratio(op.zeros, op.elem, npu)
+    return float(op.bytes)
+
+
+def weight_dram_bytes(g: GemmWork, npu: NPUConfig) -> float:
+    """B's DRAM bytes: where the NPU stores its weights as whole array tiles (`dram.whole_weight_tiles`: the TPU's
+    Weight Memory holds 256 x 256 tiles), a weight-stationary B[k, n] moves ceil(k/R) ceil(n/C) full tiles, zero-padded
+    at the edges (TPU v1 paper, section 7: a 600 x 600 matrix takes 9 tile loads)."""
+    b = g.b
+    if not (npu.whole_weight_tiles and b.constant and DATAFLOWS[npu.dataflow] == "ws"):
+        return dram_bytes(b, npu)
+    rows, cols = npu.array_rows, npu.array_cols
+    return float(g.batch * math.ceil(g.k / rows) * rows * math.ceil(g.n / cols) * cols * g.b_elem)
 
 
 def gemm_array_sram(g: GemmWork, npu: NPUConfig) -> int:
@@ -212,13 +250,18 @@ def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
         info["format_note"] = note
     if conv is not None and conv_geometry is not None:
         h_in, stride = conv_geometry
-        weights_extra = sum(o.bytes for o in g.extra if not o.on_chip)
-        dram, tiles = rs_dram(conv, npu, h_in, stride, max(g.a_elem, g.b_elem), npu.accumulator_bytes,
+        extra = [o for o in g.extra if not o.on_chip]
+        elem = max(g.a_elem, g.b_elem)
+        dram, tiles = rs_dram(conv, npu, h_in, stride, elem, npu.accumulator_bytes,
                               npu.activation_buffer_kib * 1024 if g.staging is None else g.staging, g.a.on_chip,
-                              g.out.on_chip)
-        dram = int(round(dram)) + weights_extra
+                              g.out.on_chip, dram_bytes(g.a, npu) / max(g.a.bytes, 1),
+                              dram_bytes(g.out, npu) / max(g.out.bytes, 1))
+        dram = int(round(dram + sum(dram_bytes(o, npu) for o in extra)))
+        tiles["constant_bytes"] = ((tiles["constant_bytes"] if g.b.constant and not g.b.on_chip else 0)
+                                   + sum(o.bytes for o in extra if o.constant))
     else:
         dram, tiles = gemm_dram(g, npu)
+    constant = tiles.pop("constant_bytes")
     info.update(tiles)
     if conv is not None:
         mapping = rs_map(conv, npu, max(g.a_elem, g.b_elem), npu.accumulator_bytes, rate)
@@ -231,8 +274,17 @@ def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
     else:
         cyc, folds, onchip = math.inf, 0, gemm_array_sram(g, npu)
     reg = g.macs * moving_bytes_per_mac(g, npu)
+    switching = g.macs
+    if npu.zero_gating and g.a.zeros:
+        # a zero input activation gates the multiplier and the weight read (Eyeriss's zero buffer); the input and
+        # partial-sum accesses still happen, and the cycle is still spent
+        gated = g.macs * min(max(g.a.zeros, 0.0), 1.0)
+        switching -= gated
+        reg -= gated * (g.b_elem if DATAFLOWS[npu.dataflow] == "rs" else 0)
+        info["gated_macs"] = gated
     return _finish(npu, cyc, g.vector_ops, dram, onchip + dram, reg, g.macs, folds, info,
-                   mac_pj=mac_energy(npu, formats), vector_dtype=g.out_dtype)
+                   mac_pj=mac_energy(npu, formats), vector_dtype=g.out_dtype, constant_dram=constant,
+                   switching_macs=switching)
 
 
 # ---- attention ---------------------------------------------------------------------------------------------------
@@ -266,9 +318,11 @@ def attention(w: AttentionWork, npu: NPUConfig) -> Estimate:
         macs=sum(p.macs for p in parts), vector_ops=sum(p.vector_ops for p in parts),
         dram_bytes=sum(p.dram_bytes for p in parts), sram_bytes=sum(p.sram_bytes for p in parts),
         register_bytes=sum(p.register_bytes for p in parts), folds=sum(p.folds for p in parts),
-        energy_pj={k: sum(p.energy_pj[k] for p in parts) for k in parts[0].energy_pj},
+        energy_pj={k: sum(p.energy_pj[k] for p in parts) for k in parts[0].energy_pj}
+        | {"static": (sum(busy) + latency) * npu.static_pj_per_cycle},
         detail={"group": group, "phases": {"qk": busy[0], "softmax": busy[1], "pv": busy[2]},
                 **({"format_note": parts[0].detail["format_note"]} if "format_note" in parts[0].detail else {})},
+        constant_dram_cycles=sum(p.constant_dram_cycles for p in parts),
     )
 
 
@@ -279,12 +333,26 @@ def vector(v: VectorWork, npu: NPUConfig) -> Estimate:
     """`ops` at `lanes` per cycle; every operand passes through the on-chip buffers; those not resident on chip
     come from or go to DRAM."""
     moved = sum(o.bytes for o in (*v.reads, *v.writes))
-    dram = sum(o.bytes for o in (*v.reads, *v.writes) if not o.on_chip)
-    return _finish(npu, 0, v.ops, dram, moved + dram, 0, 0, 0, {}, vector_dtype=v.dtype)
+    dram = int(round(sum(dram_bytes(o, npu) for o in (*v.reads, *v.writes) if not o.on_chip)))
+    constant = sum(o.bytes for o in v.reads if o.constant and not o.on_chip)
+    return _finish(npu, 0, v.ops, dram, moved + dram, 0, 0, 0, {}, vector_dtype=v.dtype, constant_dram=constant)
+
+
+def busy_cycles(npu: NPUConfig, compute: float, onchip: float, dram: float, constant_dram: float) -> float:
+    """A kernel's cycles before the exposed DRAM latency. Buffer traffic overlaps the computation (double-buffered
+    tiles); DRAM transfers too where the NPU double-buffers them, else they add, except weight and constant loads
+    where it prefetches those (`dram.weights_prefetched`: Eyeriss loads the next pass's filters during a pass but
+    stops while it loads inputs and writes outputs)."""
+    if npu.dram_overlap:
+        return max(compute, onchip, dram)
+    if npu.weights_prefetched:
+        return max(compute, onchip, constant_dram) + dram - constant_dram
+    return max(compute, onchip) + dram
 
 
 def _finish(npu: NPUConfig, array_cyc: float, ops: int, dram: int, sram: int, reg: int, macs: int, folds: int,
-            detail: dict[str, object], mac_pj: float | None = None, vector_dtype: str = "") -> Estimate:
+            detail: dict[str, object], mac_pj: float | None = None, vector_dtype: str = "",
+            constant_dram: float = 0.0, switching_macs: float | None = None) -> Estimate:
     lane_rate, note = vector_rate(npu, vector_dtype) if vector_dtype else (1.0, None)
     if note and ops:
         detail.setdefault("format_note", note)
@@ -292,14 +360,16 @@ def _finish(npu: NPUConfig, array_cyc: float, ops: int, dram: int, sram: int, re
     compute = max(array_cyc, vector_cyc)
     onchip = sram / npu.sram_bytes_per_cycle
     dram_cyc = dram / (npu.dram_gb_s * 1e9) * npu.clock_hz
+    const_cyc = min(constant_dram / (npu.dram_gb_s * 1e9) * npu.clock_hz, dram_cyc)
     latency = npu.dram_latency_ns * 1e-9 * npu.clock_hz if dram else 0.0
+    cycles = busy_cycles(npu, compute, onchip, dram_cyc, const_cyc) + latency
     energy = {
-        "mac": macs * (npu.mac_pj if mac_pj is None else mac_pj),
+        "mac": (macs if switching_macs is None else switching_macs) * (npu.mac_pj if mac_pj is None else mac_pj),
         "register": reg * npu.register_pj_per_byte,
         "sram": sram * npu.sram_pj_per_byte,
         "dram": dram * npu.dram_pj_per_byte,
         "vector": ops * npu.vector_op_pj,
+        "static": cycles * npu.static_pj_per_cycle,
     }
-    busy = max(compute, onchip, dram_cyc) if npu.dram_overlap else max(compute, onchip) + dram_cyc
-    return Estimate(busy + latency, compute, onchip, dram_cyc, latency, array_cyc, macs, ops, dram, sram, reg, folds,
-                    energy, detail)
+    return Estimate(cycles, compute, onchip, dram_cyc, latency, array_cyc, macs, ops, dram, sram, reg, folds,
+                    energy, detail, const_cyc)

@@ -87,18 +87,20 @@ def spad_bytes_per_mac(elem: int, acc_bytes: int) -> int:
 
 
 def rs_dram(layer: RSLayer, npu: NPUConfig, h_in: int, stride: int, elem: int, acc_bytes: int, staging: float,
-            x_on_chip: bool = False, out_on_chip: bool = False) -> tuple[float, dict[str, object]]:
+            x_on_chip: bool = False, out_on_chip: bool = False, x_coded: float = 1.0,
+            out_coded: float = 1.0) -> tuple[float, dict[str, object]]:
     """DRAM bytes of a convolution in the row-stationary loop nest, with the tiles that move the fewest: for each
     tile of n_t images and e_t output rows, for each group of m_t filters, the partial sums of the tile stay in the
     global buffer while the channels stream through in groups of c_t (filters into the PE scratchpads, input rows
     into the global buffer). Inputs are read once per filter group (and their halo rows once per row tile), filters
     once per image and row tile, outputs written once. The global buffer holds the input tile and the partial sums
     (`staging`: what the residency plan leaves of it), double-buffered where DRAM transfers overlap the computation;
-    the scratchpads hold m_t c_t R S weights."""
+    the scratchpads hold m_t c_t R S weights. `x_coded`, `out_coded`: the input's and output's coded size on the
+    DRAM link over their dense size (run-length coding); `constant_bytes` in the returned tiles: the filters' part."""
     spads = npu.weight_buffer_kib * 1024
     glb = max(staging, 0.0) / (2 if npu.dram_overlap else 1)
     n, m, c, r, s, e, f, w = (layer.n, layer.m, layer.c, layer.r, layer.s, layer.e, layer.f, layer.w_in)
-    ifmap_total = n * c * h_in * w * elem
+    ifmap_total = n * c * h_in * w * elem * x_coded
     filters_total = m * c * r * s * elem
     best: tuple[float, dict[str, object]] | None = None
     for n_t in _choices(n):
@@ -116,10 +118,12 @@ def rs_dram(layer: RSLayer, npu: NPUConfig, h_in: int, stride: int, elem: int, a
                 weights = filters_total * math.ceil(n / n_t) * math.ceil(e / e_t)
                 total = ifmap + weights
                 if best is None or total < best[0]:
-                    best = (total, {"order": "RS", "n_tile": n_t, "e_tile": e_t, "m_tile": m_t, "c_tile": c_t})
+                    best = (total, {"order": "RS", "n_tile": n_t, "e_tile": e_t, "m_tile": m_t, "c_tile": c_t,
+                                    "constant_bytes": weights})
     if best is None:  # not even one filter row fits: every MAC's operands from DRAM
-        best = (float(n * m * c * r * s * e * f * 2 * elem), {"order": "RS (no tile fits)"})
-    outputs = 0 if out_on_chip else n * m * e * f * elem
+        macs = n * m * c * r * s * e * f
+        best = (float(macs * elem * (1 + x_coded)), {"order": "RS (no tile fits)", "constant_bytes": macs * elem})
+    outputs = 0 if out_on_chip else n * m * e * f * elem * out_coded
     return best[0] + outputs, best[1]
 
 

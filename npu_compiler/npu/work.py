@@ -7,6 +7,7 @@ each kernel's typed record (`npu_compiler.kernels`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..dtypes import itemsize
@@ -18,10 +19,15 @@ from .residency import Placement
 @dataclass(frozen=True)
 class Operand:
     """A tensor a kernel reads or writes: its distinct bytes, and whether it lives on chip (an intermediate held in
-    the activation buffer between kernels) or in DRAM."""
+    the activation buffer between kernels) or in DRAM. `constant`: a weight or constant (it depends on no earlier
+    kernel, so it can be loaded ahead). `zeros`: the fraction of its elements that are zero where the caller knows it
+    (measured activations), None where not: it then moves dense and gates nothing."""
 
     bytes: int
     on_chip: bool = False
+    constant: bool = False
+    zeros: float | None = None
+    elem: int = 0  # bytes of one element (0: not known)
 
 
 @dataclass(frozen=True)
@@ -128,23 +134,30 @@ Work = GemmWork | ConvWork | AttentionWork | VectorWork
 
 
 def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | None = None, *,
-                context_len: int | None = None) -> Work:
+                context_len: int | None = None, zeros: Mapping[str, float] | None = None) -> Work:
     """What kernel `k` of `program` asks of the NPU: its shape from its typed record, its operations and bytes from
     its kind's one count (`KernelCall.spec.cost`, which the profiler reads too), each operand on chip or in DRAM as
     the residency plan's `placement` says (None: every operand in DRAM). `context_len`: tokens a decode attention
-    reads from its cache (None: the whole static cache)."""
+    reads from its cache (None: the whole static cache). `zeros`: the fraction of zero elements of the tensors it
+    names (by buffer name), where they are known."""
     cost = k.spec.cost(k, program.buffers, context_len=context_len)
     place = placement or Placement()
+    known = zeros or {}
+
+    def operand(nbytes: int, buffer: int, on_chip: bool) -> Operand:
+        b = program.buffers[buffer]
+        return Operand(nbytes, on_chip, b.kind in ("weight", "constant"), known.get(b.name), itemsize(b.dtype))
 
     def read(i: int) -> Operand:
-        return Operand(cost.read_of(i), k.args[i].buffer in place.reads_on_chip)
+        return operand(cost.read_of(i), k.args[i].buffer, k.args[i].buffer in place.reads_on_chip)
 
     def reads_except(*skip: int) -> tuple[Operand, ...]:
-        return tuple(Operand(t.bytes, t.buffer in place.reads_on_chip) for t in cost.reads if t.index not in skip)
+        return tuple(operand(t.bytes, t.buffer, t.buffer in place.reads_on_chip) for t in cost.reads
+                     if t.index not in skip)
 
     def written(i: int = 0) -> Operand:
         t = next(t for t in cost.writes if t.index == i)
-        return Operand(t.bytes, t.buffer in place.writes_on_chip)
+        return operand(t.bytes, t.buffer, t.buffer in place.writes_on_chip)
 
     def elem(ref: TensorRef) -> int:
         return itemsize(program.buffers[ref.buffer].dtype)

@@ -120,6 +120,27 @@ class NPUConfig:
     dram_overlap: bool = _npu_field("dram.double_buffered", "any",
                                     "DRAM transfers of a kernel overlap its computation (double-buffered loads); "
                                     "false: they add", True)
+    weights_prefetched: bool = _npu_field("dram.weights_prefetched", "any",
+                                          "weight and constant loads overlap the computation even where the other "
+                                          "transfers do not (a weight buffer filled during the previous pass)", False)
+    whole_weight_tiles: bool = _npu_field("dram.whole_weight_tiles", "any",
+                                          "weights are stored and fetched as whole R x C array tiles, zero-padded at "
+                                          "the edges", False)
+    # Run-length coding of activations on the DRAM link: a run of up to `rlc_max_run` zeros and the next value make
+    # one pair, `rlc_pairs_per_word` pairs pack into a word of `rlc_word_bits`. rlc_max_run = 0: no coding.
+    rlc_max_run: int = _npu_field("dram.rlc_max_run", "non_negative",
+                                  "run-length coding of activations on the DRAM link: longest zero run one pair "
+                                  "codes (0: no coding)", 0)
+    rlc_pairs_per_word: int = _npu_field("dram.rlc_pairs_per_word", "positive",
+                                         "run-length coding: (run, value) pairs packed into one word", 1)
+    rlc_word_bits: int = _npu_field("dram.rlc_word_bits", "positive", "run-length coding: bits of one coded word",
+                                    32)
+    zero_gating: bool = _npu_field("array.zero_gating", "any",
+                                   "a MAC whose input activation is zero does not switch the multiplier or read its "
+                                   "weight (no MAC energy, no weight read)", False)
+    static_pj_per_cycle: float = _npu_field("energy.static_pj_per_cycle", "non_negative",
+                                            "energy of every cycle the NPU runs whatever it computes: clock network, "
+                                            "control, leakage", 0.0)
     # Row-stationary processing elements (dataflow row_stationary): scratchpad entries per PE
     filter_spad: int = _npu_field("array.filter_spad", "positive", "row stationary: filter entries per PE", 224)
     ifmap_spad: int = _npu_field("array.ifmap_spad", "positive", "row stationary: input entries per PE", 12)

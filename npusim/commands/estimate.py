@@ -31,6 +31,10 @@ def register(sub) -> None:
                    help="cost every floating-point tensor in this number format: what the program would take once "
                         "quantized to it (default: the program's own dtypes; a format the NPU does not take is "
                         "costed as the nearest it takes, and flagged)")
+    p.add_argument("--zeros", action="append", default=[], metavar="FRACTION|NAME=FRACTION",
+                   help="the fraction of zero elements of activations (repeatable): FRACTION for every tensor the "
+                        "program computes, NAME=FRACTION for one tensor (an input too); an NPU that run-length codes "
+                        "its DRAM link or gates zero operands (eyeriss) costs them so (default: every tensor dense)")
     p.add_argument("--pipeline", action="store_true",
                    help="layer-to-layer pipelining: a kernel's weight loads start during the kernel before it "
                         "(default: kernels run one after another)")
@@ -88,13 +92,20 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_gpu and not args.weights:
         print("npusim estimate: error: --compare-gpu needs --weights W.safetensors", file=sys.stderr)
         return 2
+    try:
+        known = {b.name for p in progs.values() for b in p.buffers}
+        zeros = {kind: _zeros(p, args.zeros, known) for kind, p in progs.items()}
+    except ValueError as e:
+        print(f"npusim estimate: error: --zeros: {e}", file=sys.stderr)
+        return 2
+    args.zeros_by_program = zeros
     if args.sweep:
         if args.compare_gpu or args.trace:
             print("npusim estimate: error: --sweep takes neither --compare-gpu nor --trace", file=sys.stderr)
             return 2
         return _sweep(progs, npu, args)
     ests = {kind: estimate_program(p, npu, context_len=args.context, number_format=args.number_format,
-                                   pipeline=args.pipeline) for kind, p in progs.items()}
+                                   pipeline=args.pipeline, zeros=zeros[kind]) for kind, p in progs.items()}
     measured = None
     if args.compare_gpu:
         measured = _measure(progs["program"], args)
@@ -147,7 +158,8 @@ def _sweep(progs: dict, npu, args: argparse.Namespace) -> int:
 
     def evaluate(cfg):
         ests = [estimate_program(p, cfg, context_len=args.context, number_format=args.number_format,
-                                 pipeline=args.pipeline) for p in progs.values()]
+                                 zeros=args.zeros_by_program[kind], pipeline=args.pipeline)
+                for kind, p in progs.items()]
         return sum(e.time_s for e in ests), sum(e.energy_pj for e in ests), sum(e.dram_bytes for e in ests)
 
     def progress(i: int, n: int, params: dict) -> None:
@@ -216,6 +228,29 @@ def _write_sweep_chart(path: str, report) -> str | None:
         fig.savefig(tmp, format=fmt)
     plt.close(fig)
     return None
+
+
+def _zeros(program, specs: list[str], known: set[str]) -> dict[str, float]:
+    """--zeros values as a {tensor name: fraction} map for `program`: a bare FRACTION for every tensor its kernels
+    compute (intermediates and outputs), NAME=FRACTION for one tensor (a later value wins). A name in none of the
+    `known` tensors (every program of an export-llm folder) is an error; one another program has is skipped."""
+    out: dict[str, float] = {}
+    names = {b.name for b in program.buffers}
+    for spec in specs:
+        name, sep, value = spec.rpartition("=")
+        try:
+            z = float(value)
+        except ValueError:
+            raise ValueError(f"{spec!r}: expected FRACTION or NAME=FRACTION, a number between 0 and 1") from None
+        if not 0.0 <= z <= 1.0:
+            raise ValueError(f"{spec!r}: a fraction of zero elements is between 0 and 1")
+        if not sep:
+            out.update({b.name: z for b in program.buffers if b.kind in ("arena", "output")})
+        elif name in names:
+            out[name] = z
+        elif name not in known:
+            raise ValueError(f"{spec!r}: no tensor named {name!r}" if name else f"{spec!r}: no tensor name before '='")
+    return out
 
 
 def _load_program(artifact: str):
