@@ -10,6 +10,7 @@ fuzz suite compare with what ATen computes, so they bind by name. Tensor argumen
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,9 +28,13 @@ class ReferenceError(Exception):
 
 def resolve(op_type: str):
     name = op_type.removeprefix("aten.")
+    namespace = torch.ops.aten
+    if name.startswith("quantized_decomposed."):  # PT2E's quantize/dequantize ops, registered by importing them
+        importlib.import_module("torch.ao.quantization.fx._decomposed")
+        namespace, name = torch.ops.quantized_decomposed, name.removeprefix("quantized_decomposed.")
     base, _, overload = name.partition(".")
     try:
-        packet = getattr(torch.ops.aten, base)
+        packet = getattr(namespace, base)
         return getattr(packet, overload or "default")
     except (AttributeError, RuntimeError) as e:
         raise ReferenceError(f"no ATen op {op_type}") from e

@@ -13,6 +13,7 @@ decomposed export would have (`REWRITTEN`): same numbers, other op name.
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -1030,6 +1031,40 @@ case("replication_pad3d", lambda x: A.replication_pad3d(x, [0, 2, 1, 0, 2, 1]), 
 
 
 ZOO_CASES_TO = len(CASES)
+
+
+# ---- PT2E's quantize/dequantize ops (a quantized IR, docs/quantization.md) -----------------------------------
+
+importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers torch.ops.quantized_decomposed
+_QD = torch.ops.quantized_decomposed
+_QOPS = tuple(f"quantized_decomposed.{n}.default" for n in ("quantize_per_tensor", "dequantize_per_tensor"))
+_QCOPS = tuple(f"quantized_decomposed.{n}.default" for n in ("quantize_per_channel", "dequantize_per_channel"))
+
+
+def _qdq_tensor(x: torch.Tensor) -> torch.Tensor:
+    q = _QD.quantize_per_tensor(x, 0.037, -3, -128, 127, torch.int8)
+    return _QD.dequantize_per_tensor(q, 0.037, -3, -128, 127, torch.int8)
+
+
+class _QdqChannel(torch.nn.Module):
+    """Per-channel scales along dim 1 (a weight's quantization), as buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("s", torch.tensor([0.01, 0.02, 0.05, 0.003, 0.3]))
+        self.register_buffer("z", torch.tensor([0, 3, -7, 0, 100]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = _QD.quantize_per_channel(x, self.s, self.z, 1, -128, 127, torch.int8)
+        return _QD.dequantize_per_channel(q, self.s, self.z, 1, -128, 127, torch.int8)
+
+
+case("quantize_dequantize_per_tensor", _qdq_tensor, lambda d: (rnd(4, 33, dt=d, lo=-6, hi=6),), _QOPS, "exact",
+     (F32,))
+case("quantize_per_tensor_uint8", lambda x: _QD.quantize_per_tensor(x, 0.02, 128, 0, 255, torch.uint8),
+     lambda d: (rnd(3, 17, dt=d),), _QOPS[:1], "exact", (F32, BF16))
+case("quantize_dequantize_per_channel", _QdqChannel, lambda d: (rnd(3, 5, 7, dt=d),), _QCOPS, "exact", (F32,),
+     module=True)
 
 
 # ---- larger graphs and fusion patterns (fused_cases.py), on every backend like the rest ------------------------

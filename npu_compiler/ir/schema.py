@@ -290,6 +290,18 @@ def _declare_elementwise() -> None:
 _declare_elementwise()
 
 
+def _declare_quantized() -> None:
+    """PT2E's quantize/dequantize ops, which a quantized IR is written in (`quant.ops`)."""
+    from ..quant.ops import DECLS
+
+    for decl in DECLS:
+        s = parse_schema(decl)
+        SCHEMAS.setdefault(s.op, s)
+
+
+_declare_quantized()
+
+
 def short_op(op_type: str) -> str:
     """'aten.add.Tensor' -> 'add.Tensor'; 'getitem' and '<built-in function getitem>' -> 'getitem'."""
     if "getitem" in op_type:

@@ -2,7 +2,8 @@
 reference semantics. The lowering builds records, renderers and backends read them, artifacts store them as data.
 
 Kinds: `generated` (an expression: elementwise work, reductions, norms, softmax, RoPE, gathers, pooling, the cache
-write), and the library kernels `gemm`, `conv2d` and `attention` (each says why in its `library_reason`).
+write), the library kernels `gemm`, `conv2d` and `attention`, and the integer ones `qgemm`, `qconv2d` and `qadd`
+(int8 with fixed-point requantization; each says why it is a library kernel in its `library_reason`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ from .base import KernelCall, KernelCost, KernelSpec
 from .conv2d import Conv2dKernel, conv_flops, conv_out_size
 from .gemm import GemmKernel, gemm_flops
 from .generated import GeneratedKernel, Scatter
+from .qadd import QAddKernel
+from .qconv2d import QConv2dKernel
+from .qgemm import QGemmKernel
+from .requant import Requant
 
 KINDS: dict[str, type[KernelSpec]] = {cls.kind: cls for cls in (GeneratedKernel, GemmKernel, Conv2dKernel,
-                                                                  AttentionKernel)}
+                                                                  AttentionKernel, QGemmKernel, QConv2dKernel,
+                                                                  QAddKernel)}
+# The integer kinds: a target that runs none of them leaves them out of its `library_kernels`, and the ops folded into
+# them then run on the CPU (the partition path) or are refused by name.
+INTEGER_KINDS = frozenset({"qgemm", "qconv2d", "qadd"})
 LIBRARY_KINDS = frozenset(k for k, cls in KINDS.items() if cls.library_reason)
 
 
@@ -30,5 +39,6 @@ def spec_from_data(kind: Any, data: Any, where: str) -> KernelSpec:
 
 __all__ = [
     "KINDS", "LIBRARY_KINDS", "KernelCall", "KernelSpec", "KernelCost", "GeneratedKernel", "Scatter", "GemmKernel",
-    "Conv2dKernel", "AttentionKernel", "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
+    "Conv2dKernel", "AttentionKernel", "QGemmKernel", "QConv2dKernel", "QAddKernel", "Requant", "INTEGER_KINDS",
+    "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
 ]

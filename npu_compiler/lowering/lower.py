@@ -437,16 +437,19 @@ class Lowering:
         return buf.kind == "arena"
 
     # ---- elementwise ------------------------------------------------------------------------------------------
-    def lower_elementwise(self, node: Node) -> None:
+    def lower_elementwise(self, node: Node, build: Callable[[Loader], X.Expr] | None = None) -> None:
+        """An elementwise node: its ATen table entry, or `build(load)` for an elementwise op defined elsewhere (PT2E's
+        quantize/dequantize), kept pending for its readers to inline where greedy fusion is on."""
         out_v = node.outputs[0]
-        operands = [self.ref(v, pending_ok=True) for v in node.inputs]
-        try:  # an op whose operand dtypes have no expression (integer bitwise and) is refused, not mis-lowered
-            build_elementwise(node.op, [X.Const(v.dtype, 0) for v in node.inputs], node.attrs, out_v.dtype)
-        except ValueError as e:
-            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name, str(e)) from e
+        if build is None:
+            operands = [self.ref(v, pending_ok=True) for v in node.inputs]
+            try:  # an op whose operand dtypes have no expression (integer bitwise and) is refused, not mis-lowered
+                build_elementwise(node.op, [X.Const(v.dtype, 0) for v in node.inputs], node.attrs, out_v.dtype)
+            except ValueError as e:
+                raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name, str(e)) from e
+            build = lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,  # noqa: E731
+                                                   out_v.dtype)
         out = self.fresh(out_v)
-        build = lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,  # noqa: E731
-                                               out_v.dtype)
         if self.greedy_fusion and len(node.outputs) == 1 and id(out_v) not in self._graph_outputs:
             origins: list[str] = []
             expr = build(self.loader(out_v.shape, (), origins))
@@ -611,7 +614,7 @@ lowers("batch_norm.default", "_native_batch_norm_legit_no_training.default")(Low
 lowers(*VIEW_OPS)(Lowering.lower_view)
 lowers(*REDUCE_OPS)(Lowering.lower_reduce)
 
-from . import gathers, indexing, layout, library, reductions, resample, rows, scans  # noqa: E402,F401
+from . import gathers, indexing, layout, library, quantized, reductions, resample, rows, scans  # noqa: E402,F401
 
 # The ATen ops the compiler lowers (the `npu.*` ops are its own, made by the fusion passes).
 SUPPORTED_OPS = frozenset(op for op in LOWERINGS if not op.startswith("npu."))

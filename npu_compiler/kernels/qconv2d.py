@@ -1,0 +1,118 @@
+"""Integer 2-D convolution: out[n, o, ho, wo] = requant(sum over the window and a group's channels of (x - zx) * w
++ bias), the sum and the bias in int32 (wrapping), requantized per output channel or per tensor
+(`kernels/requant.py`). x: int8/uint8 [N, C, H, W]; w: int8 [O, C/g, kh, kw] (symmetric: its zero point is 0);
+bias: int32 [O]; scale: int32 [channels, 2], channels 1 or O. Padding holds the input's zero point (a real 0).
+
+Folded from the IR's dequantize -> conv2d [-> relu/clamp] -> quantize pattern (`npu_compiler/quant/fold.py`).
+
+Why a library kernel: an implicit GEMM (M = N*Ho*Wo, N = O, K = C/g*kh*kw) like the float conv, on int8 operands with
+a requantizing epilogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, ref_bytes
+from .conv2d import conv_flops, conv_out_size
+from .fields import bounded
+from .requant import Requant, check_scale, check_scale_values, check_zero_point, exact_matmul
+
+if TYPE_CHECKING:
+    from ..buffers import BufferSpec
+    from .base import KernelCall
+
+
+@dataclass(frozen=True)
+class QConv2dKernel(KernelSpec):
+    kind = "qconv2d"
+    library_reason = ("an int8 implicit GEMM (M = N*Ho*Wo, N = Cout, K = Cin/g*kh*kw) with a fixed-point "
+                      "requantizing epilogue: its speed is tiling onto int8 matrix units")
+
+    stride: tuple[int, ...] = bounded(1, 2**20)
+    padding: tuple[int, ...] = bounded(0, 2**20)
+    dilation: tuple[int, ...] = bounded(1, 2**20)
+    groups: int = bounded(1, 2**20)
+    x_zero_point: int = bounded(-255, 255, default=0)
+    bias: bool = False  # args[2] is an int32 bias [O]
+    channels: int = bounded(1, default=1)
+    requant: Requant = field(default_factory=Requant)
+
+    @property
+    def scale_arg(self) -> int:
+        return 2 + int(self.bias)
+
+    def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        expect(len(call.outs) == 1, f"a qconv2d writes one output, this one {len(call.outs)}")
+        expect(len(call.args) == self.scale_arg + 1,
+               f"a qconv2d{' with bias' if self.bias else ''} reads {self.scale_arg + 1} arguments, this one "
+               f"{len(call.args)}")
+        expect(len(self.stride) == len(self.padding) == len(self.dilation) == 2,
+               "qconv2d stride, padding and dilation are pairs")
+        x, w, out = call.args[0], call.args[1], call.outs[0]
+        expect(len(x.shape) == 4 and len(w.shape) == 4 and len(out.shape) == 4,
+               f"qconv2d over {list(x.shape)} with weight {list(w.shape)} into {list(out.shape)}")
+        n, c, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        g = self.groups
+        expect(c == cg * g and o % g == 0, f"qconv2d of {c} channels in {g} groups with weight {list(w.shape)}")
+        ho = conv_out_size(h, kh, self.stride[0], self.padding[0], self.dilation[0])
+        wo = conv_out_size(wd, kw, self.stride[1], self.padding[1], self.dilation[1])
+        expect(tuple(out.shape) == (n, o, ho, wo), f"qconv2d output {list(out.shape)}, expected {[n, o, ho, wo]}")
+        check_zero_point(self.x_zero_point, dtype_of(buffers, x), "qconv2d input")
+        expect(dtype_of(buffers, w) == "int8", f"a qconv2d weight is int8, not {dtype_of(buffers, w)}")
+        if self.bias:
+            bias = call.args[2]
+            expect(dtype_of(buffers, bias) == "int32" and tuple(bias.shape) == (o,),
+                   f"qconv2d bias {dtype_of(buffers, bias)}{list(bias.shape)}, expected int32[{o}]")
+        expect(self.channels in (1, o), f"a qconv2d of {o} channels requantized in {self.channels} channels")
+        check_scale(call.args[self.scale_arg], buffers, self.channels, "a qconv2d")
+        self.requant.check(dtype_of(buffers, out))
+
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+        out, w = call.outs[0], call.args[1]
+        read = sum(ref_bytes(buffers, r) for r in call.args)
+        return KernelCost(conv_flops(out.numel, *w.shape[1:]) + 4 * out.numel, read, ref_bytes(buffers, out))
+
+    def reference(self, call: KernelCall, arrays: Arrays) -> Step:
+        xv, wv = arrays.view(call.args[0]), arrays.view(call.args[1])
+        bias = arrays.view(call.args[2]) if self.bias else None
+        scale = arrays.view(call.args[self.scale_arg])
+        out = arrays.view(call.outs[0])
+
+        def run() -> None:
+            check_scale_values(scale, "qconv2d")
+            acc = int_conv_sum(xv, wv, self.x_zero_point, self.stride, self.padding, self.dilation, self.groups,
+                               (out.shape[2], out.shape[3]))
+            if bias is not None:
+                acc = acc + bias.astype(np.int64).reshape(1, -1, 1, 1)
+            np.copyto(out, self.requant.apply(acc, scale, 1).astype(out.dtype))
+
+        return run
+
+
+def int_conv_sum(xv: np.ndarray, wv: np.ndarray, x_zero_point: int, stride: Sequence[int], padding: Sequence[int],
+                 dilation: Sequence[int], g: int, out_hw: tuple[int, int]) -> np.ndarray:
+    """sum (x - zx) * w over each window, exact in int64 ([N, O, Ho, Wo]); padding is the zero point (0 after the
+    subtraction)."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    x = xv.astype(np.int64) - np.int64(x_zero_point)
+    w = wv.astype(np.int64)
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    ho, wo = out_hw
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    win = sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :ho, :wo]
+    og = o // g
+    y = np.empty((n, o, ho, wo), np.int64)
+    for gi in range(g):
+        cols = win[:, gi * cg:(gi + 1) * cg].transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cg * kh * kw)
+        wg = w[gi * og:(gi + 1) * og].reshape(og, cg * kh * kw)
+        y[:, gi * og:(gi + 1) * og] = exact_matmul(cols, wg.T).reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
+    return y

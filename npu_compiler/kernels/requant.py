@@ -1,0 +1,85 @@
+"""What the integer kernels (`qgemm`, `qconv2d`, `qadd`) share: the typed description of requantization (the output
+zero point, the clamp that saturates to the output type and applies a fused ReLU or clamp, TOSA's rounding mode),
+its checks, and its reference arithmetic (`npu_compiler.quant.fixed_point`).
+
+Integer dtypes: activations int8 or uint8 (PT2E's x86 recipe quantizes activations to uint8), weights int8,
+accumulators and biases int32 (wrapping, as an int32 accumulator does), requantization multipliers and shifts int32
+in a [channels, 2] buffer (rows (M, n): one row for a per-tensor scale, one per output channel otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import KernelFault
+from ..quant.fixed_point import MAX_SHIFT, ROUNDINGS, requantize, wrap_int32
+from .base import dtype_of, expect
+from .fields import bounded, one_of
+
+if TYPE_CHECKING:
+    from ..buffers import BufferSpec
+    from ..tensor import TensorRef
+
+ACTIVATION_DTYPES = ("int8", "uint8")
+RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 31), (1 << 31) - 1)}
+MULTIPLIER_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class Requant:
+    """acc (int32) -> clamp(apply_scale(acc, M, n, rounding) + zero_point, lo, hi), stored in the output dtype. [lo,
+    hi] lies inside the output type's range: narrower where a ReLU (lo = zero_point) or a clamp was fused."""
+
+    zero_point: int = bounded(-(1 << 16), 1 << 16)
+    lo: int = bounded(-(1 << 16), 1 << 16)
+    hi: int = bounded(-(1 << 16), 1 << 16)
+    rounding: str = one_of(*ROUNDINGS, default="single")
+
+    def check(self, out_dtype: str) -> None:
+        lo, hi = RANGES.get(out_dtype, (0, -1))
+        expect(out_dtype in ACTIVATION_DTYPES, f"an integer kernel writes int8 or uint8, not {out_dtype}")
+        expect(lo <= self.lo <= self.hi <= hi, f"a requantization clamp [{self.lo}, {self.hi}] outside {out_dtype}'s "
+                                               f"[{lo}, {hi}]")
+        expect(lo <= self.zero_point <= hi, f"an output zero point {self.zero_point} outside {out_dtype}'s range")
+
+    def apply(self, acc: np.ndarray, scale: np.ndarray, channel_axis: int) -> np.ndarray:
+        """`acc` (int64 sums) wrapped to int32 and requantized; `scale` the [channels, 2] (M, n) rows, broadcast along
+        `channel_axis` of acc (one row: every element)."""
+        shape = [1] * acc.ndim
+        if scale.shape[0] > 1:
+            shape[channel_axis] = scale.shape[0]
+        m = scale[:, 0].astype(np.int64).reshape(shape)
+        n = scale[:, 1].astype(np.int64).reshape(shape)
+        return requantize(wrap_int32(acc), m, n, self.zero_point, self.lo, self.hi, self.rounding)
+
+
+def check_scale(ref: TensorRef, buffers: Sequence[BufferSpec], channels: int, what: str) -> None:
+    """The requantization buffer of a kernel: int32 [channels, 2]."""
+    expect(dtype_of(buffers, ref) == "int32" and tuple(ref.shape) == (channels, 2),
+           f"{what}'s requantization (multiplier, shift) rows are {dtype_of(buffers, ref)}{list(ref.shape)}, expected "
+           f"int32[{channels}, 2]")
+
+
+def check_scale_values(scale: np.ndarray, what: str) -> None:
+    """Multipliers in [0, 2^31) and shifts in [0, 62] (the reference refuses others: no backend computes them)."""
+    if scale.size and (int(scale[:, 0].min()) < 0 or int(scale[:, 1].min()) < 0 or int(scale[:, 1].max()) > MAX_SHIFT):
+        raise KernelFault(f"{what}: a requantization multiplier below 0 or a shift outside [0, {MAX_SHIFT}]")
+
+
+def check_zero_point(zp: int, dtype: str, what: str) -> None:
+    lo, hi = RANGES.get(dtype, (0, -1))
+    expect(dtype in ACTIVATION_DTYPES, f"{what} is {dtype}, not int8 or uint8")
+    expect(lo <= zp <= hi, f"{what}'s zero point {zp} is outside {dtype}'s range [{lo}, {hi}]")
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The integer product a @ b (int64 operands of at most 16 bits each), exact: through float64 BLAS, whose every
+    partial sum is an integer below 2^53 for K below 2^37 (NumPy's integer matmul has no BLAS and is far slower)."""
+    k = a.shape[-1]
+    if k >= 1 << 37:
+        return np.matmul(a, b)
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)

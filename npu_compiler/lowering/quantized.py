@@ -1,0 +1,102 @@
+"""Lowering of PT2E's quantize/dequantize ops (what is left of them after `quant/fold.py` took the patterns it folds
+into integer kernels) and of the folded integer ops (`npu.qconv2d`, `npu.qlinear`, `npu.qadd`)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..expr import nodes as X
+from ..ir.graph import Node, Value
+from ..kernels import QAddKernel, QConv2dKernel, QGemmKernel, Requant
+from ..program import TensorRef
+from ..quant import expressions as Q
+from ..quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
+from . import views as V
+from .registry import lowers
+
+if TYPE_CHECKING:
+    from .lower import Lowering
+
+
+def _along(ref: TensorRef, axis: int, rank: int) -> TensorRef:
+    """A per-channel vector [C] as a view broadcastable along `axis` of a rank-`rank` tensor."""
+    return V.reshape(ref, tuple(ref.shape[0] if d == axis else 1 for d in range(rank)))
+
+
+def quant_expression(L: Lowering, node: Node, load) -> X.Expr:
+    """The expression of one quantize/dequantize node (`quant/expressions.py`), its operands read through `load`."""
+    a, out = node.attrs, node.outputs[0]
+    x = node.inputs[0]
+    if node.op in (QUANTIZE, DEQUANTIZE):
+        scale, zp = float(a["scale"]), int(a["zero_point"])
+        if node.op == QUANTIZE:
+            return Q.quantize(load(L.ref(x, pending_ok=True)), Q.f32_const(1.0 / scale), Q.f32_const(zp),
+                              int(a["quant_min"]), int(a["quant_max"]), out.dtype)
+        return Q.dequantize(load(L.ref(x, pending_ok=True)), Q.f32_const(scale), Q.f32_const(zp), out.dtype)
+    rank = len(x.shape)
+    axis = int(a["axis"]) % max(rank, 1)
+    scale = load(_along(L.ref(node.inputs[1]), axis, rank))
+    zp = load(_along(L.ref(node.inputs[2]), axis, rank)) if len(node.inputs) > 2 else None
+    if node.op == QUANTIZE_CHANNEL:
+        return Q.quantize(load(L.ref(x, pending_ok=True)), Q.inverse(scale), zp if zp is not None else Q.f32_const(0),
+                          int(a["quant_min"]), int(a["quant_max"]), out.dtype)
+    return Q.dequantize(load(L.ref(x, pending_ok=True)), scale, zp, out.dtype)
+
+
+@lowers(QUANTIZE, DEQUANTIZE, QUANTIZE_CHANNEL, DEQUANTIZE_CHANNEL)
+def quantize_dequantize(L: Lowering, node: Node) -> None:
+    L.lower_elementwise(node, lambda load: quant_expression(L, node, load))
+
+
+# ---- the folded integer ops ------------------------------------------------------------------------------------
+
+
+def _requant(node: Node) -> Requant:
+    a = node.attrs
+    return Requant(int(a["out_zero_point"]), int(a["lo"]), int(a["hi"]), str(a.get("rounding", "single")))
+
+
+def _scale_ref(L: Lowering, v: Value) -> TensorRef:
+    return L.ref(v)
+
+
+@lowers("npu.qconv2d", kernels=("qconv2d",))
+def qconv2d(L: Lowering, node: Node) -> None:
+    """inputs: x (int8/uint8), w (int8), [bias (int32)], scale (int32 [C, 2])."""
+    a = node.attrs
+    has_bias = bool(a["has_bias"])
+    x, w = L.contiguous(L.ref(node.inputs[0])), L.contiguous(L.ref(node.inputs[1]))
+    args = [x, w] + ([L.ref(node.inputs[2])] if has_bias else []) + [_scale_ref(L, node.inputs[-1])]
+    spec = QConv2dKernel(tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), int(a["groups"]),
+                         int(a["x_zero_point"]), has_bias, node.inputs[-1].shape[0], _requant(node))
+    L.emit(spec, args, [L.fresh(node.outputs[0])])
+
+
+@lowers("npu.qlinear", kernels=("qgemm",))
+def qlinear(L: Lowering, node: Node) -> None:
+    """inputs: x (int8/uint8 [..., K]), w (int8 [N, K]), [bias (int32 [N])], scale (int32 [C, 2])."""
+    a = node.attrs
+    has_bias = bool(a["has_bias"])
+    x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
+    k = x_v.shape[-1]
+    rows = math.prod(x_v.shape[:-1])
+    n = w_v.shape[0]
+    x = L.ref(x_v)
+    x2 = V.reshape(x, (rows, k)) or V.reshape(L.contiguous(x), (rows, k))
+    wt = V.transpose(L.ref(w_v), 0, 1)  # [K, N] as a view of the [N, K] weight
+    args = [x2, wt] + ([L.ref(node.inputs[2])] if has_bias else []) + [_scale_ref(L, node.inputs[-1])]
+    spec = QGemmKernel(rows, n, k, (), int(a["x_zero_point"]), 0, has_bias, node.inputs[-1].shape[0], _requant(node))
+    out = L.fresh(out_v)
+    L.emit(spec, args, [V.reshape(out, (rows, n))])
+
+
+@lowers("npu.qadd", kernels=("qadd",))
+def qadd(L: Lowering, node: Node) -> None:
+    a = node.attrs
+    out = L.fresh(node.outputs[0])
+    args = [V.expand(L.ref(v), tuple(out.shape)) for v in node.inputs[:2]]
+    spec = QAddKernel(int(a["a_zero_point"]), int(a["b_zero_point"]), int(a["left_shift"]), int(a["a_multiplier"]),
+                      int(a["a_shift"]), int(a["b_multiplier"]), int(a["b_shift"]), int(a["out_multiplier"]),
+                      int(a["out_shift"]), _requant(node))
+    L.emit(spec, args, [out])
