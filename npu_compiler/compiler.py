@@ -26,6 +26,7 @@ from .passes.dtype import apply_compute_dtype, explain_compute_dtype
 from .passes.normalize import canonicalize_conv_padding, inplace_to_outofplace, remove_noops
 from .passes.slice_hoisting import hoist_slices
 from .program import CompiledProgram, Recipe, WeightSpec
+from .quant.fold import fold_quantized
 from .targets.codegen import get_codegen_target
 from .targets.config import TargetConfig, default_config
 
@@ -35,7 +36,7 @@ FUSION_PASSES = ("rmsnorm", "rope", "attention", "attention_valid_len", "masked_
 # Lowering choices that trade memory for speed on targets with a fast GEMM library.
 LOWERING_OPTIONS = ("conv_im2col", "conv_tensor_cores", "gemm_prologue", "column_epilogue", "conv_side")
 # Passes that can be switched off by name (to bisect a numerical problem to one pass).
-OPTIONAL_PASSES = ("bn_fold", "slice_hoisting", *FUSION_PASSES, *LOWERING_OPTIONS)
+OPTIONAL_PASSES = ("bn_fold", "quant_fold", "slice_hoisting", *FUSION_PASSES, *LOWERING_OPTIONS)
 
 
 @dataclass
@@ -109,6 +110,16 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         n = _run_pass("bn_fold", fold_batchnorm, graph, recipes)
         passes.append(f"bn_fold({n})")
     graph.remove_dead()
+    if "quant_fold" not in disable_passes:
+        folded, missing = _run_pass("quant_fold", fold_quantized, graph, recipes, codegen.library_kernels)
+        if missing:
+            g = missing[0]
+            raise UnsupportedOpError(g.core.name, f"aten.{g.core.op}", target,
+                                     f"an int8 {g.core.op.split('.')[0]} (its quantize/dequantize pattern folds into "
+                                     f"a {g.kind} kernel, which target '{target}' does not provide; the partition "
+                                     "path runs it on the CPU)")
+        if folded:
+            passes.append(f"quant_fold({folded})")
     if "slice_hoisting" not in disable_passes:
         n = _run_pass("slice_hoisting", hoist_slices, graph)
         if n:

@@ -104,6 +104,29 @@ class SupportPredicate:
 
     target: str
     force_cpu: frozenset[str] = field(default_factory=frozenset)
+    # node name -> why, for what only the whole graph shows (set by `prepare`)
+    graph_reasons: dict[str, str] = field(default_factory=dict)
+
+    def prepare(self, ir: Mapping[str, Any]) -> None:
+        """Look at the whole graph (an IR dict, already checked) for what a node alone does not show: the
+        quantize/dequantize patterns the compiler folds into integer kernels (`quant/fold.py`). A target without
+        that kernel runs every node of the pattern elsewhere, together, so the fold still sees it there."""
+        from .ir.reader import read_ir
+        from .passes.normalize import inplace_to_outofplace, remove_noops
+        from .quant.fold import integer_groups
+
+        if not any(str(nd.get("op_type", "")).startswith("quantized_decomposed.") for nd in ir.get("nodes", [])):
+            return
+        graph = read_ir(ir)
+        remove_noops(graph)
+        inplace_to_outofplace(graph)
+        kernels = get_codegen_target(self.target).library_kernels
+        for g in integer_groups(graph):
+            if g.kind != "exact" and g.kind not in kernels:
+                why = (f"int8 {g.core.op.split('.')[0]} (its quantize/dequantize pattern folds into a {g.kind} "
+                       f"kernel, which target '{self.target}' does not provide)")
+                for name in g.names:
+                    self.graph_reasons.setdefault(name, why)
 
     def __post_init__(self) -> None:
         get_codegen_target(self.target)  # fail early, naming the known targets
@@ -122,6 +145,8 @@ class SupportPredicate:
     def reason(self, node: Mapping[str, Any]) -> str | None:
         if self._forced(node):
             return "forced to the CPU (--force-cpu)"
+        if node.get("name") in self.graph_reasons:
+            return self.graph_reasons[node["name"]]
         return unsupported_reason(self.target, str(node.get("op_type", "")), node.get("attrs"),
                                   [str(t.get("dtype", "")) for t in node.get("outputs") or []])
 

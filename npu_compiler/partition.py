@@ -248,6 +248,8 @@ def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupport
     if host_supported is None and isinstance(pred, SupportPredicate):
         host_supported = support_predicate("cpu")
     data = copy.deepcopy(checked_ir_dict(ir))  # every field checked (read_ir) before the JSON form is read here
+    if hasattr(pred, "prepare"):
+        pred.prepare(data)  # what only the whole graph shows (quantized patterns)
     for key in ("graph_inputs", "graph_outputs", "nodes"):
         if not isinstance(data.get(key), list):
             raise IRFormatError(f"IR is missing the list '{key}'; is this a pytorch-ir JSON file?")

@@ -165,10 +165,38 @@ def _resolve_op(op_type: str) -> Any | None:
     import torch
 
     parts = op_type.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
+    if len(parts) == 3 and parts[0] == QUANTIZED_NAMESPACE:
+        _register_quantized_ops()
+    if len(parts) != 3 or parts[0] not in ("aten", QUANTIZED_NAMESPACE):
         return None
-    packet = getattr(torch.ops.aten, parts[1], None)
+    packet = getattr(getattr(torch.ops, parts[0]), parts[1], None)
     return None if packet is None else getattr(packet, parts[2], None)
+
+
+QUANTIZED_NAMESPACE = "quantized_decomposed"
+
+
+@functools.cache
+def _register_quantized_ops() -> None:
+    """PT2E's quantize/dequantize ops (`npu_compiler/quant/ops.py`) for IRExecutor, which calls only `aten` ops by
+    itself: each node calls its `torch.ops.quantized_decomposed` op with the node's tensors and attributes by name."""
+    import importlib
+
+    import torch
+    from torch_ir import register_executor
+
+    importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers torch.ops.quantized_decomposed
+    from npu_compiler.quant.ops import QUANT_OPS
+
+    for short in QUANT_OPS:
+        _, name, overload = short.split(".")
+        op = getattr(getattr(torch.ops.quantized_decomposed, name), overload)
+        tensors = [a.name for a in op._schema.arguments if "Tensor" in str(a.type)]
+
+        def run(inputs, attrs, op=op, tensors=tensors):
+            return [op(**dict(zip(tensors, inputs)), **attrs)]
+
+        register_executor(short)(run)
 
 
 @functools.cache

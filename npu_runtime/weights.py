@@ -36,6 +36,7 @@ from npu_compiler.program import CompiledProgram, Recipe, WeightSpec
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, np_dtype
 from .errors import WeightError
+from .quant_recipes import make_quant_weight
 from .safetensors_file import SafetensorsFile
 
 
@@ -325,6 +326,8 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow
         if b is None:
             return None
         return convert(((b - mean) * scale + beta).astype(np.float32), spec.dtype)
+    if r.kind in ("quantize_weight", "quant_bias", "requant_scale"):
+        return make_quant_weight(spec, fetch)
     raise WeightError(f"weight {spec.name}: unknown recipe '{r.kind}' (artifact from a newer compiler?)")
 
 

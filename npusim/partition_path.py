@@ -50,6 +50,7 @@ def needs_partition(ir: IRSource, target: str, force_cpu: Iterable[str] = ()) ->
     """The nodes that must run on the CPU for `target` (name, op, reason); empty when one program runs it all."""
     data = checked_ir_dict(ir)  # the partition path reads the JSON form: read_ir checks all of it first
     pred = support_predicate(target, force_cpu)
+    pred.prepare(data)
     return [FallbackNode(nd["name"], str(nd["op_type"]), pred.reason(nd) or "", 0, -1)
             for nd in data.get("nodes", []) if not pred(nd)]
 

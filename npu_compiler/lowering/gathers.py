@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..dtypes import is_float, itemsize
 from ..errors import UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import cast, const
@@ -166,8 +167,10 @@ def max_pool2d(L: Lowering, node: Node) -> None:
     ks, stride = _pool_window(a)
     out_v = node.outputs[0]
     out = L.fresh_activation(out_v)
-    value, _, _ = _window_reads(L, node, ks, stride, _pair(a["padding"], node), _pair(a["dilation"], node),
-                                float("-inf"))
+    # padding never wins: -inf, or the least value of an integer input (an int8 max pool of a quantized graph)
+    x_dtype = node.inputs[0].dtype
+    fill = float("-inf") if is_float(x_dtype) else -(1 << (8 * itemsize(x_dtype) - 1)) if x_dtype != "uint8" else 0
+    value, _, _ = _window_reads(L, node, ks, stride, _pair(a["padding"], node), _pair(a["dilation"], node), fill)
     L._emit_generated(out, cast(X.Reduce(F32, "max", value), out_v.dtype), tuple(ks), [])
 
 

@@ -1,0 +1,77 @@
+"""The load-time recipes of an integer program (`npu_compiler/quant/fold.py` writes them): an int8 weight quantized
+from a float one, an int32 bias in the accumulator's scale, and the requantization (multiplier, shift) rows. Each is
+computed once, on the host, in float64 where it divides, so every backend gets the same integers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from npu_compiler.program import WeightSpec
+from npu_compiler.quant.fixed_point import quantize_multipliers
+
+from .errors import WeightError
+
+Fetch = Callable[..., "np.ndarray | None"]
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _weight_scales(spec: WeightSpec, fetch: Fetch, channels: int) -> np.ndarray | None:
+    """The weight's scales as float64 [channels] (a per-tensor one repeated), with zero points checked to be 0."""
+    s, p = spec.recipe.sources, spec.recipe.params
+    if "weight_scale" not in s:
+        return np.full(channels, float(p["weight_scale"]))
+    scales = fetch(s["weight_scale"], (channels,))
+    if scales is None:
+        return None
+    scales = scales.astype(np.float64)
+    if not np.isfinite(scales).all() or (scales < 0).any():
+        raise WeightError(f"weight {spec.name}: the weight scales ({s['weight_scale']}) must be finite and >= 0")
+    if "weight_zero_point" in s:
+        zp = fetch(s["weight_zero_point"], (channels,), dtype="int64")
+        if zp is None:
+            return None
+        if zp.any():
+            raise WeightError(f"weight {spec.name}: the weight zero points ({s['weight_zero_point']}) are not all 0; "
+                              "an integer kernel takes symmetric weights")
+    return scales
+
+
+def make_quant_weight(spec: WeightSpec, fetch: Fetch) -> np.ndarray | None:
+    r = spec.recipe
+    p = r.params
+    if r.kind == "quantize_weight":
+        channels = spec.shape[0]
+        scales = fetch(r.sources["weight_scale"], (channels,))
+        w = fetch(r.sources["weight"], spec.shape)
+        if scales is None or w is None:
+            return None
+        # as quantized_decomposed.quantize_per_channel: input * (1.0 / scales) in float32, rounded half to even
+        with np.errstate(divide="ignore"):
+            inv = (np.float32(1.0) / scales.astype(np.float32)).reshape(-1, *([1] * (w.ndim - 1)))
+        if not np.isfinite(inv).all():
+            raise WeightError(f"weight {spec.name}: a weight scale of 0 in {r.sources['weight_scale']}")
+        q = np.clip(np.rint(w.astype(np.float32) * inv), int(p["quant_min"]), int(p["quant_max"]))
+        return q.astype(np.int8)
+    if r.kind == "quant_bias":
+        channels = spec.shape[0]
+        scales = _weight_scales(spec, fetch, channels)
+        bias = fetch(r.sources["bias"], (channels,))
+        if scales is None or bias is None:
+            return None
+        step = float(p["input_scale"]) * scales
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(step > 0, np.rint(bias.astype(np.float64) / np.where(step > 0, step, 1.0)), 0.0)
+        if (bias[step == 0] != 0).any():
+            raise WeightError(f"weight {spec.name}: a bias on a channel whose weight scale is 0")
+        return np.clip(q, INT32_MIN, INT32_MAX).astype(np.int32)
+    # requant_scale: (input scale * weight scale) / output scale per channel, as (multiplier, shift) rows
+    scales = _weight_scales(spec, fetch, spec.shape[0])
+    if scales is None:
+        return None
+    real = float(p["input_scale"]) * scales / float(p["output_scale"])
+    try:
+        return quantize_multipliers(real)
+    except ValueError as e:
+        raise WeightError(f"weight {spec.name}: {e}") from None
