@@ -20,8 +20,8 @@ from . import __version__
 from .common import CLIError
 from .safe_text import SafeStream, one_line
 
-COMMANDS = ("export", "compile", "describe", "run", "verify", "partition", "profile", "estimate", "export_llm",
-            "generate", "demo")
+COMMANDS = ("export", "quantize", "compile", "describe", "run", "verify", "partition", "profile", "estimate",
+            "export_llm", "generate", "demo")
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERNAL = 1, 2, 70
 TRACEBACK_ENV = "NPUSIM_TRACEBACK"
 

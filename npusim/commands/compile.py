@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from ..common import add_compile_options, add_force_cpu_option, check_output_folder, compile_kwargs, dtype_line
+from .. import argtypes
+from ..common import (
+    CLIError,
+    add_compile_options,
+    add_force_cpu_option,
+    check_output_folder,
+    compile_kwargs,
+    dtype_line,
+)
+from .quantize import add_quant_options, quantize_files
 
 
 def register(sub) -> None:
@@ -25,6 +35,17 @@ def register(sub) -> None:
                         "of running them on the CPU")
     add_force_cpu_option(p)
     add_compile_options(p)
+    q = p.add_argument_group("int8 in one step (npusim quantize, then compile the quantized IR)")
+    q.add_argument("--quantize", choices=("int8",), default=None,
+                   help="quantize first: writes NAME_int8.json, .safetensors (the weights the artifact runs with) and "
+                        ".quant.json beside the artifact")
+    q.add_argument("--weights", help="with --quantize: the float model's weights")
+    src = q.add_mutually_exclusive_group()
+    src.add_argument("--calibration", metavar="DIR", help="with --quantize: calibration inputs (see npusim quantize)")
+    src.add_argument("--calibration-random", type=argtypes.integer(1, 1 << 16, "count"), metavar="N",
+                     help="with --quantize: N generated calibration samples")
+    q.add_argument("--seed", type=argtypes.seed, default=0, help="with --calibration-random: its seed")
+    add_quant_options(q)
     p.set_defaults(func=run)
 
 
@@ -37,7 +58,17 @@ def run(args: argparse.Namespace) -> int:
     check_output_folder(args.output)
     check_force_cpu(args.ir, args.force_cpu)
     t0 = time.perf_counter()
-    art = npu_compiler.compile_artifact(args.ir, args.target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
+    ir = args.ir
+    if args.quantize:
+        if not args.weights or (args.calibration is None and args.calibration_random is None):
+            raise CLIError("--quantize int8 needs --weights and --calibration DIR or --calibration-random N")
+        paths, q, _ = quantize_files(args, os.path.dirname(os.path.abspath(args.output)))
+        print(f"quantized {q.ir['model_name']} ({args.method}, {q.samples} sample(s)): {paths['ir']}, run it with "
+              f"--weights {paths['weights']}")
+        ir = paths["ir"]
+    elif args.weights or args.calibration or args.calibration_random:
+        raise CLIError("--weights and --calibration go with --quantize int8")
+    art = npu_compiler.compile_artifact(ir, args.target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
                                         **compile_kwargs(args))
     art.save(args.output)
     dt = time.perf_counter() - t0

@@ -80,6 +80,13 @@ def reference_weights(prog, ws) -> tuple[dict, dict]:
     return extra, computed
 
 
+def _tolerance_row(prog) -> str:
+    """The program's row of the default tolerances: its compute dtype's, or int8's where it has integer kernels."""
+    from npu_compiler.kernels import INTEGER_KINDS
+
+    return "int8" if any(k.kind in INTEGER_KINDS for k in prog.kernels) else prog.compute_dtype
+
+
 def _tolerance(args: argparse.Namespace, compute: str):
     from npu_runtime.metrics import model_tolerance
 
@@ -158,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             from npu_export.reference import run_reference
 
             ref = run_reference(args.ir, sd, inp.arrays)
-    tol = _tolerance(args, prog.compute_dtype)
+    tol = _tolerance(args, _tolerance_row(prog))
     from npu_runtime.metrics import compare
 
     rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol) for name in ref]

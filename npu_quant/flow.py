@@ -1,0 +1,111 @@
+"""Post-training quantization end to end: the float program run on the calibration inputs (the CPU reference, fusion
+off so that every tensor to quantize is some kernel's output), each tensor's statistics, the parameters the method
+picks, and the rewrite (`rewrite.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import npu_compiler
+from npu_compiler.errors import InternalError
+from npu_compiler.ir.reader import checked_ir_dict
+from npu_runtime.cpu.backend import CpuBackend
+from npu_runtime.inspect import kernel_values
+from npu_runtime.weights import load_weights
+
+from . import rewrite
+from .calibration import METHODS, QParams, TensorStats, qparams_for
+
+
+@dataclass
+class Options:
+    method: str = "minmax"  # minmax | percentile | entropy
+    symmetric: bool = True  # activations: symmetric (zero point 0) or asymmetric
+    percentile: float = 99.99
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"calibration method {self.method!r} is not one of {', '.join(METHODS)}")
+        if not 50.0 < self.percentile <= 100.0:
+            raise ValueError(f"percentile {self.percentile} is outside (50, 100]")
+
+
+@dataclass
+class Quantized:
+    ir: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    qparams: dict[str, QParams]
+    plan: rewrite.Plan
+    samples: int
+    stats: dict[str, TensorStats] = field(default_factory=dict)
+
+
+def node_outputs(ir: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {n["name"]: [o["name"] for o in n.get("outputs", [])] for n in ir["nodes"]}
+
+
+def float_program(ir: Mapping[str, Any]) -> npu_compiler.CompiledProgram:
+    """The float model as the observers see it: float32 on the CPU, one kernel per op."""
+    return npu_compiler.compile(ir, "cpu", dtype="float32", fusion=False)
+
+
+class Observer:
+    """A program on the CPU reference whose chosen tensors are handed to a callback as each kernel writes them (a
+    view's through the tensor it views). `node_outputs` (IR node -> its output names) maps a kernel to the IR value it
+    holds (a conv with its BatchNorm folded holds the BatchNorm's)."""
+
+    def __init__(self, program, weights: Any, names: Iterable[str], alias_of: Mapping[str, str],
+                 node_outputs: Mapping[str, list[str]] | None = None) -> None:
+        backend = CpuBackend()
+        self.program = program
+        self.weights = load_weights(program, weights, backend)
+        self.executor = backend.create_executor(program)
+        self.values = kernel_values(program, node_outputs)
+        self.by_root: dict[str, list[str]] = {}
+        for t in dict.fromkeys(names):
+            self.by_root.setdefault(alias_of.get(t, t), []).append(t)
+
+    def run(self, sample: Mapping[str, np.ndarray], visit: Callable[[str, np.ndarray], None]) -> None:
+        for name in self.by_root.keys() & sample.keys():
+            for t in self.by_root[name]:
+                visit(t, np.asarray(sample[name]))
+
+        def after(i: int) -> None:
+            v = self.values[i]
+            if v in self.by_root:
+                data = np.array(self.executor.view(self.program.kernels[i].outs[0]))
+                for t in self.by_root[v]:
+                    visit(t, data)
+
+        self.executor.run_observed(dict(sample), self.weights, after=after)
+
+
+def quantize(ir: Any, weights: Mapping[str, np.ndarray], samples: Iterable[Mapping[str, np.ndarray]],
+             options: Options | None = None) -> Quantized:
+    """The quantized IR and weights of `ir` (a path, JSON string or dict) for these calibration samples (dicts of
+    graph input name -> array)."""
+    options = options or Options()
+    data = checked_ir_dict(ir)
+    p = rewrite.plan(data)
+    stats = {t: TensorStats() for t in p.observed}
+    program = float_program(data)
+    observer = Observer(program, weights, p.observed, p.alias_of, node_outputs(data))
+    n = 0
+    for sample in samples:
+        observer.run(sample, lambda t, v: stats[t].update(v))
+        n += 1
+    if n == 0:
+        raise ValueError("no calibration samples")
+    blind = [t for t, s in stats.items() if s.count == 0]
+    if blind:
+        raise InternalError("calibrating", f"no kernel of the float program holds {blind[:3]}")
+    qparams = {t: qparams_for(s, options.method, options.symmetric, options.percentile) for t, s in stats.items()}
+    for t, src in p.same_as.items():
+        qparams[t] = qparams[src]
+    qir, qweights = rewrite.apply(data, weights, p, qparams)
+    qir["model_name"] = f"{data.get('model_name') or 'model'}_int8"
+    return Quantized(qir, qweights, qparams, p, n, stats)

@@ -1,0 +1,288 @@
+"""The IR rewrite of post-training quantization, on the IR's JSON form: what to quantize (`plan`) and the quantized
+IR and weights (`apply`), written as PT2E writes a quantized graph (`npu_compiler/quant/ops.py`), so the compiler
+reads ours and PyTorch's the same way and folds both into integer kernels (`npu_compiler/quant/fold.py`).
+
+- BatchNorm after a convolution is folded into its weight and bias first (in float32, as the compiler folds it).
+- Weights of convolutions and linears: int8 per output channel, symmetric ([-127, 127], scale max|w| / 127), read
+  through `dequantize_per_channel`; their bias stays float (the compiler makes it int32 at load).
+- Activations: the inputs of every integer op (conv2d, linear, add) and the outputs of the convolutions, linears and
+  adds (after the ReLU or clamp that follows them, which the kernel fuses) get a `quantize_per_tensor` after their
+  producer and a `dequantize_per_tensor` before each reader. An op that only moves or selects values (max_pool2d,
+  views) after a quantized tensor keeps its parameters, so it runs on the integers too. Every other op (softmax, layer
+  norm, GELU, mean, ...) reads a dequantized tensor and computes in float: mixed precision, shown by `describe`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npu_compiler.errors import NPUCompileError
+from npu_compiler.ir.schema import short_op
+from npu_compiler.quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE
+
+from .calibration import QParams
+
+CONTRACTIONS = ("conv2d.default", "linear.default")
+ADDS = ("add.Tensor", "add_.Tensor")
+ACTIVATIONS = ("relu.default", "relu_.default", "hardtanh.default", "hardtanh_.default", "clamp.default")
+PASS_THROUGH = ("max_pool2d.default", "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints",
+                "unsqueeze.default", "squeeze.dim", "squeeze.dims", "permute.default", "transpose.int")
+VIEWS = PASS_THROUGH[1:]
+WEIGHT_RANGE = (-127, 127)
+BN = "batch_norm.default"
+
+
+@dataclass
+class Plan:
+    """What `apply` quantizes: the activation tensors (by name) in graph order, each either observed or taking the
+    parameters of another (`same_as`: a pass-through op's output), and the weights of the integer ops."""
+
+    tensors: list[str] = field(default_factory=list)
+    same_as: dict[str, str] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)  # node name -> its weight placeholder
+    bn: dict[str, dict] = field(default_factory=dict)  # conv node name -> its BatchNorm node (folded)
+    alias_of: dict[str, str] = field(default_factory=dict)  # a view's tensor -> the tensor it views (for observers)
+    views: dict[str, str] = field(default_factory=dict)  # a quantized view's tensor -> its (quantized) input
+
+    @property
+    def observed(self) -> list[str]:
+        return [t for t in self.tensors if t not in self.same_as]
+
+
+class _Index:
+    def __init__(self, ir: Mapping[str, Any]) -> None:
+        self.nodes = list(ir["nodes"])
+        self.by_name = {n["name"]: n for n in self.nodes}
+        self.inputs = {t["name"] for t in ir["graph_inputs"]}
+        self.outputs = [t["name"] for t in ir["graph_outputs"]]
+        self.readers: dict[str, list[dict]] = {}
+        self.producer: dict[str, dict] = {}
+        for n in self.nodes:
+            for t in n.get("outputs", []):
+                self.producer[t["name"]] = n
+            for t in n.get("inputs", []):
+                if t.get("producer_node") is not None:
+                    self.readers.setdefault(self.tensor_of(t), []).append(n)
+
+    def tensor_of(self, ref: Mapping[str, Any]) -> str:
+        """The tensor name an input reference reads (a graph input names itself)."""
+        prod = ref["producer_node"]
+        if prod in self.inputs and prod not in self.by_name:
+            return prod
+        return self.by_name[prod]["outputs"][int(ref.get("producer_output_idx", 0))]["name"]
+
+    def only_reader(self, tensor: str) -> dict | None:
+        r = self.readers.get(tensor, [])
+        return r[0] if len(r) == 1 and tensor not in self.outputs else None
+
+
+def _float_activation(ref: Mapping[str, Any]) -> bool:
+    return ref.get("producer_node") is not None and str(ref.get("dtype")) == "float32"
+
+
+def plan(ir: Mapping[str, Any]) -> Plan:
+    """The tensors and weights to quantize (see the module's docstring)."""
+    ix = _Index(ir)
+    p = Plan()
+    chosen: dict[str, None] = {}
+    for n in ix.nodes:
+        op = short_op(str(n["op_type"]))
+        ins = n.get("inputs", [])
+        if op in VIEWS and ins and ins[0].get("producer_node") is not None:
+            p.alias_of[n["outputs"][0]["name"]] = p.alias_of.get(ix.tensor_of(ins[0]), ix.tensor_of(ins[0]))
+        anchor = False
+        if op in CONTRACTIONS and len(ins) >= 2 and _float_activation(ins[0]) and ins[1].get("producer_node") is None \
+                and str(ins[1].get("dtype")) == "float32" and (op != "conv2d.default" or len(ins[0]["shape"]) == 4):
+            anchor = True
+            p.weights[n["name"]] = ins[1]["name"]
+            chosen.setdefault(ix.tensor_of(ins[0]))
+        elif op in ADDS and len(ins) == 2 and all(_float_activation(t) for t in ins) and \
+                float(n.get("attrs", {}).get("alpha", 1)) == 1.0:
+            anchor = True
+            for t in ins:
+                chosen.setdefault(ix.tensor_of(t))
+        if not anchor:
+            continue
+        out = n["outputs"][0]["name"]
+        if op == "conv2d.default":
+            bn = ix.only_reader(out)
+            if bn is not None and short_op(str(bn["op_type"])) == BN and not bn.get("attrs", {}).get("training"):
+                p.bn[n["name"]] = bn
+                out = bn["outputs"][0]["name"]
+        act = ix.only_reader(out)
+        if act is not None and short_op(str(act["op_type"])) in ACTIVATIONS:
+            out = act["outputs"][0]["name"]
+        chosen.setdefault(out)
+    # pass-through ops after a quantized tensor keep its parameters (the compiler runs them on the integers)
+    for n in ix.nodes:
+        op = short_op(str(n["op_type"]))
+        ins = n.get("inputs", [])
+        if op in PASS_THROUGH and ins and ins[0].get("producer_node") is not None:
+            src = ix.tensor_of(ins[0])
+            if src in chosen:
+                out = n["outputs"][0]["name"]
+                chosen.setdefault(out)
+                p.same_as[out] = p.same_as.get(src, src)
+                if op in VIEWS:
+                    p.views[out] = src
+    order = {name: i for i, name in enumerate(ix.inputs)}
+    for i, n in enumerate(ix.nodes):
+        for t in n.get("outputs", []):
+            order[t["name"]] = len(ix.inputs) + i
+    p.tensors = sorted((t for t in chosen if t not in ix.outputs or t not in ix.inputs), key=lambda t: order[t])
+    return p
+
+
+# ---- weights ----------------------------------------------------------------------------------------------------
+
+
+def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 per output channel (axis 0), symmetric: (q, scales). As quantize_per_channel computes it: w * (1 / s) in
+    float32, rounded half to even."""
+    w = np.asarray(w, dtype=np.float32)
+    amax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) if w.size else np.zeros(w.shape[0], np.float32)
+    scales = np.maximum(amax / np.float32(127), np.float32(np.finfo(np.float32).eps)).astype(np.float32)
+    inv = (np.float32(1.0) / scales).reshape(-1, *([1] * (w.ndim - 1)))
+    q = np.clip(np.rint(w * inv), *WEIGHT_RANGE).astype(np.int8)
+    return q, scales
+
+
+def fold_batchnorm(w: np.ndarray, b: np.ndarray | None, bn: Mapping[str, Any], weights: Mapping[str, np.ndarray],
+                   mapping: Mapping[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """Conv weight and bias with an eval BatchNorm folded in (float32, as the compiler's bn_fold recipes)."""
+    keys = [mapping.get(t["name"], t["name"]) for t in bn["inputs"][1:5]]
+    gamma, beta, mean, var = (np.asarray(weights[k], dtype=np.float32) for k in keys)
+    scale = gamma / np.sqrt(var + np.float32(bn["attrs"].get("eps", 1e-5)))
+    b = np.zeros(w.shape[0], np.float32) if b is None else np.asarray(b, dtype=np.float32)
+    return (w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32), ((b - mean) * scale + beta
+                                                                                ).astype(np.float32)
+
+
+# ---- the rewrite ----------------------------------------------------------------------------------------------------
+
+
+def _ref(name: str, producer: str, shape: list[int], dtype: str, idx: int = 0) -> dict:
+    return {"name": name, "shape": list(shape), "dtype": dtype, "producer_node": producer, "producer_output_idx": idx}
+
+
+def _tensor(name: str, shape: list[int], dtype: str) -> dict:
+    return {"name": name, "shape": list(shape), "dtype": dtype}
+
+
+def _qattrs(q: QParams) -> dict:
+    return {"scale": q.scale, "zero_point": q.zero_point, "quant_min": q.qmin, "quant_max": q.qmax, "dtype": q.dtype}
+
+
+def apply(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: Plan, qparams: Mapping[str, QParams]
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The quantized IR and its weights (the float weights that are still read, the int8 weights, their scales and
+    zero points, folded biases). `qparams` has an entry for every tensor of the plan."""
+    missing = [t for t in p.tensors if t not in qparams]
+    if missing:
+        raise NPUCompileError(f"no quantization parameters for {missing[:5]}")
+    ix = _Index(ir)
+    out = copy.deepcopy(dict(ir))
+    mapping: dict[str, str] = dict(out.get("weight_name_mapping") or {})
+    meta = {w["name"]: w for w in out.get("weights") or []}
+    new_weights: dict[str, np.ndarray] = {}
+    quantized = set(p.tensors)
+    qname = {t: f"{t}_quantize" for t in p.tensors}
+    nodes: list[dict] = []
+    # a folded BatchNorm's readers read its conv, which now produces the BatchNorm's tensor
+    producer_of = {bn["name"]: conv for conv, bn in p.bn.items()}
+
+    def add_quantize(t: str, src: dict) -> None:
+        q = qparams[t]
+        nodes.append({"name": qname[t], "op_type": QUANTIZE, "attrs": _qattrs(q),
+                      "inputs": [src], "outputs": [_tensor(qname[t], src["shape"], q.dtype)]})
+
+    def dequantized(t: str, shape: list[int], reader: str, name: str | None = None) -> dict:
+        q = qparams[t]
+        node_name = f"{t}_dequantize_{reader}"
+        tensor = name or node_name
+        nodes.append({"name": node_name, "op_type": DEQUANTIZE, "attrs": _qattrs(q),
+                      "inputs": [_ref(qname[t], qname[t], shape, q.dtype)],
+                      "outputs": [_tensor(tensor, shape, "float32")]})
+        return _ref(tensor, node_name, shape, "float32")
+
+    for t in ir["graph_inputs"]:
+        if t["name"] in quantized:
+            add_quantize(t["name"], _ref(t["name"], t["name"], t["shape"], str(t["dtype"])))
+    dropped = {bn["name"] for bn in p.bn.values()}
+    for n in out["nodes"]:
+        if n["name"] in dropped:
+            continue
+        n = copy.deepcopy(n)
+        ins = []
+        for ref in n.get("inputs", []):
+            if ref.get("producer_node") is not None:
+                t = ix.tensor_of(ref)
+                if t in quantized:
+                    ref = dequantized(t, ref["shape"], n["name"])
+                elif ref["producer_node"] in producer_of:
+                    ref = {**ref, "producer_node": producer_of[ref["producer_node"]]}
+            ins.append(ref)
+        n["inputs"] = ins
+        if n["name"] in p.weights:
+            _quantize_node_weights(n, p, ir, weights, mapping, meta, new_weights, nodes)
+        nodes.append(n)
+        for i, t in enumerate(n.get("outputs", [])):
+            if t["name"] in quantized:  # the float value is renamed: every reader reads a dequantize of it
+                name = t["name"]
+                t["name"] = f"{name}_float"
+                add_quantize(name, _ref(t["name"], n["name"], t["shape"], t["dtype"], i))
+    for t in ix.outputs:
+        if t in quantized:
+            shape = next(o["shape"] for o in ir["graph_outputs"] if o["name"] == t)
+            dequantized(t, shape, "output", name=t)
+    out["nodes"] = nodes
+    used = {r["name"] for n in nodes for r in n.get("inputs", []) if r.get("producer_node") is None}
+    out["weight_name_mapping"] = {ph: k for ph, k in mapping.items() if ph in used}
+    keys = set(out["weight_name_mapping"].values())
+    out["weights"] = [m for k, m in meta.items() if k in keys]
+    result = {k: np.asarray(weights[k]) for k in keys if k not in new_weights}
+    result.update(new_weights)
+    return out, result
+
+
+def _quantize_node_weights(n: dict, p: Plan, ir: Mapping[str, Any], weights: Mapping[str, np.ndarray],
+                           mapping: dict[str, str], meta: dict[str, dict], new_weights: dict[str, np.ndarray],
+                           nodes: list[dict]) -> None:
+    """Replace a conv's or linear's float weight (and, with a folded BatchNorm, its bias) by an int8 weight read
+    through dequantize_per_channel."""
+    ph = p.weights[n["name"]]
+    key = mapping.get(ph, ph)
+    w = np.asarray(weights[key], dtype=np.float32)
+    bias_ref = n["inputs"][2] if len(n["inputs"]) > 2 else None
+    stem = key
+    if n["name"] in p.bn:
+        b = None if bias_ref is None else weights[mapping.get(bias_ref["name"], bias_ref["name"])]
+        w, b = fold_batchnorm(w, b, p.bn[n["name"]], weights, mapping)
+        stem = f"{key}.bn_folded"
+        bkey, bph = f"{stem}.bias", f"{ph}_bn_folded_bias"
+        new_weights[bkey] = b
+        mapping[bph] = bkey
+        meta[bkey] = _tensor(bkey, [w.shape[0]], "float32")
+        ref = {"name": bph, "shape": [w.shape[0]], "dtype": "float32"}
+        n["inputs"] = n["inputs"][:2] + [ref] + n["inputs"][3:]
+        n["outputs"] = copy.deepcopy(p.bn[n["name"]]["outputs"])  # the conv now produces what the BatchNorm did
+    q, scales = quantize_weight(w)
+    parts = {"int8": (q, "int8", list(q.shape)), "scale": (scales, "float32", [q.shape[0]]),
+             "zero_point": (np.zeros(q.shape[0], np.int64), "int64", [q.shape[0]])}
+    refs = []
+    for suffix, (array, dtype, shape) in parts.items():
+        k, name = f"{stem}.{suffix}", f"{ph}_{suffix}"
+        new_weights[k] = array
+        mapping[name] = k
+        meta[k] = _tensor(k, shape, dtype)
+        refs.append({"name": name, "shape": shape, "dtype": dtype})
+    dq = f"{n['name']}_weight_dequantize"
+    nodes.append({"name": dq, "op_type": DEQUANTIZE_CHANNEL, "inputs": refs,
+                  "attrs": {"axis": 0, "quant_min": WEIGHT_RANGE[0], "quant_max": WEIGHT_RANGE[1], "dtype": "int8"},
+                  "outputs": [_tensor(dq, list(q.shape), "float32")]})
+    n["inputs"][1] = _ref(dq, dq, list(q.shape), "float32")

@@ -1,0 +1,284 @@
+"""Post-training quantization (`npu_quant`, `npusim quantize`): the calibration methods on known distributions and
+against PyTorch's observers, the rewrite of a CNN into PT2E's form and its integer program's accuracy, the per-tensor
+report, and the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import export_ir, to_numpy
+
+import npu_compiler
+import npu_runtime
+from npu_quant.calibration import NUM_BINS, TensorStats, choose_qparams, entropy_threshold, qparams_for
+from npu_quant.flow import Options, quantize
+from npu_runtime.cpu.backend import CpuBackend
+
+# ---- calibration --------------------------------------------------------------------------------------------------
+
+
+def test_minmax_takes_the_observed_range():
+    s = TensorStats()
+    s.update(np.array([-1.5, 0.25, 2.0], np.float32))
+    s.update(np.array([3.0, -0.5], np.float32))
+    assert (s.min, s.max, s.count) == (-1.5, 3.0, 5)
+    p = qparams_for(s, "minmax", symmetric=True)
+    assert p.zero_point == 0 and p.scale == pytest.approx(3.0 / 127.5)
+    a = qparams_for(s, "minmax", symmetric=False)
+    assert a.scale == pytest.approx(4.5 / 255) and a.zero_point == -128 + round(1.5 / a.scale)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_qparams_are_pytorchs_observers(symmetric):
+    from torch.ao.quantization.observer import MinMaxObserver
+
+    rng = np.random.default_rng(0)
+    for lo, hi in [(-2.0, 5.0), (0.1, 3.0), (-7.0, -0.5), (-0.003, 0.001)]:
+        x = np.concatenate([[lo, hi], rng.uniform(lo, hi, 100)]).astype(np.float32)
+        obs = MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric if symmetric else
+                             torch.per_tensor_affine, quant_min=-128, quant_max=127)
+        obs(torch.from_numpy(x))
+        scale, zp = obs.calculate_qparams()
+        s = TensorStats()
+        s.update(x)
+        p = qparams_for(s, "minmax", symmetric)
+        assert p.scale == pytest.approx(float(scale), rel=1e-6) and p.zero_point == int(zp), (lo, hi)
+
+
+def test_asymmetric_zero_is_exact():
+    for lo, hi in [(-0.3, 7.1), (-5.0, 0.2), (1.0, 2.0)]:
+        p = choose_qparams(lo, hi, symmetric=False)
+        assert -128 <= p.zero_point <= 127
+        assert round(0.0 / p.scale) + p.zero_point == p.zero_point  # 0 is a code
+        assert (p.qmin - p.zero_point) * p.scale <= min(lo, 0) + p.scale and (p.qmax - p.zero_point) * p.scale >= \
+            max(hi, 0) - p.scale
+
+
+def test_percentile_of_a_gaussian():
+    rng = np.random.default_rng(1)
+    s = TensorStats()
+    for _ in range(4):
+        s.update(rng.standard_normal(250_000).astype(np.float32))
+    # P(|x| > 3.8906) = 1e-4 for a standard normal
+    assert s.percentile(99.99) == pytest.approx(3.8906, abs=3 * s.width + 0.05)
+    assert s.percentile(99.0) == pytest.approx(2.5758, abs=3 * s.width + 0.02)
+
+
+def test_histogram_grows_with_later_batches():
+    s = TensorStats()
+    s.update(np.array([1.0, -0.5], np.float32))
+    width = s.width
+    s.update(np.array([10.0], np.float32))
+    assert s.width == width and s.hist.size > NUM_BINS and s.hist.sum() == 3
+
+
+def _entropy_reference(hist: np.ndarray, levels: int = 128) -> int:
+    """The candidate bin TensorRT's algorithm picks, written loop by loop from its description (pytorch-quantization's
+    `_compute_amax_entropy`: np.digitize over linspace, KL as scipy.stats.entropy computes it)."""
+
+    def entropy(p, q):
+        p, q = p / p.sum(), q / q.sum()
+        m = p > 0
+        return math.inf if (q[m] == 0).any() else float(np.sum(p[m] * np.log(p[m] / q[m])))
+
+    best, best_kl = None, math.inf
+    for i in range(levels, len(hist) + 1):
+        p = hist[:i].astype(np.float64)
+        p[i - 1] += hist[i:].sum()
+        space = np.linspace(0, i, num=levels + 1)
+        level = np.digitize(np.arange(i), space) - 1
+        level[hist[:i] == 0] = -1
+        q = np.zeros(i)
+        for j in range(levels):
+            members = level == j
+            if members.any():
+                q[members] = hist[:i][members].sum() / members.sum()
+        kl = entropy(p, q)
+        if kl < best_kl:
+            best, best_kl = i, kl
+    return best
+
+
+def test_entropy_is_tensorrts_algorithm():
+    rng = np.random.default_rng(2)
+    x = np.abs(np.concatenate([rng.standard_normal(60_000), rng.standard_normal(30) * 12]))
+    hist, _ = np.histogram(x, bins=400, range=(0, x.max()))
+    width = x.max() / 400
+    assert entropy_threshold(hist, width) == pytest.approx(_entropy_reference(hist) * width)
+
+
+def test_entropy_clips_outliers_and_keeps_a_uniform_range():
+    rng = np.random.default_rng(3)
+    s = TensorStats()
+    x = rng.standard_normal(400_000).astype(np.float32)
+    x[:20] = 60.0  # rare outliers far out: min-max would spend almost every level on them
+    s.update(x)
+    assert 2.5 < s.entropy() < 8.0
+    u = TensorStats()
+    u.update(rng.uniform(-1, 1, 400_000).astype(np.float32))
+    assert u.entropy() == pytest.approx(1.0, abs=0.01)  # nothing to clip: the whole range
+
+
+def test_entropy_needs_a_filled_histogram():
+    s = TensorStats()
+    s.update(np.linspace(0.1, 1.0, 500, dtype=np.float32))
+    assert qparams_for(s, "entropy", True) == qparams_for(s, "minmax", True)
+
+
+# ---- a CNN with trained weights -----------------------------------------------------------------------------------
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.bn1(self.c1(x))), 2)
+        x = torch.relu(self.c3(torch.relu(self.c2(x))) + x)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _blobs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images of noise with a bright blob in one of four quadrants: the class."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 4, (n,), generator=g)
+    x = torch.randn(n, 1, 12, 12, generator=g) * 0.5
+    for i, c in enumerate(y.tolist()):
+        r, col = 1 + 6 * (c // 2) + int(torch.randint(0, 2, (), generator=g)), 1 + 6 * (c % 2)
+        x[i, 0, r:r + 3, col:col + 3] += 2.5
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def trained():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small batches: more threads only contend (25 s instead of 1.5 on two busy cores)
+    try:
+        torch.manual_seed(0)
+        model = SmallCNN()
+        opt = torch.optim.Adam(model.parameters(), lr=0.02)
+        x, y = _blobs(512, 0)
+        for step in range(120):
+            i = torch.arange(step * 64, step * 64 + 64) % 512
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[i]), y[i]).backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    return model
+
+
+def _float_setup(model: torch.nn.Module):
+    ir = export_ir(SmallCNN, [torch.zeros(16, 1, 12, 12)])
+    weights = {k: to_numpy(v) for k, v in {**model.state_dict(), **dict(model.named_buffers())}.items()}
+    return ir, weights, ir["graph_inputs"][0]["name"]
+
+
+def _run(program, weights, name, x: torch.Tensor) -> np.ndarray:
+    be = CpuBackend()
+    ex = be.create_executor(program)
+    w = npu_runtime.load_weights(program, weights, be)
+    return np.concatenate([list(ex.run_numpy({name: x[i:i + 16].numpy()}, w).values())[0]
+                           for i in range(0, len(x), 16)])
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile"])
+def test_int8_cnn_keeps_the_float_top1(trained, method):
+    """Entropy is left out: on this network's sparse ReLU features it clips the rare large activations that carry
+    the class (docs/quantization.md says so, with the measurement)."""
+    ir, weights, name = _float_setup(trained)
+    calib = [{name: x.numpy()} for x in _blobs(64, 1)[0].split(16)]
+    q = quantize(ir, weights, calib, Options(method=method))
+    program = npu_compiler.compile(q.ir, "cpu")
+    kinds = {k.kind for k in program.kernels}
+    assert {"qconv2d", "qadd", "qgemm"} <= kinds, kinds
+    x, y = _blobs(400, 2)
+    got = _run(program, q.weights, name, x)
+    with torch.no_grad():
+        ref = trained(x).numpy()
+    assert (ref.argmax(1) == y.numpy()).mean() > 0.9  # the float model learned the task
+    agree = (got.argmax(1) == ref.argmax(1)).mean()
+    assert agree >= 0.99, f"int8 ({method}) picks the float model's class on {agree:.3f} of the inputs"
+
+
+def test_report_lists_every_quantized_tensor_worst_first(trained):
+    from npu_quant.report import sqnr_report
+
+    ir, weights, name = _float_setup(trained)
+    calib = [{name: x.numpy()} for x in _blobs(32, 1)[0].split(16)]
+    q = quantize(ir, weights, calib)
+    rows = sqnr_report(ir, weights, q, calib)
+    assert [r.name for r in rows] and {r.name for r in rows} == set(q.plan.tensors)
+    assert [r.sqnr_db for r in rows] == sorted(r.sqnr_db for r in rows)
+    assert all(r.sqnr_db > 20 for r in rows), [(r.name, r.sqnr_db) for r in rows]
+    for r in rows:
+        assert r.scale == q.qparams[r.name].scale and r.zero_point == q.qparams[r.name].zero_point
+
+
+def test_rewrite_is_pt2e_form(trained):
+    ir, weights, name = _float_setup(trained)
+    q = quantize(ir, weights, [{name: _blobs(16, 1)[0].numpy()}])
+    ops = [n["op_type"] for n in q.ir["nodes"]]
+    assert "aten.batch_norm.default" not in ops  # folded into the conv before its weight is quantized
+    assert ops.count("quantized_decomposed.dequantize_per_channel.default") == 4  # three convs and the linear
+    assert q.weights["c1.weight.bn_folded.int8"].dtype == np.int8
+    assert np.abs(q.weights["fc.weight.int8"]).max() == 127  # symmetric, the largest weight of a row at 127
+    # an op with no integer kernel reads a dequantized tensor and computes in float
+    pool = next(n for n in q.ir["nodes"] if n["op_type"] == "aten.adaptive_avg_pool2d.default")
+    assert pool["inputs"][0]["producer_node"].endswith("_dequantize_" + pool["name"])
+
+
+# ---- the command line ---------------------------------------------------------------------------------------------
+
+
+def test_cli_quantize_then_compile_and_run(trained, tmp_path):
+    from safetensors.numpy import save_file
+
+    from npusim.cli import main
+
+    ir, weights, name = _float_setup(trained)
+    (tmp_path / "m.json").write_text(json.dumps(ir))
+    save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(tmp_path / "m.safetensors"))
+    (tmp_path / "calib").mkdir()
+    np.save(tmp_path / "calib" / "a.npy", _blobs(48, 1)[0].numpy().reshape(3, 16, 1, 12, 12))
+    out = tmp_path / "q"
+    assert main(["quantize", str(tmp_path / "m.json"), "--weights", str(tmp_path / "m.safetensors"), "--calibration",
+                 str(tmp_path / "calib"), "--method", "percentile", "--report", "-o", str(out)]) == 0
+    params = json.loads((out / "m_int8.quant.json").read_text())
+    assert params["samples"] == 3 and params["method"] == "percentile"
+    assert [r["sqnr_db"] for r in params["report"]] == sorted(r["sqnr_db"] for r in params["report"])
+    assert main(["compile", str(out / "m_int8.json"), "-o", str(tmp_path / "q.npubin")]) == 0
+    assert main(["run", str(tmp_path / "q.npubin"), "--weights", str(out / "m_int8.safetensors")]) == 0
+    # one step: quantize and compile
+    assert main(["compile", str(tmp_path / "m.json"), "--quantize", "int8", "--weights",
+                 str(tmp_path / "m.safetensors"), "--calibration-random", "2", "-o", str(tmp_path / "one.npubin")]) == 0
+    assert (tmp_path / "m_int8.safetensors").exists()
+
+
+def test_cli_quantize_refuses_bad_calibration(trained, tmp_path, capsys):
+    from safetensors.numpy import save_file
+
+    from npusim.cli import main
+
+    ir, weights, _ = _float_setup(trained)
+    (tmp_path / "m.json").write_text(json.dumps(ir))
+    save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(tmp_path / "m.safetensors"))
+    (tmp_path / "calib").mkdir()
+    np.save(tmp_path / "calib" / "a.npy", np.zeros((3, 12, 12), np.float32))
+    args = ["quantize", str(tmp_path / "m.json"), "--weights", str(tmp_path / "m.safetensors"), "-o", str(tmp_path)]
+    assert main([*args, "--calibration", str(tmp_path / "calib")]) == 1
+    assert "shape [3, 12, 12]" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(args)  # neither --calibration nor --calibration-random
+    assert e.value.code == 2
+    assert main(["compile", str(tmp_path / "m.json"), "--quantize", "int8", "-o", str(tmp_path / "x.npubin")]) == 2
