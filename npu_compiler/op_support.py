@@ -106,6 +106,8 @@ class SupportPredicate:
     force_cpu: frozenset[str] = field(default_factory=frozenset)
     # node name -> why, for what only the whole graph shows (set by `prepare`)
     graph_reasons: dict[str, str] = field(default_factory=dict)
+    # node name -> its number format in a quantized graph (`quant.fold.node_formats`, set by `prepare`)
+    formats: dict[str, str] = field(default_factory=dict)
 
     def prepare(self, ir: Mapping[str, Any]) -> None:
         """Look at the whole graph (an IR dict, already checked) for what a node alone does not show: the
@@ -113,13 +115,14 @@ class SupportPredicate:
         that kernel runs every node of the pattern elsewhere, together, so the fold still sees it there."""
         from .ir.reader import read_ir
         from .passes.normalize import inplace_to_outofplace, remove_noops
-        from .quant.fold import integer_groups
+        from .quant.fold import integer_groups, node_formats
 
         if not any(str(nd.get("op_type", "")).startswith("quantized_decomposed.") for nd in ir.get("nodes", [])):
             return
         graph = read_ir(ir)
         remove_noops(graph)
         inplace_to_outofplace(graph)
+        self.formats = node_formats(graph)
         kernels = get_codegen_target(self.target).library_kernels
         for g in integer_groups(graph):
             if g.kind != "exact" and g.kind not in kernels:

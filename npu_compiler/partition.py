@@ -143,6 +143,7 @@ class PartitionPlan:
     steps: list[TransferOp | RunPartition]
     fallback: list[FallbackNode]
     stats: PartitionStats
+    formats: dict[str, str] = field(default_factory=dict)  # node -> number format, in a quantized graph
 
     @property
     def transfers(self) -> list[TransferOp]:
@@ -173,6 +174,7 @@ class PartitionPlan:
             "steps": [asdict(s) for s in self.steps],
             "fallback": [asdict(f) for f in self.fallback],
             "stats": self.stats.to_dict(),
+            **({"formats": self.formats} if self.formats else {}),
         }
 
     def to_json(self, include_ir: bool = True, indent: int | None = 1) -> str:
@@ -191,7 +193,7 @@ class PartitionPlan:
         stats = {k: v for k, v in d["stats"].items() if k not in ("node_coverage", "flop_coverage")}
         return cls(d["model_name"], d.get("target"), [TensorInfo(**t) for t in d["graph_inputs"]],
                    [TensorInfo(**t) for t in d["graph_outputs"]], parts, steps,
-                   [FallbackNode(**f) for f in d["fallback"]], PartitionStats(**stats))
+                   [FallbackNode(**f) for f in d["fallback"]], PartitionStats(**stats), dict(d.get("formats") or {}))
 
 
 # ---- FLOP model -------------------------------------------------------------------------------------------------
@@ -417,6 +419,7 @@ class _Walk:
             steps=steps,
             fallback=fallback,
             stats=plan_stats(partitions, steps),
+            formats=dict(getattr(self.pred, "formats", {})),
         )
 
 
@@ -511,6 +514,15 @@ def runner_text(runner: str, target: str) -> str:
     return RUNNER_TEXT.get(runner, runner).format(target=target)
 
 
+def _formats_line(formats: Mapping[str, str]) -> str:
+    """How many nodes of a quantized graph compute in which number format."""
+    counts: dict[str, int] = {}
+    for f in formats.values():
+        counts[f] = counts.get(f, 0) + 1
+    shown = ", ".join(f"{n} {f}" for f, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"number formats (nodes): {shown}"
+
+
 def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
     """The human-readable support report: coverage, every fallback node and what runs it, the plan step by step."""
     s = plan.stats
@@ -529,6 +541,8 @@ def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
         f"{cpu_runners.count(REFERENCE)} on the CPU reference, {cpu_runners.count(TORCH)} through torch_ir), "
         f"{s.transfers} transfer(s), {_human(s.transfer_bytes)}B moved",
     ]
+    if plan.formats:
+        lines.append(_formats_line(plan.formats))
     if plan.fallback:
         lines.append(f"on the CPU ({len(plan.fallback)} node(s)):")
         nw = max(len(f.name) for f in plan.fallback)

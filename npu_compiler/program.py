@@ -181,7 +181,7 @@ class CompiledProgram:
                  "offset": b.offset}
                 for b in self.buffers
             ],
-            "kernels": [_kernel_row(i, k) for i, k in enumerate(self.kernels)],
+            "kernels": [_kernel_row(i, k, self.buffers) for i, k in enumerate(self.kernels)],
             "fusion_groups": self.fusion_groups,
             "padding_plan": self.padding_plan,
             "stats": self.stats,
@@ -242,9 +242,21 @@ def full_ref(buf: BufferSpec, shape: tuple[int, ...] | None = None) -> TensorRef
     return TensorRef(buf.id, shape, contiguous_strides(shape), 0)
 
 
-def _kernel_row(i: int, k: KernelCall) -> dict[str, Any]:
+def number_format(k: KernelCall, buffers: list[BufferSpec]) -> str:
+    """What a kernel computes in: int8 with int32 sums for the integer kinds, else its operands' dtypes and its
+    result's ("int8 -> float32" for a dequantize, "float32" for a float kernel)."""
+    from .kernels import INTEGER_KINDS
+
+    out = buffers[k.outs[0].buffer].dtype if k.outs else "-"
+    if k.kind in INTEGER_KINDS:
+        return f"{out} (int32 acc)" if k.kind != "qadd" else f"{out} (rescaled)"
+    ins = list(dict.fromkeys(buffers[r.buffer].dtype for r in k.args if buffers[r.buffer].kind != "weight"))
+    return out if not ins or ins == [out] else f"{'/'.join(ins)} -> {out}"
+
+
+def _kernel_row(i: int, k: KernelCall, buffers: list[BufferSpec]) -> dict[str, Any]:
     row = {"index": i, "name": k.name, "kind": k.kind, "group": k.group, "nodes": k.nodes,
-           "out_shape": list(k.outs[0].shape) if k.outs else []}
+           "out_shape": list(k.outs[0].shape) if k.outs else [], "format": number_format(k, buffers)}
     order = memory_order(tuple(k.outs[0].shape), tuple(k.outs[0].strides)) if k.outs else None
     if order is not None:  # the output is stored with its dims in another order (channels-last: [0, 2, 3, 1])
         row["out_order"] = order

@@ -181,3 +181,16 @@ def test_partition_path_runs_a_quantized_graph(backend):
         assert np.abs(got.astype(np.int64) - want).max() <= 1
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_describe_and_partition_show_number_formats():
+    from conftest import export_ir
+
+    from npu_compiler.partition import format_report, partition
+
+    ir = export_ir(lambda: QConv(3, 4, 3, act="relu"), [torch.randn(1, 3, 6, 6)])
+    formats = {k["kind"]: k["format"] for k in npu_compiler.compile(ir, "cpu").describe()["kernels"]}
+    assert formats["qconv2d"] == "int8 (int32 acc)" and formats["generated"] == "float32 -> int8"
+    plan = partition(ir, "cpu")
+    assert plan.formats["conv2d"] == "int8 (qconv2d)"
+    assert "number formats (nodes):" in format_report(plan)

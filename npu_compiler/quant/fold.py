@@ -184,6 +184,28 @@ def _match(gi: GraphIndex, q: Node) -> Group | None:
     return None
 
 
+def node_formats(graph: Graph) -> dict[str, str]:
+    """The number format of every IR node of a quantized graph, by name: int8 where a pattern folds into an integer
+    kernel (or runs on the integers as they are), the quantize/dequantize ops' conversions, and the dtype a float op
+    computes in (between a dequantize and a quantize). Empty for a graph with no quantize op."""
+    if not any(n.op == QUANTIZE for n in graph.nodes):
+        return {}
+    formats: dict[str, str] = {}
+    for g in integer_groups(graph):
+        for name in g.names:
+            formats.setdefault(name, f"int8 ({g.kind})")
+    for n in graph.nodes:
+        if n.op in (QUANTIZE, QUANTIZE_CHANNEL):
+            text = f"{n.inputs[0].dtype} -> {n.outputs[0].dtype} (quantize)"
+        elif n.op in (DEQUANTIZE, DEQUANTIZE_CHANNEL):
+            text = f"{n.inputs[0].dtype} -> {n.outputs[0].dtype} (dequantize)"
+        else:
+            text = n.outputs[0].dtype if n.outputs else "-"
+        for name in n.origin:
+            formats.setdefault(name, text)
+    return formats
+
+
 def fold_quantized(graph: Graph, recipes: dict[str, Recipe], kinds: frozenset[str] | set[str]
                    ) -> tuple[int, list[Group]]:
     """Rewrite every pattern whose kernel kind is in `kinds` (the target's); returns how many it folded and the

@@ -146,7 +146,8 @@ def _program(args: argparse.Namespace, prog) -> int:
         if "splits" in k:
             notes.append(f"K split {k['splits']} ways")
         extra = f"  [{', '.join(notes)}]" if notes else ""
-        print(f"  {k['index']:>4} {k['kind']:<20} {k['group']:<28} {str(k['out_shape']):<20} <- {nodes}{extra}")
+        print(f"  {k['index']:>4} {k['kind']:<20} {k['group']:<28} {str(k['out_shape']):<20} {k['format']:<20} "
+              f"<- {nodes}{extra}")
     if d["fusion_groups"]:
         print(f"fusion groups: {len(d['fusion_groups'])} kernels stand for more than one IR node")
         for g in d["fusion_groups"]:
