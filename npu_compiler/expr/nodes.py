@@ -188,19 +188,30 @@ def rebuild(e: Expr, fn) -> Expr:
     return type(e)(**fields)
 
 
-def map_loads(e: Expr, fn) -> Expr:
-    """`e` with every Load replaced by `fn(load)` (the rest of the tree rebuilt around it)."""
-    if isinstance(e, Load):
-        return fn(e)
-    return rebuild(e, lambda c: map_loads(c, fn))
+def map_loads(e: Expr, fn, _memo: dict | None = None) -> Expr:
+    """`e` with every Load replaced by `fn(load)` (the rest of the tree rebuilt around it). A subtree the tree shares
+    is rebuilt once and stays shared (rebuilding every path of a tree that shares subtrees, a quantize's rounding
+    reads its operand five times, grows it exponentially)."""
+    memo: dict[int, tuple[Expr, Expr]] = {} if _memo is None else _memo
+    hit = memo.get(id(e))
+    if hit is not None:
+        return hit[1]
+    out = fn(e) if isinstance(e, Load) else rebuild(e, lambda c: map_loads(c, fn, memo))
+    memo[id(e)] = (e, out)  # the key's object is kept alive, so its id is not reused while the memo lives
+    return out
 
 
-def substitute(e: Expr, fn) -> Expr:
-    """`e` with every node for which `fn(node)` returns an expression replaced by it (top-down)."""
+def substitute(e: Expr, fn, _memo: dict | None = None) -> Expr:
+    """`e` with every node for which `fn(node)` returns an expression replaced by it (top-down); shared subtrees
+    stay shared, as in `map_loads`."""
+    memo: dict[int, tuple[Expr, Expr]] = {} if _memo is None else _memo
+    hit = memo.get(id(e))
+    if hit is not None:
+        return hit[1]
     new = fn(e)
-    if new is not None:
-        return new
-    return rebuild(e, lambda c: substitute(c, fn))
+    out = new if new is not None else rebuild(e, lambda c: substitute(c, fn, memo))
+    memo[id(e)] = (e, out)
+    return out
 
 
 def loads(e: Expr) -> list[Load]:

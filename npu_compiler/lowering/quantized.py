@@ -46,7 +46,14 @@ def quant_expression(L: Lowering, node: Node, load) -> X.Expr:
 
 @lowers(QUANTIZE, DEQUANTIZE, QUANTIZE_CHANNEL, DEQUANTIZE_CHANNEL)
 def quantize_dequantize(L: Lowering, node: Node) -> None:
-    L.lower_elementwise(node, lambda load: quant_expression(L, node, load))
+    """A dequantize stays pending (its readers inline it: a few nodes); a quantize is written out. Its rounding reads
+    its operand several times, and an artifact's expressions are trees (shared subtrees written once per use), so a
+    chain of quantizes inlined into one another would grow geometrically."""
+    build = lambda load: quant_expression(L, node, load)  # noqa: E731
+    if node.op in (QUANTIZE, QUANTIZE_CHANNEL):
+        L.generated(L.fresh(node.outputs[0]), build)
+    else:
+        L.lower_elementwise(node, build)
 
 
 # ---- the folded integer ops ------------------------------------------------------------------------------------
