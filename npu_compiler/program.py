@@ -38,7 +38,7 @@ MAX_RANK = 16
 MAX_ITEMS = 1 << 20  # buffers, kernels, specs: far above any real model, far below what would exhaust memory
 BUFFER_KINDS = ("input", "output", "weight", "constant", "arena")
 RECIPE_KINDS = ("load", "concat", "bn_fold_weight", "bn_fold_bias", "rope_inv_freq", "quantize_weight", "quant_bias",
-                "requant_scale")
+                "requant_scale", "dequant_scale")
 
 __all__ = ["CompiledProgram", "KernelCall", "TensorRef", "TensorSpec", "BufferSpec", "WeightSpec", "Recipe",
            "contiguous_strides", "full_ref", "FORMAT_VERSION"]
@@ -533,7 +533,7 @@ class _Reader:
             if len(shape) != 1 or dim != 2 * shape[0] or isinstance(dim, bool):
                 raise self.fail(f"{path}.params.dim", f"{_short(dim)} for an inv_freq weight of shape {list(shape)} "
                                 "(dim is twice its length)")
-        elif r.kind in ("quantize_weight", "quant_bias", "requant_scale"):
+        elif r.kind in ("quantize_weight", "quant_bias", "requant_scale", "dequant_scale"):
             self.quant_recipe(r, shape, path)
         elif r.kind == "concat":
             axis, shapes = p.get("axis"), p.get("shapes")
@@ -554,7 +554,7 @@ class _Reader:
         """The recipes of an integer program (quant/fold.py): scales finite and > 0, an int32 [C, 2] or [C] result."""
         p = r.params
         names = {"quantize_weight": ("quant_min", "quant_max"), "quant_bias": ("input_scale",),
-                 "requant_scale": ("input_scale", "output_scale")}[r.kind]
+                 "requant_scale": ("input_scale", "output_scale"), "dequant_scale": ("input_scale",)}[r.kind]
         if "weight_scale" not in r.sources:
             names += ("weight_scale",)
         for name in names:
@@ -567,7 +567,7 @@ class _Reader:
         need = {"quantize_weight": {"weight", "weight_scale"}, "quant_bias": {"bias"}}.get(r.kind, set())
         if not need <= set(r.sources):
             raise self.fail(f"{path}.sources", f"a {r.kind} recipe needs {', '.join(sorted(need))}")
-        rank = {"quantize_weight": None, "quant_bias": 1, "requant_scale": 2}[r.kind]
+        rank = {"quantize_weight": None, "quant_bias": 1, "requant_scale": 2, "dequant_scale": 1}[r.kind]
         if rank is not None and (len(shape) != rank or (rank == 2 and shape[1] != 2)):
             raise self.fail(path, f"a {r.kind} weight of shape {list(shape)}")
 

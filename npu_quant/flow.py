@@ -65,9 +65,10 @@ class Observer:
         self.weights = load_weights(program, weights, backend)
         self.executor = backend.create_executor(program)
         self.values = kernel_values(program, node_outputs)
+        held = set(self.values)
         self.by_root: dict[str, list[str]] = {}
-        for t in dict.fromkeys(names):
-            self.by_root.setdefault(alias_of.get(t, t), []).append(t)
+        for t in dict.fromkeys(names):  # a view some kernel copies (a reshape after a permute) is read from that copy
+            self.by_root.setdefault(t if t in held else alias_of.get(t, t), []).append(t)
 
     def run(self, sample: Mapping[str, np.ndarray], visit: Callable[[str, np.ndarray], None]) -> None:
         for name in self.by_root.keys() & sample.keys():

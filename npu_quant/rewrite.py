@@ -5,11 +5,15 @@ reads ours and PyTorch's the same way and folds both into integer kernels (`npu_
 - BatchNorm after a convolution is folded into its weight and bias first (in float32, as the compiler folds it).
 - Weights of convolutions and linears: int8 per output channel, symmetric ([-127, 127], scale max|w| / 127), read
   through `dequantize_per_channel`; their bias stays float (the compiler makes it int32 at load).
-- Activations: the inputs of every integer op (conv2d, linear, add) and the outputs of the convolutions, linears and
-  adds (after the ReLU or clamp that follows them, which the kernel fuses) get a `quantize_per_tensor` after their
-  producer and a `dequantize_per_tensor` before each reader. An op that only moves or selects values (max_pool2d,
-  views) after a quantized tensor keeps its parameters, so it runs on the integers too. Every other op (softmax, layer
-  norm, GELU, mean, ...) reads a dequantized tensor and computes in float: mixed precision, shown by `describe`.
+- Activations: where an integer op reads them: the inputs of conv2d and linear, the operands and result of an add of
+  two int8 tensors (integer ops' results), and an integer op's result that one of those reads (after the ReLU or
+  clamp that follows it, which the kernel fuses). Each gets a `quantize_per_tensor` after its producer and a
+  `dequantize_per_tensor` before each reader. A conv's or linear's result that only float ops read stays float (the
+  kernel dequantizes), an add whose result a layer norm reads (a transformer's residual) stays float, and so does a
+  tensor computed only from integer inputs (an attention mask). An op that only moves or selects values (max_pool2d,
+  views) between quantized tensors keeps its input's parameters, so it runs on the integers. Every other op (softmax,
+  layer norm, GELU, mean, ...) reads a dequantized tensor and computes in float: mixed precision, which `describe`
+  shows.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import numpy as np
 
 from npu_compiler.errors import NPUCompileError
 from npu_compiler.ir.schema import short_op
+from npu_compiler.lowering.lower import VIEW_OPS
+from npu_compiler.passes.normalize import STRUCTURAL_OPS
 from npu_compiler.quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE
 
 from .calibration import QParams
@@ -35,6 +41,9 @@ PASS_THROUGH = ("max_pool2d.default", "view.default", "reshape.default", "_unsaf
 VIEWS = PASS_THROUGH[1:]
 WEIGHT_RANGE = (-127, 127)
 BN = "batch_norm.default"
+NORMS = ("layer_norm.default", "native_layer_norm.default", "group_norm.default")
+FLOATS = ("float32", "float16", "bfloat16", "float64")
+SAME_DTYPE_CASTS = ("to.dtype", "_to_copy.default", "to.dtype_layout", "type_as.default")
 
 
 @dataclass
@@ -69,6 +78,29 @@ class _Index:
                 if t.get("producer_node") is not None:
                     self.readers.setdefault(self.tensor_of(t), []).append(n)
 
+    def live(self) -> set[str]:
+        """The names of the nodes whose results reach a graph output (the compiler drops the others)."""
+        needed = set(self.outputs)
+        alive: set[str] = set()
+        for n in reversed(self.nodes):
+            if any(t["name"] in needed for t in n.get("outputs", [])):
+                alive.add(n["name"])
+                needed.update(self.tensor_of(t) for t in n.get("inputs", []) if t.get("producer_node") is not None)
+        return alive
+
+    def activations(self, ir: Mapping[str, Any]) -> set[str]:
+        """The tensors that depend on a float graph input or a float weight: activations. A tensor computed only from
+        integer inputs and constants (an attention mask made from a 0/1 mask, with its -3.4e38 or -10000) is not one:
+        quantizing it would spend every level on the mask."""
+        float_inputs = {t["name"] for t in ir["graph_inputs"] if str(t["dtype"]) in FLOATS}
+        out = set(float_inputs)
+        for n in self.nodes:
+            deps = n.get("inputs", [])
+            if any((t.get("producer_node") is None and str(t.get("dtype")) in FLOATS) or
+                   (t.get("producer_node") is not None and self.tensor_of(t) in out) for t in deps):
+                out.update(t["name"] for t in n.get("outputs", []))
+        return out
+
     def tensor_of(self, ref: Mapping[str, Any]) -> str:
         """The tensor name an input reference reads (a graph input names itself)."""
         prod = ref["producer_node"]
@@ -81,61 +113,115 @@ class _Index:
         return r[0] if len(r) == 1 and tensor not in self.outputs else None
 
 
-def _float_activation(ref: Mapping[str, Any]) -> bool:
-    return ref.get("producer_node") is not None and str(ref.get("dtype")) == "float32"
+
+
+def _aliases(op: str, node: Mapping[str, Any]) -> bool:
+    """Does the node's output hold its input's values (a view, a no-op the compiler drops, a same-dtype cast), so
+    that no kernel of the float program writes it and its statistics are its input's?"""
+    if op in VIEW_OPS or op in STRUCTURAL_OPS:
+        return bool(node.get("outputs"))
+    ins, outs = node.get("inputs", []), node.get("outputs", [])
+    return op in SAME_DTYPE_CASTS and len(ins) >= 1 and len(outs) == 1 and ins[0].get("dtype") == outs[0]["dtype"]
+
+
+def _feeds_a_norm(ix: _Index, n: Mapping[str, Any]) -> bool:
+    """Is the node's result (through an activation) read by a layer or group norm? A transformer's residual add and
+    the norm after it stay in float, as int8 deployments of BERT keep them: the norm divides by the spread of its
+    input, which an int8 step of the residual's range is a large part of (all-MiniLM-L6-v2's embeddings: 15 dB)."""
+    out = n["outputs"][0]["name"]
+    act = ix.only_reader(out)
+    if act is not None and short_op(str(act["op_type"])) in ACTIVATIONS:
+        out = act["outputs"][0]["name"]
+    return any(short_op(str(r["op_type"])) in NORMS for r in ix.readers.get(out, []))
 
 
 def plan(ir: Mapping[str, Any]) -> Plan:
-    """The tensors and weights to quantize (see the module's docstring)."""
+    """The tensors and weights to quantize (see the module's docstring): a tensor is quantized where an integer op
+    reads it (a conv2d's or linear's input, an add's operands and result) or where it is an integer op's result that
+    another integer op reads; a conv's or linear's result that only float ops read stays float (the kernel writes
+    it dequantized)."""
     ix = _Index(ir)
     p = Plan()
-    chosen: dict[str, None] = {}
+    live = ix.live()
+    data = ix.activations(ir)
+
+    def activation(ref: Mapping[str, Any]) -> bool:
+        return ref.get("producer_node") is not None and str(ref.get("dtype")) == "float32" and \
+            ix.tensor_of(ref) in data
+
+    quantized: dict[str, None] = {}  # must be int8: an integer op reads it, or an integer add writes it
+    produced: set[str] = set()  # an integer op's result (after the activation it fuses)
     for n in ix.nodes:
-        op = short_op(str(n["op_type"]))
-        ins = n.get("inputs", [])
-        if op in VIEWS and ins and ins[0].get("producer_node") is not None:
-            p.alias_of[n["outputs"][0]["name"]] = p.alias_of.get(ix.tensor_of(ins[0]), ix.tensor_of(ins[0]))
-        anchor = False
-        if op in CONTRACTIONS and len(ins) >= 2 and _float_activation(ins[0]) and ins[1].get("producer_node") is None \
-                and str(ins[1].get("dtype")) == "float32" and (op != "conv2d.default" or len(ins[0]["shape"]) == 4):
-            anchor = True
-            p.weights[n["name"]] = ins[1]["name"]
-            chosen.setdefault(ix.tensor_of(ins[0]))
-        elif op in ADDS and len(ins) == 2 and all(_float_activation(t) for t in ins) and \
-                float(n.get("attrs", {}).get("alpha", 1)) == 1.0:
-            anchor = True
-            for t in ins:
-                chosen.setdefault(ix.tensor_of(t))
-        if not anchor:
+        if n["name"] not in live:
             continue
-        out = n["outputs"][0]["name"]
-        if op == "conv2d.default":
-            bn = ix.only_reader(out)
-            if bn is not None and short_op(str(bn["op_type"])) == BN and not bn.get("attrs", {}).get("training"):
-                p.bn[n["name"]] = bn
-                out = bn["outputs"][0]["name"]
-        act = ix.only_reader(out)
-        if act is not None and short_op(str(act["op_type"])) in ACTIVATIONS:
-            out = act["outputs"][0]["name"]
-        chosen.setdefault(out)
-    # pass-through ops after a quantized tensor keep its parameters (the compiler runs them on the integers)
+        op = short_op(str(n["op_type"]))
+        ins = n.get("inputs", [])
+        if _aliases(op, n) and ins and ins[0].get("producer_node") is not None:
+            p.alias_of[n["outputs"][0]["name"]] = p.alias_of.get(ix.tensor_of(ins[0]), ix.tensor_of(ins[0]))
+        if op in CONTRACTIONS and len(ins) >= 2 and activation(ins[0]) and ins[1].get("producer_node") is None \
+                and str(ins[1].get("dtype")) == "float32" and (op != "conv2d.default" or len(ins[0]["shape"]) == 4):
+            p.weights[n["name"]] = ins[1]["name"]
+            quantized.setdefault(ix.tensor_of(ins[0]))
+            produced.add(_result(ix, p, n))
+    # pass-through ops (max pool, views) carry an integer result on: their results count as produced
     for n in ix.nodes:
         op = short_op(str(n["op_type"]))
         ins = n.get("inputs", [])
-        if op in PASS_THROUGH and ins and ins[0].get("producer_node") is not None:
+        if n["name"] in live and op in PASS_THROUGH and ins and ins[0].get("producer_node") is not None and \
+                ix.tensor_of(ins[0]) in produced:
+            produced.add(n["outputs"][0]["name"])
+    # an add of two tensors that are int8 anyway (an integer op's results, a conv's input) is an integer add
+    for n in ix.nodes:
+        op = short_op(str(n["op_type"]))
+        ins = n.get("inputs", [])
+        if n["name"] in live and op in ADDS and len(ins) == 2 and all(activation(t) for t in ins) and \
+                float(n.get("attrs", {}).get("alpha", 1)) == 1.0 and not _feeds_a_norm(ix, n) and \
+                all(ix.tensor_of(t) in produced or ix.tensor_of(t) in quantized for t in ins):
+            for t in ins:
+                quantized.setdefault(ix.tensor_of(t))
+            out = _result(ix, p, n)
+            quantized.setdefault(out)
+            produced.add(out)
+    # a pass-through op whose result is quantized runs on its input's integers, with the same parameters (walked
+    # backwards, so a view of a max pool of a conv's result reaches the conv)
+    for n in reversed(ix.nodes):
+        op = short_op(str(n["op_type"]))
+        ins = n.get("inputs", [])
+        out = n["outputs"][0]["name"] if n.get("outputs") else None
+        if out in quantized and op in PASS_THROUGH and ins and ins[0].get("producer_node") is not None:
             src = ix.tensor_of(ins[0])
-            if src in chosen:
-                out = n["outputs"][0]["name"]
-                chosen.setdefault(out)
-                p.same_as[out] = p.same_as.get(src, src)
-                if op in VIEWS:
-                    p.views[out] = src
+            if src in produced or src in quantized:
+                quantized.setdefault(src)
+    for n in ix.nodes:  # parameters follow the input, in graph order
+        op = short_op(str(n["op_type"]))
+        ins = n.get("inputs", [])
+        out = n["outputs"][0]["name"] if n.get("outputs") else None
+        if out in quantized and op in PASS_THROUGH and ins and ins[0].get("producer_node") is not None and \
+                ix.tensor_of(ins[0]) in quantized:
+            src = ix.tensor_of(ins[0])
+            p.same_as[out] = p.same_as.get(src, src)
+            if op in VIEWS:
+                p.views[out] = src
     order = {name: i for i, name in enumerate(ix.inputs)}
     for i, n in enumerate(ix.nodes):
         for t in n.get("outputs", []):
             order[t["name"]] = len(ix.inputs) + i
-    p.tensors = sorted((t for t in chosen if t not in ix.outputs or t not in ix.inputs), key=lambda t: order[t])
+    p.tensors = sorted((t for t in quantized if t not in ix.outputs or t not in ix.inputs), key=lambda t: order[t])
     return p
+
+
+def _result(ix: _Index, p: Plan, n: Mapping[str, Any]) -> str:
+    """An integer op's result: after the BatchNorm folded into a conv and the activation the kernel fuses."""
+    out = n["outputs"][0]["name"]
+    if short_op(str(n["op_type"])) == "conv2d.default":
+        bn = ix.only_reader(out)
+        if bn is not None and short_op(str(bn["op_type"])) == BN and not bn.get("attrs", {}).get("training"):
+            p.bn[n["name"]] = bn
+            out = bn["outputs"][0]["name"]
+    act = ix.only_reader(out)
+    if act is not None and short_op(str(act["op_type"])) in ACTIVATIONS:
+        out = act["outputs"][0]["name"]
+    return out
 
 
 # ---- weights ----------------------------------------------------------------------------------------------------

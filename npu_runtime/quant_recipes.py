@@ -66,10 +66,12 @@ def make_quant_weight(spec: WeightSpec, fetch: Fetch) -> np.ndarray | None:
         if (bias[step == 0] != 0).any():
             raise WeightError(f"weight {spec.name}: a bias on a channel whose weight scale is 0")
         return np.clip(q, INT32_MIN, INT32_MAX).astype(np.int32)
-    # requant_scale: (input scale * weight scale) / output scale per channel, as (multiplier, shift) rows
     scales = _weight_scales(spec, fetch, spec.shape[0])
     if scales is None:
         return None
+    if r.kind == "dequant_scale":  # input scale * weight scale per channel: a dequantizing kernel's float scale
+        return (float(p["input_scale"]) * scales).astype(np.float32)
+    # requant_scale: (input scale * weight scale) / output scale per channel, as (multiplier, shift) rows
     real = float(p["input_scale"]) * scales / float(p["output_scale"])
     try:
         return quantize_multipliers(real)

@@ -1,7 +1,8 @@
 """Integer 2-D convolution: out[n, o, ho, wo] = requant(sum over the window and a group's channels of (x - zx) * w
 + bias), the sum and the bias in int32 (wrapping), requantized per output channel or per tensor
 (`kernels/requant.py`). x: int8/uint8 [N, C, H, W]; w: int8 [O, C/g, kh, kw] (symmetric: its zero point is 0);
-bias: int32 [O]; scale: int32 [channels, 2], channels 1 or O. Padding holds the input's zero point (a real 0).
+bias: int32 [O]; scale: int32 [channels, 2], channels 1 or O. Padding holds the input's zero point (a real 0). With
+`dequantize` the output is float32, as `qgemm`'s (float32(sum) * scale[c] + bias[c]).
 
 Folded from the IR's dequantize -> conv2d [-> relu/clamp] -> quantize pattern (`npu_compiler/quant/fold.py`).
 
@@ -21,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, ref_bytes
 from .conv2d import conv_flops, conv_out_size
 from .fields import bounded
-from .requant import Requant, check_scale, check_scale_values, check_zero_point, exact_matmul
+from .requant import Requant, check_bias_and_scale, check_scale_values, check_zero_point, exact_matmul, finish
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
@@ -42,6 +43,7 @@ class QConv2dKernel(KernelSpec):
     bias: bool = False  # args[2] is an int32 bias [O]
     channels: int = bounded(1, default=1)
     requant: Requant = field(default_factory=Requant)
+    dequantize: bool = False  # a float32 output (see the module's docstring)
 
     @property
     def scale_arg(self) -> int:
@@ -66,13 +68,7 @@ class QConv2dKernel(KernelSpec):
         expect(tuple(out.shape) == (n, o, ho, wo), f"qconv2d output {list(out.shape)}, expected {[n, o, ho, wo]}")
         check_zero_point(self.x_zero_point, dtype_of(buffers, x), "qconv2d input")
         expect(dtype_of(buffers, w) == "int8", f"a qconv2d weight is int8, not {dtype_of(buffers, w)}")
-        if self.bias:
-            bias = call.args[2]
-            expect(dtype_of(buffers, bias) == "int32" and tuple(bias.shape) == (o,),
-                   f"qconv2d bias {dtype_of(buffers, bias)}{list(bias.shape)}, expected int32[{o}]")
-        expect(self.channels in (1, o), f"a qconv2d of {o} channels requantized in {self.channels} channels")
-        check_scale(call.args[self.scale_arg], buffers, self.channels, "a qconv2d")
-        self.requant.check(dtype_of(buffers, out))
+        check_bias_and_scale(self, call, buffers, o, "qconv2d")
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         out, w = call.outs[0], call.args[1]
@@ -86,12 +82,11 @@ class QConv2dKernel(KernelSpec):
         out = arrays.view(call.outs[0])
 
         def run() -> None:
-            check_scale_values(scale, "qconv2d")
+            if not self.dequantize:
+                check_scale_values(scale, "qconv2d")
             acc = int_conv_sum(xv, wv, self.x_zero_point, self.stride, self.padding, self.dilation, self.groups,
                                (out.shape[2], out.shape[3]))
-            if bias is not None:
-                acc = acc + bias.astype(np.int64).reshape(1, -1, 1, 1)
-            np.copyto(out, self.requant.apply(acc, scale, 1).astype(out.dtype))
+            np.copyto(out, finish(self, acc, bias, scale, 1).astype(out.dtype))
 
         return run
 

@@ -3,6 +3,10 @@
 (`kernels/requant.py`). a: int8/uint8 activations [batch..., m, k]; b: int8 [batch..., k, n] (a linear's weight as
 a transposed view); bias: int32 [n]; scale: int32 [channels, 2], channels 1 or n.
 
+With `dequantize`, the output is float32 instead: float32(sum) * scale[c] + bias[c], the scale float32 [channels]
+(input scale x weight scale) and the bias float32 [n]: a linear whose result no integer op reads (PT2E's x86 recipe,
+a transformer's projections before attention and its residual adds) stays float without a quantize after it.
+
 A quantized linear (and a matmul of two quantized activations) is folded into this record from the IR's
 dequantize -> linear -> quantize pattern (`npu_compiler/quant/fold.py`).
 
@@ -22,7 +26,7 @@ import numpy as np
 
 from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape, ref_bytes
 from .fields import bounded
-from .requant import Requant, check_scale, check_scale_values, check_zero_point, exact_matmul
+from .requant import Requant, check_bias_and_scale, check_scale_values, check_zero_point, exact_matmul, finish
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
@@ -44,6 +48,7 @@ class QGemmKernel(KernelSpec):
     bias: bool = False  # args[2] is an int32 bias [n]
     channels: int = bounded(1, default=1)  # rows of the (M, n) scale: 1 (per tensor) or n (per output column)
     requant: Requant = field(default_factory=Requant)
+    dequantize: bool = False  # a float32 output: sum * scale[c] + bias[c] (see the module's docstring)
 
     @property
     def scale_arg(self) -> int:
@@ -60,13 +65,7 @@ class QGemmKernel(KernelSpec):
         expect_shape(out, (*self.batch, self.m, self.n), "qgemm output")
         check_zero_point(self.a_zero_point, dtype_of(buffers, a), "qgemm operand a")
         check_zero_point(self.b_zero_point, dtype_of(buffers, b), "qgemm operand b")
-        if self.bias:
-            bias = call.args[2]
-            expect(dtype_of(buffers, bias) == "int32" and tuple(bias.shape) == (self.n,),
-                   f"qgemm bias {dtype_of(buffers, bias)}{list(bias.shape)}, expected int32[{self.n}]")
-        expect(self.channels in (1, self.n), f"a qgemm of {self.n} columns requantized in {self.channels} channels")
-        check_scale(call.args[self.scale_arg], buffers, self.channels, "a qgemm")
-        self.requant.check(dtype_of(buffers, out))
+        check_bias_and_scale(self, call, buffers, self.n, "qgemm")
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
         read = sum(ref_bytes(buffers, r) for r in call.args)
@@ -83,10 +82,9 @@ class QGemmKernel(KernelSpec):
         za, zb = np.int64(self.a_zero_point), np.int64(self.b_zero_point)
 
         def run() -> None:
-            check_scale_values(scale, "qgemm")
+            if not self.dequantize:
+                check_scale_values(scale, "qgemm")
             acc = exact_matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)
-            if bias is not None:
-                acc = acc + bias.astype(np.int64)
-            np.copyto(out, self.requant.apply(acc, scale, acc.ndim - 1).astype(out.dtype))
+            np.copyto(out, finish(self, acc, bias, scale, acc.ndim - 1).astype(out.dtype))
 
         return run

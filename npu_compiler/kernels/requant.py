@@ -34,9 +34,9 @@ class Requant:
     """acc (int32) -> clamp(apply_scale(acc, M, n, rounding) + zero_point, lo, hi), stored in the output dtype. [lo,
     hi] lies inside the output type's range: narrower where a ReLU (lo = zero_point) or a clamp was fused."""
 
-    zero_point: int = bounded(-(1 << 16), 1 << 16)
-    lo: int = bounded(-(1 << 16), 1 << 16)
-    hi: int = bounded(-(1 << 16), 1 << 16)
+    zero_point: int = bounded(-(1 << 16), 1 << 16, default=0)
+    lo: int = bounded(-(1 << 16), 1 << 16, default=-128)
+    hi: int = bounded(-(1 << 16), 1 << 16, default=127)
     rounding: str = one_of(*ROUNDINGS, default="single")
 
     def check(self, out_dtype: str) -> None:
@@ -83,3 +83,42 @@ def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if k >= 1 << 37:
         return np.matmul(a, b)
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+
+
+def check_bias_and_scale(spec, call, buffers: Sequence[BufferSpec], channels: int, what: str) -> None:
+    """A qgemm's or qconv2d's bias, scale and output: int32 bias, (M, n) rows and an int8 output, or (dequantize)
+    a float32 bias, float32 scales and a float32 output."""
+    out = dtype_of(buffers, call.outs[0])
+    bias_dt = "float32" if spec.dequantize else "int32"
+    if spec.bias:
+        bias = call.args[2]
+        expect(dtype_of(buffers, bias) == bias_dt and tuple(bias.shape) == (channels,),
+               f"{what} bias {dtype_of(buffers, bias)}{list(bias.shape)}, expected {bias_dt}[{channels}]")
+    expect(spec.channels in (1, channels), f"a {what} of {channels} channels scaled in {spec.channels} channels")
+    scale = call.args[spec.scale_arg]
+    if spec.dequantize:
+        expect(out == "float32", f"a dequantizing {what} writes float32, not {out}")
+        expect(dtype_of(buffers, scale) == "float32" and tuple(scale.shape) == (spec.channels,),
+               f"a dequantizing {what}'s scales are {dtype_of(buffers, scale)}{list(scale.shape)}, expected "
+               f"float32[{spec.channels}]")
+    else:
+        check_scale(scale, buffers, spec.channels, f"a {what}")
+        spec.requant.check(out)
+
+
+def finish(spec, acc: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, channel_axis: int) -> np.ndarray:
+    """The epilogue of a qgemm or qconv2d over its exact sums `acc`: requantized to int8 (an int32 bias added first),
+    or (dequantize) float32(sum) * scale[c] + bias[c] in float32."""
+    shape = [1] * acc.ndim
+    if spec.dequantize:
+        if scale.shape[0] > 1:
+            shape[channel_axis] = scale.shape[0]
+        y = wrap_int32(acc).astype(np.float32) * scale.astype(np.float32).reshape(shape)
+        if bias is not None:
+            shape[channel_axis] = bias.shape[0]
+            y = y + bias.astype(np.float32).reshape(shape)
+        return y
+    if bias is not None:
+        shape[channel_axis] = bias.shape[0]
+        acc = acc + bias.astype(np.int64).reshape(shape)
+    return spec.requant.apply(acc, scale, channel_axis)

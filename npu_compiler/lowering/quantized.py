@@ -61,6 +61,8 @@ def quantize_dequantize(L: Lowering, node: Node) -> None:
 
 def _requant(node: Node) -> Requant:
     a = node.attrs
+    if a.get("dequantize"):
+        return Requant()
     return Requant(int(a["out_zero_point"]), int(a["lo"]), int(a["hi"]), str(a.get("rounding", "single")))
 
 
@@ -76,7 +78,8 @@ def qconv2d(L: Lowering, node: Node) -> None:
     x, w = L.contiguous(L.ref(node.inputs[0])), L.contiguous(L.ref(node.inputs[1]))
     args = [x, w] + ([L.ref(node.inputs[2])] if has_bias else []) + [_scale_ref(L, node.inputs[-1])]
     spec = QConv2dKernel(tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), int(a["groups"]),
-                         int(a["x_zero_point"]), has_bias, node.inputs[-1].shape[0], _requant(node))
+                         int(a["x_zero_point"]), has_bias, node.inputs[-1].shape[0], _requant(node),
+                         bool(a.get("dequantize")))
     L.emit(spec, args, [L.fresh(node.outputs[0])])
 
 
@@ -93,7 +96,8 @@ def qlinear(L: Lowering, node: Node) -> None:
     x2 = V.reshape(x, (rows, k)) or V.reshape(L.contiguous(x), (rows, k))
     wt = V.transpose(L.ref(w_v), 0, 1)  # [K, N] as a view of the [N, K] weight
     args = [x2, wt] + ([L.ref(node.inputs[2])] if has_bias else []) + [_scale_ref(L, node.inputs[-1])]
-    spec = QGemmKernel(rows, n, k, (), int(a["x_zero_point"]), 0, has_bias, node.inputs[-1].shape[0], _requant(node))
+    spec = QGemmKernel(rows, n, k, (), int(a["x_zero_point"]), 0, has_bias, node.inputs[-1].shape[0], _requant(node),
+                       bool(a.get("dequantize")))
     out = L.fresh(out_v)
     L.emit(spec, args, [V.reshape(out, (rows, n))])
 

@@ -5,6 +5,7 @@ or `npusim quantize`'s, which write the same ops, `quant/ops.py`).
     dq(x_q) -> linear(., dq_c(w_q), bias) [-> relu | hardtanh | clamp] -> q   =>  npu.qlinear   (kernel qgemm)
     dq(a_q) + dq(b_q) [-> relu | hardtanh | clamp] -> q                       =>  npu.qadd      (kernel qadd)
     dq(x_q) -> max_pool2d | a view op -> q, the same parameters on both sides  =>  the op on x_q (exact)
+    dq(x_q) -> conv2d | linear, a float32 result no quantize takes                 =>  the same, dequantizing
 
 `dq` is a per-tensor dequantize of an int8/uint8 value, `dq_c` a per-channel (axis 0) or per-tensor dequantize of
 an int8 weight with zero points 0 (a weight quantized at load, `quantize_per_channel` of a float weight, too), `q` a
@@ -66,7 +67,7 @@ class Group:
 
     kind: str
     nodes: list[Node]
-    out: Node  # the quantize whose value the folded node produces
+    out: Node | None  # the quantize whose value the folded node produces (None: a float result, dequantized)
     core: Node
     act: Node | None = None
     info: dict = field(default_factory=dict)
@@ -148,6 +149,13 @@ def integer_groups(graph: Graph) -> list[Group]:
         g = _match(gi, q)
         if g is not None:
             groups.append(g)
+    taken = {id(g.core) for g in groups}
+    for core in graph.nodes:  # a contraction of quantized operands whose float result no quantize takes
+        if core.op in ("conv2d.default", "linear.default") and id(core) not in taken and \
+                core.outputs[0].dtype == "float32":
+            g = _contraction_group(gi, core, None, None)
+            if g is not None:
+                groups.append(g)
     return groups
 
 
@@ -162,19 +170,7 @@ def _match(gi: GraphIndex, q: Node) -> Group | None:
             return Group("exact", [dq, core, q], q, core, info={"x": dq.inputs[0]})
         return None
     if core.op in ("conv2d.default", "linear.default"):
-        dq = _dequantized(gi, core.inputs[0])
-        wq = _weight_dequantize(gi, core.inputs[1]) if len(core.inputs) > 1 else None
-        if dq is None or wq is None:
-            return None
-        bias = core.inputs[2] if len(core.inputs) > 2 else None
-        if bias is not None and (bias.kind != "weight" or bias.dtype != "float32"):
-            return None
-        if core.op == "conv2d.default" and (len(core.inputs[0].shape) != 4 or not isinstance(core.attrs.get("padding"),
-                                                                                            list | tuple)):
-            return None
-        kind = "qconv2d" if core.op == "conv2d.default" else "qgemm"
-        nodes = [dq, *wq[0], core, *([act] if act else []), q]
-        return Group(kind, nodes, q, core, act, {"x": dq.inputs[0], "x_params": QParams.of(dq), "bias": bias, **wq[1]})
+        return _contraction_group(gi, core, act, q)
     if core.op == "add.Tensor" and len(core.inputs) == 2 and float(core.attrs.get("alpha", 1)) == 1.0:
         da, db = _dequantized(gi, core.inputs[0]), _dequantized(gi, core.inputs[1])
         if da is None or db is None:
@@ -206,6 +202,24 @@ def node_formats(graph: Graph) -> dict[str, str]:
     return formats
 
 
+def _contraction_group(gi: GraphIndex, core: Node, act: Node | None, q: Node | None) -> Group | None:
+    """A conv2d or linear of a dequantized activation and an int8 weight; `q` the quantize of its result (None: the
+    result stays float, and the kernel dequantizes it)."""
+    dq = _dequantized(gi, core.inputs[0])
+    wq = _weight_dequantize(gi, core.inputs[1]) if len(core.inputs) > 1 else None
+    if dq is None or wq is None:
+        return None
+    bias = core.inputs[2] if len(core.inputs) > 2 else None
+    if bias is not None and (bias.kind != "weight" or bias.dtype != "float32"):
+        return None
+    if core.op == "conv2d.default" and (len(core.inputs[0].shape) != 4 or not isinstance(core.attrs.get("padding"),
+                                                                                        list | tuple)):
+        return None
+    kind = "qconv2d" if core.op == "conv2d.default" else "qgemm"
+    nodes = [dq, *wq[0], core, *([act] if act else []), *([q] if q else [])]
+    return Group(kind, nodes, q, core, act, {"x": dq.inputs[0], "x_params": QParams.of(dq), "bias": bias, **wq[1]})
+
+
 def fold_quantized(graph: Graph, recipes: dict[str, Recipe], kinds: frozenset[str] | set[str]
                    ) -> tuple[int, list[Group]]:
     """Rewrite every pattern whose kernel kind is in `kinds` (the target's); returns how many it folded and the
@@ -217,7 +231,8 @@ def fold_quantized(graph: Graph, recipes: dict[str, Recipe], kinds: frozenset[st
             missing.append(g)
             continue
         new = _rewrite(graph, g, recipes)
-        replace_node_group(graph, [n for n in (g.core, g.act, g.out) if n is not None], new, g.out)
+        sink = g.out or g.core
+        replace_node_group(graph, [n for n in (g.core, g.act, g.out) if n is not None], new, sink)
         new.origin = list(dict.fromkeys(g.names))  # the dequantizes too: the kernel stands for the whole pattern
         folded += 1
     graph.remove_dead()
@@ -241,9 +256,11 @@ def _weight(graph: Graph, name: str, shape: tuple[int, ...], dtype: str, key: st
 
 
 def _rewrite(graph: Graph, g: Group, recipes: dict[str, Recipe]) -> Node:
+    if g.out is None:
+        return _contraction(graph, g, None, {"dequantize": True}, recipes)
     out = QParams.of(g.out)
     lo, hi = _activation_bounds(g.act, out)
-    qattrs = {"out_zero_point": out.zero_point, "lo": lo, "hi": hi, "rounding": "single"}
+    qattrs = {"out_zero_point": out.zero_point, "lo": lo, "hi": hi, "rounding": "single", "dequantize": False}
     if g.kind == "exact":
         return _new(g.core.name, g.core.op, [g.info["x"]], g.out.outputs[0], dict(g.core.attrs))
     if g.kind == "qadd":
@@ -263,12 +280,13 @@ def _qadd(g: Group, out: QParams, qattrs: dict) -> Node:
     return _new(g.core.name, "npu.qadd", [g.info["a"].inputs[0], g.info["b"].inputs[0]], g.out.outputs[0], attrs)
 
 
-def _contraction(graph: Graph, g: Group, out: QParams, qattrs: dict, recipes: dict[str, Recipe]) -> Node:
+def _contraction(graph: Graph, g: Group, out: QParams | None, qattrs: dict, recipes: dict[str, Recipe]) -> Node:
     info, core = g.info, g.core
     x: QParams = info["x_params"]
     w: Value = info["w"]
     channels = w.shape[0]
-    params = {"input_scale": x.scale, "output_scale": out.scale}
+    dequantize = out is None
+    params = {"input_scale": x.scale} if dequantize else {"input_scale": x.scale, "output_scale": out.scale}
     sources: dict[str, str] = {}
     if info["per_channel"]:
         sources["weight_scale"] = graph.weight_keys[info["scales"].name]
@@ -283,18 +301,25 @@ def _contraction(graph: Graph, g: Group, out: QParams, qattrs: dict, recipes: di
                     Recipe("quantize_weight", src, {"quant_min": int(qn.attrs["quant_min"]),
                                                     "quant_max": int(qn.attrs["quant_max"])}), recipes)
     rows = channels if info["per_channel"] else 1
-    scale = _weight(graph, f"{core.name}.requant", (rows, 2), "int32", f"requant({core.name})",
-                    Recipe("requant_scale", dict(sources), dict(params)), recipes)
+    if dequantize:
+        scale = _weight(graph, f"{core.name}.dequant_scale", (rows,), "float32", f"dequant_scale({core.name})",
+                        Recipe("dequant_scale", dict(sources), dict(params)), recipes)
+    else:
+        scale = _weight(graph, f"{core.name}.requant", (rows, 2), "int32", f"requant({core.name})",
+                        Recipe("requant_scale", dict(sources), dict(params)), recipes)
     inputs = [info["x"], w]
-    if info["bias"] is not None:
+    if info["bias"] is not None and dequantize:
+        inputs.append(info["bias"])  # added in float after the sum is scaled
+    elif info["bias"] is not None:
         bsrc = {"bias": graph.weight_keys[info["bias"].name], **sources}
         inputs.append(_weight(graph, f"{core.name}.bias_int32", (channels,), "int32", f"quant_bias({core.name})",
                               Recipe("quant_bias", bsrc, dict(params)), recipes))
     inputs.append(scale)
     attrs = {**qattrs, "x_zero_point": x.zero_point, "has_bias": info["bias"] is not None}
+    result = (g.out or core).outputs[0]
     if g.kind == "qconv2d":
         a = core.attrs
         attrs.update(stride=list(a["stride"]), padding=list(a["padding"]), dilation=list(a["dilation"]),
                      groups=int(a["groups"]))
-        return _new(core.name, "npu.qconv2d", inputs, g.out.outputs[0], attrs)
-    return _new(core.name, "npu.qlinear", inputs, g.out.outputs[0], attrs)
+        return _new(core.name, "npu.qconv2d", inputs, result, attrs)
+    return _new(core.name, "npu.qlinear", inputs, result, attrs)
