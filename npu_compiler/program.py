@@ -38,7 +38,7 @@ MAX_RANK = 16
 MAX_ITEMS = 1 << 20  # buffers, kernels, specs: far above any real model, far below what would exhaust memory
 BUFFER_KINDS = ("input", "output", "weight", "constant", "arena")
 RECIPE_KINDS = ("load", "concat", "bn_fold_weight", "bn_fold_bias", "rope_inv_freq", "quantize_weight", "quant_bias",
-                "requant_scale", "dequant_scale")
+                "requant_scale", "dequant_scale", "wo_quantize")
 
 __all__ = ["CompiledProgram", "KernelCall", "TensorRef", "TensorSpec", "BufferSpec", "WeightSpec", "Recipe",
            "contiguous_strides", "full_ref", "FORMAT_VERSION"]
@@ -533,6 +533,16 @@ class _Reader:
             if len(shape) != 1 or dim != 2 * shape[0] or isinstance(dim, bool):
                 raise self.fail(f"{path}.params.dim", f"{_short(dim)} for an inv_freq weight of shape {list(shape)} "
                                 "(dim is twice its length)")
+        elif r.kind == "wo_quantize":
+            bits, group, part = p.get("bits"), p.get("group"), p.get("part")
+            ok_group = isinstance(group, int) and not isinstance(group, bool) and 0 <= group <= 1 << 20
+            parts = ("qweight", "scale", "zero")
+            if bits not in (4, 8) or isinstance(bits, bool) or not ok_group or part not in parts or \
+                    "weight" not in r.sources:
+                raise self.fail(f"{path}.params", f"a wo_quantize recipe needs bits 4 or 8, a group and a part "
+                                f"(qweight, scale, zero) and a weight source, got {_short(p)}")
+            if bits == 4 and (group <= 0 or group % 2):
+                raise self.fail(f"{path}.params.group", f"{group} for int4 weights (an even number > 0)")
         elif r.kind in ("quantize_weight", "quant_bias", "requant_scale", "dequant_scale"):
             self.quant_recipe(r, shape, path)
         elif r.kind == "concat":

@@ -57,12 +57,15 @@ def export_llm(
     random_weights: bool = False,
     seed: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
+    weights_dtype: str | None = None,
 ) -> LLMExportResult:
     """Export, compile and describe. `dtype` None: the checkpoint's torch_dtype (bfloat16 for a built-in config).
 
     With `config` and no `model_dir` the folder has the graphs and programs only (no weights to run them with),
     unless `random_weights`: then a model of that config (or of `model_dir`'s config.json) with random weights
-    (seeded) and a character-level tokenizer are written into the folder, which runs by itself.
+    (seeded) and a character-level tokenizer are written into the folder, which runs by itself. `weights_dtype`
+    "int8" or "int4": the projections and the LM head weight-only quantized when the weights are loaded (W8A16,
+    W4A16; npu_compiler/quant/weight_only.py).
     """
     if (model_dir is None) == (config is None):
         raise ValueError("give exactly one of model_dir (a Hugging Face model folder) and config (a built-in name)")
@@ -96,7 +99,8 @@ def export_llm(
     for i, kind in enumerate(("prefill", "decode")):
         step(1 + i, 3, f"compiling {kind} for {target}")
         # one artifact whatever the ops: those the target lacks run on the CPU (segments the LLM runtime runs too)
-        prog = npu_compiler.compile_artifact(getattr(exp, f"{kind}_path"), target, dtype=dt, rope_theta=theta)
+        prog = npu_compiler.compile_artifact(getattr(exp, f"{kind}_path"), target, dtype=dt, rope_theta=theta,
+                                             weights_dtype=weights_dtype)
         prog.save(out / f"{kind}.npubin")
         files[kind] = f"{kind}.npubin"
         compute[kind] = prog.compute_dtype
@@ -110,6 +114,7 @@ def export_llm(
         "files": files,
         "target": target,
         "dtype": dt,
+        "weights_dtype": weights_dtype or dt,
         "compute_dtype": compute["decode"],
         "cache_dtype": exp.cache_map["cache"]["dtype"],
         "max_cache_len": max_cache_len,

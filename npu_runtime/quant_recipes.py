@@ -38,9 +38,42 @@ def _weight_scales(spec: WeightSpec, fetch: Fetch, channels: int) -> np.ndarray 
     return scales
 
 
+def weight_only(w: np.ndarray, bits: int, group: int) -> dict[str, np.ndarray]:
+    """A float [N, K] weight as weight-only codes (npu_compiler/kernels/wgemm.py): int8 per row, symmetric; or int4
+    per group of K, asymmetric (min-max: scale (max - min) / 15, zero round(-min / scale) in [0, 15]), two codes a
+    byte (k even in the low nibble). Rounding half to even, as torch.round."""
+    w = np.asarray(w, dtype=np.float32)
+    eps = np.float32(np.finfo(np.float32).eps)
+    if bits == 8:
+        scale = np.maximum(np.abs(w).max(axis=1) / np.float32(127), eps).astype(np.float32)
+        q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+        return {"qweight": q, "scale": scale}
+    n, k = w.shape
+    g = w.reshape(n, k // group, group)
+    lo, hi = g.min(axis=2), g.max(axis=2)
+    scale = np.maximum((hi - lo) / np.float32(15), eps).astype(np.float32)
+    zero = np.clip(np.rint(-lo / scale), 0, 15)
+    codes = np.clip(np.rint(g / scale[..., None]) + zero[..., None], 0, 15).astype(np.uint8).reshape(n, k)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return {"qweight": packed, "scale": scale, "zero": zero.astype(np.uint8)}
+
+
 def make_quant_weight(spec: WeightSpec, fetch: Fetch) -> np.ndarray | None:
     r = spec.recipe
     p = r.params
+    if r.kind == "wo_quantize":
+        w = fetch(r.sources["weight"], None, r.fallback_keys)
+        if w is None:
+            return None
+        bits, group = int(p["bits"]), int(p["group"])
+        if w.ndim != 2 or (bits == 4 and w.shape[1] % group):
+            raise WeightError(f"weight {spec.name}: a {list(w.shape)} weight cannot be quantized to int{bits} in "
+                              f"groups of {group}")
+        out = weight_only(w, bits, group)[str(p["part"])]
+        if tuple(out.shape) != tuple(spec.shape):
+            raise WeightError(f"weight {spec.name}: {r.sources['weight']} is {list(w.shape)}, which gives "
+                              f"{list(out.shape)}, not {list(spec.shape)}")
+        return out
     if r.kind == "quantize_weight":
         channels = spec.shape[0]
         scales = fetch(r.sources["weight_scale"], (channels,))

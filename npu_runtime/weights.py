@@ -326,7 +326,7 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow
         if b is None:
             return None
         return convert(((b - mean) * scale + beta).astype(np.float32), spec.dtype)
-    if r.kind in ("quantize_weight", "quant_bias", "requant_scale", "dequant_scale"):
+    if r.kind in ("quantize_weight", "quant_bias", "requant_scale", "dequant_scale", "wo_quantize"):
         return make_quant_weight(spec, fetch)
     raise WeightError(f"weight {spec.name}: unknown recipe '{r.kind}' (artifact from a newer compiler?)")
 

@@ -2,8 +2,9 @@
 reference semantics. The lowering builds records, renderers and backends read them, artifacts store them as data.
 
 Kinds: `generated` (an expression: elementwise work, reductions, norms, softmax, RoPE, gathers, pooling, the cache
-write), the library kernels `gemm`, `conv2d` and `attention`, and the integer ones `qgemm`, `qconv2d` and `qadd`
-(int8 with fixed-point requantization; each says why it is a library kernel in its `library_reason`).
+write), the library kernels `gemm`, `conv2d` and `attention`, the integer ones `qgemm`, `qconv2d` and `qadd`
+(int8 with fixed-point requantization), and `wgemm` (weight-only int8/int4 GEMM); each says why it is a library
+kernel in its `library_reason`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from .qadd import QAddKernel
 from .qconv2d import QConv2dKernel
 from .qgemm import QGemmKernel
 from .requant import Requant
+from .wgemm import WGemmKernel
 
 KINDS: dict[str, type[KernelSpec]] = {cls.kind: cls for cls in (GeneratedKernel, GemmKernel, Conv2dKernel,
                                                                   AttentionKernel, QGemmKernel, QConv2dKernel,
-                                                                  QAddKernel)}
+                                                                  QAddKernel, WGemmKernel)}
 # The integer kinds: a target that runs none of them leaves them out of its `library_kernels`, and the ops folded into
 # them then run on the CPU (the partition path) or are refused by name.
 INTEGER_KINDS = frozenset({"qgemm", "qconv2d", "qadd"})
+# Weight-only quantized GEMMs (int8/int4 weights, float activations): decoding's memory-bound projections.
+WEIGHT_ONLY_KINDS = frozenset({"wgemm"})
 LIBRARY_KINDS = frozenset(k for k, cls in KINDS.items() if cls.library_reason)
 
 
@@ -40,5 +44,6 @@ def spec_from_data(kind: Any, data: Any, where: str) -> KernelSpec:
 __all__ = [
     "KINDS", "LIBRARY_KINDS", "KernelCall", "KernelSpec", "KernelCost", "GeneratedKernel", "Scatter", "GemmKernel",
     "Conv2dKernel", "AttentionKernel", "QGemmKernel", "QConv2dKernel", "QAddKernel", "Requant", "INTEGER_KINDS",
+    "WGemmKernel", "WEIGHT_ONLY_KINDS",
     "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
 ]

@@ -1,5 +1,6 @@
 """Lowering of PT2E's quantize/dequantize ops (what is left of them after `quant/fold.py` took the patterns it folds
-into integer kernels) and of the folded integer ops (`npu.qconv2d`, `npu.qlinear`, `npu.qadd`)."""
+into integer kernels), of the folded integer ops (`npu.qconv2d`, `npu.qlinear`, `npu.qadd`) and of the weight-only
+quantized linear (`npu.wlinear`, `quant/weight_only.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..expr import nodes as X
 from ..ir.graph import Node, Value
-from ..kernels import QAddKernel, QConv2dKernel, QGemmKernel, Requant
+from ..kernels import QAddKernel, QConv2dKernel, QGemmKernel, Requant, WGemmKernel
 from ..program import TensorRef
 from ..quant import expressions as Q
 from ..quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
@@ -111,3 +112,20 @@ def qadd(L: Lowering, node: Node) -> None:
                       int(a["a_shift"]), int(a["b_multiplier"]), int(a["b_shift"]), int(a["out_multiplier"]),
                       int(a["out_shift"]), _requant(node))
     L.emit(spec, args, [out])
+
+
+@lowers("npu.wlinear", kernels=("wgemm",))
+def wlinear(L: Lowering, node: Node) -> None:
+    """inputs: x (float [..., K]), the int8 weight or packed int4 codes, scales, [zero points], [bias]."""
+    a = node.attrs
+    x_v, out_v = node.inputs[0], node.outputs[0]
+    k = x_v.shape[-1]
+    rows = math.prod(x_v.shape[:-1])
+    x = L.ref(x_v)
+    x2 = V.reshape(x, (rows, k)) or V.reshape(L.contiguous(x), (rows, k))
+    bits = int(a["bits"])
+    n = node.inputs[1].shape[0]
+    args = [x2, *(L.ref(v) for v in node.inputs[1:])]
+    spec = WGemmKernel(rows, n, k, (), bits, int(a["group"]), bool(a["has_bias"]))
+    out = L.fresh(out_v)
+    L.emit(spec, args, [V.reshape(out, (rows, n))])

@@ -33,6 +33,10 @@ def register(sub) -> None:
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="dtype of the graphs and the compute (default: the checkpoint's; bfloat16 for a built-in "
                         "config)")
+    p.add_argument("--weights-dtype", default=None, choices=("int8", "int4"),
+                   help="quantize the projections and the LM head when the weights are loaded, weight-only: int8 per "
+                        "output channel or int4 in groups of 128 along K (activations and KV cache keep --dtype); "
+                        "the cpu target runs them (the GPU kernels come later)")
     p.add_argument("--target", default="cpu", help="compiler target of the programs: cpu, cuda, webgpu")
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation to export")
     add_quiet_option(p)
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             res = export_llm(args.output, model_dir=args.model_dir, config=args.config,
                              max_cache_len=args.max_cache_len, prefill_len=args.prefill_len, dtype=args.dtype,
                              target=args.target, attn_implementation=args.attn, random_weights=args.random_weights,
-                             seed=args.seed, progress=bar.callback)
+                             seed=args.seed, progress=bar.callback, weights_dtype=args.weights_dtype)
     except (ValueError, NotImplementedError) as e:
         raise CLIError(str(e)) from e
     m = res.manifest

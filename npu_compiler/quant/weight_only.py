@@ -1,0 +1,57 @@
+"""Weight-only quantization for decoding (`compile(..., weights_dtype="int8" | "int4")`): every linear whose weight is
+a checkpoint tensor [N, K] becomes `npu.wlinear` (kernel `wgemm`), its weight made at load time from the float
+checkpoint by the recipe `wo_quantize`: int8 per output channel (symmetric, [-127, 127]) or int4 group-wise along K
+(groups of 128, asymmetric: a scale and a zero point per group, min-max, as AWQ and GPTQ quantize), the codes packed
+two a byte. Activations, the KV cache and every other op keep their dtype (bf16 for a bf16 model): W8A16, W4A16.
+A tied LM head is quantized too (the embedding it shares its tensor with reads the float one)."""
+
+from __future__ import annotations
+
+from ..dtypes import is_float
+from ..ir.graph import Graph, Node, TensorType, Value
+from ..program import Recipe
+
+WEIGHTS_DTYPES = {"int8": 8, "int4": 4}
+DEFAULT_GROUP = 128
+
+
+def quantize_weights_only(graph: Graph, recipes: dict[str, Recipe], weights_dtype: str,
+                          group: int = DEFAULT_GROUP) -> int:
+    """Rewrite the graph's linears (see the module's docstring); returns how many. A linear whose K is not a
+    multiple of the group (int4) keeps its float weight."""
+    bits = WEIGHTS_DTYPES[weights_dtype]
+    used = set(graph.weight_keys.values())
+    shapes = graph.meta.get("ir_weights", {})
+    count = 0
+    for i, node in enumerate(graph.nodes):
+        if node.op != "linear.default" or len(node.inputs) < 2:
+            continue
+        w = node.inputs[1]
+        if w.kind != "weight" or len(w.shape) != 2 or not is_float(w.dtype):
+            continue
+        n, k = w.shape
+        if bits == 4 and (k % group or group % 2):
+            continue
+        key = graph.weight_keys[w.name]
+        # a tied LM head: the checkpoint may hold only the embedding, an unused tensor of the same shape
+        fallback = [c for c, shape in shapes.items() if c not in used and tuple(shape) == w.shape and c != key]
+        params = {"bits": bits, "group": group if bits == 4 else 0}
+        parts = [("qweight", (n, k) if bits == 8 else (n, k // 2), "int8" if bits == 8 else "uint8"),
+                 ("scale", (n,) if bits == 8 else (n, k // group), "float32")]
+        if bits == 4:
+            parts.append(("zero", (n, k // group), "uint8"))
+        made = []
+        for part, shape, dtype in parts:
+            v = Value(f"{node.name}.{part}", TensorType(shape, dtype), "weight")
+            graph.weights[v.name] = v
+            graph.weight_keys[v.name] = f"{weights_dtype}_{part}({key})"
+            recipes[v.name] = Recipe("wo_quantize", {"weight": key}, {**params, "part": part}, fallback)
+            made.append(v)
+        new = Node(node.name, "npu.wlinear", [node.inputs[0], *made, *node.inputs[2:]], node.outputs,
+                   {"bits": bits, "group": params["group"], "has_bias": len(node.inputs) > 2}, list(node.origin))
+        for o in new.outputs:
+            o.producer = new
+        graph.nodes[i] = new
+        count += 1
+    graph.remove_dead()
+    return count
