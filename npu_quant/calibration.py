@@ -24,24 +24,16 @@ the zero point that maps 0 exactly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
+
+from npu_compiler.quant.fold import QParams  # the compiler's reading of a quantize op's parameters
 
 NUM_BINS = 2048
 ENTROPY_LEVELS = 128  # the positive half of int8: a symmetric threshold's levels
 METHODS = ("minmax", "percentile", "entropy")
 EPS = float(np.finfo(np.float32).eps)
 ENTROPY_MIN_VALUES = 16 * NUM_BINS
-
-
-@dataclass(frozen=True)
-class QParams:
-    scale: float
-    zero_point: int
-    qmin: int
-    qmax: int
-    dtype: str = "int8"
 
 
 class TensorStats:
