@@ -2,7 +2,8 @@
 weights and tokenizer; no hub access) quantized by `npu_quant` and run as an integer program on the CPU reference,
 against the float model's embeddings (PyTorch eager, mean pooling over the tokens, normalised).
 
-    python bench/quant_minilm.py [--method minmax|percentile|entropy] [--seq 32] [--json out.json]
+    python bench/quant_minilm.py [--method minmax|percentile|entropy] [--seq 32] [--keep-float-after layer_norm,gelu]
+                                 [--json out.json]
 
 Prints, per calibration method, the cosine similarity of every sentence's int8 embedding to its float one (min and
 mean), how many of the model's ops run in int8, and the time of each step. Needs torch, transformers, tokenizers and
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--calibration", type=int, default=24, help="sentences to calibrate on (the rest are scored too)")
+    ap.add_argument("--keep-float-after", default="", metavar="OPS",
+                    help="comma-separated op names (layer_norm,gelu): their results are not quantized, so the linears "
+                         "reading them compute in float (mixed precision)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     import torch
@@ -122,11 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                               for b in batches])
     print(f"all-MiniLM-L6-v2: {len(ref)} sentences, seq {args.seq}, exported in {time.perf_counter() - t0:.1f} s")
     calib = batches[:max(1, args.calibration // args.batch)]
+    kinds = [k for k in args.keep_float_after.split(",") if k]
+    keep = tuple(o["name"] for n in ir["nodes"] if any(k in n["op_type"] for k in kinds) for o in n.get("outputs", []))
     results = {}
     ok = True
     for method in args.method or ["minmax", "percentile"]:
         t1 = time.perf_counter()
-        q = quantize(ir, weights, calib, Options(method=method))
+        q = quantize(ir, weights, calib, Options(method=method, keep_float=keep))
         program = npu_compiler.compile(q.ir, "cpu")
         be = CpuBackend()
         ex = be.create_executor(program)

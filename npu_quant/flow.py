@@ -26,6 +26,7 @@ class Options:
     method: str = "minmax"  # minmax | percentile | entropy
     symmetric: bool = True  # activations: symmetric (zero point 0) or asymmetric
     percentile: float = 99.99
+    keep_float: tuple[str, ...] = ()  # tensors never quantized: the integer ops that read them stay float
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -91,7 +92,7 @@ def quantize(ir: Any, weights: Mapping[str, np.ndarray], samples: Iterable[Mappi
     graph input name -> array)."""
     options = options or Options()
     data = checked_ir_dict(ir)
-    p = rewrite.plan(data)
+    p = rewrite.plan(data, set(options.keep_float))
     stats = {t: TensorStats() for t in p.observed}
     program = float_program(data)
     observer = Observer(program, weights, p.observed, p.alias_of, node_outputs(data))

@@ -19,7 +19,7 @@ reads ours and PyTorch's the same way and folds both into integer kernels (`npu_
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +135,7 @@ def _feeds_a_norm(ix: _Index, n: Mapping[str, Any]) -> bool:
     return any(short_op(str(r["op_type"])) in NORMS for r in ix.readers.get(out, []))
 
 
-def plan(ir: Mapping[str, Any]) -> Plan:
+def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
     """The tensors and weights to quantize (see the module's docstring): a tensor is quantized where an integer op
     reads it (a conv2d's or linear's input, an add's operands and result) or where it is an integer op's result that
     another integer op reads; a conv's or linear's result that only float ops read stays float (the kernel writes
@@ -147,7 +147,7 @@ def plan(ir: Mapping[str, Any]) -> Plan:
 
     def activation(ref: Mapping[str, Any]) -> bool:
         return ref.get("producer_node") is not None and str(ref.get("dtype")) == "float32" and \
-            ix.tensor_of(ref) in data
+            ix.tensor_of(ref) in data and ix.tensor_of(ref) not in keep_float
 
     quantized: dict[str, None] = {}  # must be int8: an integer op reads it, or an integer add writes it
     produced: set[str] = set()  # an integer op's result (after the activation it fuses)

@@ -282,3 +282,19 @@ def test_cli_quantize_refuses_bad_calibration(trained, tmp_path, capsys):
         main(args)  # neither --calibration nor --calibration-random
     assert e.value.code == 2
     assert main(["compile", str(tmp_path / "m.json"), "--quantize", "int8", "-o", str(tmp_path / "x.npubin")]) == 2
+
+
+def test_keep_float_leaves_a_tensors_readers_in_float(trained, tmp_path, capsys):
+    ir, weights, name = _float_setup(trained)
+    calib = [{name: _blobs(16, 1)[0].numpy()}]
+    pooled = next(n["outputs"][0]["name"] for n in ir["nodes"] if n["op_type"] == "aten.flatten.using_ints")
+    q = quantize(ir, weights, calib, Options(keep_float=(pooled,)))
+    assert pooled not in q.qparams
+    kinds = [k.kind for k in npu_compiler.compile(q.ir, "cpu").kernels]
+    assert "qgemm" not in kinds and "gemm" in kinds  # the classifier reads float: a float GEMM
+    from npusim.cli import main
+
+    (tmp_path / "m.json").write_text(json.dumps(ir))
+    assert main(["quantize", str(tmp_path / "m.json"), "--weights", str(tmp_path / "none.safetensors"),
+                 "--calibration-random", "1", "--keep-float", "no_such_tensor", "-o", str(tmp_path)]) == 2
+    assert "no such tensor" in capsys.readouterr().err

@@ -49,6 +49,16 @@ def add_quant_options(p: argparse.ArgumentParser) -> None:
                    help="with --method percentile: the percentile of |x| kept")
     p.add_argument("--activations", default="symmetric", choices=("symmetric", "asymmetric"),
                    help="activation scheme: zero point 0, or a zero point that fits the range")
+    p.add_argument("--keep-float", action="extend", default=[], metavar="TENSOR", type=_names,
+                   help="never quantize these tensors (IR value names, comma-separated or repeated): the integer ops "
+                        "that read them compute in float (mixed precision for the layers the --report shows worst)")
+
+
+def _names(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expects a tensor name")
+    return items
 
 
 def quantize_files(args: argparse.Namespace, out_dir: str, report: bool = False):
@@ -63,6 +73,10 @@ def quantize_files(args: argparse.Namespace, out_dir: str, report: bool = False)
     from ..common import input_specs_from_ir
 
     ir = checked_ir_dict(args.ir)
+    known = {o["name"] for n in ir["nodes"] for o in n.get("outputs", [])} | {t["name"] for t in ir["graph_inputs"]}
+    unknown = sorted(set(args.keep_float) - known)
+    if unknown:
+        raise CLIError(f"--keep-float {', '.join(unknown)}: no such tensor in the graph")
     specs = input_specs_from_ir(ir)
     if args.calibration is not None:
         samples = folder_samples(args.calibration, specs)
@@ -71,7 +85,7 @@ def quantize_files(args: argparse.Namespace, out_dir: str, report: bool = False)
     source = TensorSource(args.weights)
     weights = {k: source.get(k) for k in sorted(source.keys())}
     try:
-        options = Options(args.method, args.activations == "symmetric", args.percentile)
+        options = Options(args.method, args.activations == "symmetric", args.percentile, tuple(args.keep_float))
     except ValueError as e:
         raise CLIError(str(e)) from None
     q = quantize(ir, weights, samples, options)
