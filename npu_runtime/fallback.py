@@ -188,15 +188,16 @@ def _register_quantized_ops() -> None:
     importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers torch.ops.quantized_decomposed
     from npu_compiler.quant.ops import QUANT_OPS
 
-    for short in QUANT_OPS:
-        _, name, overload = short.split(".")
-        op = getattr(getattr(torch.ops.quantized_decomposed, name), overload)
-        tensors = [a.name for a in op._schema.arguments if "Tensor" in str(a.type)]
+    for name in dict.fromkeys(short.split(".")[1] for short in QUANT_OPS):
+        packet = getattr(torch.ops.quantized_decomposed, name)
+        for overload in packet.overloads():  # `.tensor` too (scales as tensors), which the compiler does not read
+            op = getattr(packet, overload)
+            tensors = [a.name for a in op._schema.arguments if "Tensor" in str(a.type)]
 
-        def run(inputs, attrs, op=op, tensors=tensors):
-            return [op(**dict(zip(tensors, inputs)), **attrs)]
+            def run(inputs, attrs, op=op, tensors=tensors):
+                return [op(**dict(zip(tensors, inputs)), **attrs)]
 
-        register_executor(short)(run)
+            register_executor(f"{QUANTIZED_NAMESPACE}.{name}.{overload}")(run)
 
 
 @functools.cache

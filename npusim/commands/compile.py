@@ -38,12 +38,13 @@ def register(sub) -> None:
     q = p.add_argument_group("int8 in one step (npusim quantize, then compile the quantized IR)")
     q.add_argument("--quantize", choices=("int8",), default=None,
                    help="quantize first: writes NAME_int8.json, .safetensors (the weights the artifact runs with) and "
-                        ".quant.json beside the artifact")
-    q.add_argument("--weights", help="with --quantize: the float model's weights")
+                        ".quant.json beside the artifact (default: the IR as it is)")
+    q.add_argument("--weights", help="with --quantize: the float model's weights (default: none; --quantize needs it)")
     src = q.add_mutually_exclusive_group()
-    src.add_argument("--calibration", metavar="DIR", help="with --quantize: calibration inputs (see npusim quantize)")
+    src.add_argument("--calibration", metavar="DIR",
+                     help="with --quantize: calibration inputs (see npusim quantize; default: none)")
     src.add_argument("--calibration-random", type=argtypes.integer(1, 1 << 16, "count"), metavar="N",
-                     help="with --quantize: N generated calibration samples")
+                     help="with --quantize: N generated calibration samples (default: none)")
     q.add_argument("--seed", type=argtypes.seed, default=0, help="with --calibration-random: its seed")
     add_quant_options(q)
     p.set_defaults(func=run)

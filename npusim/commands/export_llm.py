@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--weights-dtype", default=None, choices=("int8", "int4"),
                    help="quantize the projections and the LM head when the weights are loaded, weight-only: int8 per "
                         "output channel or int4 in groups of 128 along K (activations and KV cache keep --dtype); "
-                        "the cpu target runs them (the GPU kernels come later)")
+                        "the cpu target runs them (the GPU kernels come later; default: the weights in --dtype)")
     p.add_argument("--target", default="cpu", help="compiler target of the programs: cpu, cuda, webgpu")
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation to export")
     add_quiet_option(p)

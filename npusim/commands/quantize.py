@@ -27,10 +27,10 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--calibration", metavar="DIR",
                      help="calibration inputs: .npy files shaped like the input (or [K, *shape] for K samples); for "
-                          "several inputs SAMPLE.INPUT.npy")
+                          "several inputs SAMPLE.INPUT.npy (no default: give this or --calibration-random)")
     src.add_argument("--calibration-random", type=argtypes.integer(1, 1 << 16, "count"), metavar="N",
                      help="N generated samples instead (floats N(0, 1), integers in their valid range): for trying "
-                          "the flow, not for accuracy")
+                          "the flow, not for accuracy (no default: give this or --calibration)")
     p.add_argument("-o", "--output", required=True, help="output folder (created if missing)")
     add_quant_options(p)
     p.add_argument("--report", action="store_true",
