@@ -7,7 +7,7 @@ import os
 import time
 
 from .. import argtypes
-from ..common import CLIError, add_quiet_option
+from ..common import CLIError, _comma_list, add_quiet_option
 
 
 def register(sub) -> None:
@@ -49,16 +49,9 @@ def add_quant_options(p: argparse.ArgumentParser) -> None:
                    help="with --method percentile: the percentile of |x| kept")
     p.add_argument("--activations", default="symmetric", choices=("symmetric", "asymmetric"),
                    help="activation scheme: zero point 0, or a zero point that fits the range")
-    p.add_argument("--keep-float", action="extend", default=[], metavar="TENSOR", type=_names,
+    p.add_argument("--keep-float", action="extend", default=[], metavar="TENSOR", type=_comma_list,
                    help="never quantize these tensors (IR value names, comma-separated or repeated): the integer ops "
                         "that read them compute in float (mixed precision for the layers the --report shows worst)")
-
-
-def _names(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expects a tensor name")
-    return items
 
 
 def quantize_files(args: argparse.Namespace, out_dir: str, report: bool = False):
