@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..quant.fixed_point import MAX_SHIFT, apply_scale, requantize
-from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape, ref_bytes
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape
+from .counting import out_writes, ref_reads
 from .fields import bounded
 from .requant import MULTIPLIER_MAX, Requant, check_zero_point
 
@@ -53,9 +54,11 @@ class QAddKernel(KernelSpec):
             check_zero_point(zp, dtype_of(buffers, ref), f"qadd operand {name}")
         self.requant.check(dtype_of(buffers, out))
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
-        out = call.outs[0]
-        return KernelCost(8 * out.numel, sum(ref_bytes(buffers, r) for r in call.args), ref_bytes(buffers, out))
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """Per output element: two zero points, two shifts, two rescales (a multiply and a rounding add each), the
+        add, the output rescale and zero point (11 arithmetic) and the clamp (2 comparisons)."""
+        out = call.outs[0].numel
+        return KernelCost(0, 11 * out, 2 * out, tuple(ref_reads(call, buffers, range(2))), out_writes(call, buffers))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         a, b = arrays.view(call.args[0]), arrays.view(call.args[1])

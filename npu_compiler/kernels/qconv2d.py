@@ -19,10 +19,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, ref_bytes
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect
 from .conv2d import conv_flops, conv_out_size
 from .fields import bounded
-from .requant import Requant, check_bias_and_scale, check_scale_values, check_zero_point, exact_matmul, finish
+from .requant import (
+    Requant,
+    check_bias_and_scale,
+    check_scale_values,
+    check_zero_point,
+    contraction_cost,
+    exact_matmul,
+    finish,
+)
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
@@ -70,10 +78,9 @@ class QConv2dKernel(KernelSpec):
         expect(dtype_of(buffers, w) == "int8", f"a qconv2d weight is int8, not {dtype_of(buffers, w)}")
         check_bias_and_scale(self, call, buffers, o, "qconv2d")
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
-        out, w = call.outs[0], call.args[1]
-        read = sum(ref_bytes(buffers, r) for r in call.args)
-        return KernelCost(conv_flops(out.numel, *w.shape[1:]) + 4 * out.numel, read, ref_bytes(buffers, out))
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """Per output element a window's int8 MACs (C/g kh kw) and the epilogue."""
+        return contraction_cost(self, call, buffers, conv_flops(call.outs[0].numel, *call.args[1].shape[1:]) // 2)
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         xv, wv = arrays.view(call.args[0]), arrays.view(call.args[1])

@@ -24,9 +24,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape, ref_bytes
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape
 from .fields import bounded
-from .requant import Requant, check_bias_and_scale, check_scale_values, check_zero_point, exact_matmul, finish
+from .requant import (
+    Requant,
+    check_bias_and_scale,
+    check_scale_values,
+    check_zero_point,
+    contraction_cost,
+    exact_matmul,
+    finish,
+)
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
@@ -67,12 +75,9 @@ class QGemmKernel(KernelSpec):
         check_zero_point(self.b_zero_point, dtype_of(buffers, b), "qgemm operand b")
         check_bias_and_scale(self, call, buffers, self.n, "qgemm")
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
-        read = sum(ref_bytes(buffers, r) for r in call.args)
-        out = call.outs[0]
-        # a multiply-add counts 2; the requantization (a multiply, an add, a shift, a clamp) 4 per output
-        return KernelCost(2 * self.m * self.n * self.k * math.prod(self.batch) + 4 * out.numel, read,
-                          ref_bytes(buffers, out))
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """m n k int8 MACs per batch entry; the requantizing (or dequantizing) epilogue per output element."""
+        return contraction_cost(self, call, buffers, self.m * self.n * self.k * math.prod(self.batch))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         a, b = arrays.view(call.args[0]), arrays.view(call.args[1])

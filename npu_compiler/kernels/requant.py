@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import KernelFault
 from ..quant.fixed_point import MAX_SHIFT, ROUNDINGS, requantize, wrap_int32
 from .base import dtype_of, expect
+from .counting import KernelCost, out_writes, ref_reads
 from .fields import bounded, one_of
 
 if TYPE_CHECKING:
@@ -122,3 +123,20 @@ def finish(spec, acc: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, ch
         shape[channel_axis] = bias.shape[0]
         acc = acc + bias.astype(np.int64).reshape(shape)
     return spec.requant.apply(acc, scale, channel_axis)
+
+
+# vector operations per output element of the epilogue: requantizing (the bias add, the multiply, the rounding add,
+# the shift, the zero point: arithmetic; the clamp: 2 comparisons), or dequantizing (a multiply and the bias add)
+REQUANT_ARITH, REQUANT_COMPARES, DEQUANT_ARITH = 5, 2, 2
+
+
+def contraction_cost(spec, call, buffers: Sequence[BufferSpec], macs: int) -> KernelCost:
+    """A qgemm's or qconv2d's cost in the counting vocabulary (kernels/counting.py): its MACs in int8, its epilogue
+    per output element, every argument read as far as its view reaches, the output written."""
+    out = call.outs[0].numel
+    if spec.dequantize:
+        arith, compares = out * (DEQUANT_ARITH - (not spec.bias)), 0
+    else:
+        arith, compares = out * (REQUANT_ARITH - (not spec.bias)), out * REQUANT_COMPARES
+    return KernelCost(macs, arith, compares, tuple(ref_reads(call, buffers, range(len(call.args)))),
+                      out_writes(call, buffers), (dtype_of(buffers, call.args[0]), dtype_of(buffers, call.args[1])))

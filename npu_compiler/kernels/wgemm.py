@@ -28,7 +28,8 @@ import numpy as np
 
 from ..dtypes import is_float
 from ..expr.interpret import store
-from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape, ref_bytes
+from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape
+from .counting import out_writes, ref_reads
 from .fields import bounded
 
 if TYPE_CHECKING:
@@ -105,11 +106,15 @@ class WGemmKernel(KernelSpec):
             expect_shape(bias, (self.n,), "wgemm bias")
             expect(dtype_of(buffers, bias) == dtype_of(buffers, out), "a wgemm bias in another dtype than its output")
 
-    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> KernelCost:
+    def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
+        """m n k MACs per batch entry (in the activations' format: the weight is decoded to it); decoding the weight
+        once per element (a multiply, less the zero point at int4) and the bias per output element."""
         batch = math.prod(self.batch)
-        decode = self.n * self.k * (2 if self.bits == 8 else 3)  # a code to float, times its scale (less its zero)
-        return KernelCost(2 * batch * self.m * self.n * self.k + decode,
-                          sum(ref_bytes(buffers, r) for r in call.args), ref_bytes(buffers, call.outs[0]))
+        decode = self.n * self.k * (1 if self.bits == 8 else 2)
+        out = call.outs[0]
+        a = dtype_of(buffers, call.args[0])
+        return KernelCost(batch * self.m * self.n * self.k, decode + int(self.bias) * out.numel, 0,
+                          tuple(ref_reads(call, buffers, range(len(call.args)))), out_writes(call, buffers), (a, a))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         a = arrays.view(call.args[0])

@@ -7,11 +7,12 @@ each kernel's typed record (`npu_compiler.kernels`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..dtypes import itemsize
-from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel, KernelCost
+from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel, KernelCost, QConv2dKernel, QGemmKernel, WGemmKernel
 from ..program import CompiledProgram, KernelCall, TensorRef
 from .residency import Placement
 
@@ -180,6 +181,19 @@ def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | 
         return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, read(0), read(1), written(), tuple(spec.stride),
                         tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), reads_except(0, 1) + spills,
                         cost.vector_ops, k.name, side_c, staging, (dtype(x), dtype(w)), dtype(out))
+    if isinstance(spec, QGemmKernel | WGemmKernel):  # int8 x int8 MACs; weight-only: the weight's codes read once
+        a, b, out = k.args[0], k.args[1], k.outs[0]
+        return GemmWork(spec.m, spec.n, spec.k, read(0), read(1), written(), elem(a), elem(b), elem(out),
+                        math.prod(spec.batch), reads_except(0, 1) + spills, cost.vector_ops, k.name, staging,
+                        cost.mac_dtypes, dtype(out))
+    if isinstance(spec, QConv2dKernel):
+        x, w, out = k.args[0], k.args[1], k.outs[0]
+        n, c, h, wd = x.shape
+        o, _, kh, kw = w.shape
+        return ConvWork(n, c, h, wd, o, kh, kw, out.shape[2], out.shape[3], read(0), read(1), written(),
+                        tuple(spec.stride), tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x),
+                        reads_except(0, 1) + spills, cost.vector_ops, k.name, 0, staging, (dtype(x), dtype(w)),
+                        dtype(out))
     if isinstance(spec, AttentionKernel):
         mask = read(3) if spec.mask != "none" else None
         return AttentionWork(spec.batch, spec.heads, spec.kv_heads, spec.q_len, spec.attended(context_len),
