@@ -19,7 +19,7 @@ from typing import Any
 
 import msgpack
 
-from .atomic import write_bytes
+from .atomic import note_input, write_bytes
 from .buffers import BufferSpec, TensorSpec
 from .collector import collector_paused
 from .dtypes import ITEMSIZE
@@ -226,6 +226,7 @@ def read_artifact_file(path: str) -> bytes:
         if size > MAX_ARTIFACT_BYTES:
             raise ArtifactError(f"{path}: {size} bytes is too large for a .npubin artifact")
         with open(path, "rb") as f:
+            note_input(path)
             return f.read()
     except FileNotFoundError as e:
         raise ArtifactError(f"artifact not found: {path}") from e

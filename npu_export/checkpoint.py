@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from npu_compiler.atomic import note_input
+
 from .errors import ExportError, first_line
 
 __all__ = ["load_checkpoint", "read_state_dict"]
@@ -28,6 +30,7 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     p = Path(path)
     if not p.is_file():
         raise ExportError(f"checkpoint not found: {p}")
+    note_input(p)
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file
 

@@ -279,12 +279,11 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
     the model goes into the script's text: it reads every name from kernel.json (JSON, escaped by the encoder).
     Returns the script's path."""
     folder = os.fspath(folder)
-    if os.path.isdir(folder):
-        check_writable(os.path.join(folder, "repro.py"), "--dump-repro: cannot write")
-    else:
-        _make_folder(folder)
     program: CompiledProgram = executor.program
     k = program.kernels[check.index]
+    check_repro_folder(folder, len(k.args))
+    if not os.path.isdir(folder):
+        _make_folder(folder)
     bufs = capture_kernel_buffers(executor, inputs, weights, check.index)
     mini = kernel_program(program, check.index, bufs)
     mini.save(os.path.join(folder, "kernel.npubin"))
@@ -304,6 +303,24 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
     script = os.path.join(folder, "repro.py")
     write_text(script, REPRO_SCRIPT.format())
     return script
+
+
+REPRO_FILES = ("kernel.npubin", "expected.npy", "kernel.json", "repro.py")  # and arg0.npy, arg1.npy, ...
+
+
+def check_repro_folder(folder: str | os.PathLike, args: int = 0) -> None:
+    """Before any work: the repro folder's parent exists, and none of the files a repro writes (its fixed names,
+    and `args` argument files) is a link, a FIFO, a device or an input of the command (`atomic.check_target`)."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            raise OutputError(f"--dump-repro {folder}: not a folder")
+        parent = os.path.dirname(os.path.abspath(folder))
+        if not os.path.isdir(parent):
+            raise OutputError(f"--dump-repro {folder}: folder {parent} does not exist")
+        return
+    for name in (*REPRO_FILES, *(f"arg{j}.npy" for j in range(args))):
+        check_writable(os.path.join(folder, name), "--dump-repro: cannot write")
 
 
 def _make_folder(folder: str) -> None:

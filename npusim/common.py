@@ -106,14 +106,19 @@ def dtype_line(program) -> str:
 
 
 def check_output_folder(path: str, option: str = "-o") -> None:
-    """Fail before any work when an output file's folder does not exist (not after a minute of compiling)."""
+    """Fail before any work (not after a minute of compiling) when an output file's folder does not exist, or when
+    the path is not one npusim writes (a link, a FIFO, a device, one of the command's own inputs:
+    `npu_compiler.atomic.check_target`)."""
+    from npu_compiler.atomic import check_target
+
     if not path:
         raise CLIError(f"{option}: an empty file name")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"{option} {path}: folder {folder} does not exist")
-    if os.path.isdir(path):
+    if os.path.isdir(path) and not os.path.islink(path):
         raise CLIError(f"{option} {path}: is a folder; give a file name")
+    check_target(path, f"{option}: cannot write")
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..atomic import note_input
 from ..dtypes import FLOAT_DTYPES, INT_DTYPES, ITEMSIZE, normalize_dtype
 from ..errors import ConstraintError, IRFormatError, entry_point
 from ..limits import MAX_JSON_DEPTH, MAX_NAME_CHARS, Limits, format_bytes
@@ -64,6 +65,7 @@ def _read_text(source: str | os.PathLike, lim: Limits) -> tuple[str, str]:
                 raise ConstraintError(f"{where}: an IR file of {format_bytes(size)} is above the limit of "
                                       f"{format_bytes(lim.max_ir_bytes)} ($NPUSIM_MAX_IR_BYTES)")
             with open(where, "rb") as f:
+                note_input(where)
                 raw = f.read(lim.max_ir_bytes + 1)
         except FileNotFoundError as e:
             raise IRFormatError(f"IR file not found: {where}") from e

@@ -115,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
     artifact = not args.ir.endswith(".json")
     _check_combinations(args, artifact)
+    if args.dump_repro:
+        from npu_runtime.inspect import check_repro_folder
+
+        check_repro_folder(args.dump_repro)
     backend = npu_runtime.get_backend(args.backend)
     contract = find_contract(args.ir)
     if contract is not None and args.rope_theta is None:
@@ -224,11 +228,13 @@ def _load_expected(path: str, outputs: list[tuple[str, tuple[int, ...]]], model:
 
     import numpy as np
 
+    from npu_compiler.atomic import note_input
     from npu_runtime.errors import InputError
 
     if not os.path.isfile(path):
         raise InputError(f"--expected: file not found: {path}")
     try:
+        note_input(path)
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise ValueError("it holds one array, not an archive of named arrays")
