@@ -20,6 +20,7 @@ from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
 from .lowering.side_convs import fold_side_convs
 from .memory_check import check_memory, check_sizes
+from .output_roles import class_outputs
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
 from .passes.dtype import apply_compute_dtype, explain_compute_dtype
@@ -97,6 +98,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
              rope_theta: float | None, verify_plan: bool, lim: Limits) -> CompiledProgram:
     passes: list[str] = []
     recipes: dict[str, Recipe] = {}
+    class_outputs_of = class_outputs(graph)  # from the IR as read, before any pass rewrites it
 
     n = _run_pass("remove_noops", remove_noops, graph)
     passes.append(f"remove_noops({n})")
@@ -189,6 +191,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         "intermediate_bytes_unshared": sum(b.nbytes for b in program.buffers if b.kind == "arena"),
         "peak_intermediate_bytes": arena,
         "compute_dtype_reason": choice.reason,
+        "class_outputs": class_outputs_of,
     }
     return program
 

@@ -48,6 +48,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "floats from N(0, 1), integers uniform inside their valid range")
     add_backend_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for generated inputs (0 to 2**63-1)")
+    add_nonfinite_option(p)
+
+
+def add_nonfinite_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-nonfinite-weights", action="store_true",
+                   help="load weights that hold NaN or infinities (or become infinite in the compute dtype), with a "
+                        "warning, instead of refusing them (an attention mask stored as a weight may hold -inf)")
 
 
 def add_backend_option(p: argparse.ArgumentParser) -> None:
@@ -190,6 +197,7 @@ def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[
     if unknown:
         raise InputError(f"--input {', '.join(unknown)}: no such input; the model's inputs are "
                          + ", ".join(f"{s.name} {s.dtype}{list(s.shape)}" for s in specs))
+    warn_nonfinite("input", given)
     rng = np.random.default_rng(seed)
     out = dict(given)
     lines = []
@@ -201,6 +209,24 @@ def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[
             out[spec.name] = generate_input(spec, rng)
             lines.append(f"{spec.name} {spec.dtype}{list(spec.shape)}: {how_generated(spec)}")
     return Inputs(out, lines)
+
+
+def warn_nonfinite(kind: str, arrays: dict[str, np.ndarray], effect: str = "") -> list[str]:
+    """An NPUSimWarning for each array holding NaN or infinities (how many, the first); the names that do."""
+    import warnings
+
+    from npu_compiler.errors import NPUSimWarning
+    from npu_runtime.metrics import nonfinite
+
+    effect = effect or ("every output it reaches may be NaN or infinite" if kind == "input" else "")
+    bad = []
+    for name, a in arrays.items():
+        found = nonfinite(a)
+        if found is not None:
+            bad.append(name)
+            warnings.warn(NPUSimWarning(f"{kind} '{name}' holds {found.describe()}" + (f": {effect}" if effect
+                                                                                           else "")), stacklevel=2)
+    return bad
 
 
 def complete_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[str, np.ndarray], seed: int = 0

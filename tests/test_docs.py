@@ -69,9 +69,10 @@ def test_tolerance_doc_matches_what_verify_applies():
 
     text = (REPO / "docs" / "tolerances.md").read_text()
     section = text.split("## What `npusim verify` applies", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| (float32|float16|bfloat16) \| ([0-9.e-]+) \| ([0-9.e-]+) \|", section, re.M)
-    assert {dt: (float(r), float(m)) for dt, r, m in rows} == {
-        dt: (t["min_r"], t["max_rel"]) for dt, t in MODEL_TOLERANCE.items()}
+    rows = re.findall(r"^\| (float32|float16|bfloat16) \| ([0-9.e-]+) \| ([0-9.e-]+) \| ([0-9.e-]+) \|", section,
+                      re.M)
+    assert {dt: (float(r), float(m), float(a)) for dt, r, m, a in rows} == {
+        dt: (t["min_r"], t["max_rel"], t["atol"]) for dt, t in MODEL_TOLERANCE.items()}
     # the verify --help states the same defaults
     from npusim.cli import build_parser
 

@@ -292,26 +292,29 @@ def test_float8_weights_are_widened_with_a_notice(tmp_path) -> None:
     np.testing.assert_array_equal(got, want)  # exact: every float8 value is a float32 value
 
 
-def test_nan_weights_are_an_error_and_infinities_a_warning(tmp_path) -> None:
+def test_non_finite_weights_are_an_error_unless_allowed(tmp_path) -> None:
+    """NaN and infinities alike: one inf in a weight made every output NaN with exit 0 (issue 53)."""
     prog = npu_compiler.compile(small_ir(), dtype="float32")
     bad = small_weights()["fc.bias"].copy()
-    bad[2] = np.nan
-    with pytest.raises(WeightError, match=r"'fc.bias' in .* holds 1 NaN value\(s\) of 4 \(the first at flat index 2\)"):
-        npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=bad)), CPU)
-    with pytest.warns(NPUSimWarning, match="holds 1 NaN"):
-        npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=bad)), CPU, allow_nan=True)
-    bad[2] = -np.inf
-    with pytest.warns(NPUSimWarning, match=r"'fc.bias' in .* holds 1 infinite value\(s\) of 4"):
-        ws = npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=bad)), CPU)
-    assert ws.report.warnings
+    for value, label in ((np.nan, "NaN"), (-np.inf, "-inf"), (np.inf, "\\+inf")):
+        bad[2] = value
+        with pytest.raises(WeightError, match=rf"'fc.bias' in .* holds 1 {label} value\(s\) of 4 \(the first at \[2\]\)"
+                                              r".*--allow-nonfinite-weights"):
+            npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=bad)), CPU)
+        with pytest.warns(NPUSimWarning, match=f"holds 1 {label}"):
+            ws = npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=bad)), CPU, allow_nonfinite=True)
+        assert ws.report.warnings
 
 
-def test_overflow_to_half_is_reported(tmp_path) -> None:
+def test_overflow_to_half_is_an_error_unless_allowed(tmp_path) -> None:
     prog = npu_compiler.compile(small_ir(), dtype="float16")
     big = small_weights()["fc.bias"].copy()
-    big[0] = 1e6
-    with pytest.warns(NPUSimWarning, match="too large for float16 and become infinite"):
+    big[1] = 1e6
+    with pytest.raises(WeightError, match=r"1 value\(s\) are too large for float16 and become infinite \(the first at "
+                                          r"\[1\]\); compile in a wider dtype"):
         npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=big)), CPU)
+    with pytest.warns(NPUSimWarning, match="too large for float16 and become infinite"):
+        npu_runtime.load_weights(prog, str(_checkpoint(tmp_path, bias=big)), CPU, allow_nonfinite=True)
 
 
 @pytest.mark.parametrize("damage, words", [

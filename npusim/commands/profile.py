@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         return _partitioned(args, art, backend, inp.arrays, quiet)
     prog = art
     with Progress("loading weights", quiet=quiet) as bar:
-        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
+        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback,
+                                      allow_nonfinite=args.allow_nonfinite_weights)
     ex = backend.create_executor(prog)
     inputs = inp.arrays
     plain, profiled, runs = _timed(lambda: ex.run(inputs, ws), lambda: ex.profile(inputs, ws), backend, args, quiet)

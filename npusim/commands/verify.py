@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     from ..progress import Progress
 
     with Progress("loading weights", quiet=args.quiet or args.json) as bar:
-        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
+        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback,
+                                      allow_nonfinite=args.allow_nonfinite_weights)
     executor = backend.create_executor(prog)
     outs = executor.run_numpy(inp.arrays, ws)
 
@@ -165,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     tol = _tolerance(args, prog.compute_dtype)
     from npu_runtime.metrics import compare
 
-    rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol) for name in ref]
+    classes = set(prog.stats.get("class_outputs", ()))
+    rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol, class_axis=name in classes) for name in ref]
     ok = all(r.passed for r in rows)
     report = {"model": prog.model_name, "backend": backend.name, "device": backend.describe(), "target": prog.target,
               "compute_dtype": prog.compute_dtype, "compute_dtype_reason": prog.stats.get("compute_dtype_reason"),
@@ -267,6 +269,7 @@ def _print_rows(rows) -> None:
     for r in rows:
         t1 = f"{r.top1_equal:.2f}" if r.top1_equal is not None else "-"
         t5 = f"{r.top5_overlap:.2f}" if r.top5_overlap is not None else "-"
+        pr = f"{r.pearson:.6f}" if r.pearson is not None else "-"
         mm = ""
         if elementwise:
             n = 1
@@ -274,7 +277,10 @@ def _print_rows(rows) -> None:
                 n *= d
             mm = f" {f'{r.mismatched}/{n}' if r.mismatched is not None else '-':>12}"
         print(f"  {r.name:<{w}} {str(list(r.shape)):<18} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
-              f"{r.pearson:>10.6f} {t1:>6} {t5:>6}{mm}  {'ok' if r.passed else 'FAIL'}")
+              f"{pr:>10} {t1:>6} {t5:>6}{mm}  {'ok' if r.passed else 'FAIL'}")
+    for r in rows:
+        if not r.passed:
+            print(f"  {r.name}: {r.why}")
 
 
 def _print_per_node(args: argparse.Namespace, per_node: dict) -> None:
@@ -306,7 +312,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
         _require_inputs(art.inputs, given)
     inp = collect_inputs(art.inputs, given, args.seed, contract)
     _notice(args, inp)
-    dag = DAGExecutor(art, backend, weights=args.weights)
+    dag = DAGExecutor(art, backend, weights=args.weights, allow_nonfinite=args.allow_nonfinite_weights)
     per_node = None
     if args.expected:
         outs = dag.run(inp.arrays)
@@ -325,7 +331,8 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
             ref = run_reference(args.ir, sd, inp.arrays)
     compute = art.compute_dtype
     tol = _tolerance(args, compute)
-    rows = [compare(name, outs[name], ref[name], compute, tol) for name in ref]
+    classes = set(art.stats.get("class_outputs", ()))
+    rows = [compare(name, outs[name], ref[name], compute, tol, class_axis=name in classes) for name in ref]
     ok = all(r.passed for r in rows) and (per_node is None or per_node["first_failure"] is None)
     report = {"model": art.model_name, "backend": backend.name, "device": backend.describe(), "target": art.target,
               "compute_dtype": compute, "compute_dtype_reason": art.stats.get("compute_dtype_reason"),
