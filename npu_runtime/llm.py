@@ -250,7 +250,7 @@ class LLM:
         mdir = model_dir or manifest.get("model_dir")
         if not mdir:
             raise LLMError(f"{out}: graphs only (exported from a built-in config); give a model directory with "
-                           "weights (LLM.load(..., model_dir=...))")
+                           "weights (--model-dir DIR; in Python, LLM.load(..., model_dir=DIR))")
         mdir = Path(mdir)
         if not mdir.is_absolute() and model_dir is None:
             mdir = out / mdir  # a manifest's relative model_dir is relative to the folder (random-weights exports)

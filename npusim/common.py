@@ -42,7 +42,9 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Weights, inputs, backend and seed: what every command that runs a program takes."""
-    p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
+    p.add_argument("--weights", default=None,
+                   help="safetensors file or folder of shards (default: the model file's stem + .safetensors beside "
+                        "it, when present: out/m.npubin or out/m.json -> out/m.safetensors)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input array (repeatable); inputs not given are generated (and the command says so): "
                         "floats from N(0, 1), integers uniform inside their valid range")
@@ -61,6 +63,54 @@ def add_backend_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None,
                    help="cpu, cuda or webgpu (default: $NPUSIM_BACKEND, else the best available: cuda where a GPU and "
                         "CuPy are present, then webgpu on a GPU adapter, else cpu)")
+
+
+WEIGHTS_SUFFIX = ".safetensors"
+
+
+def beside(model_file: str) -> str | None:
+    """The checkpoint beside an IR or artifact under the same stem (out/m.json, out/m.npubin -> out/m.safetensors),
+    where `npusim export` writes it; None when there is none."""
+    stem, ext = os.path.splitext(model_file)
+    candidate = stem + WEIGHTS_SUFFIX
+    return candidate if ext in (".json", ".npubin") and os.path.isfile(candidate) else None
+
+
+def resolve_weights(args: argparse.Namespace, model_file: str, quiet: bool = False) -> str:
+    """--weights, else the checkpoint beside the model file (and the command says which it took); a CLIError naming
+    both ways when there is neither."""
+    if args.weights is not None:
+        return args.weights
+    found = beside(model_file)
+    if found is None:
+        stem = os.path.splitext(model_file)[0]
+        raise CLIError(f"give the weights: --weights FILE.safetensors (or a folder of shards); none given, and no "
+                       f"{stem}{WEIGHTS_SUFFIX} beside {model_file}")
+    if not quiet:
+        import sys
+
+        print(f"weights: {found} (beside {model_file}; --weights to give others)", file=sys.stderr)
+    args.weights = found
+    return found
+
+
+def check_weights_digest(program: CompiledProgram, weights: str) -> dict | None:
+    """When the artifact records the SHA-256 of the weights it was compiled or verified with: the given weights'
+    digest beside it, and a warning when they differ (the results are then those of other weights)."""
+    if program.weights_sha256 is None or not os.path.exists(weights):
+        return None
+    import warnings
+
+    from npu_compiler.digest import short, weights_digest
+    from npu_compiler.errors import NPUSimWarning
+
+    given = weights_digest(weights)
+    same = given == program.weights_sha256
+    if not same:
+        warnings.warn(NPUSimWarning(f"weights {weights} are not the ones the artifact was compiled or verified with "
+                                    f"(sha256 {short(given)} given, {short(program.weights_sha256)} recorded): its "
+                                    "results are those of other weights"), stacklevel=2)
+    return {"recorded": program.weights_sha256, "given": given, "same": same}
 
 
 def device_line(backend) -> str | None:

@@ -186,7 +186,7 @@ def test_corrupted_artifact(small, tmp_path):
     flipped = bytearray(blob)
     flipped[-10] ^= 0xFF
     (tmp_path / "flip.npubin").write_bytes(bytes(flipped))
-    with pytest.raises(ArtifactError, match="checksum"):
+    with pytest.raises(ArtifactError, match="SHA-256"):
         npu_compiler.CompiledProgram.load(tmp_path / "flip.npubin")
     wrong = bytearray(blob)
     wrong[8] = 99

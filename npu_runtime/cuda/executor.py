@@ -43,10 +43,7 @@ class CudaExecutor(Executor):
                  bindings: Mapping[str, DeviceBuffer] | None = None, *, use_graph: bool = True) -> None:
         import cupy  # noqa: PLC0415
 
-        super().__init__(program, backend)
-        if program.target != "cuda":
-            raise NPURuntimeError(f"program was compiled for target '{program.target}'; the cuda backend runs "
-                                  "programs compiled for target 'cuda' (compile with target='cuda')")
+        super().__init__(program, backend)  # (which refuses a program of another target)
         self._cp = cupy
         self.state = backend.state
         self.stream = self.state.stream

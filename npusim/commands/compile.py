@@ -1,4 +1,4 @@
-"""npusim compile IR.json -o X.npubin [--target T] [--no-fallback] [--force-cpu OP]"""
+"""npusim compile IR.json -o X.npubin [--target T] [--no-fallback] [--force-cpu OP] [--weights W]"""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import argparse
 import sys
 import time
 
-from ..common import add_compile_options, add_force_cpu_option, check_output_folder, compile_kwargs, dtype_line
+from ..common import (
+    add_compile_options,
+    add_force_cpu_option,
+    beside,
+    check_output_folder,
+    compile_kwargs,
+    dtype_line,
+)
 
 
 def register(sub) -> None:
@@ -18,11 +25,17 @@ def register(sub) -> None:
                                    "which nodes run where and why.")
     p.add_argument("ir", help="IR JSON file written by pytorch-ir (torch_ir)")
     p.add_argument("-o", "--output", required=True, help="artifact to write (.npubin)")
-    p.add_argument("--target", default="cpu", help="codegen target: cpu, cuda, webgpu (the backend that will run it); "
-                                                   "its op support decides what runs on the CPU")
+    p.add_argument("--target", default=None,
+                   help="codegen target: cpu, cuda, webgpu (the backend that will run it; its op support decides what "
+                        "runs on the CPU; default: the target of the best backend available here, the one `npusim "
+                        "run` picks, so that the artifact runs here as it is)")
     p.add_argument("--no-fallback", action="store_true",
                    help="a pure accelerator program: refuse a graph with ops the target lacks (listing them) instead "
                         "of running them on the CPU")
+    p.add_argument("--weights", default=None,
+                   help="the checkpoint the program is for (safetensors file or folder): its SHA-256 is recorded, "
+                        "and `npusim run` says when other weights are given (default: the IR's stem + .safetensors "
+                        "beside it, when present)")
     add_force_cpu_option(p)
     add_compile_options(p)
     p.set_defaults(func=run)
@@ -36,9 +49,15 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_folder(args.output)
     check_force_cpu(args.ir, args.force_cpu)
+    target, why = _target(args.target)
+    weights = args.weights or beside(args.ir)
     t0 = time.perf_counter()
-    art = npu_compiler.compile_artifact(args.ir, args.target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
+    art = npu_compiler.compile_artifact(args.ir, target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
                                         **compile_kwargs(args))
+    if weights is not None:
+        from npu_compiler.digest import weights_digest
+
+        art.weights_sha256 = weights_digest(weights)
     art.save(args.output)
     dt = time.perf_counter() - t0
     if isinstance(art, npu_compiler.PartitionedProgram):
@@ -48,12 +67,31 @@ def run(args: argparse.Namespace) -> int:
               f"({s.partitions_npu} on the target, {s.partitions_cpu} on the CPU: {s.nodes_cpu} of {s.nodes_total} "
               f"nodes), {art.kernel_count} kernels, {s.transfers} transfers, {art.weight_bytes / 1e6:.2f} MB weights "
               f"in {dt:.2f} s -> {args.output}")
-        print(dtype_line(art))
         print(format_report(plan).split("\nsteps:")[0], file=sys.stderr)
     else:
         print(f"compiled {art.model_name} for {art.target} ({art.compute_dtype}): {len(art.kernels)} kernels, "
               f"{art.weight_bytes / 1e6:.2f} MB weights, {art.buffer_bytes / 1e6:.2f} MB buffers "
               f"(peak intermediate {art.arena_bytes / 1e6:.2f} MB) in {dt:.2f} s -> {args.output}")
-        print(dtype_line(art))
-    print(f"next: npusim describe {args.output}; npusim run {args.output} --weights WEIGHTS.safetensors")
+    print(f"target {target} ({why})")
+    print(dtype_line(art))
+    if weights is not None:
+        from npu_compiler.digest import short
+
+        print(f"weights: {weights} (sha256 {short(art.weights_sha256)}, recorded: `npusim run` says when others are "
+              "given)")
+    print(f"next: npusim describe {args.output}; npusim run {args.output}"
+          + ("" if weights is not None and weights == beside(args.output) else " --weights WEIGHTS.safetensors"))
     return 0
+
+
+def _target(given: str | None) -> tuple[str, str]:
+    """The target to compile for, and why: the one asked for, else the best available backend's (the one `npusim
+    run` takes by default), so that what `compile` writes, `run` runs."""
+    if given is not None:
+        return given, "--target"
+    from npu_runtime.backend import default_backend_name, get_backend
+
+    name = default_backend_name()
+    target = get_backend(name).compile_target()
+    return target, (f"the default: the target of backend '{name}', the best available here, which `npusim run` "
+                    f"uses; --target cpu for the reference backend")

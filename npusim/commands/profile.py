@@ -49,17 +49,19 @@ def run(args: argparse.Namespace) -> int:
     import npu_compiler
     import npu_runtime
 
-    from ..common import check_output_folder
+    from ..common import check_output_folder, check_weights_digest, resolve_weights
     from ..progress import Progress
 
     for path, flag in ((args.trace, "--trace"), (args.chart, "--chart")):
         if path is not None:
             check_output_folder(path, flag)
+    resolve_weights(args, args.artifact)
     backend = npu_runtime.get_backend(args.backend)
     if args.artifact.endswith(".json"):
         art = npu_compiler.compile_artifact(args.artifact, backend.compile_target())
     else:
         art = npu_compiler.load_artifact(args.artifact)
+        check_weights_digest(art, args.weights)
     inp = collect_inputs(art.inputs, parse_inputs(args.input), args.seed)
     quiet = args.quiet or args.json
     if inp.generated and not args.json:

@@ -17,9 +17,11 @@ from ..common import (
     add_run_options,
     add_timing_options,
     check_output_folder,
+    check_weights_digest,
     collect_inputs,
     dtype_line,
     parse_inputs,
+    resolve_weights,
     warn_nonfinite,
 )
 
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         check_output_folder(args.output)
+    resolve_weights(args, args.artifact)
     backend = npu_runtime.get_backend(args.backend)
     is_ir = args.artifact.endswith(".json")
     if args.force_cpu and not is_ir:
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             print(dtype_line(art))
     else:
         art = npu_compiler.load_artifact(args.artifact)
+        check_weights_digest(art, args.weights)
     if isinstance(art, npu_compiler.PartitionedProgram):
         return _run_partitioned(args, art, backend, given, contract)
     prog = art

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .. import argtypes
@@ -14,11 +15,14 @@ from ..common import (
     add_force_cpu_option,
     add_quiet_option,
     add_run_options,
+    check_output_folder,
+    check_weights_digest,
     collect_inputs,
     compile_kwargs,
     device_line,
     dtype_line,
     parse_inputs,
+    resolve_weights,
 )
 
 
@@ -48,6 +52,9 @@ def register(sub) -> None:
     tol.add_argument("--min-pearson", type=argtypes.number(name="correlation"), default=None,
                      help="lowest Pearson r between output and reference (default: the compute dtype's)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("-o", "--output", metavar="X.npubin", default=None,
+                   help="when it passes, write the verified program (an IR compiled as one program) with the SHA-256 "
+                        "of the weights it passed with, which `npusim run` checks (default: nothing written)")
     p.add_argument("--per-node", action="store_true",
                    help="also compare every intermediate that survives fusion with the reference value of its IR "
                         "node (cpu and webgpu backends, dtype default tolerance) and name the first kernel outside it")
@@ -115,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
 
     artifact = not args.ir.endswith(".json")
     _check_combinations(args, artifact)
+    resolve_weights(args, args.ir)
+    if args.output is not None:
+        if artifact:
+            raise CLIError("-o writes the program verify compiles from an IR; an artifact is written already")
+        check_output_folder(args.output)
     if args.dump_repro:
         from npu_runtime.inspect import check_repro_folder
 
@@ -125,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         args.rope_theta = contract.rope_theta  # the export knows the rotary base its graphs were made with
     if artifact:
         prog = npu_compiler.load_artifact(args.ir)
+        check_weights_digest(prog, args.weights)
         if isinstance(prog, npu_compiler.PartitionedProgram):
             return _verify_partitioned(args, backend, prog, [], contract)
     else:
@@ -180,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         report["passed"] = ok
     if args.json:
         print(json.dumps(report, indent=1))
+        _write_verified(args, prog, ok)
         return 0 if ok else 1
     print(f"verify {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels) "
           f"against {against}")
@@ -194,7 +208,23 @@ def run(args: argparse.Namespace) -> int:
     if per_node is not None:
         _print_per_node(args, per_node)
     print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
+    _write_verified(args, prog, ok)
     return 0 if ok else 1
+
+
+def _write_verified(args: argparse.Namespace, prog, ok: bool) -> None:
+    """-o: the program that passed, with the SHA-256 of the weights it passed with."""
+    if args.output is None:
+        return
+    out = sys.stderr if args.json else sys.stdout
+    if not ok:
+        print(f"-o {args.output}: not written (the program did not pass)", file=out)
+        return
+    from npu_compiler.digest import short, weights_digest
+
+    prog.weights_sha256 = weights_digest(args.weights) if os.path.exists(args.weights) else None
+    prog.save(args.output)
+    print(f"verified program written: {args.output} (weights sha256 {short(prog.weights_sha256)})", file=out)
 
 
 def _notice(args: argparse.Namespace, inp) -> None:
@@ -346,6 +376,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
         report["per_node"] = per_node
     if args.json:
         print(json.dumps(report, indent=1))
+        _write_verified(args, art, ok)
         return 0 if ok else 1
     cpu = sum(s.device == "cpu" for s in art.segments)
     print(f"verify {art.model_name} on {backend.name} ({compute}, {len(art.segments)} segments: {cpu} on the CPU, "
@@ -358,6 +389,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
     if per_node is not None:
         _print_per_node(args, per_node)
     print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
+    _write_verified(args, art, ok)
     return 0 if ok else 1
 
 
