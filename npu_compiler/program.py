@@ -34,6 +34,7 @@ from .kernels import KINDS, KernelCall, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
 from .tensor import TensorRef, contiguous_strides, memory_order
+from .text import shown, unsafe_char
 
 MAGIC = b"NPUBIN\x00\x1a"
 # 2: kernels are typed records and expression trees; no rendered sources, no host code (CRC-32 of the payload)
@@ -329,6 +330,9 @@ class _Reader:
     def str_(self, v: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
         if not isinstance(v, str):
             raise self.fail(path, f"expected a string, got {_short(v)}")
+        bad = unsafe_char(v)
+        if bad is not None:  # every string of an artifact is a name or a keyword, and names are printed
+            raise self.fail(path, f"'{shown(v)}' holds the control character {bad}")
         if choices is not None and v not in choices:
             raise self.fail(path, f"{v!r} is not one of {', '.join(choices)}")
         return v

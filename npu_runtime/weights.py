@@ -34,6 +34,7 @@ from npu_compiler.dtypes import FLOAT_DTYPES
 from npu_compiler.errors import NPUSimWarning, entry_point
 from npu_compiler.limits import Limits, format_bytes
 from npu_compiler.program import CompiledProgram, Recipe, WeightSpec
+from npu_compiler.text import shown
 
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, np_dtype
@@ -77,25 +78,27 @@ class WeightReport:
         return not self.missing and not self.mismatched
 
     def summary(self) -> str:
+        """One line (every key from the checkpoint escaped: `npu_compiler.text.shown`)."""
         parts = []
         if self.missing:
-            parts.append(f"missing {len(self.missing)}: {', '.join(self.missing[:10])}"
+            parts.append(f"missing {len(self.missing)}: {', '.join(map(shown, self.missing[:10]))}"
                          + (" ..." if len(self.missing) > 10 else ""))
         if self.mismatched:
-            parts.append("mis-shaped: " + ", ".join(f"{k} expected {list(e)} got {list(g)}"
+            parts.append("mis-shaped: " + ", ".join(f"{shown(k)} expected {list(e)} got {list(g)}"
                                                     for k, e, g in self.mismatched[:10]))
         if self.unexpected:
-            parts.append(f"unexpected (ignored) {len(self.unexpected)}: {', '.join(self.unexpected[:10])}"
+            parts.append(f"unexpected (ignored) {len(self.unexpected)}: {', '.join(map(shown, self.unexpected[:10]))}"
                          + (" ..." if len(self.unexpected) > 10 else ""))
         if self.fallbacks:
-            parts.append("read from another key: " + ", ".join(f"{k} <- {v}" for k, v in self.fallbacks.items()))
+            parts.append("read from another key: " + ", ".join(f"{shown(k)} <- {shown(v)}"
+                                                                for k, v in self.fallbacks.items()))
         if self.computed:
-            parts.append(f"computed: {', '.join(self.computed)}")
+            parts.append(f"computed: {', '.join(map(shown, self.computed))}")
         if self.notices:
             parts.append("converted: " + "; ".join(self.notices[:5]) + (" ..." if len(self.notices) > 5 else ""))
         if self.warnings:
             parts.append("warnings: " + "; ".join(self.warnings[:5]) + (" ..." if len(self.warnings) > 5 else ""))
-        return "; ".join(parts) or "all weights present"
+        return shown("; ".join(parts) or "all weights present")
 
 
 class TensorSource:

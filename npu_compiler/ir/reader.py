@@ -19,6 +19,7 @@ from ..atomic import note_input
 from ..dtypes import FLOAT_DTYPES, INT_DTYPES, ITEMSIZE, normalize_dtype
 from ..errors import ConstraintError, IRFormatError, entry_point
 from ..limits import MAX_JSON_DEPTH, MAX_NAME_CHARS, Limits, format_bytes
+from ..text import shown, unsafe_char
 from .attrs import check_attrs
 from .graph import Graph, Node, TensorType, Value
 from .infer import check_node
@@ -191,6 +192,10 @@ def _name(v: Any, where: str, what: str = "name") -> str:
         raise IRFormatError(f"{where}: '{what}' must be a non-empty string, got {_short(v)}")
     if len(v) > MAX_NAME_CHARS:
         raise IRFormatError(f"{where}: '{what}' has {len(v)} characters (at most {MAX_NAME_CHARS})")
+    bad = unsafe_char(v)
+    if bad is not None:
+        raise IRFormatError(f"{where}: '{what}' '{shown(v)}' holds the control character {bad} (names are printed: a "
+                            "newline, a terminal escape or a direction override in one would forge or hide output)")
     return v
 
 
@@ -262,9 +267,9 @@ class _GraphReader:
                                  ("constants", Mapping, "an object")):
             if key in d and not isinstance(d[key], types):
                 raise IRFormatError(f"IR key '{key}' must be {what}, got {_short(d[key])}")
-        if len(d.get("model_name", "")) > MAX_NAME_CHARS:
-            raise IRFormatError(f"IR key 'model_name' has {len(d['model_name'])} characters (at most "
-                                f"{MAX_NAME_CHARS})")
+        for key in ("model_name", "pytorch_version"):
+            if d.get(key):
+                _name(d[key], "IR", key)
         mapping = d.get("weight_name_mapping", {})
         if not all(isinstance(v, str) for v in mapping.values()):
             raise IRFormatError(f"IR key 'weight_name_mapping' must map placeholder names to state-dict keys, got "
@@ -313,8 +318,9 @@ class _GraphReader:
         _keys(nd, _NODE_KEYS, ("name", "op_type", "inputs", "outputs"), f"node #{ni}", "a node")
         name = _name(nd["name"], f"node #{ni}")
         op_type = nd["op_type"]
-        if not isinstance(op_type, str) or not op_type or len(op_type) > 256:
-            raise IRFormatError(f"node '{name}': 'op_type' must be a short string, got {_short(op_type)}")
+        if not isinstance(op_type, str) or not op_type or len(op_type) > 256 or unsafe_char(op_type):
+            raise IRFormatError(f"node '{name}': 'op_type' must be a short string without control characters, got "
+                                f"{_short(op_type)}")
         if name in self.node_names:
             raise IRFormatError(f"node '{name}' ({op_type}): duplicate node name")
         self.node_names.add(name)
