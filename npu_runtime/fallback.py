@@ -134,6 +134,7 @@ class CpuFallback:
         tensors = {k: to_torch(v, copy=k in written or not getattr(v, "flags", None) or not v.flags.writeable)
                    for k, v in weights.items()}
         self.executor = IRExecutor(ir, weights=tensors)
+        _size_torch_threads()
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Inputs and outputs by tensor name, as torch tensors (NumPy inputs are converted)."""
@@ -151,6 +152,18 @@ class CpuFallback:
             if str(t.dtype).removeprefix("torch.") != want:
                 raise NPURuntimeError(f"{self.name}: output tensor '{n}' came back as {t.dtype}, the IR says {want}")
         return result
+
+
+def _size_torch_threads() -> None:
+    """torch's intra-op pool sized like the CPU backend's BLAS pool: to the cores this process may use, unless the
+    user set a thread variable (torch, like OpenBLAS, counts the machine's cores, not the process's)."""
+    import torch
+
+    from .cpu.threads import configure_threads
+
+    setting = configure_threads()
+    if setting.threads is not None and torch.get_num_threads() > setting.threads:
+        torch.set_num_threads(setting.threads)
 
 
 # ---- an IR dict (torch objects in attrs stringified) as a torch_ir.IR that IRExecutor runs ---------------------------
