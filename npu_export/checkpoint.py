@@ -38,6 +38,9 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
             return load_file(str(p))
         except Exception as e:  # safetensors raises its own error types for damaged files
             raise ExportError(f"{p}: not a readable safetensors file: {e}") from e
+    if _is_torchscript(p):
+        raise ExportError(f"{p} is a TorchScript archive (torch.jit.save), not a state dict: save the nn.Module's "
+                          "weights with torch.save(model.state_dict(), path) and export the nn.Module itself")
     try:
         obj: Any = torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as e:  # pickle and zip errors of every kind
@@ -53,6 +56,17 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     if sd and all(k.startswith("module.") for k in sd):
         sd = {k.removeprefix("module."): v for k, v in sd.items()}
     return sd
+
+
+def _is_torchscript(p: Path) -> bool:
+    """A zip archive with TorchScript code in it (torch.jit.save writes `<name>/code/...`; torch.save does not)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(p) as z:
+            return any("/code/" in n for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 def load_checkpoint(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
