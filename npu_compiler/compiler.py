@@ -226,7 +226,8 @@ def _value_range(graph: Graph, v) -> tuple[int, int] | None:
             return (0, node.inputs[0].shape[0])
         if node.op == "index_copy.default" and len(node.inputs) == 3 and node.inputs[1] is v:
             target = node.inputs[0]
-            return (0, target.shape[int(node.attrs["dim"]) % len(target.shape)])
+            rank = len(target.shape)  # a 0-d target's dim 0 names its one element
+            return (0, target.shape[int(node.attrs["dim"]) % rank] if rank else 1)
     return None
 
 

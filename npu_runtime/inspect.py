@@ -247,7 +247,7 @@ def kernel_program(program: CompiledProgram, index: int, buffers: Mapping[int, n
     specs = []
     for b in ids:
         src: BufferSpec = program.buffers[b]
-        data = np.ascontiguousarray(buffers[b]).tobytes()
+        data = np.require(buffers[b], requirements="C").tobytes()
         specs.append(BufferSpec(remap[b], src.name, "constant", src.dtype, src.numel, -1, data))
 
     def ref(r: TensorRef) -> TensorRef:
@@ -296,7 +296,7 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
         flat = bufs[a.buffer]
         view = np.lib.stride_tricks.as_strided(flat[a.offset:], shape=a.shape,
                                                strides=tuple(s * flat.itemsize for s in a.strides))
-        _save_npy(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.ascontiguousarray(view)))
+        _save_npy(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.require(view, requirements="C")))
     _save_npy(os.path.join(folder, "expected.npy"), _npy_safe(kernel_reference(k, expected)))
     call = k.to_dict()
     meta = {"model": program.model_name, "index": check.index, "value": check.value,

@@ -256,7 +256,7 @@ def _all_finite(a: np.ndarray) -> bool:
     if bits is None:
         return False
     utype, magnitude, special = bits
-    u = np.ascontiguousarray(a).reshape(-1).view(utype)
+    u = np.require(a, requirements="C").reshape(-1).view(utype)
     return all(int((u[i:i + _CHUNK] & utype(magnitude)).max()) < special for i in range(0, u.size, _CHUNK))
 
 
@@ -405,7 +405,7 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
             arr = arr.reshape(spec.shape)
             if spec.layout:
                 arr = arr.transpose(spec.layout)
-            buffers[spec.name] = backend.upload(np.ascontiguousarray(arr), spec.dtype)
+            buffers[spec.name] = backend.upload(np.require(arr, requirements="C"), spec.dtype)
         if progress:
             progress(i + 1, total, spec.key)
     if names is None:

@@ -75,7 +75,7 @@ def load_npy(name: str, path: str) -> np.ndarray:
                          f"{max(size - offset, 0)}")
     arr = np.fromfile(path, dtype=dtype, count=numel, offset=offset)
     arr = arr.reshape(shape, order="F" if fortran else "C")
-    return np.ascontiguousarray(arr, dtype=native)
+    return np.require(arr, dtype=native, requirements="C")
 
 
 def load_inputs(items: list[str]) -> dict[str, np.ndarray]:

@@ -36,7 +36,7 @@ def fuse_rmsnorm(graph: Graph) -> int:
         x32 = mean.inputs[0]
         rank = len(x32.shape)
         dims = mean.attrs.get("dim") or []
-        if not mean.attrs.get("keepdim") or [d % rank for d in dims] != [rank - 1]:
+        if rank == 0 or not mean.attrs.get("keepdim") or [d % rank for d in dims] != [rank - 1]:
             continue
         sq = gi.prod(x32, "pow.Tensor_Scalar", "mul.Tensor")
         if sq is None or not gi.single_use(sq.outputs[0]):

@@ -301,7 +301,7 @@ class CudaExecutor(Executor):
                 cp.cuda.runtime.memcpyAsync(dst.ptr, value.ptr, dst.nbytes, cp.cuda.runtime.memcpyDeviceToDevice,
                                             self.stream.ptr)
             return
-        host = np.ascontiguousarray(self.host_input(value, spec))
+        host = np.require(self.host_input(value, spec), requirements="C")
         if spec.value_range is not None and host.size:
             lo, hi = spec.value_range
             if host.min() < lo or host.max() >= hi:

@@ -175,7 +175,7 @@ class WebGPUExecutor(Executor):
                 n = -(-dst.nbytes // 4) * 4
                 encoder.copy_buffer_to_buffer(value.buffer, value.offset, dst.buffer, dst.offset, n)
             return
-        host = np.ascontiguousarray(self.host_input(value, spec))
+        host = np.require(self.host_input(value, spec), requirements="C")
         if spec.value_range is not None and host.size:
             lo, hi = spec.value_range
             if host.min() < lo or host.max() >= hi:
