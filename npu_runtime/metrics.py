@@ -185,6 +185,10 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, compute_dtype: str, tol
     max_abs = float(err.max()) if err.size else 0.0
     scale = float(np.abs(np.where(finite, r, 0.0)).max()) if r.size else 0.0
     max_rel = max_abs / scale if scale > 0 else max_abs
+    with np.errstate(invalid="ignore"):
+        same_nonfinite = bool(np.all(finite | (o == r) | (np.isnan(o) & np.isnan(r))))
+    if not same_nonfinite:  # NaN or an infinity where the other side has something else: the error is unbounded
+        max_abs = max_rel = float("inf")
     r_finite = np.where(finite, r, 0.0)
     judged_by_r = r.size >= MIN_PEARSON_ELEMENTS and float(np.ptp(r_finite)) > 0
     pr = pearson(np.where(finite, o, 0.0), r_finite) if judged_by_r else None

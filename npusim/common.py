@@ -113,6 +113,19 @@ def check_weights_digest(program: CompiledProgram, weights: str) -> dict | None:
     return {"recorded": program.weights_sha256, "given": given, "same": same}
 
 
+def default_target(given: str | None) -> tuple[str, str]:
+    """The target to compile for, and why: the one asked for, else the best available backend's (the one `run`,
+    `verify` and `generate` take by default), so that what `compile` and `export-llm` write runs here as it is."""
+    if given is not None:
+        return given, "--target"
+    from npu_runtime.backend import default_backend_name, get_backend
+
+    name = default_backend_name()
+    target = get_backend(name).compile_target()
+    return target, (f"the default: the target of backend '{name}', the best available here, which `npusim run` "
+                    f"uses; --target cpu for the reference backend")
+
+
 def device_line(backend) -> str | None:
     """What the backend runs on, for the commands' output (None where it has nothing to say: the cpu)."""
     text = backend.describe()

@@ -12,6 +12,7 @@ from ..common import (
     beside,
     check_output_folder,
     compile_kwargs,
+    default_target,
     dtype_line,
 )
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_folder(args.output)
     check_force_cpu(args.ir, args.force_cpu)
-    target, why = _target(args.target)
+    target, why = default_target(args.target)
     weights = args.weights or beside(args.ir)
     t0 = time.perf_counter()
     art = npu_compiler.compile_artifact(args.ir, target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
@@ -82,16 +83,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"next: npusim describe {args.output}; npusim run {args.output}"
           + ("" if weights is not None and weights == beside(args.output) else " --weights WEIGHTS.safetensors"))
     return 0
-
-
-def _target(given: str | None) -> tuple[str, str]:
-    """The target to compile for, and why: the one asked for, else the best available backend's (the one `npusim
-    run` takes by default), so that what `compile` writes, `run` runs."""
-    if given is not None:
-        return given, "--target"
-    from npu_runtime.backend import default_backend_name, get_backend
-
-    name = default_backend_name()
-    target = get_backend(name).compile_target()
-    return target, (f"the default: the target of backend '{name}', the best available here, which `npusim run` "
-                    f"uses; --target cpu for the reference backend")

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from .. import argtypes
-from ..common import DTYPES, CLIError, add_quiet_option
+from ..common import DTYPES, CLIError, add_quiet_option, default_target
 
 
 def register(sub) -> None:
@@ -33,7 +33,9 @@ def register(sub) -> None:
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="dtype of the graphs and the compute (default: the checkpoint's; bfloat16 for a built-in "
                         "config)")
-    p.add_argument("--target", default="cpu", help="compiler target of the programs: cpu, cuda, webgpu")
+    p.add_argument("--target", default=None,
+                   help="compiler target of the programs: cpu, cuda, webgpu (default: the target of the best backend "
+                        "available here, the one `npusim generate` uses)")
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation to export")
     add_quiet_option(p)
     p.set_defaults(func=run)
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--seed applies to --random-weights only")
     from ..progress import Progress
 
+    args.target, why = default_target(args.target)
     t0 = time.perf_counter()
     try:
         with Progress("export-llm", 3, quiet=args.quiet) as bar:
@@ -60,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     m = res.manifest
     print(f"exported {m['architecture']} ({m['dtype']}, target {m['target']}, max_cache_len {m['max_cache_len']}, "
           f"prefill_len {m['prefill_len']}) -> {res.out_dir} in {time.perf_counter() - t0:.1f} s")
+    print(f"target {args.target} ({why})")
     for k, f in m["files"].items():
         print(f"  {k:10s} {f}")
     if res.graphs_only:
@@ -74,5 +78,5 @@ def run(args: argparse.Namespace) -> int:
               + ("; tokenizer.json found" if m["tokenizer"] else "; no tokenizer.json: use --prompt-ids"))
     prompt = '--prompt "Hello"' if m["tokenizer"] else "--prompt-ids 1,2,3"
     print(f"next: npusim generate {res.out_dir} {prompt} --max-new-tokens 16"
-          + ("" if args.target == "cpu" else f" --backend {args.target}"))
+          + ("" if why != "--target" else f" --backend {args.target}"))
     return 0
