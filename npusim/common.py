@@ -191,6 +191,15 @@ def check_output_folder(path: str, option: str = "-o") -> None:
     check_target(path, f"{option}: cannot write")
 
 
+def check_outputs(folder: str, names: Sequence[str]) -> None:
+    """Before any work: the files a command will write into `folder` (made if missing) are ones it may write (not
+    a link, a FIFO, a device or one of the command's inputs: `npu_compiler.atomic.check_target`)."""
+    from npu_compiler.atomic import check_target
+
+    for name in names:
+        check_target(os.path.join(folder, name))
+
+
 # ---- inputs ---------------------------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from .. import argtypes
-from ..common import DTYPES, CLIError, add_quiet_option, default_target
+from ..common import DTYPES, CLIError, add_quiet_option, check_outputs, default_target
 
 
 def register(sub) -> None:
@@ -41,6 +41,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+# what an export-llm folder holds (npu_export.llm_export), and with --random-weights its model directory's files
+LLM_FILES = ("prefill.json", "decode.json", "cache_map.json", "prefill.npubin", "decode.npubin", "manifest.json")
+RANDOM_WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                       "tokenizer_config.json")
+
+
 def run(args: argparse.Namespace) -> int:
     from npu_export.llm_export import export_llm
 
@@ -51,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from ..progress import Progress
 
     args.target, why = default_target(args.target)
+    check_outputs(args.output, [*LLM_FILES, *(RANDOM_WEIGHT_FILES if args.random_weights else ())])
     t0 = time.perf_counter()
     try:
         with Progress("export-llm", 3, quiet=args.quiet) as bar:
