@@ -273,8 +273,19 @@ class _SegmentsReader(_Reader):
                           list(self.ints(self.get(v, "shape", path), f"{path}.shape")),
                           self.dtype(self.get(v, "dtype", path), f"{path}.dtype"))
 
+    def unbound(self, v: Any, path: str, absent: str) -> None:
+        """A graph tensor's fields that only a program's tensors fill: no buffer (each segment binds its own) and
+        no `absent` (an input's alias, an output's value range). Written, so required: a file that lacks them is
+        not one this version wrote."""
+        if self.get(v, "buffer", path) != -1:
+            raise self.fail(f"{path}.buffer", f"{_short(v['buffer'])}: a graph tensor of a partitioned artifact has no "
+                            "buffer (-1)")
+        if self.get(v, absent, path) is not None:
+            raise self.fail(f"{path}.{absent}", f"{_short(v[absent])}: expected null here")
+
     def graph_input(self, v: Any, path: str) -> TensorSpec:
         t = self.tensor(v, path)
+        self.unbound(v, path, "alias_of")
         spec = TensorSpec(t.name, tuple(t.shape), t.dtype,
                           self.dtype(self.get(v, "device_dtype", path), f"{path}.device_dtype"), -1)
         vr = self.get(v, "value_range", path)
@@ -287,6 +298,7 @@ class _SegmentsReader(_Reader):
 
     def graph_output(self, v: Any, path: str) -> TensorSpec:
         t = self.tensor(v, path)
+        self.unbound(v, path, "value_range")
         alias = self.get(v, "alias_of", path)
         return TensorSpec(t.name, tuple(t.shape), t.dtype,
                           self.dtype(self.get(v, "device_dtype", path), f"{path}.device_dtype"), -1,

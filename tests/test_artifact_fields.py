@@ -103,6 +103,38 @@ def test_every_field_of_the_payload_is_required(program):
     assert not accepted, f"read with a default in place of: {accepted}"
 
 
+def test_every_field_of_a_partitioned_artifact_is_required():
+    """The same for a partitioned artifact (target programs, CPU reference programs, a torch_ir segment): each key
+    of its own fields and of one segment of each runner deleted in turn is refused. (The programs inside are read by
+    the plain program reader, whose every key the test above deletes; the torch_ir segment's IR by the IR reader:
+    tests/test_ir_fields.py.)"""
+    import partitioned_cases as pc
+
+    from npu_compiler.partitioned_program import artifact_from_bytes
+
+    _, ir, _, _ = pc.make()
+    d = pc.artifact(ir, "cpu").to_dict()
+    runners = {}
+    for i, seg in enumerate(d["segments"]):
+        runners.setdefault(seg["runner"], i)
+    assert len(runners) == 3, runners
+    paths = [(k,) for k in d if k not in OPAQUE] + \
+        [(key, 0, k) for key in ("inputs", "outputs", "fallback") for k in d[key][0]] + \
+        [("segments", i, k) for i in runners.values() for k in d["segments"][i] if k not in ("program", "ir")] + \
+        [("segments", i, key, 0, k) for i in runners.values() for key in ("inputs", "outputs")
+         for k in d["segments"][i][key][0]]
+    accepted = []
+    for path in paths:
+        blob = pack_payload(msgpack.packb(_without(d, path), use_bin_type=True))
+        try:
+            artifact_from_bytes(blob)
+        except ArtifactError:
+            pass
+        else:
+            accepted.append(".".join(map(str, path)))
+    assert not accepted, f"read with a default in place of: {accepted}"
+
+
 def test_an_acc_node_always_names_its_group(program):
     d = program.to_dict()
     conv = next(k for k in d["kernels"] if k["kind"] == "conv2d")

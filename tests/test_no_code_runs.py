@@ -189,7 +189,7 @@ def test_the_cpu_fallback_runs_only_registered_aten_ops(tmp_path, capsys):
         (tmp_path / "m.json").write_text(json.dumps(ir))
         assert main(["verify", str(tmp_path / "m.json"), "--weights", str(tmp_path / "w.safetensors")]) == 1
         err = capsys.readouterr().err
-        assert f"op '{op}' is not an ATen operator" in err, err
+        assert "not an ATen op" in err and op in err and err.count("error:") == 1, err
 
 
 def test_torch_names_in_attributes_come_from_a_table():

@@ -143,9 +143,10 @@ def _print(args: argparse.Namespace, title: str, report, plain: list[float], pro
     plain_stats = LatencyStats.of(plain, args.warmup)
     noise = warn_if_noisy(plain, "plain runs")
     prof_wall = statistics.median(profiled)
-    # the kernels' total is the sum of the table's rows (each kernel's median), so that the header and the %
-    # column say the same; its share of the profiled run is against that run's median wall time
-    share = report.kernel_total_s / prof_wall if prof_wall > 0 else 0.0
+    # The kernels' total in the header is the sum of the table's rows (each kernel's median), so that the header and
+    # the % column say the same. Its share is taken run by run (each run's kernels lie inside that run's own wall
+    # time, so it is at most 100%), then the median: medians of different runs need not fit inside one run.
+    share = statistics.median(k / w for k, w in zip(report.iteration_totals_s, profiled) if w > 0)
     notes = []
     if args.trace is not None:
         write_trace(args.trace)
@@ -174,8 +175,8 @@ def _print(args: argparse.Namespace, title: str, report, plain: list[float], pro
     print(f"  plain run     {plain_stats.median_s * 1e3:.3f} ms (p90 {plain_stats.p90_s * 1e3:.3f} ms)")
     what = "kernels" if report.kernels and all(k.kind not in ("transfer", "cpu segment") for k in report.kernels) \
         else "kernels, CPU segments and transfers"
-    print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which {what} {total * 1e3:.3f} ms ({100 * share:.0f}%; "
-          f"the rest is launch and timer overhead); the % column below is of these {what}' total")
+    print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which {what} {total * 1e3:.3f} ms ({100 * share:.0f}% of a "
+          "run, the rest is launch and timer overhead); the % column below is of this total")
     print(profiling.format_table(report, args.top or None))
     print("by fusion group: " + ", ".join(f"{g} {t * 1e3:.3f} ms" for g, t in list(report.by_group().items())[:8]))
     for n in notes:
