@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from bench_llm import _median_ms as median_ms
-from bench_llm import print_profile
+from bench_llm import print_profile, warn_if_noisy
 
 
 def _median_ms(fn, sync, iters: int) -> float:
@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.iters):
             first = llm.generate(prompt, 1, stop_tokens=[])
             ttft.append(first.prefill_seconds * 1e3)
+        warn_if_noisy([t / 1e3 for t in ttft], "time to first token")
         row["ttft_ms"] = statistics.median(ttft)
         row["decode_tokens_per_s"] = statistics.median(rate)
         row["prefill_calls"] = first.prefill_calls

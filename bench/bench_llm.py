@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 
@@ -33,7 +34,23 @@ def _median_ms(fn, sync, iters: int, warmup: int = 5) -> float:
         fn()
         sync()
         times.append((time.perf_counter() - t) * 1e3)
+    warn_if_noisy([t / 1e3 for t in times], getattr(fn, "__qualname__", "runs"))
     return statistics.median(times)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_if_noisy(seconds: list[float], what: str) -> None:
+    """Print, once per kind of warning, when the runs spread too widely or the machine is busy: the figures of a
+    pass taken then are not comparable with a quiet pass's (npu_runtime.noise)."""
+    from npu_runtime.noise import timing_warnings
+
+    for text in timing_warnings(seconds):
+        key = text.split(":")[0]
+        if key not in _WARNED:
+            _WARNED.add(key)
+            print(f"warning ({what}): {text}", file=sys.stderr, flush=True)
 
 
 def print_profile(title: str, prog, backend_name: str, profile_once, top: int) -> None:

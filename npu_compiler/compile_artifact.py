@@ -23,6 +23,7 @@ from .ir.reader import read_ir
 from .ir.schema import short_op
 from .limits import Limits
 from .op_support import is_structural, support_predicate
+from .output_roles import class_outputs
 from .partition import CPU, NPU, REFERENCE, TARGET, TORCH, FallbackNode, Partition, PartitionPlan, node_flops, partition
 from .partitioned_program import PartitionedProgram, Segment
 from .passes.dtype import explain_compute_dtype
@@ -69,7 +70,8 @@ def compile_artifact(ir: str | os.PathLike | Mapping[str, Any], target: str = "c
 
     ranges = {v.name: _value_range(graph, v) for v in graph.inputs}
     return compile_plan(plan, target, choice.dtype, compile_fn, fallback=fallback, value_ranges=ranges,
-                        stats={"compute_dtype_reason": choice.reason, "ir_nodes": len(graph.nodes)})
+                        stats={"compute_dtype_reason": choice.reason, "ir_nodes": len(graph.nodes),
+                               "class_outputs": class_outputs(graph)})
 
 
 def compile_plan(plan: PartitionPlan, target: str, compute_dtype: str, compile_fn: CompileFn, *,

@@ -20,6 +20,7 @@ from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
 from .lowering.side_convs import fold_side_convs
 from .memory_check import check_memory, check_sizes
+from .output_roles import class_outputs
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
 from .passes.dtype import apply_compute_dtype, explain_compute_dtype
@@ -104,6 +105,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
              ) -> CompiledProgram:
     passes: list[str] = []
     recipes: dict[str, Recipe] = {}
+    class_outputs_of = class_outputs(graph)  # from the IR as read, before any pass rewrites it
 
     n = _run_pass("remove_noops", remove_noops, graph)
     passes.append(f"remove_noops({n})")
@@ -209,6 +211,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         "intermediate_bytes_unshared": sum(b.nbytes for b in program.buffers if b.kind == "arena"),
         "peak_intermediate_bytes": arena,
         "compute_dtype_reason": choice.reason,
+        "class_outputs": class_outputs_of,
     }
     return program
 
@@ -243,7 +246,8 @@ def _value_range(graph: Graph, v) -> tuple[int, int] | None:
             return (0, node.inputs[0].shape[0])
         if node.op == "index_copy.default" and len(node.inputs) == 3 and node.inputs[1] is v:
             target = node.inputs[0]
-            return (0, target.shape[int(node.attrs["dim"]) % len(target.shape)])
+            rank = len(target.shape)  # a 0-d target's dim 0 names its one element
+            return (0, target.shape[int(node.attrs["dim"]) % rank] if rank else 1)
     return None
 
 

@@ -108,6 +108,8 @@ class PartitionedProgram:
     fallback: list[FallbackNode]  # every node on the CPU: why it is not on the target, what runs it
     stats: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    # SHA-256 of the checkpoint it was compiled or verified with (npu_compiler.digest), or None
+    weights_sha256: str | None = None
 
     # ---- the plan it was made from -----------------------------------------------------------------------------
     def partitions(self) -> list[Partition]:
@@ -145,7 +147,8 @@ class PartitionedProgram:
         return {"format_version": self.format_version, "model_name": self.model_name, "target": self.target,
                 "compute_dtype": self.compute_dtype, "inputs": [asdict(t) for t in self.inputs],
                 "outputs": [asdict(t) for t in self.outputs], "segments": [s.to_dict() for s in self.segments],
-                "fallback": [asdict(f) for f in self.fallback], "stats": self.stats}
+                "fallback": [asdict(f) for f in self.fallback], "stats": self.stats,
+                "weights_sha256": self.weights_sha256}
 
     @classmethod
     @entry_point("reading the artifact")
@@ -255,7 +258,8 @@ class _SegmentsReader(_Reader):
         return PartitionedProgram(
             model_name=self.str_(self.get(d, "model_name", ""), "model_name"), target=target,
             compute_dtype=self.dtype(self.get(d, "compute_dtype", ""), "compute_dtype"), inputs=inputs,
-            outputs=outputs, segments=segments, fallback=fallback, stats=stats, format_version=version)
+            outputs=outputs, segments=segments, fallback=fallback, stats=stats, format_version=version,
+            weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"))
 
     # ---- fields -------------------------------------------------------------------------------------------------
     def name(self, v: Any, path: str) -> str:
@@ -269,11 +273,22 @@ class _SegmentsReader(_Reader):
                           list(self.ints(self.get(v, "shape", path), f"{path}.shape")),
                           self.dtype(self.get(v, "dtype", path), f"{path}.dtype"))
 
+    def unbound(self, v: Any, path: str, absent: str) -> None:
+        """A graph tensor's fields that only a program's tensors fill: no buffer (each segment binds its own) and
+        no `absent` (an input's alias, an output's value range). Written, so required: a file that lacks them is
+        not one this version wrote."""
+        if self.get(v, "buffer", path) != -1:
+            raise self.fail(f"{path}.buffer", f"{_short(v['buffer'])}: a graph tensor of a partitioned artifact has no "
+                            "buffer (-1)")
+        if self.get(v, absent, path) is not None:
+            raise self.fail(f"{path}.{absent}", f"{_short(v[absent])}: expected null here")
+
     def graph_input(self, v: Any, path: str) -> TensorSpec:
         t = self.tensor(v, path)
-        spec = TensorSpec(t.name, tuple(t.shape), t.dtype, self.dtype(v.get("device_dtype"), f"{path}.device_dtype"),
-                          -1)
-        vr = v.get("value_range")
+        self.unbound(v, path, "alias_of")
+        spec = TensorSpec(t.name, tuple(t.shape), t.dtype,
+                          self.dtype(self.get(v, "device_dtype", path), f"{path}.device_dtype"), -1)
+        vr = self.get(v, "value_range", path)
         if vr is not None:
             bounds = self.ints(vr, f"{path}.value_range", -(2**63), 2**63, 2)
             if len(bounds) != 2 or bounds[0] >= bounds[1]:
@@ -283,9 +298,11 @@ class _SegmentsReader(_Reader):
 
     def graph_output(self, v: Any, path: str) -> TensorSpec:
         t = self.tensor(v, path)
-        alias = v.get("alias_of")
-        return TensorSpec(t.name, tuple(t.shape), t.dtype, self.dtype(v.get("device_dtype"), f"{path}.device_dtype"),
-                          -1, alias_of=self.name(alias, f"{path}.alias_of") if alias is not None else None)
+        self.unbound(v, path, "value_range")
+        alias = self.get(v, "alias_of", path)
+        return TensorSpec(t.name, tuple(t.shape), t.dtype,
+                          self.dtype(self.get(v, "device_dtype", path), f"{path}.device_dtype"), -1,
+                          alias_of=self.name(alias, f"{path}.alias_of") if alias is not None else None)
 
     def fallback_node(self, v: Any, path: str, segments: list[Segment]) -> FallbackNode:
         seg = self.int_(self.get(v, "partition", path), f"{path}.partition", 0, len(segments) - 1)

@@ -1,25 +1,31 @@
 """`CompiledProgram`: everything a backend needs to run a model, and its `.npubin` serialisation.
 
-File layout: MAGIC (8 bytes) | format version (u32 LE) | payload length (u64 LE) | CRC-32 of payload (u32 LE)
+File layout: MAGIC (8 bytes) | format version (u32 LE) | payload length (u64 LE) | SHA-256 of the payload (32 bytes)
 | payload (msgpack, no pickle). The payload is data: specs, recipes, the buffer plan and the kernels as typed records
 and expression trees. Nothing in it is executed as host code, and every field is checked on load (types, ranges,
 every view inside its buffer, every kernel record against its tensors), so a truncated, corrupted, crafted or foreign
 file gives a clear `ArtifactError` naming the field instead of a wrong program or a crash.
+
+The digest finds damage; anyone can recompute it after editing the payload. What keeps an edited artifact from
+running with other answers is the reader: every field is required (a field the file lacks is an error, never a
+default: a kernel record read with a default would compute something else), of its type and in its range. The
+payload also records the SHA-256 of the weights the program was compiled or verified with, when they were given
+(`weights_sha256`, `npu_compiler.digest.weights_digest`), so that `run` can say when other weights are bound.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
-from .atomic import write_bytes
+from .atomic import note_input, write_bytes
 from .buffers import BufferSpec, TensorSpec
 from .collector import collector_paused
 from .dtypes import ITEMSIZE
@@ -28,10 +34,15 @@ from .kernels import KINDS, KernelCall, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
 from .tensor import TensorRef, contiguous_strides, memory_order
+from .text import shown, unsafe_char
 
 MAGIC = b"NPUBIN\x00\x1a"
-FORMAT_VERSION = 2  # 2: kernels are typed records and expression trees; no rendered sources, no host code
-_HEADER = struct.Struct("<8sIQI")
+# 2: kernels are typed records and expression trees; no rendered sources, no host code (CRC-32 of the payload)
+# 3: SHA-256 of the payload; every field required; the weights' SHA-256 when known
+FORMAT_VERSION = 3
+_HEADER = struct.Struct("<8sIQ32s")
+_PREFIX = struct.Struct("<8sI")  # magic and version: the same in every format
+HEADER_BYTES = _HEADER.size
 MAX_ARTIFACT_BYTES = 1 << 34  # an artifact holds no weights: anything this large is not one
 MAX_ELEMENTS = 1 << 40
 MAX_RANK = 16
@@ -41,7 +52,7 @@ RECIPE_KINDS = ("load", "concat", "bn_fold_weight", "bn_fold_bias", "rope_inv_fr
                 "requant_scale", "dequant_scale", "wo_quantize")
 
 __all__ = ["CompiledProgram", "KernelCall", "TensorRef", "TensorSpec", "BufferSpec", "WeightSpec", "Recipe",
-           "contiguous_strides", "full_ref", "FORMAT_VERSION"]
+           "contiguous_strides", "full_ref", "FORMAT_VERSION", "pack_payload", "HEADER_BYTES"]
 
 
 @dataclass
@@ -93,6 +104,8 @@ class CompiledProgram:
     padding_plan: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    # SHA-256 of the checkpoint the program was compiled or verified with (npu_compiler.digest), or None
+    weights_sha256: str | None = None
 
     # ---- lookup -------------------------------------------------------------------------------------------------
     def buffer(self, bid: int) -> BufferSpec:
@@ -160,6 +173,7 @@ class CompiledProgram:
             "target": self.target,
             "compute_dtype": self.compute_dtype,
             "format_version": self.format_version,
+            "weights_sha256": self.weights_sha256,
             "config": self.config,
             "passes": self.passes,
             "inputs": [_io(t) for t in self.inputs],
@@ -193,31 +207,47 @@ class CompiledProgram:
 
 def pack_artifact(data: dict[str, Any]) -> bytes:
     """An artifact's bytes: the header and the payload (`data` as msgpack)."""
-    payload = msgpack.packb(data, use_bin_type=True)
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
+    return pack_payload(msgpack.packb(data, use_bin_type=True))
+
+
+def pack_payload(payload: bytes) -> bytes:
+    """A `.npubin` of `payload` (msgpack bytes): the header with the payload's length and SHA-256, then the payload."""
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest()) + payload
 
 
 def unpack_artifact(blob: bytes, where: str) -> Any:
-    """The payload of an artifact's bytes, after the header's magic, version, length and checksum are checked."""
-    if len(blob) < _HEADER.size:
+    """The payload of an artifact's bytes, after the header's magic, version, length and SHA-256 are checked."""
+    if len(blob) < _PREFIX.size:
         raise ArtifactError(f"{where}: not a .npubin artifact (only {len(blob)} bytes, truncated?)")
-    magic, version, length, crc = _HEADER.unpack_from(blob)
+    magic, version = _PREFIX.unpack_from(blob)
     if magic != MAGIC:
         raise ArtifactError(f"{where}: not a .npubin artifact (bad magic {magic!r})")
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{where}: .npubin format version {version}, this build reads version "
-                            f"{FORMAT_VERSION}; recompile the model with this version of npusim")
+                            f"{FORMAT_VERSION}{_version_note(version)}; recompile it from its IR with this version of "
+                            "npusim (npusim compile IR.json -o X.npubin; an export-llm folder: npusim export-llm "
+                            "again)")
+    if len(blob) < _HEADER.size:
+        raise ArtifactError(f"{where}: truncated .npubin (only {len(blob)} bytes, the header alone has "
+                            f"{_HEADER.size})")
+    _, _, length, digest = _HEADER.unpack_from(blob)
     payload = blob[_HEADER.size:]
     if len(payload) != length:
         raise ArtifactError(f"{where}: truncated .npubin: header says {length} payload bytes, file has "
                             f"{len(payload)}")
-    if zlib.crc32(payload) != crc:
-        raise ArtifactError(f"{where}: corrupted .npubin: checksum mismatch")
+    if hashlib.sha256(payload).digest() != digest:
+        raise ArtifactError(f"{where}: corrupted .npubin: the payload's SHA-256 is not the one its header records")
     try:
         return msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
             UnicodeDecodeError) as e:
         raise ArtifactError(f"{where}: corrupted .npubin payload: {e}") from e
+
+
+def _version_note(version: int) -> str:
+    if version < FORMAT_VERSION:
+        return " (written by an older npusim: its fields and checksum are not this version's)"
+    return " (written by a newer npusim)"
 
 
 def read_artifact_file(path: str) -> bytes:
@@ -227,6 +257,7 @@ def read_artifact_file(path: str) -> bytes:
         if size > MAX_ARTIFACT_BYTES:
             raise ArtifactError(f"{path}: {size} bytes is too large for a .npubin artifact")
         with open(path, "rb") as f:
+            note_input(path)
             return f.read()
     except FileNotFoundError as e:
         raise ArtifactError(f"artifact not found: {path}") from e
@@ -312,6 +343,9 @@ class _Reader:
     def str_(self, v: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
         if not isinstance(v, str):
             raise self.fail(path, f"expected a string, got {_short(v)}")
+        bad = unsafe_char(v)
+        if bad is not None:  # every string of an artifact is a name or a keyword, and names are printed
+            raise self.fail(path, f"'{shown(v)}' holds the control character {bad}")
         if choices is not None and v not in choices:
             raise self.fail(path, f"{v!r} is not one of {', '.join(choices)}")
         return v
@@ -405,7 +439,16 @@ class _Reader:
             padding_plan=self.each(self.get(d, "padding_plan", ""), "padding_plan", self.mapping),
             stats=opaque["stats"],
             format_version=version,
+            weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"),
         )
+
+    def sha256(self, v: Any, path: str) -> str | None:
+        if v is None:
+            return None
+        text = self.str_(v, path)
+        if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+            raise self.fail(path, f"expected null or 64 lowercase hex digits, got {_short(v)}")
+        return text
 
     def mapping(self, v: Any, path: str) -> dict:
         if not isinstance(v, dict):
@@ -499,7 +542,7 @@ class _Reader:
             source_shape=self.ints(self.get(v, "source_shape", path), f"{path}.source_shape"),
             buffer=self.buffer_id(self.get(v, "buffer", path), f"{path}.buffer", ("weight",)),
             recipe=recipe,
-            layout=self.ints(v["layout"], f"{path}.layout", hi=MAX_RANK) if "layout" in v else (),
+            layout=self.ints(self.get(v, "layout", path), f"{path}.layout", hi=MAX_RANK),
         )
         if w.layout and sorted(w.layout) != list(range(len(w.shape))):
             raise self.fail(f"{path}.layout", f"{list(w.layout)} is not an order of the {len(w.shape)} dims of "
@@ -520,6 +563,13 @@ class _Reader:
         if need is not None and not need <= set(r.sources):
             raise self.fail(f"{path}.sources", f"a {r.kind} recipe needs {', '.join(sorted(need))}")
         p = r.params
+        params = {"load": set(), "concat": {"axis", "shapes"}, "bn_fold_weight": {"eps"}, "bn_fold_bias": {"eps"},
+                  "rope_inv_freq": {"base", "dim"}}[r.kind]
+        if set(p) != params:
+            raise self.fail(f"{path}.params", f"a {r.kind} recipe takes exactly "
+                            f"{', '.join(sorted(params)) or 'no parameters'}, got {sorted(map(str, p))}")
+        if r.kind == "load" and set(r.sources) != {"weight"}:
+            raise self.fail(f"{path}.sources", f"a load recipe reads one source, 'weight'; got {sorted(r.sources)}")
         if r.kind in ("bn_fold_weight", "bn_fold_bias"):
             eps = p.get("eps")
             if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0 <= eps < float("inf"):
@@ -594,8 +644,7 @@ class _Reader:
         return r
 
     def rows(self, v: Any, path: str) -> list[int]:
-        """A kernel's `out_rows`: none, or [dim, start, stop] with start < stop (written by files since slice
-        hoisting; older files have no such key)."""
+        """A kernel's `out_rows`: none, or [dim, start, stop] with start < stop."""
         got = list(self.ints(v, path))
         if got and (len(got) != 3 or got[0] >= MAX_RANK or not got[1] < got[2]):
             raise self.fail(path, f"expected [] or [dim, start, stop] with start < stop, got {_short(v)}")
@@ -617,7 +666,7 @@ class _Reader:
                           self.strs(self.get(v, "nodes", path), f"{path}.nodes"),
                           self.str_(self.get(v, "group", path), f"{path}.group"),
                           self.strs(self.get(v, "out_values", path), f"{path}.out_values"),
-                          self.rows(v.get("out_rows", []) if isinstance(v, dict) else [], f"{path}.out_rows"))
+                          self.rows(self.get(v, "out_rows", path), f"{path}.out_rows"))
         try:
             spec.check(call, self.buffers)
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:

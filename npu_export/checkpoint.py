@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from npu_compiler.atomic import note_input
+
 from .errors import ExportError, first_line
 
 __all__ = ["load_checkpoint", "read_state_dict"]
@@ -28,6 +30,7 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     p = Path(path)
     if not p.is_file():
         raise ExportError(f"checkpoint not found: {p}")
+    note_input(p)
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -35,6 +38,9 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
             return load_file(str(p))
         except Exception as e:  # safetensors raises its own error types for damaged files
             raise ExportError(f"{p}: not a readable safetensors file: {e}") from e
+    if _is_torchscript(p):
+        raise ExportError(f"{p} is a TorchScript archive (torch.jit.save), not a state dict: save the nn.Module's "
+                          "weights with torch.save(model.state_dict(), path) and export the nn.Module itself")
     try:
         obj: Any = torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as e:  # pickle and zip errors of every kind
@@ -50,6 +56,17 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     if sd and all(k.startswith("module.") for k in sd):
         sd = {k.removeprefix("module."): v for k, v in sd.items()}
     return sd
+
+
+def _is_torchscript(p: Path) -> bool:
+    """A zip archive with TorchScript code in it (torch.jit.save writes `<name>/code/...`; torch.save does not)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(p) as z:
+            return any("/code/" in n for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 def load_checkpoint(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:

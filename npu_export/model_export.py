@@ -137,6 +137,10 @@ def export_model(
     The model is put in eval mode and the IR is extracted from a meta-device copy, so no weight is traced or
     copied during extraction. Returns the paths and the graph's inputs and outputs (`ExportResult.inputs`).
     """
+    if isinstance(model, torch.jit.ScriptModule):  # an nn.Module subclass, but torch.export cannot trace one
+        raise ExportError(f"{type(model).__name__} is a TorchScript module (made by torch.jit.script or "
+                          "torch.jit.trace): export the nn.Module itself, not a ScriptModule (torch.export traces "
+                          "the module's Python forward, which a ScriptModule no longer has)")
     if not isinstance(model, nn.Module):
         raise ExportError(f"expected a torch.nn.Module, got {type(model).__name__}")
     if isinstance(example_inputs, Sequence) and example_inputs and all(isinstance(n, int) for n in example_inputs):

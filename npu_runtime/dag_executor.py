@@ -85,12 +85,12 @@ class WeightPool:
         return (backend.name, w.key, w.dtype, tuple(w.shape), tuple(w.layout), r.kind, tuple(sorted(r.sources.items())),
                 repr(sorted(r.params.items())), tuple(r.fallback_keys))
 
-    def load(self, program: CompiledProgram, backend: Backend, allow_nan: bool = False) -> WeightSet:
+    def load(self, program: CompiledProgram, backend: Backend, allow_nonfinite: bool = False) -> WeightSet:
         """The program's weights: those already made for another program reused, the rest read now."""
         have = {w.name: self._buffers[self._key(backend, w)] for w in program.weights
                 if self._key(backend, w) in self._buffers}
         rest = [w.name for w in program.weights if w.name not in have]
-        ws = load_weights(program, self.source, backend, names=rest, allow_nan=allow_nan) if rest else \
+        ws = load_weights(program, self.source, backend, names=rest, allow_nonfinite=allow_nonfinite) if rest else \
             WeightSet({}, WeightReport(), backend.name)
         self.report.merge(ws.report)
         for w in program.weights:
@@ -112,7 +112,7 @@ class DAGExecutor:
     def __init__(self, program: PartitionedProgram | PartitionPlan, backend: Backend,
                  compile_fn: CompileFn | None = None, weights: Any = None, *, dtype: str | None = None,
                  compile_options: Mapping[str, Any] | None = None, bindings: Mapping[str, DeviceBuffer] | None = None,
-                 allow_nan: bool = False) -> None:
+                 allow_nonfinite: bool = False) -> None:
         self.backend = backend
         self.fell_back: list[int] = []  # plan partitions for the target that run on the CPU (they did not compile)
         if isinstance(program, PartitionPlan):
@@ -121,7 +121,7 @@ class DAGExecutor:
         self.plan = program.plan()
         self.pool = weights if isinstance(weights, WeightPool) else WeightPool(weights)
         self._host_backend = backend if backend.name == "cpu" else None
-        self._allow_nan = allow_nan
+        self._allow_nonfinite = allow_nonfinite
         self.stages: list[_Stage | None] = [self._build(s) if s.outputs else None for s in program.segments]
         self._graph_inputs = {t.name: t for t in program.inputs}
         self._made = {t.name: s.index for s in program.segments for t in s.outputs}
@@ -175,7 +175,7 @@ class DAGExecutor:
             return _Stage(seg, CPU, fallback=CpuFallback(seg.ir, self._torch_weights(seg), name=seg.name))
         be = self.backend if seg.runner == TARGET else self.host_backend
         program = seg.program
-        ws = self.pool.load(program, be, self._allow_nan) if program.weights else None
+        ws = self.pool.load(program, be, self._allow_nonfinite) if program.weights else None
         executor = be.create_executor(program)
         if ws is not None:
             executor.bind_weights(ws)  # now, so that prepare() may build everything before the first run
@@ -211,7 +211,7 @@ class DAGExecutor:
                     raise WeightError(f"{seg.name}: weight {src.where(used)} is {list(arr.shape)}, node "
                                       f"'{nd['name']}' ({nd['op_type']}) reads it as {list(t['shape'])}")
                 dt = str(t["dtype"])
-                out[key] = adapt(arr, dt, f"weight {src.where(used)}", self.pool.report, self._allow_nan) \
+                out[key] = adapt(arr, dt, f"weight {src.where(used)}", self.pool.report, self._allow_nonfinite) \
                     if dt in FLOAT_DTYPES or arr.dtype.name != dt else arr
         return out
 

@@ -21,6 +21,15 @@ from .profiling import KernelTiming
 from .weights import WeightSet
 
 
+def target_mismatch(program: CompiledProgram, backend: Backend) -> str:
+    """Why `backend` cannot run `program`, and the two ways out, in the CLI's own words."""
+    want = backend.compile_target()
+    return (f"program '{program.model_name}' was compiled for target '{program.target}'; the {backend.name} backend "
+            f"runs programs compiled for target '{want}': recompile it for this backend (npusim compile IR.json "
+            f"--target {want} -o X.npubin; `npusim run IR.json` compiles for the backend by itself), or run it on "
+            f"a backend for its target (--backend {program.target})")
+
+
 def max_bytes() -> int:
     """The most device memory one program may ask for (weights aside): $NPUSIM_MAX_BYTES, else 64 GiB."""
     return Limits().max_bytes
@@ -61,6 +70,8 @@ class Executor(ABC):
                 setattr(cls, name, entry_point(during)(fn))
 
     def __init__(self, program: CompiledProgram, backend: Backend) -> None:
+        if program.target != backend.compile_target():
+            raise NPURuntimeError(target_mismatch(program, backend))
         self.program = program
         self.backend = backend
         self._input_specs = {s.name: s for s in program.inputs}

@@ -134,6 +134,7 @@ class CpuFallback:
         tensors = {k: to_torch(v, copy=k in written or not getattr(v, "flags", None) or not v.flags.writeable)
                    for k, v in weights.items()}
         self.executor = IRExecutor(ir, weights=tensors)
+        _size_torch_threads()
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Inputs and outputs by tensor name, as torch tensors (NumPy inputs are converted)."""
@@ -153,6 +154,18 @@ class CpuFallback:
         return result
 
 
+def _size_torch_threads() -> None:
+    """torch's intra-op pool sized like the CPU backend's BLAS pool: to the cores this process may use, unless the
+    user set a thread variable (torch, like OpenBLAS, counts the machine's cores, not the process's)."""
+    import torch
+
+    from .cpu.threads import configure_threads
+
+    setting = configure_threads()
+    if setting.threads is not None and torch.get_num_threads() > setting.threads:
+        torch.set_num_threads(setting.threads)
+
+
 # ---- an IR dict (torch objects in attrs stringified) as a torch_ir.IR that IRExecutor runs ---------------------------
 
 _SCALAR_TYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT = "ScalarType", "Device", "Layout", "MemoryFormat"
@@ -161,16 +174,47 @@ _KIND_RE = re.compile(rf"\b({_SCALAR_TYPE}|{_DEVICE}|{_LAYOUT}|{_MEMORY_FORMAT})
 _KIND_BY_NAME = {"dtype": _SCALAR_TYPE, "device": _DEVICE, "layout": _LAYOUT, "memory_format": _MEMORY_FORMAT}
 
 
+_OP_RE = re.compile(r"(aten|quantized_decomposed)\.([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?\Z")
+
+
+@functools.cache
 def _resolve_op(op_type: str) -> Any | None:
+    """The ATen overload `op_type` names ("aten.NAME.OVERLOAD", or "aten.NAME" for its default), or None. The
+    name is looked up in PyTorch's operator registry before any attribute is read, so no name from an IR reaches
+    `getattr` on a Python object (`aten.__class__.__init__` is not an operator: None)."""
     import torch
 
-    parts = op_type.split(".")
-    if len(parts) == 3 and parts[0] == QUANTIZED_NAMESPACE:
-        _register_quantized_ops()
-    if len(parts) != 3 or parts[0] not in ("aten", QUANTIZED_NAMESPACE):
+    m = _OP_RE.match(op_type)
+    if m is None:
         return None
-    packet = getattr(getattr(torch.ops, parts[0]), parts[1], None)
-    return None if packet is None else getattr(packet, parts[2], None)
+    namespace, name, overload = m.group(1), m.group(2), m.group(3) or "default"
+    if namespace == QUANTIZED_NAMESPACE:
+        _register_quantized_ops()
+    schemas = torch._C._jit_get_schemas_for_operator(f"{namespace}::{name}")
+    if not any((s.overload_name or "default") == overload for s in schemas):
+        return None
+    op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
+    return op if isinstance(op, torch._ops.OpOverload) else None
+
+
+def _check_runnable(node_name: str, op_type: str) -> None:
+    """An op the CPU fallback will run: an ATen overload from PyTorch's registry, or one of torch_ir's own executors
+    (getitem). Anything else is refused before IRExecutor resolves it by attribute lookups."""
+    from torch_ir.ops.registry import get_execution_fn
+
+    if get_execution_fn(op_type) is None and _resolve_op(op_type) is None:
+        raise NPURuntimeError(f"node '{node_name}': op '{op_type}' is not an ATen operator PyTorch knows, so the CPU "
+                              "fallback cannot run it")
+
+
+@functools.cache
+def _torch_objects(kind: str) -> dict[str, Any]:
+    """Every torch dtype, layout or memory format by name ("float32", "strided", "channels_last"), from the torch
+    module's own attributes (a table: no attribute named by an IR is ever looked up)."""
+    import torch
+
+    cls = {_SCALAR_TYPE: torch.dtype, _LAYOUT: torch.layout, _MEMORY_FORMAT: torch.memory_format}[kind]
+    return {name: obj for name, obj in vars(torch).items() if isinstance(obj, cls)}
 
 
 QUANTIZED_NAMESPACE = "quantized_decomposed"
@@ -227,11 +271,9 @@ def _to_torch_attr(value: Any, kind: str, device: Any, where: str) -> Any:
             return device
         parsed = torch.device(value)
         return torch.device("cpu") if parsed.type == "meta" else parsed
-    obj = getattr(torch, value.removeprefix("torch."), None)
-    expected = {_SCALAR_TYPE: torch.dtype, _LAYOUT: torch.layout, _MEMORY_FORMAT: torch.memory_format}[kind]
-    if not isinstance(obj, expected):
-        raise NPURuntimeError(f"{where}: {value!r} is not a torch {expected.__name__} (the CPU fallback cannot run "
-                              "it)")
+    obj = _torch_objects(kind).get(value.removeprefix("torch."))
+    if obj is None:
+        raise NPURuntimeError(f"{where}: {value!r} is not a torch {kind} (the CPU fallback cannot run it)")
     return obj
 
 
@@ -275,6 +317,7 @@ def executable_ir(ir: Any) -> Any:
     runs as `detach`: the same values, but torch refuses `detach_` on the weight views IRExecutor is handed. Every
     IRExecutor of the project runs an IR through this."""
     for node in ir.nodes:
+        _check_runnable(node.name, node.op_type)
         _fill_skipped_defaults(node.op_type, node.attrs)
         if node.op_type == "aten.detach_.default":
             node.op_type = "aten.detach.default"
@@ -303,6 +346,11 @@ def load_ir_for_executor(source: str | os.PathLike[str] | Mapping[str, Any], *, 
     # IR.from_dict maps constant dtypes with a table that lacks bfloat16 (it would come back as float32).
     raw_constants = data.pop("constants", {}) or {}
     ir = IR.from_dict(data)
-    ir.constants = {name: torch.tensor(c["data"], dtype=getattr(torch, str(c["dtype"]).removeprefix("torch.")))
-                    for name, c in raw_constants.items()}
+    dtypes = _torch_objects(_SCALAR_TYPE)
+    ir.constants = {}
+    for name, c in raw_constants.items():
+        dtype = dtypes.get(str(c["dtype"]).removeprefix("torch."))
+        if dtype is None:
+            raise NPURuntimeError(f"constant '{name}': {c['dtype']!r} is not a torch dtype")
+        ir.constants[name] = torch.tensor(c["data"], dtype=dtype)
     return ir

@@ -181,6 +181,10 @@ def first_failure(rows: list[KernelCheck]) -> KernelCheck | None:
     return next((r for r in rows if r.passed is False), None)
 
 
+def _r(pearson: float | None) -> str:
+    return "-" if pearson is None else f"{pearson:.6f}"
+
+
 def format_table(rows: list[KernelCheck]) -> str:
     # columns as wide as their longest entry: a cut name ("adaptive_avg_pool2d.defaul") is a wrong name
     kw = max([len("kernel"), *(len(r.label) for r in rows)])
@@ -195,7 +199,7 @@ def format_table(rows: list[KernelCheck]) -> str:
                          f"{'-':>10} {'-':>10} {'-':>10}  ({r.note})")
         else:
             lines.append(f"{r.index:>4} {r.label:<{kw}} {r.group:<{gw}} {str(r.value):<{vw}} {c.max_abs:>10.3g} "
-                         f"{c.max_rel:>10.3g} {c.pearson:>10.6f}  {'ok' if c.passed else 'FAIL'}")
+                         f"{c.max_rel:>10.3g} {_r(c.pearson):>10}  {'ok' if c.passed else 'FAIL'}")
     return "\n".join(lines)
 
 
@@ -221,12 +225,13 @@ prog = CompiledProgram.load(os.path.join(here, "kernel.npubin"))
 ex = CpuBackend().create_executor(prog)
 ex.run({{}})
 out = np.array(ex.view(prog.kernels[0].outs[0]))
-expected = np.load(os.path.join(here, "expected.npy"))
+expected = np.load(os.path.join(here, "expected.npy"), allow_pickle=False)
 out = out.reshape(expected.shape).astype(expected.dtype) if out.size == expected.size else out
 c = compare(meta["value"], out, expected, prog.compute_dtype)
 kc = meta["kernel"]
 print(f"kernel {{kc['name']}} ({{kc['group']}}; IR nodes {{', '.join(kc['nodes'])}})")
-print(f"  max_abs {{c.max_abs:.4g}}  max_rel {{c.max_rel:.4g}}  pearson {{c.pearson:.6f}}  "
+pr = "-" if c.pearson is None else f"{{c.pearson:.6f}}"
+print(f"  max_abs {{c.max_abs:.4g}}  max_rel {{c.max_rel:.4g}}  pearson {{pr}}  "
       f"{{'ok' if c.passed else 'MISMATCH'}} (tolerance of {{prog.compute_dtype}})")
 sys.exit(0 if c.passed else 1)
 '''
@@ -242,7 +247,7 @@ def kernel_program(program: CompiledProgram, index: int, buffers: Mapping[int, n
     specs = []
     for b in ids:
         src: BufferSpec = program.buffers[b]
-        data = np.ascontiguousarray(buffers[b]).tobytes()
+        data = np.require(buffers[b], requirements="C").tobytes()
         specs.append(BufferSpec(remap[b], src.name, "constant", src.dtype, src.numel, -1, data))
 
     def ref(r: TensorRef) -> TensorRef:
@@ -279,12 +284,11 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
     the model goes into the script's text: it reads every name from kernel.json (JSON, escaped by the encoder).
     Returns the script's path."""
     folder = os.fspath(folder)
-    if os.path.isdir(folder):
-        check_writable(os.path.join(folder, "repro.py"), "--dump-repro: cannot write")
-    else:
-        _make_folder(folder)
     program: CompiledProgram = executor.program
     k = program.kernels[check.index]
+    check_repro_folder(folder, len(k.args))
+    if not os.path.isdir(folder):
+        _make_folder(folder)
     bufs = capture_kernel_buffers(executor, inputs, weights, check.index)
     mini = kernel_program(program, check.index, bufs)
     mini.save(os.path.join(folder, "kernel.npubin"))
@@ -292,7 +296,7 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
         flat = bufs[a.buffer]
         view = np.lib.stride_tricks.as_strided(flat[a.offset:], shape=a.shape,
                                                strides=tuple(s * flat.itemsize for s in a.strides))
-        _save_npy(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.ascontiguousarray(view)))
+        _save_npy(os.path.join(folder, f"arg{j}.npy"), _npy_safe(np.require(view, requirements="C")))
     _save_npy(os.path.join(folder, "expected.npy"), _npy_safe(kernel_reference(k, expected)))
     call = k.to_dict()
     meta = {"model": program.model_name, "index": check.index, "value": check.value,
@@ -304,6 +308,24 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
     script = os.path.join(folder, "repro.py")
     write_text(script, REPRO_SCRIPT.format())
     return script
+
+
+REPRO_FILES = ("kernel.npubin", "expected.npy", "kernel.json", "repro.py")  # and arg0.npy, arg1.npy, ...
+
+
+def check_repro_folder(folder: str | os.PathLike, args: int = 0) -> None:
+    """Before any work: the repro folder's parent exists, and none of the files a repro writes (its fixed names,
+    and `args` argument files) is a link, a FIFO, a device or an input of the command (`atomic.check_target`)."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            raise OutputError(f"--dump-repro {folder}: not a folder")
+        parent = os.path.dirname(os.path.abspath(folder))
+        if not os.path.isdir(parent):
+            raise OutputError(f"--dump-repro {folder}: folder {parent} does not exist")
+        return
+    for name in (*REPRO_FILES, *(f"arg{j}.npy" for j in range(args))):
+        check_writable(os.path.join(folder, name), "--dump-repro: cannot write")
 
 
 def _make_folder(folder: str) -> None:

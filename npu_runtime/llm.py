@@ -230,8 +230,9 @@ class LLM:
     @entry_point("loading the LLM folder")
     @collector_paused()
     def load(cls, out_dir: str | os.PathLike[str], backend: Backend | str | None = None, *,
-             model_dir: str | os.PathLike[str] | None = None) -> LLM:
-        """Load an export-llm folder; `model_dir` overrides the weights folder named in the manifest."""
+             model_dir: str | os.PathLike[str] | None = None, allow_nonfinite: bool = False) -> LLM:
+        """Load an export-llm folder; `model_dir` overrides the weights folder named in the manifest;
+        `allow_nonfinite` loads weights holding NaN or infinities (with a warning) instead of refusing them."""
         out = Path(out_dir)
         man_path = out / "manifest.json"
         if not man_path.is_file():
@@ -249,7 +250,7 @@ class LLM:
         mdir = model_dir or manifest.get("model_dir")
         if not mdir:
             raise LLMError(f"{out}: graphs only (exported from a built-in config); give a model directory with "
-                           "weights (LLM.load(..., model_dir=...))")
+                           "weights (--model-dir DIR; in Python, LLM.load(..., model_dir=DIR))")
         mdir = Path(mdir)
         if not mdir.is_absolute() and model_dir is None:
             mdir = out / mdir  # a manifest's relative model_dir is relative to the folder (random-weights exports)
@@ -270,11 +271,13 @@ class LLM:
         source = TensorSource(mdir)  # (the checkpoint's files opened once for both)
         pool = WeightPool(source)
         plain = [p for p in progs.values() if isinstance(p, CompiledProgram)]
-        weights = load_weights(plain[0], source, be) if plain else WeightSet({}, pool.report, be.name)
+        weights = (load_weights(plain[0], source, be, allow_nonfinite=allow_nonfinite) if plain
+                   else WeightSet({}, pool.report, be.name))
         for prog in plain[1:]:
             missing = {w.name for w in prog.weights if w.name not in weights.buffers}
             if missing:
-                weights.buffers.update(load_weights(prog, source, be, names=missing).buffers)
+                weights.buffers.update(load_weights(prog, source, be, names=missing,
+                                                    allow_nonfinite=allow_nonfinite).buffers)
 
         for kind, prog in progs.items():  # every name the cache map gives is one of the program's
             g = cache_map["graphs"][kind]
@@ -314,7 +317,7 @@ class LLM:
                 ex = be.create_executor(prog, bindings=bindings)
                 ex.bind_weights(weights)
             else:
-                ex = DAGExecutor(prog, be, weights=pool, bindings=bindings)
+                ex = DAGExecutor(prog, be, weights=pool, bindings=bindings, allow_nonfinite=allow_nonfinite)
             logits = outs[names["logits"]]
             greedy = be.create_executor(llm_io.greedy_token(be.compile_target(), tuple(logits.shape),
                                                             logits.device_dtype),

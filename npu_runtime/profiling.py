@@ -74,8 +74,9 @@ class ProfileReport:
 
     @property
     def kernel_total_s(self) -> float:
-        """Median over iterations of the summed kernel time of one run."""
-        return statistics.median(self.iteration_totals_s) if self.iteration_totals_s else 0.0
+        """The sum of every kernel's median time: what the table's rows add up to (its % column is of this), and
+        what `profile`'s header gives. (The median of each run's own sum is `iteration_totals_s`'s median.)"""
+        return sum(k.median_s for k in self.kernels)
 
     def by_time(self) -> list[KernelProfile]:
         return sorted(self.kernels, key=lambda k: k.median_s, reverse=True)
@@ -250,7 +251,7 @@ def write_chart(path: str | os.PathLike, report: ProfileReport, top: int = 20) -
 
 
 def format_table(report: ProfileReport, top: int | None = None) -> str:
-    total = sum(k.median_s for k in report.kernels) or 1.0
+    total = report.kernel_total_s or 1.0  # the header's total: the column's percentages are of it
     rows = report.by_time()[:top]
     # columns as wide as their longest entry: a cut name ("adaptive_avg_pool2d.defaul") is a wrong name
     kw = max([len("kernel"), *(len(k.name) for k in rows)])

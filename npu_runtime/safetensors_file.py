@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from npu_compiler.atomic import note_input
+
 from .errors import WeightError
 
 MAX_HEADER_BYTES = 100 << 20  # the reference implementation's own limit
@@ -48,6 +50,7 @@ class SafetensorsFile:
         self.path = os.fspath(path)
         try:
             with open(self.path, "rb") as f:
+                note_input(self.path)
                 size = os.fstat(f.fileno()).st_size
                 head = f.read(8)
                 if len(head) < 8:

@@ -9,10 +9,12 @@ What a checkpoint may hold, and what happens to it (the dtype rules):
 - an integer weight is read from an integer or bool tensor whose values all fit the device dtype (another integer
   dtype with a notice), and refused from a float tensor or when a value does not fit;
 - a bool weight is read from BOOL, or from an integer tensor of 0s and 1s (with a notice).
-NaN in a float weight is an error (no trained weight is NaN; every output it reaches would be); an infinity is
-reported as a warning (attention masks stored as weights hold -inf on purpose), and so is a value that overflows
-to infinity when rounded to the device dtype. `load_weights(..., allow_nan=True)` turns the NaN error into a warning.
-Notices and warnings are `NPUSimWarning`s (the CLI prints each as one line) and are listed in `WeightReport`.
+A non-finite float weight is an error naming the tensor, how many values and the first one: NaN or an infinity in
+the checkpoint (no trained weight holds one; every output it reaches would be NaN or infinite), a value that becomes
+infinite when rounded to the device dtype (1e6 in float16), and a folded weight a recipe makes non-finite.
+`load_weights(..., allow_nonfinite=True)` (`--allow-nonfinite-weights`) loads such a weight with a warning instead
+(an attention mask stored as a weight may hold -inf on purpose). Notices and warnings are `NPUSimWarning`s (the CLI
+prints each as one line) and are listed in `WeightReport`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from npu_compiler.dtypes import FLOAT_DTYPES
 from npu_compiler.errors import NPUSimWarning, entry_point
 from npu_compiler.limits import Limits, format_bytes
 from npu_compiler.program import CompiledProgram, Recipe, WeightSpec
+from npu_compiler.text import shown
 
 from .backend import Backend, DeviceBuffer
 from .dtypes import convert, np_dtype
 from .errors import WeightError
+from .metrics import nonfinite
 from .quant_recipes import make_quant_weight
 from .safetensors_file import SafetensorsFile
 
@@ -48,7 +52,7 @@ class WeightReport:
     computed: list[str] = field(default_factory=list)
     fallbacks: dict[str, str] = field(default_factory=dict)  # key -> the key it was read from
     notices: list[str] = field(default_factory=list)  # conversions a dtype rule made
-    warnings: list[str] = field(default_factory=list)  # infinities (and NaN when allowed)
+    warnings: list[str] = field(default_factory=list)  # non-finite values loaded because they were allowed
 
     def merge(self, other: WeightReport) -> None:
         """Add another report's entries (one weight's, made on a worker thread) after this one's, listing each key
@@ -75,25 +79,27 @@ class WeightReport:
         return not self.missing and not self.mismatched
 
     def summary(self) -> str:
+        """One line (every key from the checkpoint escaped: `npu_compiler.text.shown`)."""
         parts = []
         if self.missing:
-            parts.append(f"missing {len(self.missing)}: {', '.join(self.missing[:10])}"
+            parts.append(f"missing {len(self.missing)}: {', '.join(map(shown, self.missing[:10]))}"
                          + (" ..." if len(self.missing) > 10 else ""))
         if self.mismatched:
-            parts.append("mis-shaped: " + ", ".join(f"{k} expected {list(e)} got {list(g)}"
+            parts.append("mis-shaped: " + ", ".join(f"{shown(k)} expected {list(e)} got {list(g)}"
                                                     for k, e, g in self.mismatched[:10]))
         if self.unexpected:
-            parts.append(f"unexpected (ignored) {len(self.unexpected)}: {', '.join(self.unexpected[:10])}"
+            parts.append(f"unexpected (ignored) {len(self.unexpected)}: {', '.join(map(shown, self.unexpected[:10]))}"
                          + (" ..." if len(self.unexpected) > 10 else ""))
         if self.fallbacks:
-            parts.append("read from another key: " + ", ".join(f"{k} <- {v}" for k, v in self.fallbacks.items()))
+            parts.append("read from another key: " + ", ".join(f"{shown(k)} <- {shown(v)}"
+                                                                for k, v in self.fallbacks.items()))
         if self.computed:
-            parts.append(f"computed: {', '.join(self.computed)}")
+            parts.append(f"computed: {', '.join(map(shown, self.computed))}")
         if self.notices:
             parts.append("converted: " + "; ".join(self.notices[:5]) + (" ..." if len(self.notices) > 5 else ""))
         if self.warnings:
             parts.append("warnings: " + "; ".join(self.warnings[:5]) + (" ..." if len(self.warnings) > 5 else ""))
-        return "; ".join(parts) or "all weights present"
+        return shown("; ".join(parts) or "all weights present")
 
 
 class TensorSource:
@@ -183,9 +189,13 @@ def _f32(a: np.ndarray) -> np.ndarray:
 _F8 = ("float8_e4m3fn", "float8_e5m2")
 
 
-def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nan: bool = False) -> np.ndarray:
+ALLOW_HINT = "--allow-nonfinite-weights, or load_weights(..., allow_nonfinite=True), to load it anyway"
+
+
+def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nonfinite: bool = False
+          ) -> np.ndarray:
     """A checkpoint tensor as the device dtype `dtype`, by the module's dtype rules (WeightError where there is
-    none), with NaN refused and infinities reported."""
+    none), with non-finite values refused (or, allowed, reported)."""
     src = a.dtype.name
     if src in _F8:
         report.notice(f"{what} is {src} in the checkpoint: widened exactly to {dtype}")
@@ -196,14 +206,21 @@ def adapt(a: np.ndarray, dtype: str, what: str, report: WeightReport, allow_nan:
             raise WeightError(f"{what} is {src} in the checkpoint, the program needs floating-point values ({dtype});"
                               " integer and bool tensors are not converted to floats (quantised weights need their "
                               "scales)")
-        _check_finite(a, what, report, allow_nan)
+        check_finite(a, what, report, allow_nonfinite)
         with np.errstate(over="ignore"):  # an overflow to infinity is reported below, as one line
             out = convert(a, dtype)
         if out.dtype != a.dtype and a.size and not _all_finite(out):
             with np.errstate(all="ignore"):
-                new_inf = int(np.count_nonzero(np.isinf(out.astype(np.float32)))) - _count_inf(a)
-            if new_inf > 0:
-                report.warn(f"{what}: {new_inf} value(s) are too large for {dtype} and become infinite")
+                grown = np.isinf(out.astype(np.float32)) & np.isfinite(a.astype(np.float32))
+            n = int(np.count_nonzero(grown))
+            if n:
+                first = list(np.unravel_index(int(np.argmax(grown.reshape(-1))), a.shape)) if a.ndim else []
+                text = (f"{what}: {n} value(s) are too large for {dtype} and become infinite (the first at "
+                        f"{[int(i) for i in first]})")
+                if not allow_nonfinite:
+                    raise WeightError(f"{text}; compile in a wider dtype (--dtype float32 or bfloat16), or "
+                                      f"{ALLOW_HINT}")
+                report.warn(text)
         return out
     if dtype == "bool":
         if a.dtype == np.bool_:
@@ -240,32 +257,31 @@ def _all_finite(a: np.ndarray) -> bool:
     if bits is None:
         return False
     utype, magnitude, special = bits
-    u = np.ascontiguousarray(a).reshape(-1).view(utype)
+    u = np.require(a, requirements="C").reshape(-1).view(utype)
     return all(int((u[i:i + _CHUNK] & utype(magnitude)).max()) < special for i in range(0, u.size, _CHUNK))
 
 
-def _count_inf(a: np.ndarray) -> int:
-    return int(np.count_nonzero(np.isinf(a.astype(np.float32)))) if a.size else 0
+def nonfinite_text(a: np.ndarray) -> str | None:
+    """None when every value of a float array is finite (tested on its bits first: checkpoints are large); else
+    `metrics.NonFinite.describe`."""
+    if not a.size or a.dtype.kind not in "fV" and a.dtype.name != "bfloat16" or _all_finite(a):
+        return None
+    found = nonfinite(a)
+    return found.describe() if found is not None else None
 
 
-def _check_finite(a: np.ndarray, what: str, report: WeightReport, allow_nan: bool) -> None:
-    if not a.size or _all_finite(a):
+def check_finite(a: np.ndarray, what: str, report: WeightReport, allow_nonfinite: bool) -> None:
+    """A WeightError naming `what` when `a` holds NaN or an infinity (a warning in `report` when allowed)."""
+    found = nonfinite_text(a)
+    if found is None:
         return
-    f = a if a.dtype.kind == "f" and a.dtype.itemsize >= 4 else a.astype(np.float32)
-    nan = int(np.count_nonzero(np.isnan(f)))
-    if nan:
-        first = int(np.flatnonzero(np.isnan(f.reshape(-1)))[0])
-        text = f"{what} holds {nan} NaN value(s) of {a.size} (the first at flat index {first})"
-        if not allow_nan:
-            raise WeightError(f"{text}; every output it reaches would be NaN (load_weights(..., allow_nan=True) "
-                              "to load it anyway)")
-        report.warn(text)
-    inf = int(np.count_nonzero(np.isinf(f)))
-    if inf:
-        report.warn(f"{what} holds {inf} infinite value(s) of {a.size}")
+    text = f"{what} holds {found}"
+    if not allow_nonfinite:
+        raise WeightError(f"{text}; every output it reaches would be NaN or infinite ({ALLOW_HINT})")
+    report.warn(text)
 
 
-def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow_nan: bool = False
+def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow_nonfinite: bool = False
                 ) -> np.ndarray | None:
     r: Recipe = spec.recipe
 
@@ -285,7 +301,7 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow
             if all(k != key for k, _, _ in report.mismatched):
                 report.mismatched.append((key, tuple(expect), tuple(a.shape)))
             return None
-        return adapt(a, dtype or "float32", f"weight {src.where(used)}", report, allow_nan)
+        return adapt(a, dtype or "float32", f"weight {src.where(used)}", report, allow_nonfinite)
 
     if r.kind == "load":
         return fetch(r.sources["weight"], spec.source_shape, r.fallback_keys, spec.dtype)
@@ -317,15 +333,16 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow
         if np.isnan(scale).any():
             raise WeightError(f"batch norm folded into {spec.name}: running_var {src.where(s['var'])} + eps is "
                               "negative or NaN for some channels (gamma / sqrt(var + eps) is NaN)")
-        if r.kind == "bn_fold_weight":
-            w = fetch(s["weight"], spec.shape)
-            if w is None:
-                return None
-            return convert((w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32), spec.dtype)
-        b = fetch(s["bias"], (out_ch,)) if "bias" in s else np.zeros(out_ch, np.float32)
-        if b is None:
+        w = fetch(s["weight"], spec.shape) if r.kind == "bn_fold_weight" else None
+        b = (fetch(s["bias"], (out_ch,)) if "bias" in s else np.zeros(out_ch, np.float32)) if w is None else None
+        if w is None and b is None:
             return None
-        return convert(((b - mean) * scale + beta).astype(np.float32), spec.dtype)
+        with np.errstate(all="ignore"):
+            made = (w * scale.reshape(-1, *([1] * (w.ndim - 1))) if w is not None
+                    else (b - mean) * scale + beta).astype(np.float32)
+        # finite inputs can still fold to an infinity (running_var + eps == 0) or overflow the device dtype
+        return adapt(made, spec.dtype, f"weight '{spec.name}' (batch norm folded by its {r.kind} recipe)", report,
+                     allow_nonfinite)
     if r.kind in ("quantize_weight", "quant_bias", "requant_scale", "dequant_scale", "wo_quantize"):
         return make_quant_weight(spec, fetch)
     raise WeightError(f"weight {spec.name}: unknown recipe '{r.kind}' (artifact from a newer compiler?)")
@@ -337,14 +354,14 @@ _WORKERS = min(8, os.cpu_count() or 1)
 _AHEAD = _WORKERS + 1
 
 
-def _made_in_order(specs: list[WeightSpec], src: TensorSource, allow_nan: bool
+def _made_in_order(specs: list[WeightSpec], src: TensorSource, allow_nonfinite: bool
                    ) -> Iterator[tuple[WeightSpec, np.ndarray | None, WeightReport]]:
     """Each weight made from its recipe, in the program's order, with its own report; an error is raised when its
     weight's turn comes, as reading them one by one would."""
 
     def one(spec: WeightSpec) -> tuple[WeightSpec, np.ndarray | None, WeightReport]:
         rep = WeightReport()
-        return spec, make_weight(spec, src, rep, allow_nan), rep
+        return spec, make_weight(spec, src, rep, allow_nonfinite), rep
 
     if _WORKERS < 2:
         yield from map(one, specs)
@@ -366,7 +383,7 @@ def _made_in_order(specs: list[WeightSpec], src: TensorSource, allow_nan: bool
 @entry_point("loading the weights")
 @collector_paused()
 def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: bool = True,
-                 progress: Callable[[int, int, str], None] | None = None, allow_nan: bool = False,
+                 progress: Callable[[int, int, str], None] | None = None, allow_nonfinite: bool = False,
                  names: Collection[str] | None = None) -> WeightSet:
     """Read, transform (recipes) and upload every weight the program needs (the dtype rules and NaN policy are in
     the module's docstring). `names`: only the weights of these names (the rest loaded already for another program
@@ -383,7 +400,7 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
     buffers: dict[str, DeviceBuffer] = {}
     used_keys: set[str] = set()
     total = len(specs)
-    for i, (spec, arr, one) in enumerate(_made_in_order(specs, src, allow_nan)):
+    for i, (spec, arr, one) in enumerate(_made_in_order(specs, src, allow_nonfinite)):
         used_keys.update(spec.recipe.sources.values())
         used_keys.update(spec.recipe.fallback_keys)
         report.merge(one)
@@ -391,7 +408,7 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
             arr = arr.reshape(spec.shape)
             if spec.layout:
                 arr = arr.transpose(spec.layout)
-            buffers[spec.name] = backend.upload(np.ascontiguousarray(arr), spec.dtype)
+            buffers[spec.name] = backend.upload(np.require(arr, requirements="C"), spec.dtype)
         if progress:
             progress(i + 1, total, spec.key)
     if names is None:

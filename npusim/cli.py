@@ -13,8 +13,11 @@ import contextlib
 import importlib
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
+
+from npu_compiler.atomic import command_files, remove_temporaries
 
 from . import __version__
 from .common import CLIError
@@ -98,6 +101,48 @@ def _safe_streams() -> Iterator[None]:
         warnings.filterwarnings("default", category=NPUSimWarning)
 
 
+# Options whose value is a path the command writes; every other option or argument naming an existing file is an
+# input, which no output of the same command may overwrite (npu_compiler.atomic: readers add the files they open).
+OUTPUT_OPTIONS = frozenset({"output", "trace", "chart", "dump_repro"})
+
+
+def _input_files(args: argparse.Namespace) -> list[str]:
+    """The files named by the command's arguments, outputs aside (NAME=FILE and FILE.py:FACTORY give their file)."""
+    out = []
+    for dest, value in vars(args).items():
+        if dest in OUTPUT_OPTIONS:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if not isinstance(v, str) or not v:
+                continue
+            for candidate in (v, v.partition("=")[2], v.rpartition(":")[0]):
+                if candidate and os.path.isfile(candidate):
+                    out.append(candidate)
+    return out
+
+
+@contextlib.contextmanager
+def _temporaries_removed_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the command as Ctrl-C does: the temporary file of a write in progress is removed
+    (Python's default would end the process on the spot and leave it), then the process exits 128 + the signal."""
+    import signal
+
+    def stop(signum, frame) -> None:
+        remove_temporaries()
+        raise SystemExit(128 + signum)
+
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None:
+                saved[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -105,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     show_traceback = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
-    with _safe_streams():
+    with _safe_streams(), _temporaries_removed_on_signals(), command_files(_input_files(args)):
         try:
             return int(args.func(args) or 0)
         except KeyboardInterrupt:

@@ -42,18 +42,88 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Weights, inputs, backend and seed: what every command that runs a program takes."""
-    p.add_argument("--weights", required=True, help="safetensors file or folder of shards")
+    p.add_argument("--weights", default=None,
+                   help="safetensors file or folder of shards (default: the model file's stem + .safetensors beside "
+                        "it, when present: out/m.npubin or out/m.json -> out/m.safetensors)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input array (repeatable); inputs not given are generated (and the command says so): "
                         "floats from N(0, 1), integers uniform inside their valid range")
     add_backend_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for generated inputs (0 to 2**63-1)")
+    add_nonfinite_option(p)
+
+
+def add_nonfinite_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-nonfinite-weights", action="store_true",
+                   help="load weights that hold NaN or infinities (or become infinite in the compute dtype), with a "
+                        "warning, instead of refusing them (an attention mask stored as a weight may hold -inf)")
 
 
 def add_backend_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None,
                    help="cpu, cuda or webgpu (default: $NPUSIM_BACKEND, else the best available: cuda where a GPU and "
                         "CuPy are present, then webgpu on a GPU adapter, else cpu)")
+
+
+WEIGHTS_SUFFIX = ".safetensors"
+
+
+def beside(model_file: str) -> str | None:
+    """The checkpoint beside an IR or artifact under the same stem (out/m.json, out/m.npubin -> out/m.safetensors),
+    where `npusim export` writes it; None when there is none."""
+    stem, ext = os.path.splitext(model_file)
+    candidate = stem + WEIGHTS_SUFFIX
+    return candidate if ext in (".json", ".npubin") and os.path.isfile(candidate) else None
+
+
+def resolve_weights(args: argparse.Namespace, model_file: str, quiet: bool = False) -> str:
+    """--weights, else the checkpoint beside the model file (and the command says which it took); a CLIError naming
+    both ways when there is neither."""
+    if args.weights is not None:
+        return args.weights
+    found = beside(model_file)
+    if found is None:
+        stem = os.path.splitext(model_file)[0]
+        raise CLIError(f"give the weights: --weights FILE.safetensors (or a folder of shards); none given, and no "
+                       f"{stem}{WEIGHTS_SUFFIX} beside {model_file}")
+    if not quiet:
+        import sys
+
+        print(f"weights: {found} (beside {model_file}; --weights to give others)", file=sys.stderr)
+    args.weights = found
+    return found
+
+
+def check_weights_digest(program: CompiledProgram, weights: str) -> dict | None:
+    """When the artifact records the SHA-256 of the weights it was compiled or verified with: the given weights'
+    digest beside it, and a warning when they differ (the results are then those of other weights)."""
+    if program.weights_sha256 is None or not os.path.exists(weights):
+        return None
+    import warnings
+
+    from npu_compiler.digest import short, weights_digest
+    from npu_compiler.errors import NPUSimWarning
+
+    given = weights_digest(weights)
+    same = given == program.weights_sha256
+    if not same:
+        warnings.warn(NPUSimWarning(f"weights {weights} are not the ones the artifact was compiled or verified with "
+                                    f"(sha256 {short(given)} given, {short(program.weights_sha256)} recorded): its "
+                                    "results are those of other weights"), stacklevel=2)
+    return {"recorded": program.weights_sha256, "given": given, "same": same}
+
+
+def default_target(given: str | None) -> tuple[str, str]:
+    """The target to compile for, and why: the one asked for, else the best available backend's (the one `run`,
+    `verify` and `generate` take by default), so that what `compile` and `export-llm` write runs here as it is."""
+    if given is not None:
+        return given, "--target"
+    from npu_runtime.backend import default_backend_name, get_backend
+
+    name = default_backend_name()
+    target = get_backend(name).compile_target()
+    return target, (f"the default: the target of backend '{name}', the best available here, which `npusim run` "
+                    f"uses; --target cpu for the reference backend")
 
 
 def device_line(backend) -> str | None:
@@ -106,14 +176,28 @@ def dtype_line(program) -> str:
 
 
 def check_output_folder(path: str, option: str = "-o") -> None:
-    """Fail before any work when an output file's folder does not exist (not after a minute of compiling)."""
+    """Fail before any work (not after a minute of compiling) when an output file's folder does not exist, or when
+    the path is not one npusim writes (a link, a FIFO, a device, one of the command's own inputs:
+    `npu_compiler.atomic.check_target`)."""
+    from npu_compiler.atomic import check_target
+
     if not path:
         raise CLIError(f"{option}: an empty file name")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"{option} {path}: folder {folder} does not exist")
-    if os.path.isdir(path):
+    if os.path.isdir(path) and not os.path.islink(path):
         raise CLIError(f"{option} {path}: is a folder; give a file name")
+    check_target(path, f"{option}: cannot write")
+
+
+def check_outputs(folder: str, names: Sequence[str]) -> None:
+    """Before any work: the files a command will write into `folder` (made if missing) are ones it may write (not
+    a link, a FIFO, a device or one of the command's inputs: `npu_compiler.atomic.check_target`)."""
+    from npu_compiler.atomic import check_target
+
+    for name in names:
+        check_target(os.path.join(folder, name))
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------------------
@@ -185,6 +269,7 @@ def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[
     if unknown:
         raise InputError(f"--input {', '.join(unknown)}: no such input; the model's inputs are "
                          + ", ".join(f"{s.name} {s.dtype}{list(s.shape)}" for s in specs))
+    warn_nonfinite("input", given)
     rng = np.random.default_rng(seed)
     out = dict(given)
     lines = []
@@ -196,6 +281,24 @@ def collect_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[
             out[spec.name] = generate_input(spec, rng)
             lines.append(f"{spec.name} {spec.dtype}{list(spec.shape)}: {how_generated(spec)}")
     return Inputs(out, lines)
+
+
+def warn_nonfinite(kind: str, arrays: dict[str, np.ndarray], effect: str = "") -> list[str]:
+    """An NPUSimWarning for each array holding NaN or infinities (how many, the first); the names that do."""
+    import warnings
+
+    from npu_compiler.errors import NPUSimWarning
+    from npu_runtime.metrics import nonfinite
+
+    effect = effect or ("every output it reaches may be NaN or infinite" if kind == "input" else "")
+    bad = []
+    for name, a in arrays.items():
+        found = nonfinite(a)
+        if found is not None:
+            bad.append(name)
+            warnings.warn(NPUSimWarning(f"{kind} '{name}' holds {found.describe()}" + (f": {effect}" if effect
+                                                                                           else "")), stacklevel=2)
+    return bad
 
 
 def complete_inputs(program: CompiledProgram | Sequence[TensorSpec], given: dict[str, np.ndarray], seed: int = 0

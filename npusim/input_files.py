@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from npu_compiler.atomic import note_input
 from npu_compiler.errors import InputError
 from npu_compiler.limits import Limits, format_bytes
 from npu_runtime.dtypes import NP_DTYPES
@@ -37,6 +38,7 @@ def load_npy(name: str, path: str) -> np.ndarray:
         raise InputError(f"{where}: is a folder, not a .npy file")
     try:
         with open(path, "rb") as f:
+            note_input(path)
             head = f.read(6)
             if head[:2] == b"PK":
                 raise InputError(f"{where}: is an .npz archive; save each input as its own .npy (numpy.save)")
@@ -73,7 +75,7 @@ def load_npy(name: str, path: str) -> np.ndarray:
                          f"{max(size - offset, 0)}")
     arr = np.fromfile(path, dtype=dtype, count=numel, offset=offset)
     arr = arr.reshape(shape, order="F" if fortran else "C")
-    return np.ascontiguousarray(arr, dtype=native)
+    return np.require(arr, dtype=native, requirements="C")
 
 
 def load_inputs(items: list[str]) -> dict[str, np.ndarray]:

@@ -69,7 +69,7 @@ def partition_notice(unsupported: list[FallbackNode], target: str, limit: int = 
 
 def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backend: Any, dtype: str | None = None,
                     force_cpu: Iterable[str] = (), *, compile_options: Mapping[str, Any] | None = None,
-                    return_executor: bool = False) -> Any:
+                    return_executor: bool = False, allow_nonfinite: bool = False) -> Any:
     """Compile `ir` for `backend` (a Backend or its name) into a partitioned artifact (in memory), run it once and
     return the outputs by name (NumPy, IR dtypes). Every program of it is compiled with `dtype` (None: the whole
     graph's choice, made once) and `compile_options` (the keywords of `npu_compiler.compile`: `disable_passes`,
@@ -82,6 +82,6 @@ def run_partitioned(ir: IRSource, weights: Any, inputs: Mapping[str, Any], backe
     be = get_backend(backend) if isinstance(backend, str) or backend is None else backend
     art = compile_artifact(ir, be.compile_target(), force_cpu=force_cpu, dtype=None if dtype == "auto" else dtype,
                            partitioned=True, **dict(compile_options or {}))
-    ex = DAGExecutor(art, be, weights=weights)
+    ex = DAGExecutor(art, be, weights=weights, allow_nonfinite=allow_nonfinite)
     outputs: dict[str, np.ndarray] = ex.run(inputs)
     return (outputs, ex) if return_executor else outputs

@@ -10,6 +10,8 @@ import sys
 import time
 from typing import TextIO
 
+from .safe_text import shown
+
 
 class Progress:
     def __init__(self, label: str, total: int | None = None, *, quiet: bool = False, stream: TextIO | None = None,
@@ -61,7 +63,7 @@ class Progress:
         else:
             text = f"{self.label} {self.done} {elapsed:5.1f}s"
         if self._detail:
-            text += f"  {self._detail[:40]}"
+            text += f"  {shown(self._detail)[:40]}"  # a weight's key from the checkpoint: one line, escaped
         return text
 
     def _draw(self) -> None:

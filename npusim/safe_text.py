@@ -1,29 +1,18 @@
 """Text the CLI writes escapes what the input brings: a node, tensor or model name from an IR or an artifact may
 hold control characters (a terminal escape sequence that retitles the window or rewrites the screen, a carriage
-return that overwrites a line, bidirectional overrides that reorder what is shown). Every such character becomes a
-visible escape (`\\x1b`, `\\u202e`) in everything the CLI prints; newlines and tabs stay."""
+return that overwrites a line, a newline that forges a line of a log, bidirectional overrides that reorder what is
+shown). The readers refuse such names; everything the CLI prints goes through `SafeStream` (control characters
+escaped, newlines and tabs kept for the CLI's own layout), and a name from any other input (a checkpoint's keys, a
+file name) through `shown` (`one_line`: newlines escaped too). What is unsafe is defined once, in
+`npu_compiler.text`."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, TextIO
 
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+from npu_compiler.text import one_line, printable, shown
 
-
-def _escape(m: re.Match[str]) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def printable(text: str) -> str:
-    """`text` with every control and direction-changing character escaped (newlines and tabs kept)."""
-    return _UNSAFE.sub(_escape, text)
-
-
-def one_line(text: str) -> str:
-    """`printable`, and newlines escaped too: an error message is one line, whatever names it quotes."""
-    return printable(text).replace("\n", "\\n").replace("\t", " ")
+__all__ = ["SafeStream", "printable", "one_line", "shown"]
 
 
 class SafeStream:

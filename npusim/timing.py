@@ -58,4 +58,18 @@ def time_runs(run_once: Callable[[], object], warmup: int, iters: int) -> tuple[
         t0 = time.perf_counter()
         result = run_once()
         times.append(time.perf_counter() - t0)
+    warn_if_noisy(times)
     return LatencyStats.of(times, warmup), result
+
+
+def warn_if_noisy(seconds: list[float], what: str = "runs") -> list[str]:
+    """An NPUSimWarning for each sign that the timings are noisy (their spread, the machine's load)."""
+    import warnings
+
+    from npu_compiler.errors import NPUSimWarning
+    from npu_runtime.noise import timing_warnings
+
+    found = timing_warnings(seconds, what)
+    for text in found:
+        warnings.warn(NPUSimWarning(text), stacklevel=3)
+    return found

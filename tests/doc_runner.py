@@ -3,6 +3,12 @@
 Conventions in the guides (HTML comments, invisible when rendered):
 - `<!-- save-as: NAME -->` before a block: the block is written to the file NAME instead of run.
 - `<!-- no-test -->` before a block: not run (installation lines, a GPU-only command).
+- `<!-- output -->` before a ```text block: the block quotes lines of what the command run last printed, and is
+  checked against it (`check_output`): every quoted line must be a line of the output, numbers aside (times differ
+  between machines); `<!-- output: exact=MB,MFLOP -->` also requires the numbers of those columns (what the program
+  is, not how fast this machine runs it) to be exactly the printed ones. When a tool's output changes, regenerate
+  the quotes instead of editing them: `python tests/doc_runner.py --update docs/GUIDE.md` (it updates the Korean
+  edition's quotes too).
 - In a bash block, a command whose trailing comment says `exit N` must exit with status N (default 0).
 
 `npusim ...` and `python FILE.py` commands run in this process (torch is imported once, not once a command), with
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FENCE = re.compile(r"^```(\w*)\s*$")
-MARK = re.compile(r"^<!--\s*(save-as|no-test)\s*:?\s*(\S*)\s*-->\s*$")
+MARK = re.compile(r"^<!--\s*(save-as|no-test|output)\s*:?\s*(\S*)\s*-->\s*$")
 EXIT = re.compile(r"#.*\bexit (\d+)\b")
 
 
@@ -34,6 +40,8 @@ class Block:
     line: int  # where the block starts, for messages
     save_as: str | None = None
     skip: bool = False
+    output: str | None = None  # an output quote: "" or "exact=COL,COL"
+    end: int = 0  # the line after the block's closing fence (1-based), for --update
 
 
 def blocks(path: Path) -> list[Block]:
@@ -55,11 +63,13 @@ def blocks(path: Path) -> list[Block]:
             while i < len(lines) and not lines[i].startswith("```"):
                 body.append(lines[i])
                 i += 1
-            b = Block(f.group(1), "\n".join(body) + "\n", start + 1)
+            b = Block(f.group(1), "\n".join(body) + "\n", start + 1, end=i + 1)
             if mark and mark[0] == "save-as":
                 b.save_as = mark[1]
             elif mark and mark[0] == "no-test":
                 b.skip = True
+            elif mark and mark[0] == "output":
+                b.output = mark[1]
             out.append(b)
             mark = None
         elif lines[i].strip():
@@ -101,6 +111,77 @@ def python_without_comments(code: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
 
+# ---- output quotes ---------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:inf|nan)\b")
+
+
+def _masked(token: str) -> str:
+    return _NUMBER.sub("#", token)
+
+
+def _exact_columns(lines: list[str], spec: str) -> tuple[int, list[int]]:
+    """(the index of the header line, the token positions of the exact columns) for `exact=A,B`; (-1, [])."""
+    names = [n for n in spec.removeprefix("exact=").split(",") if n] if spec.startswith("exact=") else []
+    for i, line in enumerate(lines):
+        toks = line.split()
+        if names and all(n in toks for n in names):
+            return i, [toks.index(n) for n in names]
+    return -1, []
+
+
+def _line_matches(quote: str, line: str, exact: list[int]) -> bool:
+    q, t = quote.split(), line.split()
+    if len(q) != len(t):
+        return False
+    return all(a == b if i in exact else _masked(a) == _masked(b) for i, (a, b) in enumerate(zip(q, t)))
+
+
+def _score(quote: str, line: str) -> int:
+    """How alike two lines are: with as many fields, the fields equal once numbers are masked; else (the wording
+    changed) the leading fields they share, counted from 2 up, below any line of as many fields."""
+    q, t = quote.split(), line.split()
+    if len(q) == len(t):
+        return len(q) + sum(_masked(a) == _masked(b) for a, b in zip(q, t))
+    lead = 0
+    for a, b in zip(q, t):
+        if _masked(a) != _masked(b):
+            break
+        lead += 1
+    return lead if lead >= 2 else -1
+
+
+def check_output(quote: str, output: str, spec: str = "") -> list[str]:
+    """The quoted lines that are not lines of `output` (numbers masked; the `exact=` columns compared as they are)."""
+    lines = [ln for ln in quote.splitlines() if ln.strip() and ln.strip() != "..."]
+    header, exact = _exact_columns(lines, spec)
+    out_lines = output.splitlines()
+    missing = []
+    for i, q in enumerate(lines):
+        cols = exact if header >= 0 and i > header else []
+        if not any(_line_matches(q, o, cols) for o in out_lines):
+            missing.append(q)
+    return missing
+
+
+def refreshed(quote: str, output: str) -> tuple[str, list[str]]:
+    """The quote with each line replaced by the line of `output` most like it (same number of fields, most fields
+    equal once numbers are masked); the lines nothing resembles are kept and returned."""
+    out_lines = output.splitlines()
+    new, unmatched = [], []
+    for q in quote.splitlines():
+        if not q.strip() or q.strip() == "...":
+            new.append(q)
+            continue
+        best = max(out_lines, key=lambda o: _score(q, o), default=None)
+        if best is None or _score(q, best) <= 0:
+            new.append(q)
+            unmatched.append(q)
+        else:
+            new.append(best)
+    return "\n".join(new) + "\n", unmatched
+
+
 def normalized(path: Path) -> list[tuple[str, str]]:
     """The code of a guide, comments aside: for checking that translations run the same commands."""
     out = []
@@ -120,6 +201,7 @@ class Result:
     command: str
     status: int
     output: str
+    quote: Block | None = None  # an output quote of the guide, with the output it quotes
 
 
 def _run_npusim(argv: list[str]) -> tuple[int, str]:
@@ -168,6 +250,11 @@ def run_guide(path: Path, workdir: Path) -> list[Result]:
                 Path(b.save_as).parent.mkdir(parents=True, exist_ok=True)
                 Path(b.save_as).write_text(b.code, encoding="utf-8")
                 continue
+            if b.output is not None:
+                assert results, f"{where}: an output quote before any command"
+                results.append(Result(f"output quote at {where}", 0, results[-1].output))
+                results[-1].quote = b
+                continue
             if b.lang == "python":
                 script = workdir / f"_block_{b.line}.py"
                 script.write_text(b.code, encoding="utf-8")
@@ -194,3 +281,51 @@ def run_guide(path: Path, workdir: Path) -> list[Result]:
             if f.startswith(str(workdir)):
                 del sys.modules[name]
     return results
+
+
+def check_quotes(path: Path, results: list[Result]) -> list[str]:
+    """Every output quote of the guide that the run contradicts, with the lines it could not find."""
+    problems = []
+    for r in results:
+        if r.quote is None:
+            continue
+        missing = check_output(r.quote.code, r.output, r.quote.output or "")
+        if missing:
+            problems.append(f"{path.name}:{r.quote.line}: the output no longer has:\n  " + "\n  ".join(missing))
+    if problems:
+        problems.append(f"regenerate the quotes: python tests/doc_runner.py --update {path}")
+    return problems
+
+
+def update(path: Path, workdir: Path) -> list[str]:
+    """Rerun the guide and rewrite its output quotes (and those of its Korean edition, docs/ko/) from what the tools
+    print now. Returns the quoted lines nothing in the output resembles (edit those by hand)."""
+    results = run_guide(path, workdir)
+    quotes = [r for r in results if r.quote is not None]
+    texts = [refreshed(r.quote.code, r.output) for r in quotes]
+    unmatched = [line for _, u in texts for line in u]
+    editions = [path] + ([path.parent / "ko" / path.name] if (path.parent / "ko" / path.name).is_file() else [])
+    if path.name == "README.md" and (path.parent / "README.ko.md").is_file():
+        editions.append(path.parent / "README.ko.md")
+    for doc in editions:
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        targets = [b for b in blocks(doc) if b.output is not None]
+        assert len(targets) == len(texts), f"{doc.name}: {len(targets)} output quotes, {path.name} has {len(texts)}"
+        for b, (text, _) in sorted(zip(targets, texts), key=lambda p: -p[0].line):
+            lines[b.line:b.end - 1] = text.rstrip("\n").splitlines()
+        doc.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return unmatched
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description="rewrite a guide's output quotes from what the tools print now")
+    ap.add_argument("--update", nargs="+", metavar="GUIDE.md", required=True)
+    a = ap.parse_args()
+    os.environ.setdefault("NPUSIM_BACKEND", "cpu")  # the numbers the doc tests see
+    for g in a.update:
+        with tempfile.TemporaryDirectory() as tmp:
+            left = update(Path(g), Path(tmp))
+        print(f"{g}: quotes updated" + (f"; no line like these (edit by hand): {left}" if left else ""))

@@ -10,7 +10,6 @@ import re
 import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import msgpack
@@ -22,7 +21,7 @@ from conftest import export_ir
 import npu_compiler
 import npu_runtime
 from npu_compiler.errors import ArtifactError
-from npu_compiler.program import FORMAT_VERSION, MAGIC, CompiledProgram
+from npu_compiler.program import FORMAT_VERSION, CompiledProgram, pack_payload
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = npu_runtime.get_backend("cpu")
@@ -57,7 +56,7 @@ def net():
 def repack(d: dict) -> bytes:
     """An artifact from its data form, with a valid header and checksum (what an attacker can always produce)."""
     payload = msgpack.packb(d, use_bin_type=True)
-    return struct.pack("<8sIQI", MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
+    return pack_payload(payload)
 
 
 def run(prog: CompiledProgram, weights, inputs) -> np.ndarray:
@@ -223,7 +222,7 @@ def test_deep_expression_is_refused_without_recursion_error(net) -> None:
         CompiledProgram.from_bytes(repack(d))
     # nesting far beyond what msgpack's packer writes: a hand-made payload
     payload = b"\x91" * 100_000 + b"\xc0"
-    blob = struct.pack("<8sIQI", MAGIC, FORMAT_VERSION, len(payload), zlib.crc32(payload)) + payload
+    blob = pack_payload(payload)
     with pytest.raises(ArtifactError, match="corrupted"):
         CompiledProgram.from_bytes(blob)
 
@@ -295,7 +294,7 @@ def test_an_edited_gemm_prologue_is_refused(edit, message) -> None:
     (lambda s: s.update(epilogue=None), "a gemm of 2 column groups needs an epilogue"),
     (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), [2]), "'acc' of group 2 in an epilogue of 2"),
     (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), ["1"]), "group"),
-    (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), [1, 1]), "'acc' has 4 fields, expected 2"),
+    (lambda s: _first(s["epilogue"], "acc").__setitem__(slice(2, None), [1, 1]), "'acc' has 4 fields, expected 3"),
 ])
 def test_an_edited_column_epilogue_is_refused(edit, message) -> None:
     """A GEMV whose epilogue combines its product's two column groups (SiLU(gate) * up), as cuda compiles it: groups

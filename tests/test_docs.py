@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from doc_runner import blocks, normalized, run_guide
+from doc_runner import blocks, check_quotes, normalized, run_guide
 
 REPO = Path(__file__).resolve().parent.parent
 GUIDES = ["compile-your-own-model.md", "bring-your-own-checkpoint.md", "read-a-profile.md",
@@ -21,6 +21,8 @@ def test_runs_as_written(doc, tmp_path, monkeypatch):
     results = run_guide(doc, tmp_path)
     ran = [r for r in results if r.command.startswith("npusim ")]
     assert len(ran) >= 5, f"{doc.name}: only {len(ran)} npusim commands ran"
+    problems = check_quotes(doc, results)  # the output a guide quotes is what the tools print (numbers aside)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("en, ko", PAIRS, ids=lambda p: str(p.relative_to(REPO)))
@@ -69,9 +71,10 @@ def test_tolerance_doc_matches_what_verify_applies():
 
     text = (REPO / "docs" / "tolerances.md").read_text()
     section = text.split("## What `npusim verify` applies", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| (float32|float16|bfloat16|int8) \| ([0-9.e-]+) \| ([0-9.e-]+) \|", section, re.M)
-    assert {dt: (float(r), float(m)) for dt, r, m in rows} == {
-        dt: (t["min_r"], t["max_rel"]) for dt, t in MODEL_TOLERANCE.items()}
+    rows = re.findall(r"^\| (float32|float16|bfloat16|int8) \| ([0-9.e-]+) \| ([0-9.e-]+) \| ([0-9.e-]+) \|", section,
+                      re.M)
+    assert {dt: (float(r), float(m), float(a)) for dt, r, m, a in rows} == {
+        dt: (t["min_r"], t["max_rel"], t["atol"]) for dt, t in MODEL_TOLERANCE.items()}
     # the verify --help states the same defaults
     from npusim.cli import build_parser
 
@@ -93,3 +96,34 @@ def test_runner_sees_exit_markers_and_marks():
 
     assert commands("npusim verify a.json   # exit 1\nnpusim run x \\\n  --iters 2\n# a comment\n") == [
         ("npusim verify a.json", 1), ("npusim run x --iters 2", 0)]
+
+
+def test_output_quotes_are_checked_numbers_aside():
+    from doc_runner import check_output, refreshed
+
+    out = ("profile m on cpu: 3 kernels\n"
+           "   # kernel  group  time(us)      %    MB   MFLOP\n"
+           "   1 k1_pool pool.default   764.1   11.6  0.041   0.037\n")
+    assert check_output("   1 k1_pool pool.default   12.0   1.6  0.041   0.037\n", out) == []
+    # the exact columns must be as printed; the timing ones need not
+    quote = "   # kernel  group  time(us)      %    MB   MFLOP\n   1 k1_pool pool.default   9.0   1.0  0.041   1.180\n"
+    assert check_output(quote, out, "exact=MB,MFLOP") == ["   1 k1_pool pool.default   9.0   1.0  0.041   1.180"]
+    assert check_output("profile m on cpu: 3 kernels, 5 runs\n", out) == ["profile m on cpu: 3 kernels, 5 runs"]
+    text, left = refreshed("   1 k1_pool pool.default   9.0   1.0  0.041   1.180\n...\n", out)
+    assert text.splitlines() == [out.splitlines()[2], "..."] and not left
+
+
+@pytest.mark.parametrize("readme", ["README.md", "README.ko.md"])
+def test_readme_says_what_it_is_then_the_two_commands_and_keeps_performance_short(readme):
+    """What it is and for whom (one short paragraph) comes before the two commands; the performance section is a table
+    and a few lines of method (the details are bench/README.md's)."""
+    lines = (REPO / readme).read_text().splitlines()
+    first_fence = lines.index("```bash")
+    intro = [ln for ln in lines[1:first_fence] if ln.strip() and not ln.startswith("<!--")]
+    assert 3 <= len(intro) <= 12 and not any(ln.startswith(("#", "|", "-")) for ln in intro), intro
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("## ") and ("Performance" in ln or "성능" in ln))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    section = [ln for ln in lines[start + 1:end] if ln.strip()]
+    assert len(section) <= 15, f"{readme}: the performance section has {len(section)} lines"
+    assert len(set(re.findall(r"\b[0-9a-f]{7}\b", "\n".join(section)))) <= 1, "one pass, one commit"
+    assert "bench/README.md" in "\n".join(section)

@@ -939,7 +939,9 @@ def one_node_ir(op: str, ins, attrs: dict, outs) -> dict:
     return {
         "model_name": "m", "graph_inputs": [{"name": f"i{j}", "shape": list(s), "dtype": d} for j, (s, d) in
                                             enumerate(ins)],
-        "graph_outputs": [{"name": f"o{j}", "shape": list(s), "dtype": d} for j, (s, d) in enumerate(outs)],
+        # an op without outputs (a metadata assert) in a graph that returns its first input
+        "graph_outputs": [{"name": f"o{j}", "shape": list(s), "dtype": d} for j, (s, d) in enumerate(outs)]
+        or [{"name": "i0", "shape": list(ins[0][0]), "dtype": ins[0][1]}],
         "weights": [], "weight_name_mapping": {},
         "nodes": [{"name": "n", "op_type": f"aten.{op}", "attrs": attrs,
                    "inputs": [{"name": f"i{j}", "shape": list(s), "dtype": d, "producer_node": f"i{j}",

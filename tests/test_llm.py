@@ -270,3 +270,20 @@ def test_a_broken_tokenizer_is_named_when_text_is_first_used(setup_f32, tmp_path
     assert len(llm.generate([1, 2, 3], 2, stop_tokens=[]).tokens) == 2
     with pytest.raises(LLMError, match=r"tokenizer\.json: cannot be read as a tokenizer"):
         llm.generate_text("w1 w2", 2)
+
+
+def test_generate_chat_with_a_hostile_template_runs_nothing(setup_f32, tmp_path, monkeypatch, capsys):
+    """The attack: a downloaded model folder whose chat template calls os.system. `npusim generate --chat` refuses
+    it in one line (exit 1) and the command it names never runs."""
+    import shutil
+
+    _, _, d, _ = setup_f32
+    shutil.copytree(d / "hf", tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": "{{ cycler.__init__.__globals__.os.system('touch CANARY') }}"}))
+    monkeypatch.chdir(tmp_path)
+    assert npusim_main(["generate", str(d / "npu"), "--model-dir", str(tmp_path / "hf"), "--chat", "--prompt", "w1",
+                        "--max-new-tokens", "2", "--backend", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "sandbox forbids" in err and "tokenizer_config.json" in err
+    assert not (tmp_path / "CANARY").exists()

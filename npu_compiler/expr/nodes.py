@@ -247,7 +247,7 @@ def to_data(e: Expr) -> list:
     if isinstance(e, RIndex):
         return ["rindex", e.dtype, e.dim]
     if isinstance(e, Acc):
-        return ["acc", e.dtype] if e.group == 0 else ["acc", e.dtype, e.group]
+        return ["acc", e.dtype, e.group]
     if isinstance(e, Unary):
         return ["unary", e.dtype, e.op, to_data(e.x)]
     if isinstance(e, Binary):
@@ -261,7 +261,7 @@ def to_data(e: Expr) -> list:
     raise TypeError(f"not an expression: {e!r}")
 
 
-_ARITY = {"load": 6, "gather": 9, "const": 3, "index": 3, "rindex": 3, "acc": 2, "unary": 4, "binary": 5,
+_ARITY = {"load": 6, "gather": 9, "const": 3, "index": 3, "rindex": 3, "acc": 3, "unary": 4, "binary": 5,
           "where": 5, "cast": 3, "reduce": 4}
 
 
@@ -275,7 +275,7 @@ def from_data(d: object, _depth: int = 0) -> Expr:
     kind, dtype = d[0], d[1]
     if kind not in _ARITY:
         raise ValueError(f"unknown expression kind {kind!r}")
-    if len(d) != _ARITY[kind] and not (kind == "acc" and len(d) == 3):  # ["acc", dtype, group]: group 0 omitted
+    if len(d) != _ARITY[kind]:
         raise ValueError(f"expression node {kind!r} has {len(d)} fields, expected {_ARITY[kind]}")
     if not isinstance(dtype, str):
         raise ValueError(f"expression node {kind!r}: dtype must be a string, got {_short(dtype)}")
@@ -294,7 +294,7 @@ def from_data(d: object, _depth: int = 0) -> Expr:
     if kind == "rindex":
         return RIndex(dtype, _int(d[2], "dim"))
     if kind == "acc":
-        return Acc(dtype, _int(d[2], "group") if len(d) == 3 else 0)
+        return Acc(dtype, _int(d[2], "group"))
     if kind == "unary":
         return Unary(dtype, _str(d[2], "op"), sub(d[3]))
     if kind == "binary":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ..dtypes import FLOAT_DTYPES
 from ..ir.graph import Graph, Node, TensorType, Value
 from ..program import Recipe
 from .match import GraphIndex, other_input, scalar_operand
@@ -35,7 +36,7 @@ def fuse_rmsnorm(graph: Graph) -> int:
         x32 = mean.inputs[0]
         rank = len(x32.shape)
         dims = mean.attrs.get("dim") or []
-        if not mean.attrs.get("keepdim") or [d % rank for d in dims] != [rank - 1]:
+        if rank == 0 or not mean.attrs.get("keepdim") or [d % rank for d in dims] != [rank - 1]:
             continue
         sq = gi.prod(x32, "pow.Tensor_Scalar", "mul.Tensor")
         if sq is None or not gi.single_use(sq.outputs[0]):
@@ -452,15 +453,32 @@ def fuse_gemm_epilogue(graph: Graph) -> int:
     return count
 
 
+MAX_ACTIVATION_OPS = 8  # a conv epilogue's chain of elementwise ops (GELU's tanh form is one op of the table)
+
+
+def activation_op(node: Node, x: Value) -> bool:
+    """Whether `node` is an elementwise activation of `x` that an epilogue can compute: an op of the expression table
+    (relu, silu, gelu, hardswish, sigmoid, tanh, leaky_relu, clamp, ...) whose one tensor operand is `x` and whose
+    result has x's shape and dtype (its scalars, like leaky_relu's slope, sit in its attrs)."""
+    from ..expr.aten_table import ELEMENTWISE
+
+    out = node.outputs[0] if len(node.outputs) == 1 else None
+    return (node.op in ELEMENTWISE and node.inputs == [x] and out is not None and out.shape == x.shape
+            and out.dtype == x.dtype and x.dtype in FLOAT_DTYPES)
+
+
 def fuse_conv_epilogue(graph: Graph) -> int:
-    """conv2d (+ folded BN bias) [+ residual] [-> relu]  =>  npu.conv2d with the epilogue in the kernel."""
+    """conv2d (+ folded BN bias) [+ residual] [-> elementwise activations]  =>  npu.conv2d with the epilogue in the
+    kernel. The activations are any chain of unary ops of the expression table (`activation_op`), computed and
+    rounded as the unfused graph computes them; the record holds them as its epilogue expression, which every
+    target renders."""
     gi = GraphIndex(graph)
     count = 0
     for conv in [n for n in graph.nodes if n.op == "conv2d.default"]:
         group = [conv]
         out = conv.outputs[0]
         inputs = list(conv.inputs)
-        attrs = {**conv.attrs, "has_bias": len(conv.inputs) > 2, "has_residual": False, "activation": "none"}
+        attrs = {**conv.attrs, "has_bias": len(conv.inputs) > 2, "has_residual": False, "activation": ()}
         tail = conv
         if gi.single_use(out):
             nxt = gi.users[id(out)][0]
@@ -472,11 +490,14 @@ def fuse_conv_epilogue(graph: Graph) -> int:
                 group.append(nxt)
                 tail = nxt
                 out = nxt.outputs[0]
-        if gi.single_use(out) and gi.users[id(out)][0].op == "relu.default":
-            relu = gi.users[id(out)][0]
-            attrs["activation"] = "relu"
-            group.append(relu)
-            tail = relu
+        chain = []
+        while len(chain) < MAX_ACTIVATION_OPS and gi.single_use(out) and activation_op(gi.users[id(out)][0], out):
+            act = gi.users[id(out)][0]
+            chain.append((act.op, dict(act.attrs)))
+            group.append(act)
+            tail = act
+            out = act.outputs[0]
+        attrs["activation"] = tuple(chain)
         if tail is conv:
             continue
         new = _new_node(tail.name, "npu.conv2d", inputs, tail.outputs[0], attrs)

@@ -15,9 +15,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..atomic import note_input
 from ..dtypes import FLOAT_DTYPES, INT_DTYPES, ITEMSIZE, normalize_dtype
 from ..errors import ConstraintError, IRFormatError, entry_point
 from ..limits import MAX_JSON_DEPTH, MAX_NAME_CHARS, Limits, format_bytes
+from ..text import shown, unsafe_char
 from .attrs import check_attrs
 from .graph import Graph, Node, TensorType, Value
 from .infer import check_node
@@ -64,6 +66,7 @@ def _read_text(source: str | os.PathLike, lim: Limits) -> tuple[str, str]:
                 raise ConstraintError(f"{where}: an IR file of {format_bytes(size)} is above the limit of "
                                       f"{format_bytes(lim.max_ir_bytes)} ($NPUSIM_MAX_IR_BYTES)")
             with open(where, "rb") as f:
+                note_input(where)
                 raw = f.read(lim.max_ir_bytes + 1)
         except FileNotFoundError as e:
             raise IRFormatError(f"IR file not found: {where}") from e
@@ -189,6 +192,10 @@ def _name(v: Any, where: str, what: str = "name") -> str:
         raise IRFormatError(f"{where}: '{what}' must be a non-empty string, got {_short(v)}")
     if len(v) > MAX_NAME_CHARS:
         raise IRFormatError(f"{where}: '{what}' has {len(v)} characters (at most {MAX_NAME_CHARS})")
+    bad = unsafe_char(v)
+    if bad is not None:
+        raise IRFormatError(f"{where}: '{what}' '{shown(v)}' holds the control character {bad} (names are printed: a "
+                            "newline, a terminal escape or a direction override in one would forge or hide output)")
     return v
 
 
@@ -250,21 +257,26 @@ class _GraphReader:
         for key in ("graph_inputs", "graph_outputs", "nodes"):
             if not isinstance(d[key], list):
                 raise IRFormatError(f"IR key '{key}' must be a list, got {_short(d[key])}")
+        if not d["graph_outputs"]:
+            raise IRFormatError("IR key 'graph_outputs' is empty: a model without outputs computes nothing (is the "
+                                "export complete?)")
+        # An optional key is absent or of its type: a null is refused like any other wrong type, never read as the
+        # default (a node's "attrs": null is not its op's defaults).
+        for key, types, what in (("model_name", str, "a string"), ("pytorch_version", str, "a string"),
+                                 ("weight_name_mapping", Mapping, "an object"), ("weights", list, "a list"),
+                                 ("constants", Mapping, "an object")):
+            if key in d and not isinstance(d[key], types):
+                raise IRFormatError(f"IR key '{key}' must be {what}, got {_short(d[key])}")
         for key in ("model_name", "pytorch_version"):
-            if d.get(key) is not None and not isinstance(d[key], str):
-                raise IRFormatError(f"IR key '{key}' must be a string, got {_short(d[key])}")
-        if len(d.get("model_name") or "") > MAX_NAME_CHARS:
-            raise IRFormatError(f"IR key 'model_name' has {len(d['model_name'])} characters (at most "
-                                f"{MAX_NAME_CHARS})")
-        mapping = d.get("weight_name_mapping") or {}
-        if not isinstance(mapping, Mapping) or not all(isinstance(v, str) for v in mapping.values()):
+            if d.get(key):
+                _name(d[key], "IR", key)
+        mapping = d.get("weight_name_mapping", {})
+        if not all(isinstance(v, str) for v in mapping.values()):
             raise IRFormatError(f"IR key 'weight_name_mapping' must map placeholder names to state-dict keys, got "
                                 f"{_short(mapping)}")
         self.mapping: dict[str, str] = {_name(k, "weight_name_mapping", "placeholder"): _name(v, f"weight_name_"
                                         f"mapping['{_short_text(k)}']", "key") for k, v in mapping.items()}
-        weights = d.get("weights") or []
-        if not isinstance(weights, list):
-            raise IRFormatError(f"IR key 'weights' must be a list, got {_short(weights)}")
+        weights = d.get("weights", [])
         self.weight_meta: dict[str, TensorType] = {}
         for i, w in enumerate(weights):
             where = f"weights[{i}]"
@@ -273,11 +285,16 @@ class _GraphReader:
             if name in self.weight_meta:
                 raise IRFormatError(f"weight '{name}' is declared twice")
             self.weight_meta[name] = _tensor_type(w, f"weight '{name}'", self.lim)
-        constants = d.get("constants") or {}
-        if not isinstance(constants, Mapping):
-            raise IRFormatError(f"IR key 'constants' must be an object, got {_short(constants)}")
+        constants = d.get("constants", {})
         for k, c in constants.items():
-            _keys(c, _CONSTANT_KEYS, ("data", "dtype"), f"constant '{_short_text(k)}'", "a constant")
+            where = f"constant '{_short_text(k)}'"
+            _keys(c, _CONSTANT_KEYS, ("data", "dtype"), where, "a constant")
+            _name(k, "constants", "constant name")
+            dtype = normalize_dtype(c["dtype"], where)
+            if "shape" in c:
+                _shape(c["shape"], where, dtype, self.lim)
+            if not isinstance(c["data"], list) and not _is_scalar(c["data"]) or c["data"] is None:
+                raise IRFormatError(f"{where}: 'data' must be a number or a nested list, got {_short(c['data'])}")
         self.const_meta: Mapping[str, Any] = constants
 
     def inputs(self) -> list[Value]:
@@ -301,8 +318,9 @@ class _GraphReader:
         _keys(nd, _NODE_KEYS, ("name", "op_type", "inputs", "outputs"), f"node #{ni}", "a node")
         name = _name(nd["name"], f"node #{ni}")
         op_type = nd["op_type"]
-        if not isinstance(op_type, str) or not op_type or len(op_type) > 256:
-            raise IRFormatError(f"node '{name}': 'op_type' must be a short string, got {_short(op_type)}")
+        if not isinstance(op_type, str) or not op_type or len(op_type) > 256 or unsafe_char(op_type):
+            raise IRFormatError(f"node '{name}': 'op_type' must be a short string without control characters, got "
+                                f"{_short(op_type)}")
         if name in self.node_names:
             raise IRFormatError(f"node '{name}' ({op_type}): duplicate node name")
         self.node_names.add(name)
@@ -312,9 +330,10 @@ class _GraphReader:
             raise IRFormatError(f"{where}: 'inputs' and 'outputs' must be lists")
         if len(nd["outputs"]) > MAX_OUTPUTS:
             raise IRFormatError(f"{where}: {len(nd['outputs'])} outputs (at most {MAX_OUTPUTS})")
-        attrs = nd.get("attrs") or {}
+        attrs = nd.get("attrs", {})
         if not isinstance(attrs, Mapping):
-            raise IRFormatError(f"{where}: 'attrs' must be an object, got {_short(attrs)}")
+            raise IRFormatError(f"{where}: 'attrs' must be an object (omit it for the op's defaults), got "
+                                f"{_short(attrs)}")
 
         ins = [self._input(t, f"{where} input #{ii}") for ii, t in enumerate(nd["inputs"])]
         schema = lookup(op) if op != "getitem" else None
@@ -328,6 +347,7 @@ class _GraphReader:
             ow = f"{where} output #{oi}"
             _keys(t, _REF_KEYS, ("name", "shape", "dtype"), ow, "an output")
             oname = _name(t["name"], ow)
+            _self_reference(t, name, oi, ow)
             v = Value(oname, _tensor_type(t, f"{ow} '{oname}'", self.lim), "node", producer=node, index=oi)
             self._define(v, ow)
             node.outputs.append(v)
@@ -357,7 +377,7 @@ class _GraphReader:
         name = _name(t["name"], where)
         ttype = _tensor_type(t, f"{where} '{name}'", self.lim)
         producer = t.get("producer_node")
-        if producer is not None:
+        if "producer_node" in t:
             _name(producer, where, "producer_node")
             idx = _int_field(t.get("producer_output_idx", 0), where, "producer_output_idx", MAX_OUTPUTS)
             src = self.by_producer.get((producer, idx))
@@ -414,11 +434,24 @@ class _GraphReader:
             v = self.values.get(name)
             if v is None or v.kind not in ("node", "input"):
                 raise IRFormatError(f"graph output '{name}': not produced by any node")
+            _self_reference(t, v.producer.name if v.producer is not None else v.name, v.index or 0,
+                            f"graph output '{name}'")
             declared = _tensor_type(t, f"graph output '{name}'", self.lim)
             if declared != v.type:
                 raise IRFormatError(f"graph output '{name}': declared {declared} but produced as {v.type}")
             out.append(v)
         return out
+
+
+def _self_reference(t: Mapping[str, Any], producer: str, index: int, where: str) -> None:
+    """A tensor that names its producer (optional on outputs) names the one that makes it."""
+    if "producer_node" in t and _name(t["producer_node"], where, "producer_node") != producer:
+        raise IRFormatError(f"{where}: 'producer_node' is '{_short_text(t['producer_node'])}', but '{producer}' "
+                            "produces it")
+    if "producer_output_idx" in t and _int_field(t["producer_output_idx"], where, "producer_output_idx",
+                                                 MAX_OUTPUTS) != index:
+        raise IRFormatError(f"{where}: 'producer_output_idx' is {t['producer_output_idx']}, but it is output "
+                            f"{index} of '{producer}'")
 
 
 def _bind_check(schema: OpSchema, ins: list[Value], attrs: dict[str, Any], where: str) -> None:

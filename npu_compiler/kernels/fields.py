@@ -1,6 +1,7 @@
 """Typed kernel records as data: every field written by its type, and read back checked against its type and its
 range, so that a kernel record from an artifact is either exactly what a lowering could have built or an error that
-names the field.
+names the field. Every field is written, and every field is required when read (a default applies to records a
+lowering builds, never to one read from a file).
 
 A record is a frozen dataclass. Field types understood: int, float, bool, str, tuple[int, ...], an expression
 (`nodes.Expr`), a nested record, and `X | None` of those. A field's metadata may bound it: `lo`/`hi` (ints and
@@ -63,10 +64,10 @@ def from_data(cls: type, d: Any, where: str) -> Any:
         raise ValueError(f"{where}: unknown field(s) {unknown}")
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        # every field is required, those with a default in the record's definition too: a field an artifact lacks
+        # (an edited one, its checksum recomputed) read as the default would make a kernel compute something else
         if f.name not in d:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{where}: missing field '{f.name}'")
-            continue
+            raise ValueError(f"{where}: missing field '{f.name}'")
         values[f.name] = _read(hints[f.name], d[f.name], f.metadata, f"{where}.{f.name}")
     return cls(**values)
 

@@ -23,26 +23,26 @@ if TYPE_CHECKING:
     from .lower import Lowering
 
 
+Activation = tuple[tuple[str, dict], ...]  # elementwise ops (ATen name, attrs) after a GEMM or conv, in order
+
+
 def epilogue_of(L: Lowering, out_shape: tuple[int, ...], dtype: str, residual: TensorRef | None,
-                activation: str, origins: list[str]) -> X.Expr | None:
+                activation: Activation, origins: list[str]) -> X.Expr | None:
     """The ops after a GEMM or conv, as the unfused graph computes them on its stored (rounded) result `Acc`:
-    [+ residual] [-> relu]."""
-    if activation not in ("none", "relu"):
-        raise UnsupportedOpError(L._node.name if L._node else "?", "npu epilogue", L.target.name,
-                                 f"activation {activation!r}")
-    if residual is None and activation == "none":
+    [+ residual] [-> each op of `activation`, from the expression table, rounded to the dtype as the graph does]."""
+    if residual is None and not activation:
         return None
     load = L.loader(out_shape, (), origins)
     e: X.Expr = X.Acc(dtype)
     if residual is not None:
         e = build_elementwise("add.Tensor", [e, load(residual)], {}, dtype)
-    if activation == "relu":
-        e = build_elementwise("relu.default", [e], {}, dtype)
+    for op, attrs in activation:
+        e = build_elementwise(op, [e], attrs, dtype)
     return e
 
 
 def gemm(L: Lowering, node: Node, a: TensorRef, b: TensorRef, bias: TensorRef | None = None, alpha: float = 1.0,
-         beta: float = 1.0, residual: TensorRef | None = None, activation: str = "none",
+         beta: float = 1.0, residual: TensorRef | None = None, activation: Activation = (),
          out_v: Value | None = None, view: Callable[[TensorRef], TensorRef] | None = None) -> None:
     """out[batch..., M, N] = alpha * a[batch..., M, K] @ b[batch..., K, N] + beta * bias (broadcast), rounded to
     the output dtype, then the epilogue (a residual add rounded again as the IR does, an activation)."""
@@ -158,7 +158,7 @@ def conv2d(L: Lowering, node: Node) -> None:
     a = node.attrs
     has_bias = a.get("has_bias", len(node.inputs) > 2)
     has_residual = a.get("has_residual", False)
-    activation = a.get("activation", "none") or "none"
+    activation: Activation = tuple(a.get("activation", ()))
     x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
     splits = L.conv_on_tensor_cores(node)
     if splits:
@@ -182,7 +182,7 @@ def conv2d(L: Lowering, node: Node) -> None:
 
 
 def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], outs: list[TensorRef], has_bias: bool,
-               has_residual: bool, activation: str, splits: int = 1) -> None:
+               has_residual: bool, activation: Activation, splits: int = 1) -> None:
     a = node.attrs
     origins: list[str] = []
     res = L.ref(node.inputs[-1], pending_ok=True) if has_residual else None
@@ -293,7 +293,7 @@ def _as_folded(L: Lowering, ref: TensorRef, name: str) -> TensorRef:
     return V.reshape(copy, (c, n * h * w))
 
 
-def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool, activation: str) -> None:
+def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool, activation: Activation) -> None:
     x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
     n, c, h, wd = x_v.shape
     o = w_v.shape[0]
@@ -313,7 +313,8 @@ def _conv1x1_as_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool
     gemm(L, node, a, b, bias, residual=res, activation=activation)
 
 
-def _conv_im2col_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool, activation: str) -> None:
+def _conv_im2col_gemm(L: Lowering, node: Node, has_bias: bool, has_residual: bool, activation: Activation
+                      ) -> None:
     """On a GPU, a conv as one copy plus one GEMM on tensor cores: gather the patches (im2col, with the zero
     padding as the gather's fill) and multiply by the weight viewed as [O, C*kh*kw]. Costs the patch matrix in
     memory (kh*kw times the input); buys the GEMM library's speed. With the batch folded (channel-major

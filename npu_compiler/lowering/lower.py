@@ -15,6 +15,8 @@ from ..errors import InternalError, NPUSimError, UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
 from ..ir.graph import HOISTED_ROWS, Graph, Node, TensorType, Value
+from ..ir.infer import RULES
+from ..ir.schema import lookup
 from ..kernels import GeneratedKernel, KernelSpec, Scatter
 from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_strides, full_ref
 from ..targets.codegen import CodegenTarget
@@ -357,7 +359,10 @@ class Lowering:
             self._index = i
             handler = self._handler(node)
             try:
-                handler(self, node)
+                if takes_dim_of_a_scalar(node):
+                    self._lower_scalar_as_vector(handler, node)
+                else:
+                    handler(self, node)
             except NPUSimError:
                 raise
             except Exception as e:
@@ -366,6 +371,24 @@ class Lowering:
                 raise InternalError(f"lowering {describe_node(node)}", e) from e
         self._node = None
         self._bind_outputs()
+
+    def _lower_scalar_as_vector(self, handler: Callable[[Lowering, Node], None], node: Node) -> None:
+        """An op that takes a dim, over a 0-d tensor, as ATen computes it: ATen wraps a 0-d tensor's dim as if the
+        tensor were 1-d (`maybe_wrap_dim(dim, max(ndim, 1))`: dim 0 and -1 name its one element), so the node is
+        lowered over [1] views of its 0-d operands, and each result, of one element (or none), is bound back to
+        the node's declared shape. One rule for every such op (reductions, softmax, scans, sorts, gathers and
+        scatters), in place of a 0-d branch in each lowering."""
+        ins = [self.view_value(v, (1,)) if v.type.rank == 0 else v for v in node.inputs]
+        synth = Node(node.name, node.op, ins, [], dict(node.attrs), origin=list(node.origin))
+        synth.outputs = [self.stand_in(o, t.shape) for o, t in zip(node.outputs, RULES[node.op](synth), strict=True)]
+        for o, s in zip(node.outputs, synth.outputs, strict=True):
+            if s.type.numel != o.type.numel:  # not one element in, one out: lowered as the op itself
+                handler(self, node)
+                return
+        handler(self, synth)
+        for o, s in zip(node.outputs, synth.outputs, strict=True):
+            r = self.ref(s, pending_ok=True)
+            self.bind(o, V.reshape(r, o.shape) or V.reshape(self.contiguous(r), o.shape))
 
     def _handler(self, node: Node) -> Callable[[Lowering, Node], None]:
         fn = LOWERINGS.get(node.op)
@@ -447,8 +470,12 @@ class Lowering:
                 build_elementwise(node.op, [X.Const(v.dtype, 0) for v in node.inputs], node.attrs, out_v.dtype)
             except ValueError as e:
                 raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name, str(e)) from e
-            build = lambda load: build_elementwise(node.op, [load(r) for r in operands], node.attrs,  # noqa: E731
-                                                   out_v.dtype)
+            data = DATA_OPERANDS.get(node.op, len(operands))  # type_as reads its other operand's dtype, not its data
+
+            def build(load) -> X.Expr:
+                ops = [load(r) if i < data else X.Const(v.dtype, 0)
+                       for i, (r, v) in enumerate(zip(operands, node.inputs))]
+                return build_elementwise(node.op, ops, node.attrs, out_v.dtype)
         out = self.fresh(out_v)
         if self.greedy_fusion and len(node.outputs) == 1 and id(out_v) not in self._graph_outputs:
             origins: list[str] = []
@@ -580,6 +607,21 @@ class Lowering:
             return None, [], None
         exprs, buffers = bind_args([epilogue, prologue], first)
         return exprs[0], [full_ref(self.buffers[b]) for b in buffers], exprs[1]
+
+
+DIM_ARGS = ("dim", "dims")
+# Elementwise ops that read the data of their first operands only (the rest give a dtype): never loaded, so that
+# an operand of another shape (type_as of a 0-d tensor by a [7] one) is not broadcast to the result
+DATA_OPERANDS = {"type_as.default": 1}
+
+
+def takes_dim_of_a_scalar(node: Node) -> bool:
+    """A node whose op takes a dim (`dim`, `dims`) over a 0-d first operand, with an inference rule for its [1]
+    form (`Lowering._lower_scalar_as_vector`)."""
+    if not node.inputs or node.inputs[0].type.rank != 0 or node.op not in RULES:
+        return False
+    schema = lookup(node.op)
+    return schema is not None and any(a.name in DIM_ARGS for a in schema.attr_args)
 
 
 def describe_node(node: Node) -> str:

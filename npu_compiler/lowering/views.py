@@ -9,10 +9,12 @@ from ..tensor import slice_bounds
 
 
 def norm_dim(dim: int, rank: int) -> int:
-    d = dim + rank if dim < 0 else dim
-    if not 0 <= d < max(rank, 1):
+    """ATen's maybe_wrap_dim: dims -rank..rank-1, and for a 0-d tensor 0 and -1 (its one element; a lowering over
+    a dim of a 0-d operand sees it as [1]: `Lowering._lower_scalar_as_vector`)."""
+    n = max(rank, 1)
+    if not -n <= dim < n:
         raise IndexError(f"dim {dim} out of range for rank {rank}")
-    return d
+    return dim % n
 
 
 def reshape(ref: TensorRef, shape: tuple[int, ...]) -> TensorRef | None:

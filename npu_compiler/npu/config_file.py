@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import NPUCompileError
 from ..targets.config import DATAFLOWS, FORMAT_BITS, NPUConfig
+from ..text import unsafe_char
 
 PRESET_DIR = Path(__file__).with_name("presets")
 
@@ -112,8 +113,8 @@ def check_value(where: str, key: str, f: dataclasses.Field, value: Any) -> Any:
         return NPUConfigError(f"{where}: {key}: expected {expected}, got {value!r}")
 
     if want == "str":
-        if not isinstance(value, str):
-            raise bad("a string")
+        if not isinstance(value, str) or unsafe_char(value):
+            raise bad("a string without control characters")
         if check == "dataflow":
             name = value.lower()
             full = {v: k for k, v in DATAFLOWS.items()}.get(name, name)

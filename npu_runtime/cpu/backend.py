@@ -40,6 +40,14 @@ class CpuBackend(Backend):
     name = "cpu"
     capabilities = frozenset({"float32", "float16", "bfloat16", "int64", "library:all"})
 
+    def __init__(self) -> None:
+        from .threads import configure_threads
+
+        self.threads = configure_threads()  # BLAS/OpenMP pools sized to the cores this process may use
+
+    def describe(self) -> str | None:
+        return f"the host CPU, {self.threads.describe()}"
+
     def allocate(self, shape: tuple[int, ...], dtype: str) -> CpuBuffer:
         return CpuBuffer(np.empty(shape, np_dtype(dtype)), dtype)
 

@@ -29,10 +29,7 @@ class CpuExecutor(Executor):
 
     def __init__(self, program: CompiledProgram, backend: CpuBackend, bindings: Mapping[str, DeviceBuffer] | None = None
                  ) -> None:
-        super().__init__(program, backend)
-        if program.target not in ("cpu",):
-            raise NPURuntimeError(f"program was compiled for target '{program.target}'; the cpu backend runs "
-                                  "programs compiled for target 'cpu'")
+        super().__init__(program, backend)  # (which refuses a program of another target)
         try:  # NumPy evaluates an expression kernel over its whole iteration space: bound it before allocating
             check_sizes(program.buffers, program.kernels, Limits().max_bytes, iteration_space=True)
         except ValueError as e:

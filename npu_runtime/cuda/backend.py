@@ -178,7 +178,7 @@ class CudaBackend(Backend):
 
         array = np.asarray(array)
         dtype = dtype or dtype_name(array.dtype)
-        host = np.ascontiguousarray(convert(array, dtype))
+        host = np.require(convert(array, dtype), requirements="C")
         buf = self.allocate(host.shape, dtype)
         if host.nbytes:
             with self.state.device:

@@ -43,10 +43,7 @@ class CudaExecutor(Executor):
                  bindings: Mapping[str, DeviceBuffer] | None = None, *, use_graph: bool = True) -> None:
         import cupy  # noqa: PLC0415
 
-        super().__init__(program, backend)
-        if program.target != "cuda":
-            raise NPURuntimeError(f"program was compiled for target '{program.target}'; the cuda backend runs "
-                                  "programs compiled for target 'cuda' (compile with target='cuda')")
+        super().__init__(program, backend)  # (which refuses a program of another target)
         self._cp = cupy
         self.state = backend.state
         self.stream = self.state.stream
@@ -304,7 +301,7 @@ class CudaExecutor(Executor):
                 cp.cuda.runtime.memcpyAsync(dst.ptr, value.ptr, dst.nbytes, cp.cuda.runtime.memcpyDeviceToDevice,
                                             self.stream.ptr)
             return
-        host = np.ascontiguousarray(self.host_input(value, spec))
+        host = np.require(self.host_input(value, spec), requirements="C")
         if spec.value_range is not None and host.size:
             lo, hi = spec.value_range
             if host.min() < lo or host.max() >= hi:

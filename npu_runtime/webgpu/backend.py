@@ -289,7 +289,7 @@ def run_f32_shader(state: DeviceState, code: str, data: np.ndarray, workgroups: 
     """Run a WGSL module whose entry point `main` reads and writes one f32 array bound at 0 (the probes, and tests of
     single helpers); returns the array after the run."""
     w, device = state.wgpu, state.device
-    buf = device.create_buffer_with_data(data=np.ascontiguousarray(data, np.float32).tobytes(),
+    buf = device.create_buffer_with_data(data=np.require(data, np.float32, requirements="C").tobytes(),
                                          usage=w.BufferUsage.STORAGE | w.BufferUsage.COPY_SRC)
     pipe = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(code=code),
                                                                   "entry_point": "main"})
@@ -421,7 +421,7 @@ class WebGPUBackend(Backend):
     def upload(self, array: np.ndarray, dtype: str | None = None) -> WebGPUBuffer:
         array = np.asarray(array)
         dtype = dtype or dtype_name(array.dtype)
-        host = np.ascontiguousarray(convert(array, dtype))
+        host = np.require(convert(array, dtype), requirements="C")
         check_int32(host, f"a {dtype}{list(host.shape)} array")
         buf = self.allocate(host.shape, dtype)
         write_bytes(self.state, buf.buffer, 0, host)
@@ -444,7 +444,7 @@ class WebGPUBackend(Backend):
 
 def write_bytes(state: DeviceState, buffer: Any, offset: int, host: np.ndarray) -> None:
     """Host bytes into a buffer at a word-aligned offset (a trailing partial word is padded with zeros)."""
-    raw = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+    raw = np.require(host, requirements="C").reshape(-1).view(np.uint8)
     if raw.size == 0:
         return
     if raw.size % 4:

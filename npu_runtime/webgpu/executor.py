@@ -39,10 +39,7 @@ class WebGPUExecutor(Executor):
 
     def __init__(self, program: CompiledProgram, backend: WebGPUBackend,
                  bindings: Mapping[str, DeviceBuffer] | None = None) -> None:
-        super().__init__(program, backend)
-        if program.target != "webgpu":
-            raise NPURuntimeError(f"program was compiled for target '{program.target}'; the webgpu backend runs "
-                                  "programs compiled for target 'webgpu' (compile with target='webgpu')")
+        super().__init__(program, backend)  # (which refuses a program of another target)
         self.state = backend.state
         self.caps = DeviceCaps(max_binding_bytes=self.state.max_binding,
                                max_bindings=int(self.state.limits["max-storage-buffers-per-shader-stage"]),
@@ -178,7 +175,7 @@ class WebGPUExecutor(Executor):
                 n = -(-dst.nbytes // 4) * 4
                 encoder.copy_buffer_to_buffer(value.buffer, value.offset, dst.buffer, dst.offset, n)
             return
-        host = np.ascontiguousarray(self.host_input(value, spec))
+        host = np.require(self.host_input(value, spec), requirements="C")
         if spec.value_range is not None and host.size:
             lo, hi = spec.value_range
             if host.min() < lo or host.max() >= hi:

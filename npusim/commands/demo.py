@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     results = run_demo(args.backend, args.output)
     ok = True
     for r in results:
-        print(f"{r.name}: backend {r.backend}, compute {r.compute_dtype}, {r.kernels} kernels, {r.seconds:.2f} s")
+        print(f"{r.name}: backend {r.backend}, {r.kernels} kernels, {r.seconds:.2f} s")
+        print(f"  compute dtype {r.compute_dtype} ({r.dtype_reason})")
         for name, passed, detail in r.checks:
             print(f"  [{'ok' if passed else 'FAIL'}] {name}: {detail}")
         ok &= r.passed

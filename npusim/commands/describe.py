@@ -117,6 +117,8 @@ def _program(args: argparse.Namespace, prog) -> int:
     print(f"{d['model_name']}  target={d['target']}  compute={d['compute_dtype']}  format v{d['format_version']}")
     if device:
         print(f"device: {device}")
+    if d["weights_sha256"]:
+        print(f"weights: sha256 {d['weights_sha256']} (compiled or verified with; `npusim run` checks)")
     print(f"passes: {', '.join(d['passes'])}")
     _print_io(d)
     print(f"memory: weights {d['weight_bytes'] / 1e6:.3f} MB, buffers {d['buffer_bytes'] / 1e6:.3f} MB "

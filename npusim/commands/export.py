@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import argtypes
-from ..common import DTYPES, CLIError
+from ..common import DTYPES, CLIError, check_outputs
 
 BUILTIN = ("resnet18", "resnet50", "qwen2")
 
@@ -178,8 +178,10 @@ def _export_module(args: argparse.Namespace) -> int:
     model, factory = load_model(args.model, parse_factory_args(args.factory_arg))
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint)
+    name = args.name or factory.lower()
+    check_outputs(args.output, [f"{name}.json", f"{name}.safetensors"])
     os.makedirs(args.output, exist_ok=True)
-    res = export_model(model, inputs, args.output, args.name or factory.lower(), dtype=args.dtype)
+    res = export_model(model, inputs, args.output, name, dtype=args.dtype)
     note = f"weights from {args.checkpoint}" if args.checkpoint else f"the factory's weights, torch seed {args.seed}"
     _print_result(res, type(model).__name__, note)
     return 0
@@ -190,6 +192,7 @@ def _export_resnet(args: argparse.Namespace) -> int:
 
     from npu_export import export_model, resnet
 
+    check_outputs(args.output, [f"{args.model}.json", f"{args.model}.safetensors"])
     torch.manual_seed(args.seed)
     model = getattr(resnet, args.model)(num_classes=args.num_classes, width=args.width).eval()
     os.makedirs(args.output, exist_ok=True)
@@ -205,6 +208,7 @@ def _export_qwen2(args: argparse.Namespace) -> int:
     if (args.model_dir is None) == (args.config is None):
         raise CLIError("qwen2: give --model-dir DIR or --config NAME (one of them)")
     source = args.model_dir or qwen2_config(args.config)
+    check_outputs(args.output, ["prefill.json", "decode.json", "cache_map.json"])
     os.makedirs(args.output, exist_ok=True)
     res = export_qwen2(source, args.output, max_cache_len=args.max_cache_len, prefill_len=args.prefill_len,
                        dtype=args.dtype or "bfloat16", attn_implementation=args.attn)

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from .. import argtypes
-from ..common import DTYPES, CLIError, add_quiet_option
+from ..common import DTYPES, CLIError, add_quiet_option, check_outputs, default_target
 
 
 def register(sub) -> None:
@@ -37,10 +37,18 @@ def register(sub) -> None:
                    help="quantize the projections and the LM head when the weights are loaded, weight-only: int8 per "
                         "output channel or int4 in groups of 128 along K (activations and KV cache keep --dtype); "
                         "the cpu target runs them (the GPU kernels come later; default: the weights in --dtype)")
-    p.add_argument("--target", default="cpu", help="compiler target of the programs: cpu, cuda, webgpu")
+    p.add_argument("--target", default=None,
+                   help="compiler target of the programs: cpu, cuda, webgpu (default: the target of the best backend "
+                        "available here, the one `npusim generate` uses)")
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"], help="attention implementation to export")
     add_quiet_option(p)
     p.set_defaults(func=run)
+
+
+# what an export-llm folder holds (npu_export.llm_export), and with --random-weights its model directory's files
+LLM_FILES = ("prefill.json", "decode.json", "cache_map.json", "prefill.npubin", "decode.npubin", "manifest.json")
+RANDOM_WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                       "tokenizer_config.json")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--seed applies to --random-weights only")
     from ..progress import Progress
 
+    args.target, why = default_target(args.target)
+    check_outputs(args.output, [*LLM_FILES, *(RANDOM_WEIGHT_FILES if args.random_weights else ())])
     t0 = time.perf_counter()
     try:
         with Progress("export-llm", 3, quiet=args.quiet) as bar:
@@ -64,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     m = res.manifest
     print(f"exported {m['architecture']} ({m['dtype']}, target {m['target']}, max_cache_len {m['max_cache_len']}, "
           f"prefill_len {m['prefill_len']}) -> {res.out_dir} in {time.perf_counter() - t0:.1f} s")
+    print(f"target {args.target} ({why})")
     for k, f in m["files"].items():
         print(f"  {k:10s} {f}")
     if res.graphs_only:
@@ -78,5 +89,5 @@ def run(args: argparse.Namespace) -> int:
               + ("; tokenizer.json found" if m["tokenizer"] else "; no tokenizer.json: use --prompt-ids"))
     prompt = '--prompt "Hello"' if m["tokenizer"] else "--prompt-ids 1,2,3"
     print(f"next: npusim generate {res.out_dir} {prompt} --max-new-tokens 16"
-          + ("" if args.target == "cpu" else f" --backend {args.target}"))
+          + ("" if why != "--target" else f" --backend {args.target}"))
     return 0

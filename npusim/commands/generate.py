@@ -9,7 +9,7 @@ import os
 import sys
 
 from .. import argtypes
-from ..common import CLIError, add_backend_option
+from ..common import CLIError, add_backend_option, add_nonfinite_option
 
 
 def register(sub) -> None:
@@ -27,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("--max-new-tokens", type=argtypes.integer(1, name="count"), default=32,
                    help="tokens to generate at most (the prompt and these must fit the export's cache)")
     add_backend_option(p)
+    add_nonfinite_option(p)
     p.add_argument("--model-dir", default=None,
                    help="weights folder: config.json + *.safetensors (default: the one the folder's manifest names)")
     p.add_argument("--temperature", type=argtypes.non_negative, default=0.0,
@@ -79,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if sampling and args.temperature <= 0:
         raise CLIError(f"{', '.join(sampling)} apply to sampling; give --temperature > 0 (0, the default, is greedy)")
     _check_folder(args)
-    llm = LLM.load(args.out_dir, args.backend, model_dir=args.model_dir)
+    llm = LLM.load(args.out_dir, args.backend, model_dir=args.model_dir,
+                   allow_nonfinite=args.allow_nonfinite_weights)
     kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
               stop_tokens=None if args.stop_ids is None else _ids(args.stop_ids, "--stop-ids"))
 

@@ -18,7 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Partition an IR JSON for a target: coverage by nodes and FLOPs, every CPU fallback node with "
                     "its reason, and the plan (partitions and transfers). Nothing is compiled or run.")
     p.add_argument("ir", help="IR JSON file (pytorch-ir)")
-    p.add_argument("--target", default="cpu", help="compiler target: cpu, cuda, webgpu")
+    p.add_argument("--target", default=None,
+                   help="compiler target: cpu, cuda, webgpu (default: the target of the best backend available here, "
+                        "the one `run` and `verify` use)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--include-ir", action="store_true", help="with --json: include each partition's sub-IR")
     add_force_cpu_option(p)
@@ -26,8 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..common import default_target
     from ..partition_path import check_force_cpu
 
+    args.target, _ = default_target(args.target)
     check_force_cpu(args.ir, args.force_cpu)
     plan = partition(args.ir, support_predicate(args.target, args.force_cpu))
     if args.json:

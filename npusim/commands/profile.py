@@ -22,6 +22,16 @@ from ..common import add_quiet_option, add_run_options, add_timing_options, coll
 
 # A profiled run this much slower than a plain one is worth a sentence (launch gaps, graph vs. kernel by kernel).
 SLOWER_NOTE = 1.15
+# Why a profiled run is slower than a plain one, per backend (what its plain run does that the profiled one cannot)
+PROFILED_RUN = {
+    "cuda": "it launches kernel by kernel with a timer around each, where a plain run replays one CUDA graph, and a "
+            "kernel's time then also holds any wait for the host's launch.",
+    "webgpu": "each kernel is a compute pass of its own between timestamp queries, where a plain run records every "
+              "kernel in one pass of one submission.",
+    "cpu": "each kernel is timed by reading the clock around it and the timings are kept, which a plain run (the same "
+           "kernels, one after another) does not do; on a short program that bookkeeping is a visible share.",
+    "*": "each kernel is launched and timed on its own.",
+}
 
 
 def register(sub) -> None:
@@ -49,17 +59,19 @@ def run(args: argparse.Namespace) -> int:
     import npu_compiler
     import npu_runtime
 
-    from ..common import check_output_folder
+    from ..common import check_output_folder, check_weights_digest, resolve_weights
     from ..progress import Progress
 
     for path, flag in ((args.trace, "--trace"), (args.chart, "--chart")):
         if path is not None:
             check_output_folder(path, flag)
+    resolve_weights(args, args.artifact)
     backend = npu_runtime.get_backend(args.backend)
     if args.artifact.endswith(".json"):
         art = npu_compiler.compile_artifact(args.artifact, backend.compile_target())
     else:
         art = npu_compiler.load_artifact(args.artifact)
+        check_weights_digest(art, args.weights)
     inp = collect_inputs(art.inputs, parse_inputs(args.input), args.seed)
     quiet = args.quiet or args.json
     if inp.generated and not args.json:
@@ -68,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         return _partitioned(args, art, backend, inp.arrays, quiet)
     prog = art
     with Progress("loading weights", quiet=quiet) as bar:
-        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
+        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback,
+                                      allow_nonfinite=args.allow_nonfinite_weights)
     ex = backend.create_executor(prog)
     inputs = inp.arrays
     plain, profiled, runs = _timed(lambda: ex.run(inputs, ws), lambda: ex.profile(inputs, ws), backend, args, quiet)
@@ -125,11 +138,14 @@ def _print(args: argparse.Namespace, title: str, report, plain: list[float], pro
            method: str | None, backend, write_trace) -> int:
     from npu_runtime import profiling
 
-    from ..timing import LatencyStats
+    from ..timing import LatencyStats, warn_if_noisy
 
     plain_stats = LatencyStats.of(plain, args.warmup)
+    noise = warn_if_noisy(plain, "plain runs")
     prof_wall = statistics.median(profiled)
-    # per run, then the median: each run's kernels lie inside that run's own wall time
+    # The kernels' total in the header is the sum of the table's rows (each kernel's median), so that the header and
+    # the % column say the same. Its share is taken run by run (each run's kernels lie inside that run's own wall
+    # time, so it is at most 100%), then the median: medians of different runs need not fit inside one run.
     share = statistics.median(k / w for k, w in zip(report.iteration_totals_s, profiled) if w > 0)
     notes = []
     if args.trace is not None:
@@ -140,15 +156,14 @@ def _print(args: argparse.Namespace, title: str, report, plain: list[float], pro
         notes.append(why or f"chart written: {args.chart}")
     slower = prof_wall / plain_stats.median_s if plain_stats.median_s > 0 else 1.0
     if slower > SLOWER_NOTE:
-        notes.append(f"a profiled run takes {slower:.2f}x a plain run: it launches kernel by kernel with a timer "
-                     "around each (on cuda a plain run replays one CUDA graph), and a kernel's time then also holds "
-                     "any wait for the host's launch. Compare kernels with each other; take the total from the "
-                     "plain run.")
+        why = PROFILED_RUN.get(backend.name, PROFILED_RUN["*"])
+        notes.append(f"a profiled run takes {slower:.2f}x a plain run: {why} Compare kernels with each other; take "
+                     "the total from the plain run.")
     if args.json:
         d = report.to_dict()
         d.update(device=backend.describe(), kernel_timing=method, plain_run=plain_stats.to_dict(),
                  run_wall_s=plain_stats.median_s, profiled_run_wall_s=prof_wall, kernel_share_of_profiled_run=share,
-                 notes=notes)
+                 notes=notes, noise=noise)
         print(json.dumps(d, indent=1))
         return 0
     total = report.kernel_total_s
@@ -160,8 +175,8 @@ def _print(args: argparse.Namespace, title: str, report, plain: list[float], pro
     print(f"  plain run     {plain_stats.median_s * 1e3:.3f} ms (p90 {plain_stats.p90_s * 1e3:.3f} ms)")
     what = "kernels" if report.kernels and all(k.kind not in ("transfer", "cpu segment") for k in report.kernels) \
         else "kernels, CPU segments and transfers"
-    print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which {what} {total * 1e3:.3f} ms ({100 * share:.0f}%; "
-          "the rest is launch and timer overhead)")
+    print(f"  profiled run  {prof_wall * 1e3:.3f} ms, of which {what} {total * 1e3:.3f} ms ({100 * share:.0f}% of a "
+          "run, the rest is launch and timer overhead); the % column below is of this total")
     print(profiling.format_table(report, args.top or None))
     print("by fusion group: " + ", ".join(f"{g} {t * 1e3:.3f} ms" for g, t in list(report.by_group().items())[:8]))
     for n in notes:

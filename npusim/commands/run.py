@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 
+from npu_runtime.metrics import nonfinite
+
 from .. import argtypes
 from ..common import (
     add_force_cpu_option,
@@ -15,9 +17,12 @@ from ..common import (
     add_run_options,
     add_timing_options,
     check_output_folder,
+    check_weights_digest,
     collect_inputs,
     dtype_line,
     parse_inputs,
+    resolve_weights,
+    warn_nonfinite,
 )
 
 
@@ -52,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         check_output_folder(args.output)
+    resolve_weights(args, args.artifact)
     backend = npu_runtime.get_backend(args.backend)
     is_ir = args.artifact.endswith(".json")
     if args.force_cpu and not is_ir:
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             print(dtype_line(art))
     else:
         art = npu_compiler.load_artifact(args.artifact)
+        check_weights_digest(art, args.weights)
     if isinstance(art, npu_compiler.PartitionedProgram):
         return _run_partitioned(args, art, backend, given, contract)
     prog = art
@@ -85,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     from ..progress import Progress
 
     with Progress("loading weights", quiet=args.quiet or args.json) as bar:
-        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
+        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback,
+                                      allow_nonfinite=args.allow_nonfinite_weights)
     ex = backend.create_executor(prog)
     stats, outs = time_runs(lambda: ex.run_numpy(inp.arrays, ws), args.warmup, args.iters)
     title = f"run {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels)"
@@ -100,7 +108,7 @@ def _run_partitioned(args: argparse.Namespace, art, backend, given: dict, contra
 
     inp = collect_inputs(art.inputs, given, args.seed, contract)
     _notice(args, inp)
-    dag = DAGExecutor(art, backend, weights=args.weights)
+    dag = DAGExecutor(art, backend, weights=args.weights, allow_nonfinite=args.allow_nonfinite_weights)
     stats, outs = time_runs(lambda: dag.run(inp.arrays), args.warmup, args.iters)
     cpu = sum(s.device == "cpu" for s in art.segments)
     title = (f"run {art.model_name} on {backend.name} ({art.compute_dtype}, {len(art.segments)} segments: {cpu} on "
@@ -118,6 +126,7 @@ def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndar
     from ..common import device_line
 
     summaries = {name: summarize(arr, args.top_k) for name, arr in outs.items()}
+    warn_nonfinite("output", outs)
     if args.output is not None:
         save_npz(args.output, outs)
     if args.json:
@@ -144,10 +153,14 @@ def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndar
 def _stats_text(s: dict) -> str:
     if "mean" not in s:
         return f"min {s['min']}, max {s['max']}, first {s['first']}"
+    nf = s.get("nonfinite")
+    kinds = (("nan", "NaN"), ("posinf", "+inf"), ("neginf", "-inf"))
+    bad = (", ".join(f"{nf[k]} {label}" for k, label in kinds if nf[k]) + f" (the first at {nf['first']})"
+           if nf else "")
+    if s["mean"] is None:  # not one finite value: no statistic to show
+        return f"no finite value: {bad}"
     text = f"min {s['min']:.4g}, max {s['max']:.4g}, mean {s['mean']:.4g}, std {s['std']:.4g}"
-    if s.get("nonfinite"):
-        text += f", {s['nonfinite']} NaN/Inf"
-    return text
+    return text + (f" over the finite values; {bad}" if bad else "")
 
 
 def summarize(arr: np.ndarray, top_k: int = 0, max_rows: int = 4) -> dict:
@@ -161,9 +174,13 @@ def summarize(arr: np.ndarray, top_k: int = 0, max_rows: int = 4) -> dict:
         return {**d, "min": a.min().item(), "max": a.max().item(), "first": a.ravel()[:8].tolist()}
     f = a.astype(np.float64)
     finite = np.isfinite(f)
-    vals = f[finite] if finite.any() else np.zeros(1)
-    d.update(min=float(vals.min()), max=float(vals.max()), mean=float(vals.mean()), std=float(vals.std()),
-             nonfinite=int((~finite).sum()))
+    found = nonfinite(a)
+    if finite.any():
+        vals = f[finite]
+        d.update(min=float(vals.min()), max=float(vals.max()), mean=float(vals.mean()), std=float(vals.std()))
+    else:  # statistics of no values are none, not zeros
+        d.update(min=None, max=None, mean=None, std=None)
+    d["nonfinite"] = found.to_dict() if found is not None else None
     if top_k > 0 and a.ndim >= 1:
         rows = f.reshape(-1, a.shape[-1])
         k = min(top_k, rows.shape[-1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .. import argtypes
@@ -14,11 +15,14 @@ from ..common import (
     add_force_cpu_option,
     add_quiet_option,
     add_run_options,
+    check_output_folder,
+    check_weights_digest,
     collect_inputs,
     compile_kwargs,
     device_line,
     dtype_line,
     parse_inputs,
+    resolve_weights,
 )
 
 
@@ -48,6 +52,9 @@ def register(sub) -> None:
     tol.add_argument("--min-pearson", type=argtypes.number(name="correlation"), default=None,
                      help="lowest Pearson r between output and reference (default: the compute dtype's)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("-o", "--output", metavar="X.npubin", default=None,
+                   help="when it passes, write the verified program (an IR compiled as one program) with the SHA-256 "
+                        "of the weights it passed with, which `npusim run` checks (default: nothing written)")
     p.add_argument("--per-node", action="store_true",
                    help="also compare every intermediate that survives fusion with the reference value of its IR "
                         "node (cpu and webgpu backends, dtype default tolerance) and name the first kernel outside it")
@@ -122,12 +129,22 @@ def run(args: argparse.Namespace) -> int:
 
     artifact = not args.ir.endswith(".json")
     _check_combinations(args, artifact)
+    resolve_weights(args, args.ir)
+    if args.output is not None:
+        if artifact:
+            raise CLIError("-o writes the program verify compiles from an IR; an artifact is written already")
+        check_output_folder(args.output)
+    if args.dump_repro:
+        from npu_runtime.inspect import check_repro_folder
+
+        check_repro_folder(args.dump_repro)
     backend = npu_runtime.get_backend(args.backend)
     contract = find_contract(args.ir)
     if contract is not None and args.rope_theta is None:
         args.rope_theta = contract.rope_theta  # the export knows the rotary base its graphs were made with
     if artifact:
         prog = npu_compiler.load_artifact(args.ir)
+        check_weights_digest(prog, args.weights)
         if isinstance(prog, npu_compiler.PartitionedProgram):
             return _verify_partitioned(args, backend, prog, [], contract)
     else:
@@ -149,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     from ..progress import Progress
 
     with Progress("loading weights", quiet=args.quiet or args.json) as bar:
-        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback)
+        ws = npu_runtime.load_weights(prog, args.weights, backend, progress=bar.callback,
+                                      allow_nonfinite=args.allow_nonfinite_weights)
     executor = backend.create_executor(prog)
     outs = executor.run_numpy(inp.arrays, ws)
 
@@ -168,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
     tol = _tolerance(args, _tolerance_row(prog))
     from npu_runtime.metrics import compare
 
-    rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol) for name in ref]
+    classes = set(prog.stats.get("class_outputs", ()))
+    rows = [compare(name, outs[name], ref[name], prog.compute_dtype, tol, class_axis=name in classes) for name in ref]
     ok = all(r.passed for r in rows)
     report = {"model": prog.model_name, "backend": backend.name, "device": backend.describe(), "target": prog.target,
               "compute_dtype": prog.compute_dtype, "compute_dtype_reason": prog.stats.get("compute_dtype_reason"),
@@ -181,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         report["passed"] = ok
     if args.json:
         print(json.dumps(report, indent=1))
+        _write_verified(args, prog, ok)
         return 0 if ok else 1
     print(f"verify {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels) "
           f"against {against}")
@@ -195,7 +215,23 @@ def run(args: argparse.Namespace) -> int:
     if per_node is not None:
         _print_per_node(args, per_node)
     print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
+    _write_verified(args, prog, ok)
     return 0 if ok else 1
+
+
+def _write_verified(args: argparse.Namespace, prog, ok: bool) -> None:
+    """-o: the program that passed, with the SHA-256 of the weights it passed with."""
+    if args.output is None:
+        return
+    out = sys.stderr if args.json else sys.stdout
+    if not ok:
+        print(f"-o {args.output}: not written (the program did not pass)", file=out)
+        return
+    from npu_compiler.digest import short, weights_digest
+
+    prog.weights_sha256 = weights_digest(args.weights) if os.path.exists(args.weights) else None
+    prog.save(args.output)
+    print(f"verified program written: {args.output} (weights sha256 {short(prog.weights_sha256)})", file=out)
 
 
 def _notice(args: argparse.Namespace, inp) -> None:
@@ -231,11 +267,13 @@ def _load_expected(path: str, outputs: list[tuple[str, tuple[int, ...]]], model:
 
     import numpy as np
 
+    from npu_compiler.atomic import note_input
     from npu_runtime.errors import InputError
 
     if not os.path.isfile(path):
         raise InputError(f"--expected: file not found: {path}")
     try:
+        note_input(path)
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise ValueError("it holds one array, not an archive of named arrays")
@@ -268,6 +306,7 @@ def _print_rows(rows) -> None:
     for r in rows:
         t1 = f"{r.top1_equal:.2f}" if r.top1_equal is not None else "-"
         t5 = f"{r.top5_overlap:.2f}" if r.top5_overlap is not None else "-"
+        pr = f"{r.pearson:.6f}" if r.pearson is not None else "-"
         mm = ""
         if elementwise:
             n = 1
@@ -275,7 +314,10 @@ def _print_rows(rows) -> None:
                 n *= d
             mm = f" {f'{r.mismatched}/{n}' if r.mismatched is not None else '-':>12}"
         print(f"  {r.name:<{w}} {str(list(r.shape)):<18} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
-              f"{r.pearson:>10.6f} {t1:>6} {t5:>6}{mm}  {'ok' if r.passed else 'FAIL'}")
+              f"{pr:>10} {t1:>6} {t5:>6}{mm}  {'ok' if r.passed else 'FAIL'}")
+    for r in rows:
+        if not r.passed:
+            print(f"  {r.name}: {r.why}")
 
 
 def _print_per_node(args: argparse.Namespace, per_node: dict) -> None:
@@ -307,7 +349,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
         _require_inputs(art.inputs, given)
     inp = collect_inputs(art.inputs, given, args.seed, contract)
     _notice(args, inp)
-    dag = DAGExecutor(art, backend, weights=args.weights)
+    dag = DAGExecutor(art, backend, weights=args.weights, allow_nonfinite=args.allow_nonfinite_weights)
     per_node = None
     if args.expected:
         outs = dag.run(inp.arrays)
@@ -326,7 +368,8 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
             ref = run_reference(args.ir, sd, inp.arrays)
     compute = art.compute_dtype
     tol = _tolerance(args, compute)
-    rows = [compare(name, outs[name], ref[name], compute, tol) for name in ref]
+    classes = set(art.stats.get("class_outputs", ()))
+    rows = [compare(name, outs[name], ref[name], compute, tol, class_axis=name in classes) for name in ref]
     ok = all(r.passed for r in rows) and (per_node is None or per_node["first_failure"] is None)
     report = {"model": art.model_name, "backend": backend.name, "device": backend.describe(), "target": art.target,
               "compute_dtype": compute, "compute_dtype_reason": art.stats.get("compute_dtype_reason"),
@@ -340,6 +383,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
         report["per_node"] = per_node
     if args.json:
         print(json.dumps(report, indent=1))
+        _write_verified(args, art, ok)
         return 0 if ok else 1
     cpu = sum(s.device == "cpu" for s in art.segments)
     print(f"verify {art.model_name} on {backend.name} ({compute}, {len(art.segments)} segments: {cpu} on the CPU, "
@@ -352,6 +396,7 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
     if per_node is not None:
         _print_per_node(args, per_node)
     print("PASS" if ok else f"FAIL: outside the tolerance ({tol.describe()})")
+    _write_verified(args, art, ok)
     return 0 if ok else 1
 
 

@@ -2,7 +2,8 @@
 it ("valid") or refuses it ("invalid"). Placeholders in the argv name the seeds and files the worker makes:
 {ART} {IR} {W} (the small ResNet's artifact, IR and weights), {ART_Q} {WQ} (the tiny Qwen2 decode program and its
 weights), {LLM} (an `export-llm` folder), {OUT} (an empty folder), {MISSING} (a folder that does not exist),
-{DIR} (an existing folder), {NPY:kind} and {NPZ:kind} (array files made per case), {FILE:kind} (other files)."""
+{DIR} (an existing folder), {FIFO} and {LINK} (a FIFO and a symlink, outputs npusim must refuse), {NPY:kind} and
+{NPZ:kind} (array files made per case), {FILE:kind} (other files)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _run(r: random.Random) -> dict:
             e = "invalid"  # the same input twice
         return _v(argv, e, f"--input {spec}")
     if c == "out":
-        v, e = _pick(r, ["{OUT}/o.npz"], ["{MISSING}/o.npz", "{DIR}", ""])
+        v, e = _pick(r, ["{OUT}/o.npz"], ["{MISSING}/o.npz", "{DIR}", "", "{FIFO}", "{LINK}", "{W}"])
         return _v(RUN + ["-o", v], e, f"-o {v}")
     if c == "iters":
         v, e = _pick(r, ["1", "2", "3"], ["0", "-1", "1000001", "x", "1.5", "", "nan"])
@@ -98,7 +99,7 @@ def _compile(r: random.Random) -> dict:
     base = ["compile", "{IR}", "-o", "{OUT}/m.npubin"]
     c = r.choice(["out", "dtype", "target", "rope", "pass", "ir", "nofusion"])
     if c == "out":
-        v, e = _pick(r, ["{OUT}/m.npubin", "{OUT}/m"], ["{MISSING}/m.npubin", "{DIR}", ""])
+        v, e = _pick(r, ["{OUT}/m.npubin", "{OUT}/m"], ["{MISSING}/m.npubin", "{DIR}", "", "{FIFO}", "{LINK}", "{IR}"])
         return _v(["compile", "{IR}", "-o", v], e, f"-o {v}")
     if c == "dtype":
         v, e = _pick(r, ["auto", "float32", "float16", "bfloat16"], ["int8", "fp16", "", "float64"])
@@ -128,10 +129,10 @@ def _profile(r: random.Random) -> dict:
         v, e = _pick(r, ["0", "3"], ["-1", "x", "nan"])
         return _v(PROFILE + ["--top", v], e, f"--top {v}")
     if c == "trace":
-        v, e = _pick(r, ["{OUT}/t.json"], ["{MISSING}/t.json", "{DIR}"])
+        v, e = _pick(r, ["{OUT}/t.json"], ["{MISSING}/t.json", "{DIR}", "{FIFO}", "{LINK}", "{ART}"])
         return _v(PROFILE + ["--trace", v], e, f"--trace {v}")
     if c == "chart":
-        v, e = _pick(r, ["{OUT}/c.png"], ["{MISSING}/c.png", "{DIR}"])
+        v, e = _pick(r, ["{OUT}/c.png"], ["{MISSING}/c.png", "{DIR}", "{FIFO}", "{LINK}"])
         return _v(PROFILE + ["--chart", v], e, f"--chart {v}")
     return _v(PROFILE + ["--json"], "valid")
 
@@ -363,8 +364,12 @@ def materialise(case: dict, ctx) -> list[str]:
     seeds = ctx.seed_dir
     names = {"{ART}": seeds / "resnet_f32.npubin", "{IR}": seeds / "resnet.json", "{W}": seeds / "resnet.safetensors",
              "{ART_Q}": seeds / "qwen_decode_f32.npubin", "{WQ}": seeds / "qwen.safetensors", "{LLM}": seeds / "llm",
-             "{OUT}": out, "{MISSING}": ctx.work / "missing" / "deeper", "{DIR}": ctx.work / "adir"}
+             "{OUT}": out, "{MISSING}": ctx.work / "missing" / "deeper", "{DIR}": ctx.work / "adir",
+             "{FIFO}": out / "fifo", "{LINK}": out / "link"}
     (ctx.work / "adir").mkdir(exist_ok=True)
+    os.mkfifo(out / "fifo")  # outputs that must be refused, never replaced: a FIFO, a link to a file
+    (ctx.work / "victim").write_text("keep")
+    (out / "link").symlink_to(ctx.work / "victim")
     argv = []
     for a in case["argv"]:
         if "{KERNEL_NAME}" in a:

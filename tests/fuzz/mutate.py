@@ -13,11 +13,11 @@ payload that runs would create it).
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import random
 import struct
-import zlib
 from typing import Any
 
 import msgpack
@@ -394,7 +394,7 @@ def _valid_op(r: random.Random, ir: dict) -> list:
 
 # ---- artifacts ----------------------------------------------------------------------------------------------------
 
-HEADER = struct.Struct("<8sIQI")
+HEADER = struct.Struct("<8sIQ32s")  # magic, version, payload length, the payload's SHA-256
 
 
 def artifact_data(blob: bytes) -> dict:
@@ -416,13 +416,15 @@ def apply_artifact(seed_blob: bytes, ops: list, canary: str) -> bytes:
             payload = payload.replace(packed, b"\xcf" + b"\xff" * 8)
     payload = apply_byte_ops(payload, ops)
     magic, version, _, _ = HEADER.unpack_from(seed_blob)
-    fields = {"magic": magic, "version": version, "length": len(payload), "crc": zlib.crc32(payload)}
+    fields = {"magic": magic, "version": version, "length": len(payload), "sha256": hashlib.sha256(payload).digest()}
     for op in ops:
         if op[0] == "header":
             fields[op[1]] = op[2] if op[1] != "magic" else str(op[2]).encode()[:8]
     try:
-        head = HEADER.pack(fields["magic"], fields["version"] & 0xFFFFFFFF, fields["length"] & (2**64 - 1),
-                           fields["crc"] & 0xFFFFFFFF)
+        digest = fields["sha256"]
+        if isinstance(digest, int):  # an edited checksum: that number's bytes
+            digest = (digest & (2**256 - 1)).to_bytes(32, "little")
+        head = HEADER.pack(fields["magic"], fields["version"] & 0xFFFFFFFF, fields["length"] & (2**64 - 1), digest)
     except (struct.error, TypeError) as e:
         raise Stale(f"header: {e}") from e
     return head + payload
@@ -572,7 +574,7 @@ def _artifact_op(r: random.Random, data: dict) -> list:
     if strategy == "bytes":
         return [["bytes", "flip", r.random(), r.randrange(1, 256)]] if r.random() < 0.8 else \
             [["bytes", "truncate", r.random()]]
-    field_ = r.choice(["version", "length", "crc", "magic"])
+    field_ = r.choice(["version", "length", "sha256", "magic"])
     if field_ == "magic":
         return [["header", "magic", r.choice(["NPUBIN\x00\x1b", "PK\x03\x04", ""])]]
     return [["header", field_, r.choice([0, 1, 3, 2**32 - 1, 2**40])]]

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 
 ROWS = [("ir", "IR JSON through `npu_compiler.compile`"),
         ("ir_cli", "IR JSON through `npusim compile` / `npusim run IR.json`"),
-        ("artifact", "`.npubin` with the CRC recomputed, `npusim run` (+ `describe`)"),
+        ("artifact", "`.npubin` with the SHA-256 recomputed, `npusim run` (+ `describe`)"),
         ("weights", "safetensors weights, `npusim run`"), ("cli", "CLI inputs and options")]
 BAD = ("raw", "crash", "hang", "invalid", "harness", "stale")
 WORKER_MEMORY = 6 << 30  # address space of one worker: a runaway allocation fails there, not on the machine
