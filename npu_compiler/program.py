@@ -563,8 +563,15 @@ class _Reader:
         if need is not None and not need <= set(r.sources):
             raise self.fail(f"{path}.sources", f"a {r.kind} recipe needs {', '.join(sorted(need))}")
         p = r.params
+        # an integer program's scale recipes carry the per-tensor weight scale as a parameter where no per-channel
+        # source gives it (quant/fold.py)
+        per_tensor = set() if "weight_scale" in r.sources else {"weight_scale"}
         params = {"load": set(), "concat": {"axis", "shapes"}, "bn_fold_weight": {"eps"}, "bn_fold_bias": {"eps"},
-                  "rope_inv_freq": {"base", "dim"}}[r.kind]
+                  "rope_inv_freq": {"base", "dim"}, "wo_quantize": {"bits", "group", "part"},
+                  "quantize_weight": {"quant_min", "quant_max"},
+                  "quant_bias": {"input_scale", "output_scale"} | per_tensor,
+                  "requant_scale": {"input_scale", "output_scale"} | per_tensor,
+                  "dequant_scale": {"input_scale"} | per_tensor}[r.kind]
         if set(p) != params:
             raise self.fail(f"{path}.params", f"a {r.kind} recipe takes exactly "
                             f"{', '.join(sorted(params)) or 'no parameters'}, got {sorted(map(str, p))}")
