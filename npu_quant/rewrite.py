@@ -8,12 +8,14 @@ reads ours and PyTorch's the same way and folds both into integer kernels (`npu_
 - Activations: where an integer op reads them: the inputs of conv2d and linear, the operands and result of an add of
   two int8 tensors (integer ops' results), and an integer op's result that one of those reads (after the ReLU or
   clamp that follows it, which the kernel fuses). Each gets a `quantize_per_tensor` after its producer and a
-  `dequantize_per_tensor` before each reader. A conv's or linear's result that only float ops read stays float (the
-  kernel dequantizes), an add whose result a layer norm reads (a transformer's residual) stays float, and so does a
-  tensor computed only from integer inputs (an attention mask). An op that only moves or selects values (max_pool2d,
-  views) between quantized tensors keeps its input's parameters, so it runs on the integers. Every other op (softmax,
-  layer norm, GELU, mean, ...) reads a dequantized tensor and computes in float: mixed precision, which `describe`
-  shows.
+  `dequantize_per_tensor` before each integer reader; a float op reads the float value where one exists (a norm's
+  output that is both a linear's input and a transformer's residual: only the linear reads int8, as PT2E's per-edge
+  observers place it), a dequantize of the integers where the producer is an integer op. A conv's or linear's
+  result that only float ops read stays float (the kernel dequantizes), an add whose result a layer norm reads (a
+  transformer's residual) stays float, and so does a tensor computed only from integer inputs (an attention mask).
+  An op that only moves or selects values (max_pool2d, views) between quantized tensors keeps its input's
+  parameters, so it runs on the integers. Every other op (softmax, layer norm, GELU, mean, ...) computes in float:
+  mixed precision, which `describe` shows.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Plan:
     bn: dict[str, dict] = field(default_factory=dict)  # conv node name -> its BatchNorm node (folded)
     alias_of: dict[str, str] = field(default_factory=dict)  # a view's tensor -> the tensor it views (for observers)
     views: dict[str, str] = field(default_factory=dict)  # a quantized view's tensor -> its (quantized) input
+    produced: set[str] = field(default_factory=set)  # integer ops' results: no float value of them exists
+    integer_readers: set[str] = field(default_factory=set)  # nodes that read int8 operands (integer ops, views)
 
     @property
     def observed(self) -> list[str]:
@@ -161,6 +165,7 @@ def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
         if op in CONTRACTIONS and len(ins) >= 2 and activation(ins[0]) and ins[1].get("producer_node") is None \
                 and str(ins[1].get("dtype")) == "float32" and (op != "conv2d.default" or len(ins[0]["shape"]) == 4):
             p.weights[n["name"]] = ins[1]["name"]
+            p.integer_readers.add(n["name"])
             quantized.setdefault(ix.tensor_of(ins[0]))
             produced.add(_result(ix, p, n))
     # pass-through ops (max pool, views) carry an integer result on: their results count as produced
@@ -179,6 +184,7 @@ def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
                 all(ix.tensor_of(t) in produced or ix.tensor_of(t) in quantized for t in ins):
             for t in ins:
                 quantized.setdefault(ix.tensor_of(t))
+            p.integer_readers.add(n["name"])
             out = _result(ix, p, n)
             quantized.setdefault(out)
             produced.add(out)
@@ -200,6 +206,7 @@ def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
                 ix.tensor_of(ins[0]) in quantized:
             src = ix.tensor_of(ins[0])
             p.same_as[out] = p.same_as.get(src, src)
+            p.integer_readers.add(n["name"])
             if op in VIEWS:
                 p.views[out] = src
     order = {name: i for i, name in enumerate(ix.inputs)}
@@ -207,6 +214,7 @@ def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
         for t in n.get("outputs", []):
             order[t["name"]] = len(ix.inputs) + i
     p.tensors = sorted((t for t in quantized if t not in ix.outputs or t not in ix.inputs), key=lambda t: order[t])
+    p.produced = {t for t in produced if t in quantized}
     return p
 
 
@@ -308,8 +316,10 @@ def apply(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: Plan, qpa
         for ref in n.get("inputs", []):
             if ref.get("producer_node") is not None:
                 t = ix.tensor_of(ref)
-                if t in quantized:
+                if t in quantized and (n["name"] in p.integer_readers or t in p.produced):
                     ref = dequantized(t, ref["shape"], n["name"])
+                elif t in quantized and t not in ix.inputs:  # a float op reads the float value
+                    ref = {**ref, "name": f"{t}_float"}
                 elif ref["producer_node"] in producer_of:
                     ref = {**ref, "producer_node": producer_of[ref["producer_node"]]}
             ins.append(ref)

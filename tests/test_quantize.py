@@ -298,3 +298,51 @@ def test_keep_float_leaves_a_tensors_readers_in_float(trained, tmp_path, capsys)
     assert main(["quantize", str(tmp_path / "m.json"), "--weights", str(tmp_path / "none.safetensors"),
                  "--calibration-random", "1", "--keep-float", "no_such_tensor", "-o", str(tmp_path)]) == 2
     assert "no such tensor" in capsys.readouterr().err
+
+
+# ---- a transformer's residual ---------------------------------------------------------------------------------------
+
+
+class PostNormBlock(torch.nn.Module):
+    """BERT's post-norm shape: the norm's output is both a linear's input and the residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(16)
+        self.fc = torch.nn.Linear(16, 16)
+        self.ln2 = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        h = self.ln1(x)
+        return self.ln2(h + self.fc(h))
+
+
+def test_a_float_op_reads_the_float_value_of_a_quantized_tensor():
+    """The residual add reads the norm's float output, not its int8 copy (which only the linear needs): a float op
+    between a dequantize and a quantize reads float where a float value exists, as PT2E's per-edge observers do."""
+    torch.manual_seed(0)
+    model = PostNormBlock().eval()
+    with torch.no_grad():
+        model.ln1.weight.uniform_(0.5, 3.0)
+    ir = export_ir(PostNormBlock, [torch.zeros(4, 8, 16)])
+    weights = {k: to_numpy(v) for k, v in model.state_dict().items()}
+    name = ir["graph_inputs"][0]["name"]
+    x = torch.randn(4, 8, 16)
+    q = quantize(ir, weights, [{name: x.numpy()}], Options(symmetric=False))
+    (t,) = q.plan.tensors
+    add = next(n for n in q.ir["nodes"] if n["op_type"] == "aten.add.Tensor")
+    producers = {r["producer_node"] for r in add["inputs"]}
+    assert not any("dequantize" in p for p in producers), producers
+    program = npu_compiler.compile(q.ir, "cpu")
+    assert "qgemm" in {k.kind for k in program.kernels}
+    got = _run(program, q.weights, name, x)
+    p = q.qparams[t]
+    w = torch.from_numpy(q.weights["fc.weight.int8"].astype(np.float32) * q.weights["fc.weight.scale"][:, None])
+    with torch.no_grad():
+        h = model.ln1(x)
+        hq = torch.fake_quantize_per_tensor_affine(h, p.scale, p.zero_point, p.qmin, p.qmax)
+        y = torch.nn.functional.linear(hq, w, model.fc.bias)
+        want = model.ln2(h + y).numpy()
+        int8_residual = model.ln2(hq + y).numpy()
+    err = np.abs(got - want).max()
+    assert err < 1e-4 < np.abs(int8_residual - want).max(), err
