@@ -5,6 +5,13 @@ width fixed by the first batch's largest magnitude, more bins added as later bat
 
 - `minmax`: the whole observed range.
 - `percentile`: |x| clipped at the given percentile of the histogram (99.99 by default).
+- `mse`: the clipping threshold whose quantize-dequantize error is least: for each candidate threshold T (the upper
+  edge of bin i, i from 128 to the last), the range [max(min, -T), min(max, T)] gives a scale and zero point (below),
+  and the error is the sum over the bins of count x (centre - dequantize(quantize(centre)))^2, the negative values'
+  bins at their negative centres (the histogram keeps which counts were negative, so an asymmetric range is scored
+  on the values it really quantizes). That is pytorch-quantization's MSE calibrator (bins from 128, centres as the
+  values), with signs; it weighs the clipped outliers against the bulk's rounding by measured error, where
+  `percentile` clips a fixed share and `entropy` matches a distribution's shape.
 - `entropy`: the clipping threshold that minimises the KL divergence between the reference distribution P (the
   histogram up to a candidate bin i, the counts beyond it added to bin i - 1) and its quantized candidate Q (those i
   bins merged into 128 levels, each level's count spread evenly over its nonzero bins), for i from 128 to the last
@@ -31,7 +38,7 @@ from npu_compiler.quant.fold import QParams  # the compiler's reading of a quant
 
 NUM_BINS = 2048
 ENTROPY_LEVELS = 128  # the positive half of int8: a symmetric threshold's levels
-METHODS = ("minmax", "percentile", "entropy")
+METHODS = ("minmax", "percentile", "entropy", "mse")
 EPS = float(np.finfo(np.float32).eps)
 ENTROPY_MIN_VALUES = 16 * NUM_BINS
 
@@ -43,7 +50,8 @@ class TensorStats:
         self.min = math.inf
         self.max = -math.inf
         self.bins = bins
-        self.hist: np.ndarray | None = None
+        self.hist: np.ndarray | None = None  # counts of |x|
+        self.neg: np.ndarray | None = None  # the counts of the same bins that were negative values
         self.width = 0.0
         self.count = 0
 
@@ -60,11 +68,14 @@ class TensorStats:
         if self.hist is None:
             self.width = top / self.bins if top > 0 else 1.0
             self.hist = np.zeros(self.bins, np.int64)
+            self.neg = np.zeros(self.bins, np.int64)
         need = int(math.floor(top / self.width)) + 1
         if need > self.hist.size:  # a later batch reaches further: more bins of the same width
-            self.hist = np.concatenate([self.hist, np.zeros(need - self.hist.size, np.int64)])
+            grow = np.zeros(need - self.hist.size, np.int64)
+            self.hist, self.neg = np.concatenate([self.hist, grow]), np.concatenate([self.neg, grow])
         idx = np.minimum((a / self.width).astype(np.int64), self.hist.size - 1)
         self.hist += np.bincount(idx, minlength=self.hist.size)
+        self.neg += np.bincount(idx[x < 0], minlength=self.hist.size)
 
     # ---- thresholds on |x| ---------------------------------------------------------------------------------------
     def percentile(self, p: float) -> float:
@@ -80,6 +91,36 @@ class TensorStats:
         if self.hist is None:
             return 0.0
         return entropy_threshold(self.hist, self.width)
+
+
+def mse_range(stats: TensorStats, symmetric: bool, dtype: str = "int8", first: int = ENTROPY_LEVELS
+              ) -> tuple[float, float]:
+    """The clipped range [lo, hi] of least quantization error over the histogram (see the module's docstring)."""
+    if stats.hist is None or stats.neg is None:
+        return 0.0, 0.0
+    pos = (stats.hist - stats.neg).astype(np.float64)
+    neg = stats.neg.astype(np.float64)
+    centres = (np.arange(stats.hist.size) + 0.5) * stats.width
+    values = np.concatenate([np.minimum(centres, max(stats.max, 0.0)), -np.minimum(centres, max(-stats.min, 0.0))])
+    counts = np.concatenate([pos, neg])
+    keep = counts > 0
+    values, counts = values[keep], counts[keep]
+    ranges = [(max(stats.min, -i * stats.width), min(stats.max, i * stats.width))
+              for i in range(min(first, stats.hist.size), stats.hist.size + 1)]
+    params = [choose_qparams(lo, hi, symmetric, dtype) for lo, hi in ranges]
+    errors = np.concatenate([_errors(values, counts, params[i:i + 64]) for i in range(0, len(params), 64)])
+    return ranges[int(np.argmin(errors))]
+
+
+def _errors(values: np.ndarray, counts: np.ndarray, params: list[QParams]) -> np.ndarray:
+    """sum(counts x (values - dequantize(quantize(values)))^2) for each parameter set, as the quantize op computes
+    (a float32 reciprocal of the scale, half to even)."""
+    inv = (np.float32(1.0) / np.array([q.scale for q in params], np.float32))[:, None]
+    zp = np.array([q.zero_point for q in params], np.float64)[:, None]
+    scale = np.array([q.scale for q in params], np.float64)[:, None]
+    lo, hi = params[0].qmin, params[0].qmax
+    codes = np.clip(np.rint(values.astype(np.float32)[None, :] * inv) + zp, lo, hi)
+    return np.sum(counts * (values - (codes - zp) * scale) ** 2, axis=1)
 
 
 def entropy_threshold(hist: np.ndarray, width: float, levels: int = ENTROPY_LEVELS) -> float:
@@ -145,7 +186,9 @@ def qparams_for(stats: TensorStats, method: str, symmetric: bool, percentile: fl
         raise ValueError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
     method = method_used(stats, method)
     lo, hi = stats.min, stats.max
-    if method != "minmax":
+    if method == "mse":
+        lo, hi = mse_range(stats, symmetric, dtype)
+    elif method != "minmax":
         t = stats.percentile(percentile) if method == "percentile" else stats.entropy()
         lo, hi = max(lo, -t), min(hi, t)
     return choose_qparams(lo, hi, symmetric, dtype)

@@ -129,6 +129,57 @@ def test_entropy_needs_a_filled_histogram():
     assert qparams_for(s, "entropy", True) == qparams_for(s, "minmax", True)
 
 
+def _sample_mse(x: np.ndarray, p) -> float:
+    """The quantize-dequantize error of the samples themselves (PyTorch's fake quantize: an independent reference)."""
+    t = torch.from_numpy(x)
+    return float(((t - torch.fake_quantize_per_tensor_affine(t, p.scale, p.zero_point, p.qmin, p.qmax)) ** 2).mean())
+
+
+def _best_sample_mse(x: np.ndarray, symmetric: bool, steps: int = 200) -> float:
+    """The least error over clipping thresholds on a fine grid, scored on the samples (brute force)."""
+    top = float(np.abs(x).max())
+    return min(_sample_mse(x, choose_qparams(max(float(x.min()), -t), min(float(x.max()), t), symmetric))
+               for t in np.linspace(top / steps, top, steps))
+
+
+@pytest.mark.parametrize("case", ["heavy tail", "gelu", "one-sided outlier"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_mse_finds_the_least_error_range(case, symmetric):
+    """The histogram's choice is as good as the best threshold measured on the values themselves, and beats min-max
+    where clipping pays. At 8 bits it rarely does: a step's rounding error is small, so only a heavy tail is cut."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(50_000).astype(np.float32)
+    if case == "heavy tail":
+        x = rng.standard_t(3, size=50_000).astype(np.float32)  # a heavy tail: the least error clips it
+    elif case == "gelu":
+        x = torch.nn.functional.gelu(torch.from_numpy(x * 1.5)).numpy()
+        x[:5] = 25.0  # a layer's outlier channel, one token
+    else:
+        x[:50] = 30.0  # a layer norm's outlier channel: kept (clipping 50 values costs more than coarser steps)
+    s = TensorStats()
+    for part in np.split(x, 4):
+        s.update(part)
+    assert int(s.neg.sum()) == int((x < 0).sum())
+    p = qparams_for(s, "mse", symmetric)
+    got, best = _sample_mse(x, p), _best_sample_mse(x, symmetric)
+    assert got <= best * 1.03, (got, best)
+    assert got <= _sample_mse(x, qparams_for(s, "minmax", symmetric))
+    if case == "heavy tail":
+        assert got < 0.95 * _sample_mse(x, qparams_for(s, "minmax", symmetric))  # the tail clipped
+
+
+def test_mse_asymmetric_uses_the_sign():
+    """A one-sided tensor (a GELU's output) quantized asymmetrically spends its levels on the side it has."""
+    rng = np.random.default_rng(5)
+    x = torch.nn.functional.gelu(torch.from_numpy(rng.standard_normal(100_000).astype(np.float32) * 2)).numpy()
+    s = TensorStats()
+    s.update(x)
+    a, m = qparams_for(s, "mse", symmetric=False), qparams_for(s, "mse", symmetric=True)
+    assert a.zero_point < -100  # the range starts near GELU's minimum, -0.17
+    assert _sample_mse(x, a) < 0.5 * _sample_mse(x, m)
+
+
+
 # ---- a CNN with trained weights -----------------------------------------------------------------------------------
 
 
@@ -192,7 +243,7 @@ def _run(program, weights, name, x: torch.Tensor) -> np.ndarray:
                            for i in range(0, len(x), 16)])
 
 
-@pytest.mark.parametrize("method", ["minmax", "percentile"])
+@pytest.mark.parametrize("method", ["minmax", "percentile", "mse"])
 def test_int8_cnn_keeps_the_float_top1(trained, method):
     """Entropy is left out: on this network's sparse ReLU features it clips the rare large activations that carry
     the class (docs/quantization.md says so, with the measurement)."""

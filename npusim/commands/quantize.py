@@ -42,9 +42,10 @@ def register(sub) -> None:
 
 
 def add_quant_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", default="minmax", choices=("minmax", "percentile", "entropy"),
-                   help="how each activation's range is chosen: the observed min and max, a percentile of |x|, or "
-                        "the threshold of least KL divergence (TensorRT's entropy calibrator)")
+    p.add_argument("--method", default="minmax", choices=("minmax", "percentile", "entropy", "mse"),
+                   help="how each activation's range is chosen: the observed min and max, a percentile of |x|, the "
+                        "threshold of least KL divergence (TensorRT's entropy calibrator), or the threshold of least "
+                        "quantization error (mean squared, over the histogram)")
     p.add_argument("--percentile", type=argtypes.number(50.0, 100.0, lo_open=True), default=99.99,
                    help="with --method percentile: the percentile of |x| kept")
     p.add_argument("--activations", default="symmetric", choices=("symmetric", "asymmetric"),
