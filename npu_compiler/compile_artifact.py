@@ -41,7 +41,8 @@ def compile_artifact(ir: str | os.PathLike | Mapping[str, Any], target: str = "c
                      force_cpu: Iterable[str] = (), force_torch: Iterable[str] = (), dtype: str | None = None,
                      config: TargetConfig | None = None, disable_passes: Iterable[str] = (), fusion: bool = True,
                      rope_theta: float | None = None, limits: Limits | None = None, partitioned: bool = False,
-                     weights_dtype: str | None = None) -> CompiledProgram | PartitionedProgram:
+                     weights_dtype: str | None = None, lm_head_dtype: str | None = None
+                     ) -> CompiledProgram | PartitionedProgram:
     """Compile `ir` for `target` into one artifact whatever its ops (see the module's docstring).
 
     `force_cpu` names ops or nodes to run on the CPU although the target has them (the CPU reference runs them);
@@ -56,7 +57,7 @@ def compile_artifact(ir: str | os.PathLike | Mapping[str, Any], target: str = "c
     if plan.fallback and not fallback:
         raise NPUCompileError(_refusal(plan, target))
     options = {"disable_passes": list(disable_passes), "fusion": fusion, "rope_theta": rope_theta, "limits": lim,
-               "weights_dtype": weights_dtype}
+               "weights_dtype": weights_dtype, "lm_head_dtype": lm_head_dtype}
     if not plan.fallback and not partitioned:
         return compile_program(graph, target, dtype=dtype, config=config, **options)  # the graph read above
     cfg = config or default_config(target)

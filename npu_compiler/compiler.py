@@ -28,7 +28,7 @@ from .passes.normalize import canonicalize_conv_padding, inplace_to_outofplace, 
 from .passes.slice_hoisting import hoist_slices
 from .program import CompiledProgram, Recipe, WeightSpec
 from .quant.fold import fold_quantized
-from .quant.weight_only import WEIGHTS_DTYPES, quantize_weights_only
+from .quant.weight_only import DEFAULT_GROUP, HEAD_DTYPES, WEIGHTS_DTYPES, quantize_weights_only
 from .targets.codegen import get_codegen_target
 from .targets.config import TargetConfig, default_config
 
@@ -56,14 +56,16 @@ class CompileOptions:
 def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
             fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True,
-            limits: Limits | None = None, weights_dtype: str | None = None) -> CompiledProgram:
+            limits: Limits | None = None, weights_dtype: str | None = None,
+            lm_head_dtype: str | None = None) -> CompiledProgram:
     """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...).
 
     `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
     fusion pass (FUSION_PASSES) at once. `limits` bounds tensor and program sizes (default: `Limits()`, from the
     environment). `weights_dtype` "int8" or "int4" quantizes every linear's weight at load time, weight-only
-    (`quant/weight_only.py`: decoding's W8A16 / W4A16). Bad input raises an NPUCompileError (or ConstraintError for a
-    size above a limit) naming the node; a bug raises InternalError."""
+    (`quant/weight_only.py`: decoding's W8A16 / W4A16); `lm_head_dtype` ("int8", "int4" or "float") gives the LM head
+    (a linear writing a graph output) another format than the rest (default: the same). Bad input raises an
+    NPUCompileError (or ConstraintError for a size above a limit) naming the node; a bug raises InternalError."""
     lim = limits or Limits()
     if not fusion:
         disable_passes = (*disable_passes, *FUSION_PASSES)
@@ -78,6 +80,9 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
         raise NPUCompileError(f"rope_theta must be a positive number, got {rope_theta!r}")
     if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
         raise NPUCompileError(f"weights_dtype {weights_dtype!r} is not one of {', '.join(WEIGHTS_DTYPES)}")
+    if lm_head_dtype is not None and (weights_dtype is None or lm_head_dtype not in HEAD_DTYPES):
+        raise NPUCompileError(f"lm_head_dtype {lm_head_dtype!r}: give it with weights_dtype, one of "
+                              f"{', '.join(HEAD_DTYPES)}")
     graph = ir if isinstance(ir, Graph) else read_ir(ir, lim)
     unknown_ops = [n for n in graph.nodes if n.op != "getitem" and lookup(n.op) is None]
     if unknown_ops:
@@ -85,7 +90,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
         n = unknown_ops[0]
         raise UnsupportedOpError(n.name, f"aten.{n.op}", target, "an op the compiler does not know")
     return _compile(graph, target, codegen, cfg, dtype, set(disable_passes), rope_theta, verify_plan, lim,
-                    weights_dtype)
+                    weights_dtype, lm_head_dtype)
 
 
 def _run_pass(name: str, fn, *args):
@@ -101,8 +106,8 @@ def _run_pass(name: str, fn, *args):
 
 
 def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str | None, disable_passes: set[str],
-             rope_theta: float | None, verify_plan: bool, lim: Limits, weights_dtype: str | None = None
-             ) -> CompiledProgram:
+             rope_theta: float | None, verify_plan: bool, lim: Limits, weights_dtype: str | None = None,
+             lm_head_dtype: str | None = None) -> CompiledProgram:
     passes: list[str] = []
     recipes: dict[str, Recipe] = {}
     class_outputs_of = class_outputs(graph)  # from the IR as read, before any pass rewrites it
@@ -143,8 +148,10 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
     _run_pass("constraints", check_constraints, graph, cfg)
     padding = _run_pass("channel_padding", plan_channel_padding, graph, cfg)
     if weights_dtype is not None:  # after the dtype pass: the scales stay float32 whatever the compute dtype
-        n = _run_pass("weight_only", quantize_weights_only, graph, recipes, weights_dtype)
-        passes.append(f"weight_only({weights_dtype}, {n})")
+        n = _run_pass("weight_only", quantize_weights_only, graph, recipes, weights_dtype, DEFAULT_GROUP,
+                      lm_head_dtype)
+        head = f", lm head {lm_head_dtype}" if lm_head_dtype not in (None, weights_dtype) else ""
+        passes.append(f"weight_only({weights_dtype}{head}, {n})")
     passes.extend(_fuse(graph, recipes, disable_passes))
 
     lowering = Lowering(graph, codegen, greedy_fusion="elementwise_fusion" not in disable_passes,

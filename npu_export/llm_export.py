@@ -58,6 +58,7 @@ def export_llm(
     seed: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
     weights_dtype: str | None = None,
+    lm_head_dtype: str | None = None,
 ) -> LLMExportResult:
     """Export, compile and describe. `dtype` None: the checkpoint's torch_dtype (bfloat16 for a built-in config).
 
@@ -65,7 +66,8 @@ def export_llm(
     unless `random_weights`: then a model of that config (or of `model_dir`'s config.json) with random weights
     (seeded) and a character-level tokenizer are written into the folder, which runs by itself. `weights_dtype`
     "int8" or "int4": the projections and the LM head weight-only quantized when the weights are loaded (W8A16,
-    W4A16; npu_compiler/quant/weight_only.py).
+    W4A16; npu_compiler/quant/weight_only.py); `lm_head_dtype` "int8", "int4" or "float": the LM head's own format
+    (default: `weights_dtype`'s).
     """
     if (model_dir is None) == (config is None):
         raise ValueError("give exactly one of model_dir (a Hugging Face model folder) and config (a built-in name)")
@@ -100,7 +102,7 @@ def export_llm(
         step(1 + i, 3, f"compiling {kind} for {target}")
         # one artifact whatever the ops: those the target lacks run on the CPU (segments the LLM runtime runs too)
         prog = npu_compiler.compile_artifact(getattr(exp, f"{kind}_path"), target, dtype=dt, rope_theta=theta,
-                                             weights_dtype=weights_dtype)
+                                             weights_dtype=weights_dtype, lm_head_dtype=lm_head_dtype)
         prog.save(out / f"{kind}.npubin")
         files[kind] = f"{kind}.npubin"
         compute[kind] = prog.compute_dtype
@@ -115,6 +117,7 @@ def export_llm(
         "target": target,
         "dtype": dt,
         "weights_dtype": weights_dtype or dt,
+        "lm_head_dtype": (lm_head_dtype if lm_head_dtype != "float" else dt) if lm_head_dtype else weights_dtype or dt,
         "compute_dtype": compute["decode"],
         "cache_dtype": exp.cache_map["cache"]["dtype"],
         "max_cache_len": max_cache_len,

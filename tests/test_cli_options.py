@@ -66,8 +66,8 @@ def test_every_default_is_in_help(capsys):
 
 def test_one_dtype_option_name_everywhere():
     """`--dtype` on every command that takes a dtype; the old `export --llm-dtype` is a hidden deprecated alias.
-    `export-llm --weights-dtype` is another thing: how the weights are stored (weight-only int8/int4), not a dtype
-    the model computes in."""
+    `export-llm --weights-dtype` (and `--lm-head-dtype`, the LM head's) is another thing: how the weights are stored
+    (weight-only int8/int4), not a dtype the model computes in."""
     subs = _subparsers(build_parser())
     for name in ("export", "compile", "verify", "export-llm"):
         flags = {f for a in subs[name]._actions for f in a.option_strings}
@@ -75,7 +75,8 @@ def test_one_dtype_option_name_everywhere():
     assert "--llm-dtype" not in subs["export"].format_help()
     shown = {name for name, sub in subs.items() for a in sub._actions for f in a.option_strings
              if "dtype" in f and a.help != argparse.SUPPRESS}
-    assert all(f == "--dtype" or (name, f) == ("export-llm", "--weights-dtype") for name, sub in subs.items()
+    storage = {("export-llm", "--weights-dtype"), ("export-llm", "--lm-head-dtype")}
+    assert all(f == "--dtype" or (name, f) in storage for name, sub in subs.items()
                for a in sub._actions for f in a.option_strings if "dtype" in f and a.help != argparse.SUPPRESS), shown
 
 

@@ -1,9 +1,15 @@
 """Weight-only quantized decoding (`npusim export-llm --weights-dtype int8|int4`): the `wgemm` record's CPU reference,
-the int8 per-channel and int4 group-wise (group 128) codes, and decoding of a small random-weight Qwen2 against the
-same model in bf16, each given bf16's greedy tokens so far: W8A16 picks bf16's token on >= 99% of the steps (100%
-measured). W4A16 is held to 85%: 88% measured, short of the issue's 95%. The weights are random (Gaussian, the tied
-LM head too, whose int4 step is 0.4 of its spread) and the logits flatter than a trained model's; on random tokens
-instead of bf16's greedy ones, with all weights N(0, 0.1), W8A16 agreed on 97% of 200 steps."""
+the int8 per-channel and int4 group-wise (group 128) codes, and decoding of a small Qwen2 with random weights against
+the same model in bf16, each given bf16's greedy tokens so far (docs/tolerances.md, "Weight-only decoding"):
+
+- W8A16 picks bf16's token on >= 99% of the steps (100% measured);
+- W4A16 with an int8 LM head (`--lm-head-dtype int8`, as AWQ/GPTQ/TensorRT-LLM keep the head above 4 bits) on
+  >= 95% (100% measured);
+- W4A16 with the LM head int4 too picks bf16's token wherever bf16's lead is clear of int4's error (4 sigma); on all
+  steps 88% measured, held to 85%. The random weights make the logits flat (median lead 0.27) and the tied LM head's
+  int4 rows (hidden 128: one group a row) add a fixed error to each token's logit at every step (sigma 0.06), which
+  alone predicts about 92%; the projections at int4 change no token.
+"""
 
 from __future__ import annotations
 
@@ -97,38 +103,50 @@ def llms(tmp_path_factory):
         d = tmp_path_factory.mktemp("wo")
         model.to(torch.bfloat16).save_pretrained(d / "hf")
         out = {}
-        for wd in (None, "int8", "int4"):
-            export_llm(d / f"npu_{wd}", model_dir=d / "hf", max_cache_len=STEPS + 8, prefill_len=8, dtype="bfloat16",
-                       weights_dtype=wd)
-            out[wd] = LLM.load(d / f"npu_{wd}", "cpu")
+        for wd, head in ((None, None), ("int8", None), ("int4", None), ("int4", "int8")):
+            tag = f"{wd}_{head}"
+            export_llm(d / f"npu_{tag}", model_dir=d / "hf", max_cache_len=STEPS + 8, prefill_len=8,
+                       dtype="bfloat16", weights_dtype=wd, lm_head_dtype=head)
+            out[wd if head is None else f"{wd}+{head} head"] = LLM.load(d / f"npu_{tag}", "cpu")
         return out
     finally:
         torch.set_num_threads(threads)
 
 
-def _argmaxes(llm, prompt: list[int], continuation: list[int]) -> list[int]:
-    """The model's pick after the prompt and after each token of `continuation` fed back (teacher forcing)."""
+def _logits(llm, prompt: list[int], continuation: list[int]) -> np.ndarray:
+    """The model's logits after the prompt and after each token of `continuation` fed back (teacher forcing)."""
     logits, _ = llm.prefill(prompt)
-    picks = [int(np.argmax(logits))]
+    steps = [np.asarray(logits, np.float32)]
     for i, tok in enumerate(continuation[:-1]):
-        picks.append(int(np.argmax(llm.decode_step(tok, len(prompt) + i))))
-    return picks
+        steps.append(np.asarray(llm.decode_step(tok, len(prompt) + i), np.float32))
+    return np.stack(steps)
 
 
 def test_every_projection_and_the_lm_head_are_weight_only(llms):
-    for wd in ("int8", "int4"):
-        kinds = [k.kind for k in llms[wd].executors["decode"].program.kernels]
+    for wd, bits in (("int8", {8}), ("int4", {4}), ("int4+int8 head", {4, 8})):
+        kernels = llms[wd].executors["decode"].program.kernels
+        kinds = [k.kind for k in kernels]
         assert kinds.count("wgemm") == 2 * 7 + 1 and "gemm" not in kinds, (wd, kinds)
+        assert {k.spec.bits for k in kernels if k.kind == "wgemm"} == bits, wd
+    head = [k for k in llms["int4+int8 head"].executors["decode"].program.kernels if k.kind == "wgemm"]
+    assert [k.spec.bits for k in head].count(8) == 1  # the LM head alone
 
 
 def test_weight_only_decoding_picks_bf16s_tokens(llms):
     """bf16 decodes greedily from four prompts; at every step the weight-only model, given the same tokens so far,
-    must pick the token bf16 picked."""
+    must pick the token bf16 picked (all-int4: wherever bf16's lead is clear of int4's error)."""
     rng = np.random.default_rng(3)
     prompts = [[int(t) for t in rng.integers(0, 256, 8)] for _ in range(4)]
-    ref = {i: llms[None].generate(p, STEPS).tokens for i, p in enumerate(prompts)}
-    for wd, need in (("int8", 0.99), ("int4", 0.85)):
-        hits = [np.array(_argmaxes(llms[wd], p, ref[i])) == np.array(ref[i]) for i, p in enumerate(prompts)]
-        agree = float(np.mean(np.concatenate(hits)))
-        print(f"W{wd[3:]}A16: bf16's token on {agree:.3f} of {sum(len(h) for h in hits)} steps")
-        assert agree >= need, f"W{wd[3:]}A16 picks bf16's token on {agree:.3f} of the steps"
+    ref = [llms[None].generate(p, STEPS).tokens for p in prompts]
+    bf16 = np.concatenate([_logits(llms[None], p, ref[i]) for i, p in enumerate(prompts)])
+    assert np.array_equal(bf16.argmax(1), np.concatenate(ref))  # teacher forcing replays bf16's own decoding
+    for wd, need in (("int8", 0.99), ("int4+int8 head", 0.95), ("int4", 0.85)):
+        got = np.concatenate([_logits(llms[wd], p, ref[i]) for i, p in enumerate(prompts)])
+        hits = got.argmax(1) == bf16.argmax(1)
+        top2 = np.sort(bf16, axis=1)[:, -2:]
+        # a lead's error is the difference of two logits' errors: sqrt(2) times their spread at that step
+        clear = top2[:, 1] - top2[:, 0] > 4 * np.sqrt(2) * (got - bf16).std(axis=1)
+        print(f"{wd}: bf16's token on {hits.mean():.3f} of {hits.size} steps; on {hits[clear].mean():.3f} of the "
+              f"{clear.sum()} clear leads")
+        assert hits.mean() >= need, f"{wd} picks bf16's token on {hits.mean():.3f} of the steps"
+        assert hits[clear].all(), f"{wd} misses bf16's token at {np.flatnonzero(clear & ~hits).tolist()}, clear leads"

@@ -3,7 +3,11 @@ a checkpoint tensor [N, K] becomes `npu.wlinear` (kernel `wgemm`), its weight ma
 checkpoint by the recipe `wo_quantize`: int8 per output channel (symmetric, [-127, 127]) or int4 group-wise along K
 (groups of 128, asymmetric: a scale and a zero point per group, min-max, as AWQ and GPTQ quantize), the codes packed
 two a byte. Activations, the KV cache and every other op keep their dtype (bf16 for a bf16 model): W8A16, W4A16.
-A tied LM head is quantized too (the embedding it shares its tensor with reads the float one)."""
+A tied LM head is quantized too (the embedding it shares its tensor with reads the float one).
+
+The LM head (a linear whose result is a graph output: the logits) may take another format, `head_dtype`: int8 or
+the model's own ("float"), as AWQ, GPTQ and TensorRT-LLM's int4 recipes keep it (fp16) and llama.cpp's 4-bit types
+(6-bit): its rows are the logits, where an int4 row's error is a fixed bias of that token's logit at every step."""
 
 from __future__ import annotations
 
@@ -12,20 +16,25 @@ from ..ir.graph import Graph, Node, TensorType, Value
 from ..program import Recipe
 
 WEIGHTS_DTYPES = {"int8": 8, "int4": 4}
+HEAD_DTYPES = (*WEIGHTS_DTYPES, "float")
 DEFAULT_GROUP = 128
 
 
 def quantize_weights_only(graph: Graph, recipes: dict[str, Recipe], weights_dtype: str,
-                          group: int = DEFAULT_GROUP) -> int:
+                          group: int = DEFAULT_GROUP, head_dtype: str | None = None) -> int:
     """Rewrite the graph's linears (see the module's docstring); returns how many. A linear whose K is not a
-    multiple of the group (int4) keeps its float weight."""
-    bits = WEIGHTS_DTYPES[weights_dtype]
+    multiple of the group (int4) keeps its float weight; the LM head takes `head_dtype` (default: `weights_dtype`)."""
+    outputs = {v.name for v in graph.outputs}
     used = set(graph.weight_keys.values())
     shapes = graph.meta.get("ir_weights", {})
     count = 0
     for i, node in enumerate(graph.nodes):
         if node.op != "linear.default" or len(node.inputs) < 2:
             continue
+        fmt = (head_dtype or weights_dtype) if any(o.name in outputs for o in node.outputs) else weights_dtype
+        if fmt not in WEIGHTS_DTYPES:
+            continue
+        bits = WEIGHTS_DTYPES[fmt]
         w = node.inputs[1]
         if w.kind != "weight" or len(w.shape) != 2 or not is_float(w.dtype):
             continue
@@ -44,7 +53,7 @@ def quantize_weights_only(graph: Graph, recipes: dict[str, Recipe], weights_dtyp
         for part, shape, dtype in parts:
             v = Value(f"{node.name}.{part}", TensorType(shape, dtype), "weight")
             graph.weights[v.name] = v
-            graph.weight_keys[v.name] = f"{weights_dtype}_{part}({key})"
+            graph.weight_keys[v.name] = f"{fmt}_{part}({key})"
             recipes[v.name] = Recipe("wo_quantize", {"weight": key}, {**params, "part": part}, fallback)
             made.append(v)
         new = Node(node.name, "npu.wlinear", [node.inputs[0], *made, *node.inputs[2:]], node.outputs,

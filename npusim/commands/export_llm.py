@@ -37,6 +37,9 @@ def register(sub) -> None:
                    help="quantize the projections and the LM head when the weights are loaded, weight-only: int8 per "
                         "output channel or int4 in groups of 128 along K (activations and KV cache keep --dtype); "
                         "the cpu target runs them (the GPU kernels come later; default: the weights in --dtype)")
+    p.add_argument("--lm-head-dtype", default=None, choices=("int8", "int4", "float"),
+                   help="with --weights-dtype: the LM head's own format (float: --dtype's), as AWQ, GPTQ and "
+                        "TensorRT-LLM keep it above 4 bits (default: --weights-dtype's)")
     p.add_argument("--target", default=None,
                    help="compiler target of the programs: cpu, cuda, webgpu (default: the target of the best backend "
                         "available here, the one `npusim generate` uses)")
@@ -56,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     if (args.model_dir is None) == (args.config is None):
         raise CLIError("give a MODEL_DIR or --config NAME (not both)")
+    if args.lm_head_dtype is not None and args.weights_dtype is None:
+        raise CLIError("--lm-head-dtype applies with --weights-dtype only")
     if args.seed != 0 and not args.random_weights:
         raise CLIError("--seed applies to --random-weights only")
     from ..progress import Progress
@@ -68,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
             res = export_llm(args.output, model_dir=args.model_dir, config=args.config,
                              max_cache_len=args.max_cache_len, prefill_len=args.prefill_len, dtype=args.dtype,
                              target=args.target, attn_implementation=args.attn, random_weights=args.random_weights,
-                             seed=args.seed, progress=bar.callback, weights_dtype=args.weights_dtype)
+                             seed=args.seed, progress=bar.callback, weights_dtype=args.weights_dtype,
+                             lm_head_dtype=args.lm_head_dtype)
     except (ValueError, NotImplementedError) as e:
         raise CLIError(str(e)) from e
     m = res.manifest
