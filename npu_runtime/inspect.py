@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +19,11 @@ import numpy as np
 
 from npu_compiler.atomic import atomic_path, check_writable, write_text
 from npu_compiler.errors import OutputError
+from npu_compiler.kernels import INTEGER_KINDS
 from npu_compiler.program import BufferSpec, CompiledProgram, KernelCall, TensorRef
 
 from .errors import NPURuntimeError
-from .metrics import Comparison, compare
+from .metrics import ONE_UNIT, WHOLE_MODEL_UNITS, Comparison, compare, compare_codes
 
 
 @dataclass
@@ -76,18 +78,58 @@ def kernel_values(program: CompiledProgram, node_outputs: Mapping[str, list[str]
     return [v if v is not None and last[v] == i else None for i, v in enumerate(values)]
 
 
-def capture_outputs(executor, inputs: Mapping[str, Any], weights=None) -> dict[int, np.ndarray]:
+class Captured(dict):
+    """Every kernel's first output by kernel index, and in `buffers_before`, for the kernels `isolatable` names, the
+    whole buffers each one touches just before it ran (from which `check_kernels` reruns it alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers_before: dict[int, dict[int, np.ndarray]] = {}
+
+
+def integer_program(program: CompiledProgram) -> bool:
+    """Whether `program` has integer kernels: its numbers follow the integer rules (docs/tolerances.md)."""
+    return any(k.kind in INTEGER_KINDS for k in program.kernels)
+
+
+def tolerance_dtype(compute_dtype: str, programs: Iterable[CompiledProgram]) -> str:
+    """The row of the default tolerances for these programs (an artifact's, or a partitioned one's segments): their
+    compute dtype's, or int8's where one has integer kernels."""
+    return "int8" if any(integer_program(p) for p in programs) else compute_dtype
+
+
+CODE_DTYPES = ("int8", "uint8")
+
+
+def isolatable(program: CompiledProgram) -> set[int]:
+    """The kernels of an integer program that are rerun alone on the reference's inputs (`check_kernels`): the
+    integer kernels, and every kernel that writes integer codes (int8, uint8: a quantize). The whole-model reference's
+    codes differ from ours by the units earlier layers moved them; one kernel's own error is what these rows judge."""
+    if not integer_program(program):
+        return set()
+    return {i for i, k in enumerate(program.kernels)
+            if k.outs and (k.kind in INTEGER_KINDS or program.buffers[k.outs[0].buffer].dtype in CODE_DTYPES)}
+
+
+def capture_outputs(executor, inputs: Mapping[str, Any], weights=None) -> Captured:
     """Run kernel by kernel and copy every kernel's first output right after it runs (the arena is shared, so
-    reading the buffers at the end would show later kernels' data)."""
+    reading the buffers at the end would show later kernels' data); the buffers of `isolatable` kernels too, just
+    before they run."""
     program: CompiledProgram = executor.program
-    got: dict[int, np.ndarray] = {}
+    got = Captured()
+    alone = isolatable(program)
+
+    def before(i: int) -> None:
+        if i in alone:
+            k = program.kernels[i]
+            got.buffers_before[i] = {b: np.array(executor.flat[b]) for b in {r.buffer for r in (*k.args, *k.outs)}}
 
     def after(i: int) -> None:
         k = program.kernels[i]
         if k.outs:
             got[i] = np.array(executor.view(k.outs[0]))
 
-    executor.run_observed(inputs, weights, after=after)
+    executor.run_observed(inputs, weights, before=before if alone else None, after=after)
     return got
 
 
@@ -111,9 +153,60 @@ def kernel_reference(k: KernelCall, value: np.ndarray) -> np.ndarray:
     return ref
 
 
+def _on_reference_inputs(program: CompiledProgram, index: int, buffers: Mapping[int, np.ndarray],
+                         values: list[str | None], expected: Mapping[str, np.ndarray]) -> dict[int, np.ndarray] | None:
+    """Kernel `index`'s buffers as they were before it ran, with every input an earlier kernel wrote replaced by the
+    reference's value of that kernel's IR value; None where one has no reference (then it cannot be isolated)."""
+    k = program.kernels[index]
+    bufs = {b: a.copy() for b, a in buffers.items()}
+    outs = {r.buffer for r in k.outs}
+    for b in {a.buffer for a in k.args} - outs:
+        j = next((j for j in range(index - 1, -1, -1) if program.kernels[j].outs
+                  and program.kernels[j].outs[0].buffer == b), None)
+        if j is None:  # a graph input, a weight or a constant: the same on both sides
+            continue
+        ref = expected.get(values[j]) if values[j] is not None else None
+        o = program.kernels[j].outs[0]
+        if ref is None or np.size(ref) != math.prod(o.shape):
+            return None
+        flat = bufs[b]
+        view = np.lib.stride_tricks.as_strided(flat[o.offset:], shape=o.shape,
+                                               strides=tuple(st * flat.itemsize for st in o.strides), writeable=True)
+        view[...] = np.asarray(ref).reshape(o.shape).astype(flat.dtype)
+    return bufs
+
+
+def _check_alone(program: CompiledProgram, index: int, backend, buffers: Mapping[int, np.ndarray],
+                 values: list[str | None], expected: Mapping[str, np.ndarray], dtype: str
+                 ) -> tuple[Comparison | None, str]:
+    """Kernel `index` rerun alone on `backend` with the reference's inputs, against the reference: codes within
+    ONE_UNIT, a float result (an integer kernel that dequantizes) under `dtype`'s tolerance; (None, why) where it
+    cannot be isolated."""
+    bufs = _on_reference_inputs(program, index, buffers, values, expected)
+    if bufs is None:
+        return None, "an input has no reference value"
+    k = program.kernels[index]
+    ex = backend.create_executor(kernel_program(program, index, bufs))
+    ex.run({})
+    ref = kernel_reference(k, expected[values[index]])
+    out, why = _comparable(np.array(ex.view(ex.program.kernels[0].outs[0])), ref)
+    if out is None:
+        return None, why
+    if ref.dtype.kind in "iu":
+        return compare_codes(values[index], out, ref, ONE_UNIT, "given the reference's inputs"), ""
+    return compare(values[index], out, ref, dtype), ""
+
+
 def check_kernels(program: CompiledProgram, captured: Mapping[int, np.ndarray], expected: Mapping[str, np.ndarray],
-                  node_outputs: Mapping[str, list[str]] | None = None) -> list[KernelCheck]:
+                  node_outputs: Mapping[str, list[str]] | None = None, backend=None) -> list[KernelCheck]:
+    """Every kernel's captured output against the reference's value of its IR node, under the program's row of the
+    default tolerances (`tolerance_dtype`). In an integer program a kernel that writes codes is judged in units of
+    its output's scale (docs/tolerances.md, "Integer programs"): rerun alone on `backend` with the reference's
+    inputs (a `Captured` holds its buffers), within one unit; where it cannot be isolated, the whole model's codes
+    within WHOLE_MODEL_UNITS."""
     values = kernel_values(program, node_outputs)
+    dtype = tolerance_dtype(program.compute_dtype, [program])
+    before = getattr(captured, "buffers_before", {})
     rows: list[KernelCheck] = []
     for i, k in enumerate(program.kernels):
         v = values[i]
@@ -130,7 +223,13 @@ def check_kernels(program: CompiledProgram, captured: Mapping[int, np.ndarray], 
             if out is None:
                 row.note = why
             else:
-                row.comparison = compare(v, out, ref, program.compute_dtype)
+                if i in before and backend is not None:
+                    row.comparison, why = _check_alone(program, i, backend, before[i], values, expected, dtype)
+                    row.note = "alone, on the reference's inputs" if row.comparison else f"not isolated: {why}"
+                if row.comparison is None and ref.dtype.kind in "iu" and i in before:
+                    row.comparison = compare_codes(v, out, ref, WHOLE_MODEL_UNITS, "the whole model's inputs")
+                elif row.comparison is None:
+                    row.comparison = compare(v, out, ref, dtype)
         rows.append(row)
     return rows
 
@@ -157,12 +256,13 @@ def check_partitioned(dag, captured: Mapping[int, tuple[dict[str, Any], dict[int
     """Per segment in the order they ran: every kernel of a program segment against the reference value of its IR
     node (`check_kernels`), and every output of a torch_ir segment against the reference's."""
     rows: list[KernelCheck] = []
+    row_dtype = tolerance_dtype(dag.program.compute_dtype, [st.program for st in dag.stages if st and st.program])
     for st in dag.stages:
         if st is None:
             continue
         seg = st.segment
         if st.program is not None:
-            for r in check_kernels(st.program, captured[seg.index][1], expected, node_outputs):
+            for r in check_kernels(st.program, captured[seg.index][1], expected, node_outputs, st.executor.backend):
                 r.segment = seg.index
                 rows.append(r)
             continue
@@ -172,7 +272,8 @@ def check_partitioned(dag, captured: Mapping[int, tuple[dict[str, Any], dict[int
             if t.name not in expected:
                 row.note = f"no reference value '{t.name}'"
             else:
-                row.comparison = compare(t.name, dag.host_value(t.name), expected[t.name], dag.program.compute_dtype)
+                row.comparison = compare(t.name, dag.host_value(t.name), expected[t.name],
+                                         row_dtype)
             rows.append(row)
     return rows
 
@@ -199,7 +300,8 @@ def format_table(rows: list[KernelCheck]) -> str:
                          f"{'-':>10} {'-':>10} {'-':>10}  ({r.note})")
         else:
             lines.append(f"{r.index:>4} {r.label:<{kw}} {r.group:<{gw}} {str(r.value):<{vw}} {c.max_abs:>10.3g} "
-                         f"{c.max_rel:>10.3g} {_r(c.pearson):>10}  {'ok' if c.passed else 'FAIL'}")
+                         f"{c.max_rel:>10.3g} {_r(c.pearson):>10}  {'ok' if c.passed else 'FAIL'}"
+                         + (f" ({r.note})" if r.note else ""))
     return "\n".join(lines)
 
 
@@ -210,6 +312,7 @@ it with the reference.
 Written by `npusim verify --per-node --dump-repro`. Exit status 1 when the kernel is outside the tolerance."""
 
 import json
+import math
 import os
 import sys
 

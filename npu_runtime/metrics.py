@@ -21,6 +21,11 @@ MODEL_TOLERANCE: dict[str, dict[str, float]] = {
     # there, and a unit is 1/127 of a tensor's range
     "int8": {"min_r": 0.999, "max_rel": 5e-2, "atol": 1e-2},
 }
+# Integer codes (docs/tolerances.md, "Integer programs"): a kernel given the reference's own inputs is within one unit
+# of its output's scale (the reference rounds y / scale half to even in float, the kernel requantizes in fixed point);
+# given the whole model's drifted inputs, within three (two measured on PT2E's CNN and encoder block).
+ONE_UNIT = 1
+WHOLE_MODEL_UNITS = 3
 # Pearson r of fewer values is no evidence (of two values it is always +-1, of one undefined): such an output is
 # judged element by element, |err| <= atol + max_rel * |ref|.
 MIN_PEARSON_ELEMENTS = 4
@@ -223,3 +228,20 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, compute_dtype: str, tol
     c.passed = not fails
     c.why = "; ".join(fails)
     return c
+
+
+def compare_codes(name: str, out: np.ndarray, ref: np.ndarray, units: int, given: str) -> Comparison:
+    """Integer codes (a quantized tensor) against the reference's: every |out - ref| at most `units` units of the
+    tensor's scale. `max_abs` is the largest difference in units, `max_rel` it over the reference's largest |code|,
+    `mismatched` how many codes differ at all; `given` says which inputs the kernel ran on (for the failure's text)."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return Comparison(name, tuple(ref.shape), float("inf"), float("inf"), None, passed=False,
+                          why=f"shape {list(out.shape)} instead of {list(ref.shape)}")
+    diff = np.abs(out.astype(np.int64) - ref.astype(np.int64))
+    worst = int(diff.max()) if diff.size else 0
+    top = int(np.abs(ref.astype(np.int64)).max()) if ref.size else 0
+    passed = worst <= units
+    return Comparison(name, tuple(ref.shape), float(worst), worst / top if top else float(worst), None,
+                      exact=worst == 0, mismatched=int(np.count_nonzero(diff)), passed=passed,
+                      why="" if passed else f"codes differ by up to {worst} units (at most {units}, {given})")

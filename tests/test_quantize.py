@@ -397,3 +397,56 @@ def test_a_float_op_reads_the_float_value_of_a_quantized_tensor():
         int8_residual = model.ln2(hq + y).numpy()
     err = np.abs(got - want).max()
     assert err < 1e-4 < np.abs(int8_residual - want).max(), err
+
+
+# ---- verify --per-node on an integer program (docs/tolerances.md, "Integer programs") -------------------------------
+
+
+def _per_node(tmp_path, capsys, ir, weights) -> tuple[int, dict]:
+    """`npusim verify --per-node --json` of the int8 program of `ir` (min-max on two batches of blobs)."""
+    from safetensors.numpy import save_file
+
+    from npusim.cli import main
+
+    name = ir["graph_inputs"][0]["name"]
+    q = quantize(ir, weights, [{name: _blobs(16, s)[0].numpy()} for s in (1, 2)])
+    (tmp_path / "q.json").write_text(json.dumps(q.ir))
+    save_file({k: np.ascontiguousarray(v) for k, v in q.weights.items()}, str(tmp_path / "q.safetensors"))
+    np.save(tmp_path / "x.npy", _blobs(16, 3)[0].numpy())
+    capsys.readouterr()
+    rc = main(["verify", str(tmp_path / "q.json"), "--input", f"{name}={tmp_path / 'x.npy'}", "--per-node",
+               "--backend", "cpu", "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def _shifted_requantize(monkeypatch, units: int):
+    """Every integer kernel's requantized codes moved up by `units` (saturating): a kernel that is off by that much."""
+    from npu_compiler.kernels import requant
+
+    real = requant.requantize
+    monkeypatch.setattr(requant, "requantize", lambda acc, m, n, zp, lo, hi, rounding="single":
+                        np.minimum(real(acc, m, n, zp, lo, hi, rounding) + units, hi))
+
+
+def test_per_node_holds_integer_kernels_to_one_unit_on_the_references_inputs(trained, tmp_path, capsys):
+    ir, weights, _ = _float_setup(trained)
+    rc, report = _per_node(tmp_path, capsys, ir, weights)
+    assert rc == 0 and report["tolerance"]["source"] == "int8 default"
+    rows = {r["kind"]: r for r in report["per_node"]["kernels"] if r["comparison"]}
+    assert {"qconv2d", "qgemm"} <= rows.keys()
+    conv = rows["qconv2d"]["comparison"]
+    assert conv["exact"] is not None and conv["max_abs"] <= 1  # units of the output's scale
+
+    alone = [r for r in report["per_node"]["kernels"] if r["note"] == "alone, on the reference's inputs"]
+    assert {r["kind"] for r in alone} >= {"qconv2d", "qadd", "qgemm"}  # and the quantizes
+    assert all(r["comparison"]["passed"] for r in alone)
+
+
+def test_per_node_finds_an_integer_kernel_two_units_off(trained, tmp_path, capsys, monkeypatch):
+    ir, weights, _ = _float_setup(trained)
+    _shifted_requantize(monkeypatch, 2)
+    rc, report = _per_node(tmp_path, capsys, ir, weights)
+    bad = report["per_node"]["first_failure"]
+    assert rc == 1 and bad["kind"] == "qconv2d" and bad["index"] == 1
+    assert bad["comparison"]["max_abs"] >= 2  # two units, three where the kernel's own rounding adds one
+    assert "units (at most 1, given the reference's inputs)" in bad["comparison"]["why"]

@@ -87,13 +87,6 @@ def reference_weights(prog, ws) -> tuple[dict, dict]:
     return extra, computed
 
 
-def _tolerance_row(prog) -> str:
-    """The program's row of the default tolerances: its compute dtype's, or int8's where it has integer kernels."""
-    from npu_compiler.kernels import INTEGER_KINDS
-
-    return "int8" if any(k.kind in INTEGER_KINDS for k in prog.kernels) else prog.compute_dtype
-
-
 def _tolerance(args: argparse.Namespace, compute: str):
     from npu_runtime.metrics import model_tolerance
 
@@ -183,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
             from npu_export.reference import run_reference
 
             ref = run_reference(args.ir, sd, inp.arrays)
-    tol = _tolerance(args, _tolerance_row(prog))
+    from npu_runtime.inspect import tolerance_dtype
+
+    tol = _tolerance(args, tolerance_dtype(prog.compute_dtype, [prog]))
     from npu_runtime.metrics import compare
 
     classes = set(prog.stats.get("class_outputs", ()))
@@ -366,8 +361,10 @@ def _verify_partitioned(args: argparse.Namespace, backend, art, fallback, contra
         else:
             outs = dag.run(inp.arrays)
             ref = run_reference(args.ir, sd, inp.arrays)
+    from npu_runtime.inspect import tolerance_dtype
+
     compute = art.compute_dtype
-    tol = _tolerance(args, compute)
+    tol = _tolerance(args, tolerance_dtype(compute, art.programs))
     classes = set(art.stats.get("class_outputs", ()))
     rows = [compare(name, outs[name], ref[name], compute, tol, class_axis=name in classes) for name in ref]
     ok = all(r.passed for r in rows) and (per_node is None or per_node["first_failure"] is None)
@@ -440,7 +437,7 @@ def _per_node(args: argparse.Namespace, prog, executor, inputs, ws, sd) -> tuple
     if len(ref) != len(names):
         ref = run_reference(args.ir, sd, inputs)
     captured = npi.capture_outputs(executor, inputs, ws)
-    rows = npi.check_kernels(prog, captured, values, node_outputs)
+    rows = npi.check_kernels(prog, captured, values, node_outputs, executor.backend)
     bad = npi.first_failure(rows)
     result = {"kernels": [r.to_dict() for r in rows], "compared": sum(r.comparison is not None for r in rows),
               "first_failure": bad.to_dict() if bad else None, "table": npi.format_table(rows), "repro": None}
