@@ -101,23 +101,25 @@ def tolerance_dtype(compute_dtype: str, programs: Iterable[CompiledProgram]) -> 
 CODE_DTYPES = ("int8", "uint8")
 
 
-def isolatable(program: CompiledProgram) -> set[int]:
+def isolatable(program: CompiledProgram, integer: bool | None = None) -> set[int]:
     """The kernels of an integer program that are rerun alone on the reference's inputs (`check_kernels`): the
     integer kernels, and every kernel that writes integer codes (int8, uint8: a quantize). The whole-model reference's
-    codes differ from ours by the units earlier layers moved them; one kernel's own error is what these rows judge."""
-    if not integer_program(program):
+    codes differ from ours by the units earlier layers moved them; one kernel's own error is what these rows judge.
+    `integer`: whether the whole program is an integer one (a partitioned program's GPU segment has quantizes but its
+    integer kernels are in CPU segments); default: whether `program` has integer kernels."""
+    if not (integer_program(program) if integer is None else integer):
         return set()
     return {i for i, k in enumerate(program.kernels)
             if k.outs and (k.kind in INTEGER_KINDS or program.buffers[k.outs[0].buffer].dtype in CODE_DTYPES)}
 
 
-def capture_outputs(executor, inputs: Mapping[str, Any], weights=None) -> Captured:
+def capture_outputs(executor, inputs: Mapping[str, Any], weights=None, integer: bool | None = None) -> Captured:
     """Run kernel by kernel and copy every kernel's first output right after it runs (the arena is shared, so
     reading the buffers at the end would show later kernels' data); the buffers of `isolatable` kernels too, just
     before they run."""
     program: CompiledProgram = executor.program
     got = Captured()
-    alone = isolatable(program)
+    alone = isolatable(program, integer)
 
     def before(i: int) -> None:
         if i in alone:
@@ -163,7 +165,10 @@ def _on_reference_inputs(program: CompiledProgram, index: int, buffers: Mapping[
     for b in {a.buffer for a in k.args} - outs:
         j = next((j for j in range(index - 1, -1, -1) if program.kernels[j].outs
                   and program.kernels[j].outs[0].buffer == b), None)
-        if j is None:  # a graph input, a weight or a constant: the same on both sides
+        if j is None:  # an input (a segment's: another segment's output, moved as ours), a weight, a constant
+            name = next((t.name for t in program.inputs if t.buffer == b), None)
+            if name in expected and np.size(expected[name]) == bufs[b].size:
+                bufs[b][...] = np.asarray(expected[name]).reshape(-1).astype(bufs[b].dtype)
             continue
         ref = expected.get(values[j]) if values[j] is not None else None
         o = program.kernels[j].outs[0]
@@ -198,14 +203,15 @@ def _check_alone(program: CompiledProgram, index: int, backend, buffers: Mapping
 
 
 def check_kernels(program: CompiledProgram, captured: Mapping[int, np.ndarray], expected: Mapping[str, np.ndarray],
-                  node_outputs: Mapping[str, list[str]] | None = None, backend=None) -> list[KernelCheck]:
+                  node_outputs: Mapping[str, list[str]] | None = None, backend=None, row_dtype: str | None = None
+                  ) -> list[KernelCheck]:
     """Every kernel's captured output against the reference's value of its IR node, under the program's row of the
     default tolerances (`tolerance_dtype`). In an integer program a kernel that writes codes is judged in units of
     its output's scale (docs/tolerances.md, "Integer programs"): rerun alone on `backend` with the reference's
     inputs (a `Captured` holds its buffers), within one unit; where it cannot be isolated, the whole model's codes
-    within WHOLE_MODEL_UNITS."""
+    within WHOLE_MODEL_UNITS. `row_dtype`: the tolerance row where the program is a segment of a larger one."""
     values = kernel_values(program, node_outputs)
-    dtype = tolerance_dtype(program.compute_dtype, [program])
+    dtype = row_dtype or tolerance_dtype(program.compute_dtype, [program])
     before = getattr(captured, "buffers_before", {})
     rows: list[KernelCheck] = []
     for i, k in enumerate(program.kernels):
@@ -238,12 +244,13 @@ def capture_partitioned(dag, inputs: Mapping[str, Any]) -> dict[int, tuple[dict[
     """Run a partitioned program (a DAGExecutor) once, each program segment kernel by kernel: per segment, the inputs
     it was given and every kernel's first output (`capture_outputs`). Torch segments' outputs stay in `dag`."""
     got: dict[int, tuple[dict[str, Any], dict[int, np.ndarray]]] = {}
+    integer = any(integer_program(st.program) for st in dag.stages if st and st.program)
 
     def run_stage(stage, ins: dict[str, Any]):
         if not hasattr(stage.executor, "run_observed"):
             raise NPURuntimeError(f"per-node checks need a backend that can stop after every kernel (cpu, webgpu); "
                                   f"{stage.executor.backend.name} cannot yet: add --backend cpu")
-        got[stage.segment.index] = (dict(ins), capture_outputs(stage.executor, ins, stage.weights))
+        got[stage.segment.index] = (dict(ins), capture_outputs(stage.executor, ins, stage.weights, integer))
         return stage.executor.outputs()
 
     dag.launch(inputs, run_stage=run_stage)
@@ -262,7 +269,8 @@ def check_partitioned(dag, captured: Mapping[int, tuple[dict[str, Any], dict[int
             continue
         seg = st.segment
         if st.program is not None:
-            for r in check_kernels(st.program, captured[seg.index][1], expected, node_outputs, st.executor.backend):
+            for r in check_kernels(st.program, captured[seg.index][1], expected, node_outputs, st.executor.backend,
+                                   row_dtype):
                 r.segment = seg.index
                 rows.append(r)
             continue

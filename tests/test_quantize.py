@@ -402,7 +402,7 @@ def test_a_float_op_reads_the_float_value_of_a_quantized_tensor():
 # ---- verify --per-node on an integer program (docs/tolerances.md, "Integer programs") -------------------------------
 
 
-def _per_node(tmp_path, capsys, ir, weights) -> tuple[int, dict]:
+def _per_node(tmp_path, capsys, ir, weights, backend: str = "cpu") -> tuple[int, dict]:
     """`npusim verify --per-node --json` of the int8 program of `ir` (min-max on two batches of blobs)."""
     from safetensors.numpy import save_file
 
@@ -415,7 +415,7 @@ def _per_node(tmp_path, capsys, ir, weights) -> tuple[int, dict]:
     np.save(tmp_path / "x.npy", _blobs(16, 3)[0].numpy())
     capsys.readouterr()
     rc = main(["verify", str(tmp_path / "q.json"), "--input", f"{name}={tmp_path / 'x.npy'}", "--per-node",
-               "--backend", "cpu", "--json"])
+               "--backend", backend, "--json"])
     return rc, json.loads(capsys.readouterr().out)
 
 
@@ -450,3 +450,16 @@ def test_per_node_finds_an_integer_kernel_two_units_off(trained, tmp_path, capsy
     assert rc == 1 and bad["kind"] == "qconv2d" and bad["index"] == 1
     assert bad["comparison"]["max_abs"] >= 2  # two units, three where the kernel's own rounding adds one
     assert "units (at most 1, given the reference's inputs)" in bad["comparison"]["why"]
+
+
+def test_per_node_on_a_partitioned_integer_program(trained, tmp_path, capsys):
+    """On webgpu the integer kernels run in CPU segments and the quantizes between them on the GPU: each is rerun
+    alone on its own segment's backend, with the reference's values of its inputs (a segment's inputs included)."""
+    if "webgpu" not in npu_runtime.available_backends():
+        pytest.skip("no webgpu adapter here")
+    ir, weights, _ = _float_setup(trained)
+    rc, report = _per_node(tmp_path, capsys, ir, weights, "webgpu")
+    assert rc == 0, report["per_node"]["first_failure"]
+    alone = [r for r in report["per_node"]["kernels"] if r["note"] == "alone, on the reference's inputs"]
+    assert {"qconv2d", "qadd"} <= {r["kind"] for r in alone}
+    assert len({r["segment"] for r in alone}) >= 2  # the quantizes of the webgpu segments too
