@@ -16,12 +16,12 @@ a method's worst cosine is below 0.99 (the issue's target).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 import numpy as np
+from quant_common import add_options, finish, report, run_int8
 
 # scored, never calibrated on
 SENTENCES = [
@@ -159,9 +159,7 @@ def batched(names: list[str], ids: np.ndarray, mask: np.ndarray, batch: int) -> 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--method", action="append", choices=("mse", "minmax", "percentile", "entropy"),
-                    help="calibration method (repeat for several; default mse)")
-    ap.add_argument("--activations", default="asymmetric", choices=("asymmetric", "symmetric"))
+    add_options(ap, "mse", "asymmetric")
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--calibration", type=int, default=len(CALIBRATION),
@@ -169,16 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-float-after", default="", metavar="OPS",
                     help="comma-separated op names (layer_norm,gelu): their results are not quantized, so the linears "
                          "reading them compute in float (mixed precision)")
-    ap.add_argument("--report", action="store_true", help="print the 10 worst tensors of the per-tensor SQNR report")
-    ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     import torch
 
-    import npu_compiler
-    import npu_runtime
-    from npu_quant.flow import Options, quantize
-    from npu_quant.report import format_report, sqnr_report
-    from npu_runtime.cpu.backend import CpuBackend
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -197,31 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     ok = True
     for method in args.method or ["mse"]:
-        t1 = time.perf_counter()
-        q = quantize(ir, weights, calib, Options(method=method, symmetric=args.activations == "symmetric",
-                                                  keep_float=keep))
-        program = npu_compiler.compile(q.ir, "cpu")
-        be = CpuBackend()
-        ex = be.create_executor(program)
-        w = npu_runtime.load_weights(program, q.weights, be)
-        got = np.concatenate([list(ex.run_numpy(b, w).values())[0] for b in batches])[:len(ref)]
+        run = run_int8(ir, weights, calib, batches, method, args.activations, keep)
+        got = run.outputs[:len(ref)]
         cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
-        kernels = [k.kind for k in program.kernels]
-        int_kernels = sum(k in ("qgemm", "qconv2d", "qadd") for k in kernels)
         results[method] = {"activations": args.activations, "cos_min": float(cos.min()),
-                           "cos_mean": float(cos.mean()), "integer_kernels": int_kernels,
-                           "linears": len(q.plan.weights), "kernels": len(kernels),
-                           "seconds": time.perf_counter() - t1}
+                           "cos_mean": float(cos.mean()), "integer_kernels": run.integer_kernels,
+                           "linears": len(run.q.plan.weights), "kernels": run.kernels, "seconds": run.seconds}
         ok &= bool(cos.min() >= 0.99)
         print(f"{method:>10} ({args.activations}): cosine to float min {cos.min():.5f} mean {cos.mean():.5f}; "
-              f"{len(q.plan.weights)} linears int8, {int_kernels} of {len(kernels)} kernels integer; "
-              f"{time.perf_counter() - t1:.1f} s")
-        if args.report:
-            print(format_report(sqnr_report(ir, weights, q, calib, method), limit=10))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0 if ok else 1
+              f"{len(run.q.plan.weights)} linears int8, {run.integer_kernels} of {run.kernels} kernels integer; "
+              f"{run.seconds:.1f} s")
+        report(args, ir, weights, run, calib, method)
+    return finish(args, results, ok)
 
 
 if __name__ == "__main__":
