@@ -98,7 +98,13 @@ def tolerance_dtype(compute_dtype: str, programs: Iterable[CompiledProgram]) -> 
     return "int8" if any(integer_program(p) for p in programs) else compute_dtype
 
 
+def partitioned_tolerance_dtype(dag) -> str:
+    """`tolerance_dtype` of a partitioned program (a DAGExecutor): int8's where any segment has integer kernels."""
+    return tolerance_dtype(dag.program.compute_dtype, [st.program for st in dag.stages if st and st.program])
+
+
 CODE_DTYPES = ("int8", "uint8")
+ALONE = "alone, on the reference's inputs"  # the note of a kernel check_kernels reran alone
 
 
 def isolatable(program: CompiledProgram, integer: bool | None = None) -> set[int]:
@@ -231,7 +237,7 @@ def check_kernels(program: CompiledProgram, captured: Mapping[int, np.ndarray], 
             else:
                 if i in before and backend is not None:
                     row.comparison, why = _check_alone(program, i, backend, before[i], values, expected, dtype)
-                    row.note = "alone, on the reference's inputs" if row.comparison else f"not isolated: {why}"
+                    row.note = ALONE if row.comparison else f"not isolated: {why}"
                 if row.comparison is None and ref.dtype.kind in "iu" and i in before:
                     row.comparison = compare_codes(v, out, ref, WHOLE_MODEL_UNITS, "the whole model's inputs")
                 elif row.comparison is None:
@@ -244,7 +250,7 @@ def capture_partitioned(dag, inputs: Mapping[str, Any]) -> dict[int, tuple[dict[
     """Run a partitioned program (a DAGExecutor) once, each program segment kernel by kernel: per segment, the inputs
     it was given and every kernel's first output (`capture_outputs`). Torch segments' outputs stay in `dag`."""
     got: dict[int, tuple[dict[str, Any], dict[int, np.ndarray]]] = {}
-    integer = any(integer_program(st.program) for st in dag.stages if st and st.program)
+    integer = partitioned_tolerance_dtype(dag) == "int8"
 
     def run_stage(stage, ins: dict[str, Any]):
         if not hasattr(stage.executor, "run_observed"):
@@ -263,7 +269,7 @@ def check_partitioned(dag, captured: Mapping[int, tuple[dict[str, Any], dict[int
     """Per segment in the order they ran: every kernel of a program segment against the reference value of its IR
     node (`check_kernels`), and every output of a torch_ir segment against the reference's."""
     rows: list[KernelCheck] = []
-    row_dtype = tolerance_dtype(dag.program.compute_dtype, [st.program for st in dag.stages if st and st.program])
+    row_dtype = partitioned_tolerance_dtype(dag)
     for st in dag.stages:
         if st is None:
             continue
@@ -328,7 +334,7 @@ import numpy as np
 
 from npu_compiler.program import CompiledProgram
 from npu_runtime.cpu.backend import CpuBackend
-from npu_runtime.metrics import compare
+from npu_runtime.metrics import compare, compare_codes
 
 here = os.path.dirname(os.path.abspath(__file__))
 meta = json.load(open(os.path.join(here, "kernel.json")))
@@ -338,12 +344,16 @@ ex.run({{}})
 out = np.array(ex.view(prog.kernels[0].outs[0]))
 expected = np.load(os.path.join(here, "expected.npy"), allow_pickle=False)
 out = out.reshape(expected.shape).astype(expected.dtype) if out.size == expected.size else out
-c = compare(meta["value"], out, expected, prog.compute_dtype)
+if meta.get("units") is not None:  # an integer program's codes, the kernel given the reference's inputs
+    c = compare_codes(meta["value"], out, expected, meta["units"], "given the reference's inputs")
+else:
+    c = compare(meta["value"], out, expected, meta.get("tolerance", prog.compute_dtype))
 kc = meta["kernel"]
 print(f"kernel {{kc['name']}} ({{kc['group']}}; IR nodes {{', '.join(kc['nodes'])}})")
 pr = "-" if c.pearson is None else f"{{c.pearson:.6f}}"
+rule = c.why or "tolerance of " + meta.get("tolerance", prog.compute_dtype)
 print(f"  max_abs {{c.max_abs:.4g}}  max_rel {{c.max_rel:.4g}}  pearson {{pr}}  "
-      f"{{'ok' if c.passed else 'MISMATCH'}} (tolerance of {{prog.compute_dtype}})")
+      f"{{'ok' if c.passed else 'MISMATCH'}} ({{rule}})")
 sys.exit(0 if c.passed else 1)
 '''
 
@@ -389,11 +399,14 @@ def _npy_safe(a: np.ndarray) -> np.ndarray:
 
 
 def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], weights, check: KernelCheck,
-               expected: np.ndarray) -> str:
+               expected: np.ndarray, reference: Mapping[str, np.ndarray] | None = None,
+               node_outputs: Mapping[str, list[str]] | None = None, row_dtype: str | None = None) -> str:
     """Write kernel `check.index`'s inputs (arg{j}.npy, as views), expected output, kernel.json, a one-kernel
     program (kernel.npubin) and repro.py, each file atomically. The folder is made if its parent exists. Nothing of
     the model goes into the script's text: it reads every name from kernel.json (JSON, escaped by the encoder).
-    Returns the script's path."""
+    A kernel that per-node ran alone (an integer program's, `check_kernels`) gets the reference's values of its
+    inputs (from `reference`, every IR value's) and is judged as there: codes within one unit. `row_dtype`: the
+    tolerance row (default: the program's). Returns the script's path."""
     folder = os.fspath(folder)
     program: CompiledProgram = executor.program
     k = program.kernels[check.index]
@@ -401,6 +414,10 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
     if not os.path.isdir(folder):
         _make_folder(folder)
     bufs = capture_kernel_buffers(executor, inputs, weights, check.index)
+    units = None
+    if check.note == ALONE and reference is not None:
+        bufs = _on_reference_inputs(program, check.index, bufs, kernel_values(program, node_outputs), reference) or bufs
+        units = ONE_UNIT if np.asarray(expected).dtype.kind in "iu" else None
     mini = kernel_program(program, check.index, bufs)
     mini.save(os.path.join(folder, "kernel.npubin"))
     for j, a in enumerate(k.args):
@@ -412,6 +429,7 @@ def dump_repro(folder: str | os.PathLike, executor, inputs: Mapping[str, Any], w
     call = k.to_dict()
     meta = {"model": program.model_name, "index": check.index, "value": check.value,
             "compute_dtype": program.compute_dtype,
+            "tolerance": row_dtype or tolerance_dtype(program.compute_dtype, [program]), "units": units,
             "kernel": call, "buffers": {str(b): {"name": program.buffers[b].name, "dtype": program.buffers[b].dtype,
                                                  "numel": program.buffers[b].numel} for b in sorted(bufs)},
             "comparison": check.comparison.to_dict() if check.comparison else None}

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -402,7 +406,7 @@ def test_a_float_op_reads_the_float_value_of_a_quantized_tensor():
 # ---- verify --per-node on an integer program (docs/tolerances.md, "Integer programs") -------------------------------
 
 
-def _per_node(tmp_path, capsys, ir, weights, backend: str = "cpu") -> tuple[int, dict]:
+def _per_node(tmp_path, capsys, ir, weights, backend: str = "cpu", extra: tuple | list = ()) -> tuple[int, dict]:
     """`npusim verify --per-node --json` of the int8 program of `ir` (min-max on two batches of blobs)."""
     from safetensors.numpy import save_file
 
@@ -415,7 +419,7 @@ def _per_node(tmp_path, capsys, ir, weights, backend: str = "cpu") -> tuple[int,
     np.save(tmp_path / "x.npy", _blobs(16, 3)[0].numpy())
     capsys.readouterr()
     rc = main(["verify", str(tmp_path / "q.json"), "--input", f"{name}={tmp_path / 'x.npy'}", "--per-node",
-               "--backend", backend, "--json"])
+               "--backend", backend, "--json", *extra])
     return rc, json.loads(capsys.readouterr().out)
 
 
@@ -445,11 +449,27 @@ def test_per_node_holds_integer_kernels_to_one_unit_on_the_references_inputs(tra
 def test_per_node_finds_an_integer_kernel_two_units_off(trained, tmp_path, capsys, monkeypatch):
     ir, weights, _ = _float_setup(trained)
     _shifted_requantize(monkeypatch, 2)
-    rc, report = _per_node(tmp_path, capsys, ir, weights)
+    rc, report = _per_node(tmp_path, capsys, ir, weights, extra=["--dump-repro", str(tmp_path / "repro")])
     bad = report["per_node"]["first_failure"]
     assert rc == 1 and bad["kind"] == "qconv2d" and bad["index"] == 1
     assert bad["comparison"]["max_abs"] >= 2  # two units, three where the kernel's own rounding adds one
     assert "units (at most 1, given the reference's inputs)" in bad["comparison"]["why"]
+    # the repro runs the kernel as per-node did: alone on the reference's inputs, held to one unit
+    meta = json.loads((tmp_path / "repro" / "kernel.json").read_text())
+    assert meta["units"] == 1 and meta["tolerance"] == "int8"
+    from npu_compiler.program import CompiledProgram
+    from npu_runtime.metrics import compare_codes
+
+    mini = CompiledProgram.load(tmp_path / "repro" / "kernel.npubin")
+    ex = CpuBackend().create_executor(mini)
+    ex.run({})
+    want = np.load(tmp_path / "repro" / "expected.npy")
+    got = np.array(ex.view(mini.kernels[0].outs[0])).reshape(want.shape)
+    assert compare_codes("x", got, want, 1, "").max_abs == bad["comparison"]["max_abs"]  # still shifted: patched
+    # the script in a process of its own runs the real (unpatched) kernel: within one unit
+    proc = subprocess.run([sys.executable, str(tmp_path / "repro" / "repro.py")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(npu_runtime.__file__).parents[1])}, timeout=120)
+    assert proc.returncode == 0 and " ok " in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_per_node_on_a_partitioned_integer_program(trained, tmp_path, capsys):

@@ -416,7 +416,8 @@ def _per_node_partitioned(args: argparse.Namespace, dag, inputs, sd) -> tuple[di
     if bad is not None and args.dump_repro and bad.segment is not None and bad.kind != "torch_ir":
         st = dag.stages[bad.segment]
         result["repro"] = npi.dump_repro(args.dump_repro, st.executor, captured[bad.segment][0], st.weights, bad,
-                                         values[bad.value])
+                                         values[bad.value], values, node_outputs,
+                                         npi.partitioned_tolerance_dtype(dag))
     if args.json:
         del result["table"]
     return result, ref
@@ -442,7 +443,8 @@ def _per_node(args: argparse.Namespace, prog, executor, inputs, ws, sd) -> tuple
     result = {"kernels": [r.to_dict() for r in rows], "compared": sum(r.comparison is not None for r in rows),
               "first_failure": bad.to_dict() if bad else None, "table": npi.format_table(rows), "repro": None}
     if bad is not None and args.dump_repro:
-        result["repro"] = npi.dump_repro(args.dump_repro, executor, inputs, ws, bad, values[bad.value])
+        result["repro"] = npi.dump_repro(args.dump_repro, executor, inputs, ws, bad, values[bad.value], values,
+                                         node_outputs)
     if args.json:
         del result["table"]
     return result, ref
