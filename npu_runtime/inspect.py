@@ -286,8 +286,7 @@ def check_partitioned(dag, captured: Mapping[int, tuple[dict[str, Any], dict[int
             if t.name not in expected:
                 row.note = f"no reference value '{t.name}'"
             else:
-                row.comparison = compare(t.name, dag.host_value(t.name), expected[t.name],
-                                         row_dtype)
+                row.comparison = compare(t.name, dag.host_value(t.name), expected[t.name], row_dtype)
             rows.append(row)
     return rows
 
@@ -326,7 +325,6 @@ it with the reference.
 Written by `npusim verify --per-node --dump-repro`. Exit status 1 when the kernel is outside the tolerance."""
 
 import json
-import math
 import os
 import sys
 
