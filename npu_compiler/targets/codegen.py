@@ -20,6 +20,9 @@ class CodegenTarget:
     """A target's name, the library kernel kinds it runs, and the lowering choices it wants."""
 
     name: ClassVar[str] = ""
+    # the chip table's row (targets/devices.py) a compile plans for when no device is named and none is present
+    # ("": the target renders for no GPU)
+    default_device: ClassVar[str] = ""
     library_kernels: ClassVar[frozenset[str]] = frozenset()
     # k x k convolutions as an im2col copy + GEMM: right where the GEMM library is much faster than a direct conv
     gemm_im2col: ClassVar[bool] = False

@@ -81,6 +81,7 @@ def _cublas_can(k: KernelCall, program: CompiledProgram) -> bool:
 
 class CudaTarget(CodegenTarget):
     name = "cuda"
+    default_device = "h100"
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
     gemm_im2col = True
     decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)

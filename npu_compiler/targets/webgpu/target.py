@@ -62,6 +62,7 @@ def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, obje
 
 class WebGPUTarget(CodegenTarget):
     name = "webgpu"
+    default_device = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
     decode_attention_blocks = 264  # a large GPU's workgroups in flight: split decode rows' keys until about this many
 
