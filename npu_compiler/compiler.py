@@ -56,8 +56,9 @@ class CompileOptions:
 def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cpu", *, dtype: str | None = None,
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
             fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True,
-            limits: Limits | None = None, weights_dtype: str | None = None) -> CompiledProgram:
-    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...).
+            limits: Limits | None = None, weights_dtype: str | None = None, device=None) -> CompiledProgram:
+    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...) on `device` (a row of the
+    chip table by name, or a DeviceProfile: targets/devices.py; default: the target's default chip).
 
     `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
     fusion pass (FUSION_PASSES) at once. `limits` bounds tensor and program sizes (default: `Limits()`, from the
@@ -71,7 +72,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     if unknown:
         raise NPUCompileError(f"unknown pass(es) {sorted(unknown)}; passes that can be disabled: "
                               f"{', '.join(OPTIONAL_PASSES)}")
-    codegen = get_codegen_target(target)
+    codegen = get_codegen_target(target, device)
     cfg = config or default_config(target)
     if rope_theta is not None and not (isinstance(rope_theta, int | float) and math.isfinite(rope_theta)
                                        and rope_theta > 0):

@@ -176,3 +176,13 @@ def load_bench(name: str):
     sys.modules.setdefault(name, mod)
     spec.loader.exec_module(mod)
     return mod
+
+
+def turing_profile():
+    """A GPU older than the tensor-core kernels' instructions (mma.sync with bf16, cp.async: sm_80): a Tesla T4 as
+    the runtime would fill its profile from its reported properties (targets/devices.py has no row of it)."""
+    from npu_compiler.targets.devices import nvidia_profile
+
+    return nvidia_profile({"name": "Tesla T4", "major": 7, "minor": 5, "multiProcessorCount": 40,
+                           "maxThreadsPerMultiProcessor": 1024, "sharedMemPerBlockOptin": 65536,
+                           "sharedMemPerMultiprocessor": 65536})

@@ -25,6 +25,7 @@ from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.program import CompiledProgram  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.conv_tc import splits_for, tall_tiles, tile_for  # noqa: E402
+from npu_compiler.targets.devices import CHIPS  # noqa: E402
 from npu_compiler.tensor import memory_order  # noqa: E402
 from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
 from npu_runtime.errors import WeightError  # noqa: E402
@@ -215,24 +216,26 @@ def test_block_tiles() -> None:
     test's cases (tests/gpu/test_cuda_conv_tc.py) exercise every tile."""
     from gpu.test_cuda_conv_tc import CASES
 
-    assert tile_for(64 * 56 * 56, 256)[:2] == (128, 128)
-    assert tile_for(64 * 56 * 56, 64)[:2] == (128, 64)
-    assert tile_for(64 * 7 * 7, 512)[:2] == (64, 128)
+    h100 = CHIPS["h100"]
+    assert tile_for(64 * 56 * 56, 256, h100)[:2] == (128, 128)
+    assert tile_for(64 * 56 * 56, 64, h100)[:2] == (128, 64)
+    assert tile_for(64 * 7 * 7, 512, h100)[:2] == (64, 128)
     # Hopper's warpgroup MMA: 128-pixel tiles unsplit where they give half the SMs a block (100 blocks here)
-    assert tile_for(64 * 7 * 7, 512, wide=True)[:2] == (128, 128)
-    assert splits_for(64 * 7 * 7, 512, 4608, 90, wide=True) == 1 and splits_for(64 * 7 * 7, 512, 4608, 90) == 1
-    assert tile_for(7 * 7, 512, wide=True)[:2] == (64, 128) and splits_for(7 * 7, 512, 4608, 90, wide=True) == 8
-    assert tile_for(2 * 33 * 33, 40)[:2] == (64, 64)
+    assert tile_for(64 * 7 * 7, 512, h100, wide=True)[:2] == (128, 128)
+    assert splits_for(64 * 7 * 7, 512, 4608, h100, wide=True) == 1 and splits_for(64 * 7 * 7, 512, 4608, h100) == 1
+    assert tile_for(7 * 7, 512, h100, wide=True)[:2] == (64, 128)
+    assert splits_for(7 * 7, 512, 4608, h100, wide=True) == 8
+    assert tile_for(2 * 33 * 33, 40, h100)[:2] == (64, 64)
     # Hopper's 192-pixel tiles where the busiest SM then multiplies fewer pixels: ResNet-50's third stage at batch 64
     # (196 tiles of 128 -> 132 of 192), not its second (392 -> 262: three rounds of 128 against two of 192) nor its
     # fourth (100 -> 68) nor 64 channels
-    assert tall_tiles(64 * 14 * 14, 256) and not tall_tiles(64 * 14 * 14, 1024)
-    assert not tall_tiles(64 * 28 * 28, 128) and not tall_tiles(64 * 7 * 7, 512) and not tall_tiles(64 * 56 * 56, 64)
+    assert tall_tiles(64 * 14 * 14, 256, h100) and not tall_tiles(64 * 14 * 14, 1024, h100)
+    assert not any(tall_tiles(p, o, h100) for p, o in ((64 * 28 * 28, 128), (64 * 7 * 7, 512), (64 * 56 * 56, 64)))
     tiles = set()
     for _dt, (n, _c, h, w), o, k, stride, pad, dil, *_ in CASES.values():
         ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
         wo = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
-        tiles.add(tile_for(n * ho * wo, o)[:2])
+        tiles.add(tile_for(n * ho * wo, o, h100)[:2])
     assert tiles == {(128, 128), (64, 128), (128, 64), (64, 64)}, tiles
 
 
@@ -337,16 +340,17 @@ def test_odd_convs_compile_and_compute_the_model() -> None:
         assert c.passed, c
 
 
-@pytest.mark.parametrize("arch,limit", [(90, 227 * 1024), (80, 163 * 1024), (89, 99 * 1024), (86, 99 * 1024)])
-def test_shared_memory_fits_the_gpu(arch: int, limit: int) -> None:
-    """The K step (and so the shared memory) of each conv fits the GPU the runtime renders for: Hopper takes the
-    longer step where both tiles are copies; an sm_86/89 GPU (99 KiB a block) the shorter one."""
+@pytest.mark.parametrize("device", ["h100", "a100", "l4", "rtx4090", "b200"])
+def test_shared_memory_fits_the_gpu(device: str) -> None:
+    """The K step (and so the shared memory) of each conv fits the GPU the runtime renders for (its profile's
+    shared memory a block may opt in to): Hopper takes the longer step where both tiles are copies; an sm_89 GPU (99
+    KiB a block) the shorter one."""
     prog = _resnet50(8)
-    target = CudaTarget(arch)
+    target = CudaTarget(device)
     launches = [lc for k in prog.kernels for kind, (_, lc) in target.render_kernel(k, prog) if kind == "launch"]
-    assert max(lc.smem for lc in launches) <= limit
+    assert max(lc.smem for lc in launches) <= target.profile.shared_memory_per_block_optin
     # three stages of 128 x 128 tiles at K 64 (Hopper's warpgroup MMA without padding rows): 96 KiB at least
-    assert (max(lc.smem for lc in launches) >= 3 * (128 + 128) * 64 * 2) == (arch in (80, 90))
+    assert (max(lc.smem for lc in launches) >= 3 * (128 + 128) * 64 * 2) == (device in ("h100", "a100", "b200"))
 
 
 def test_window_plan_spans_the_output_rows_of_every_pixel_tile() -> None:

@@ -17,13 +17,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
 from fused_cases import Fn, Lin, build, ir_dict, op_cases  # noqa: E402
-from helpers import assert_waits_first  # noqa: E402
+from helpers import assert_waits_first, turing_profile  # noqa: E402
 
 import npu_compiler  # noqa: E402
 from npu_compiler.program import CompiledProgram, KernelCall, TensorRef  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, RenderedProgram, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.common import literal  # noqa: E402
 from npu_compiler.targets.cuda.target import Cublas, SourceLaunch  # noqa: E402
+from npu_compiler.targets.devices import CHIPS  # noqa: E402
+
+H100 = CHIPS["h100"]
 
 NVRTC_REASON = "NVRTC is absent: pip install cuda-bindings==13.0.3 nvidia-cuda-nvrtc==13.0.88 " \
                "nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85"
@@ -435,13 +438,14 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
         r = rendered(program)
         (step,) = r.steps[program.kernels.index(gemm)]
         vec = 16 // np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize
-        splits = G.splits_for(n, k // vec if k % vec == 0 else k // 8)
+        splits = G.splits_for(n, k // vec if k % vec == 0 else k // 8, H100)
         warps = max(G.WARPS, splits)
         groups = math.ceil(n / (warps // splits))
         grid = groups
         # more blocks than fit at once: one wave, the groups shared out evenly
-        if groups > G.SMS * (G.SM_THREADS // (32 * warps)):
-            wave = G.SMS * min(G.WAVE_BLOCKS_PER_SM, G.SM_THREADS // (32 * warps))
+        sms, sm_threads = H100.multiprocessors, H100.max_threads_per_multiprocessor
+        if groups > sms * (sm_threads // (32 * warps)):
+            wave = sms * min(G.WAVE_BLOCKS_PER_SM, sm_threads // (32 * warps))
             grid = math.ceil(groups / math.ceil(groups / wave))
             assert "cg += gridDim.x" in r.sources[step.source]
             waves.add((m, k, n))
@@ -467,7 +471,7 @@ def test_gemv_loads_only_weights_before_its_wait() -> None:
     for what, (module, args) in cases.items():
         program = npu_compiler.compile(ir_dict(module, args, what), "cuda", dtype="bfloat16")
         (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-        assert G.gemv_applies(gemm, program)
+        assert G.gemv_applies(gemm, program, H100)
         r = rendered(program)
         (step,) = r.steps[program.kernels.index(gemm)]
         before_wait = r.sources[step.source].split("npu_wait_prior();")[-2]
@@ -514,7 +518,7 @@ def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
     assert "wgmma" not in ampere
     failures = _check_sources({"tiles": src, "ampere": ampere})
     assert not failures, failures[0]
-    assert "mma.sync" not in CudaTarget(75).kernel_sources(att, program)[0]
+    assert "mma.sync" not in CudaTarget(turing_profile()).kernel_sources(att, program)[0]
     for dtype, d in (("float32", 64), ("bfloat16", 72)):
         kinds = [k.kind for k in _eager_attention_program(dtype, 80, d).kernels]
         assert "attention" not in kinds and kinds.count("gemm") == 2, (dtype, d, kinds)
@@ -545,10 +549,10 @@ def test_long_masked_prefill_attention_splits_its_keys() -> None:
     assert not failures, failures[0]
     bad = replace(att, spec=replace(att.spec, scratch_extra=att.spec.scratch_extra - 1))
     assert not any("mma.sync" in src for src in CudaTarget().kernel_sources(bad, program))
-    assert FA.tile_splits(1, 4, 1100, 1100, may_skip=True)[0] == splits
-    assert FA.tile_splits(8, 32, 1100, 1100, may_skip=False) == (0, 0)
-    assert FA.tile_splits(1, 2, 64, 1100, may_skip=False)[0] == splits  # too few blocks: split anyway
-    assert FA.tile_splits(1, 4, 1100, 900, may_skip=True) == (0, 0)  # too few tiles to split
+    assert FA.tile_splits(1, 4, 1100, 1100, True, H100)[0] == splits
+    assert FA.tile_splits(8, 32, 1100, 1100, False, H100) == (0, 0)
+    assert FA.tile_splits(1, 2, 64, 1100, False, H100)[0] == splits  # too few blocks: split anyway
+    assert FA.tile_splits(1, 4, 1100, 900, True, H100) == (0, 0)  # too few tiles to split
 
 
 @needs_nvrtc
@@ -606,7 +610,7 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     # on Hopper with three heads a block, a split block that is the only one with live tiles for its row block writes
     # the rows' outputs itself (used 2, which the combine skips) and marks the row block for the repair in its own
     # flags; the repair reads every split's
-    sole = FA.sole_split_applies(att, program, 90)
+    sole = FA.sole_split_applies(att, program, H100)
     assert sole == (hb > 1) and ("used[z] = 2;" in online) == sole
     assert "if (sole) continue;" in r.sources[steps[2].source]
     assert f"for (int zz = 0; zz < {att.spec.splits}; ++zz) marked |= fl[zz];" in r.sources[steps[3].source]
@@ -669,13 +673,13 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
     r = rendered(program)
     n_launches = [len(r.steps[program.kernels.index(k)]) for k in att]
     assert n_launches == [4, 3, 3], n_launches
-    assert [FA.table_left(k, program, 90) for k in att] == [False, True, True]
+    assert [FA.table_left(k, program, H100) for k in att] == [False, True, True]
     failures = _check_sources({s.source: r.sources[s.source] for k in att for s in r.steps[program.kernels.index(k)]})
     assert not failures, failures[0]
 
     derived = npu_compiler.compile(ir_dict(_SdpaLayers(True), args, "sdpa_derived"), "cuda", dtype="bfloat16")
     datt = [k for k in derived.kernels if k.kind == "attention"]
-    assert len(datt) == 3 and not any(FA.table_left(k, derived, 90) for k in datt)
+    assert len(datt) == 3 and not any(FA.table_left(k, derived, H100) for k in datt)
     rd = rendered(derived)
     assert [len(rd.steps[derived.kernels.index(k)]) for k in datt] == [4, 4, 4]
 
@@ -685,7 +689,7 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
     kernels = list(program.kernels)
     kernels[program.kernels.index(att[1])] = other
     edited = replace(program, kernels=kernels)
-    assert [FA.table_left(k, edited, 90) for k in (att[0], other, att[2])] == [False, False, False]
+    assert [FA.table_left(k, edited, H100) for k in (att[0], other, att[2])] == [False, False, False]
     bad = replace(att[1], spec=replace(att[1].spec, tile_table=att[1].spec.tile_table + 1))
     with pytest.raises(ValueError, match="tile table"):
         bad.spec.check(bad, program.buffers)
@@ -819,7 +823,7 @@ def test_small_independent_kernels_share_one_launch() -> None:
     reads_earlier = [i for i, k in enumerate(program.kernels) if {a.buffer for a in k.args} & set(writes[:i])]
     r = rendered(program)
     assert r.merged_into and all(first < i for i, first in r.merged_into.items())
-    alone = {i: merge.part_text(k, program)[1] for i, k in enumerate(program.kernels) if k.kind == "generated"}
+    alone = {i: merge.part_text(k, program, H100)[1] for i, k in enumerate(program.kernels) if k.kind == "generated"}
     for run in merge.groups(program, alone):
         assert not [i for i in run[1:] if i in reads_earlier and
                     {a.buffer for a in program.kernels[i].args} & {writes[j] for j in run if j < i}]
@@ -870,12 +874,13 @@ def test_tiled_attention_output_is_head_last_where_the_heads_are_put_back() -> N
 
 
 def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
-    """Past a large GPU's resident threads an elementwise kernel's thread works on `elementwise_ilp` elements a grid
-    stride apart in an unrolled loop, its grid shrunk to match; below that one element a thread, as every row
-    kernel's loops over a row are unrolled (their trip counts are only known at run time). The sources compile."""
+    """Past the GPU's resident threads (its profile's) an elementwise kernel's thread works on `elementwise_ilp`
+    elements a grid stride apart in an unrolled loop, its grid shrunk to match; below that one element a thread, as
+    every row kernel's loops over a row are unrolled (their trip counts are only known at run time). The sources
+    compile."""
     from fused_cases import ir_dict
 
-    from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, ILP_MIN_THREADS, elementwise_ilp
+    from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, elementwise_ilp
     from npu_compiler.targets.cuda.common import CUDA
 
     class Silu(torch.nn.Module):
@@ -883,8 +888,10 @@ def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
             return torch.nn.functional.silu(x) * 2.0
 
     ilp = CUDA.elementwise_ilp
-    assert ilp > 1 and elementwise_ilp(CUDA, ILP_MIN_THREADS * ilp - 1) == 1
-    least = -(-ILP_MIN_THREADS * ilp // 1000)  # the fewest rows of 1000 that reach the unrolled loop
+    resident = H100.resident_threads  # (the profile `rendered` renders for)
+    assert ilp > 1 and elementwise_ilp(CUDA, resident * ilp - 1, H100) == 1
+    assert elementwise_ilp(CUDA, resident * ilp, H100) == ilp and elementwise_ilp(CUDA, resident * ilp) == 1
+    least = -(-resident * ilp // 1000)  # the fewest rows of 1000 that reach the unrolled loop
     for rows, unrolled in ((least, True), (least - 1, False)):
         x = torch.empty(rows, 1000)
         program = npu_compiler.compile(ir_dict(Silu(), [x], "silu"), "cuda", dtype="float32")
@@ -952,7 +959,7 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
     exp = export_qwen2(cfg, tmp_path, max_cache_len=256, prefill_len=16, dtype="bfloat16", attn_implementation="sdpa")
     program = npu_compiler.compile(exp.decode_path, "cuda", rope_theta=exp.cache_map["rope"]["theta"])
     gemms = [k for k in program.kernels if k.kind == "gemm"]
-    assert gemms and all(G.gemv_applies(k, program) for k in gemms), [k.name for k in gemms]
+    assert gemms and all(G.gemv_applies(k, program, H100) for k in gemms), [k.name for k in gemms]
     assert [k.spec.acc_groups for k in gemms].count(2) == 2
     assert not [k for k in program.kernels if k.kind == "generated" and "silu" in k.nodes]
     assert sum(k.spec.prologue is not None for k in gemms) == 5  # two norms a layer and the final one
@@ -961,12 +968,12 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
     # a norm GEMV's blocks (at most one wave) share its column groups out evenly, and take one round where fewer
     # warps a column make them fit: q/k/v's 2,048 columns in 256 blocks of 8 (not two rounds of 4 a block), the
     # gate/up projection's 8,960 in 1,120 groups of 8 over 224 blocks, five each (not 264 blocks, 64 of them with five)
-    wave = G.SMS * G.PROLOGUE_BLOCKS_PER_SM
+    wave = H100.multiprocessors * G.PROLOGUE_BLOCKS_PER_SM
     for k in gemms:
         if k.spec.prologue is None:
             continue
         launch = r.steps[program.kernels.index(k)][0].launch
-        _, _, cpo = G._layout(k.spec, program.buffers, k)
+        _, _, cpo = G._layout(k.spec, program.buffers, k, H100)
         groups = -(-k.spec.out_n // cpo)
         rounds = -(-groups // wave)  # the fewest a wave allows
         assert launch.grid[0] == -(-groups // rounds), (k.name, groups, launch.grid)  # every block `rounds` or one less
@@ -1029,7 +1036,7 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
             x, w, out = k.args[0], k.args[1], k.outs[0]
             p, o, _ = conv_tc._geometry(x.shape, w.shape, out.shape)
             copies = conv_tc.pixels_vectorizable(x) and conv_tc.weight_vectorizable(w)
-            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o, True)[0] == 128
+            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o, H100, True)[0] == 128
             assert ("wgmma.mma_async" in src) == want and ("tc_mma(acc" in src) != want, (arch, k.name)
             assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
             on.append(want)
@@ -1055,11 +1062,12 @@ def test_hopper_convs_of_one_partial_wave_take_an_sm_each() -> None:
         assert launches, side
         for _, _, launch in launches:
             blocks = math.prod(launch.grid)
-            one_wave = blocks <= conv_tc.SMS
+            one_wave = blocks <= H100.multiprocessors
             seen.add(one_wave)
             assert launch.block == 256
             if one_wave:
-                assert conv_tc.MAX_SMEM[90] // 2 < launch.smem <= conv_tc.MAX_SMEM[90], (side, launch)
+                most = H100.shared_memory_per_block_optin
+                assert most // 2 < launch.smem <= most, (side, launch)
             else:
                 assert launch.smem == (128 + 128) * conv_tc.BK_COPIES * 2 * conv_tc.STAGES, (side, launch)
     assert seen == {True, False}
@@ -1227,7 +1235,7 @@ def test_repeated_kernels_render_once() -> None:
     gen = [k for k in program.kernels if k.kind == "generated"]
     assert len(gen) == 2 and gen[0].args != gen[1].args
     merge._TEXTS.clear()
-    texts = [merge.part_text(k, program)[0] for k in gen]
+    texts = [merge.part_text(k, program, H100)[0] for k in gen]
     assert len(merge._TEXTS) == 1 and texts[0].body == texts[1].body and texts[0] is not texts[1]
 
     e = X.Index("int64", 3)

@@ -41,6 +41,13 @@ class CodegenTarget:
     # reads, written by the norm instead of by a pass of its own)
     row_side_outputs: ClassVar[bool] = False
 
+    def __init__(self, device=None) -> None:
+        # the device profile (targets/devices.py) kernels are planned and rendered for; None: a target that renders
+        # for no GPU (the cpu reference)
+        if device is not None:
+            raise NPUCompileError(f"the {self.name} target renders for no device (got {device!r})")
+        self.profile = None
+
     def gemm_epilogue_apart(self, m: int, batch: tuple[int, ...], a_dtype: str, out_dtype: str) -> bool:
         """Whether a GEMM of m rows (these operand and result dtypes) runs its epilogue (residual add, activation) as
         a pass of its own after the product is stored, so the lowering may leave the epilogue to the kernels that
@@ -105,7 +112,9 @@ class CodegenTarget:
         return []
 
 
-def get_codegen_target(name: str) -> CodegenTarget:
+def get_codegen_target(name: str, device=None) -> CodegenTarget:
+    """The target `name`, planning and rendering for `device` (a DeviceProfile, or a chip table row's name; None:
+    the target's default chip)."""
     module = TARGET_MODULES.get(name) if isinstance(name, str) else None
     if module is None:
         raise NPUCompileError(f"unknown target {name!r} (known: {', '.join(sorted(TARGET_MODULES))})")
@@ -113,7 +122,7 @@ def get_codegen_target(name: str) -> CodegenTarget:
         cls = importlib.import_module(module).TARGET
     except ImportError as e:
         raise NPUCompileError(f"target '{name}' is not installed: {e}") from e
-    return cls()
+    return cls(device) if device is not None else cls()
 
 
 def available_targets() -> list[str]:

@@ -49,7 +49,7 @@ class CudaExecutor(Executor):
         self.stream = self.state.stream
         self.use_graph = use_graph
         try:
-            self.rendered = CudaTarget(int(self.state.arch)).render_program(program)
+            self.rendered = CudaTarget(self.state.profile).render_program(program)
         except NPUCompileError as e:
             raise NPURuntimeError(f"cannot render program '{program.model_name}' for cuda: {e}") from e
         with self.state.device, allocation_guard(program):

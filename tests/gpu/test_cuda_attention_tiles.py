@@ -257,5 +257,6 @@ def test_layers_over_one_mask_read_the_first_layers_tile_table(cuda_backend) -> 
             torch.randn((1, hk, lk, d), generator=gen).to(torch.bfloat16), mask]
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
     attn = [k for k in program.kernels if k.kind == "attention"]
-    assert len(attn) == 3 and [FA.table_left(k, program, 90) for k in attn] == [False, True, True]
+    dev = cuda_backend.state.profile
+    assert len(attn) == 3 and [FA.table_left(k, program, dev) for k in attn] == [False, True, True]
     _assert_matches_torch(program, _SdpaLayers(), args, "bfloat16", "sdpa_layers", cuda_backend)

@@ -108,9 +108,10 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> 
         assert ("copy_window" in source) == (name in WINDOWED), name
         assert ("__launch_bounds__(384, 1)" in source) == (name in TALL), name
     if main.spec.splits > 1:
-        clustered = conv_tc.in_cluster(main.spec.splits, int(cuda_backend.state.arch))
-        assert clustered == ("scratch" not in name and int(cuda_backend.state.arch) >= 90)
-        assert len(CudaTarget(int(cuda_backend.state.arch)).kernel_sources(main, program)) == 1 + (not clustered)
+        dev = cuda_backend.state.profile
+        clustered = conv_tc.in_cluster(main.spec.splits, dev)
+        assert clustered == ("scratch" not in name and dev.cluster_blocks > 0)
+        assert len(CudaTarget(dev).kernel_sources(main, program)) == 1 + (not clustered)
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 
@@ -151,11 +152,11 @@ def test_direct_conv_matches_torch(name, cuda_backend) -> None:
     args = [torch.randn(n, c, h, w).to(tdt)]
     program = npu_compiler.compile(ir_dict(model, args, name), "cuda", dtype=dtype)
     main = [kc for kc in program.kernels if kc.kind == "conv2d"][-1]
-    arch = int(cuda_backend.state.arch)
-    assert conv_direct.fits(main, program, arch) == (arch == conv_direct.ARCH)
-    if arch == conv_direct.ARCH:
+    dev = cuda_backend.state.profile
+    assert conv_direct.fits(main, program, dev) == dev.warpgroup_mma
+    if dev.warpgroup_mma:
         ho = h + 2 * pad - k + 1
-        assert f"m64n{8 * conv_direct.tile_rows(ho)}k16" in CudaTarget(arch).kernel_sources(main, program)[0]
+        assert f"m64n{8 * conv_direct.tile_rows(ho)}k16" in CudaTarget(dev).kernel_sources(main, program)[0]
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 

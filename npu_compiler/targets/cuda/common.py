@@ -223,6 +223,12 @@ __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
 """
 
 
+def mma_sync_ok(dev) -> bool:
+    """Whether a device (a DeviceProfile) runs the tensor-core kernels written for `mma.sync` m16n8k16 with bf16
+    operands, `ldmatrix` and `cp.async`: NVIDIA compute capability 8.0 and later."""
+    return dev.has_mma("mma.sync") and dev.async_copy
+
+
 def swizzled_at(row: str, ch: str) -> str:
     """The half-element offset, in a K-major tile of the warpgroup MMA with the 128-byte swizzle (`wg_desc`), of the
     16-byte chunk `ch` of row `row`: a row's 64 K values one 128-byte line, the chunk at chunk ch ^ (row % 8)."""

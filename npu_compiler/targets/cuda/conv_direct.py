@@ -44,9 +44,8 @@ from .common import (
     tc_helpers,
     wgmma_helpers,
 )
-from .conv_tc import _OPERANDS, MAX_SMEM, SMS, WGMMA_ARCH, pixels_vectorizable, weight_vectorizable
+from .conv_tc import _OPERANDS, pixels_vectorizable, weight_vectorizable
 
-ARCH = WGMMA_ARCH  # the warpgroup MMA: sm_90a
 CHANNEL_BLOCK = 64  # input channels a 128-byte line of the swizzled weight holds: the channel count's multiple
 O_TILE = 64  # output channels a block (the MMA's m64)
 TX = 8  # output columns a tile: one core matrix of B is 8 neighbouring pixels
@@ -60,25 +59,26 @@ def tile_rows(ho: int) -> int:
     return min(range(min(8, top), top + 1), key=lambda ty: (-(-ho // ty) * ty - ho, -ty))
 
 
-def smem_parts(c: int, kh: int, kw: int, ty: int) -> tuple[int, int, int]:
+def smem_parts(c: int, kh: int, kw: int, ty: int, dev) -> tuple[int, int, int]:
     """Bytes of the weight and of one halo, and the halo buffers: two (the next tile's copied during this one's
     products) where they fit beside the weight, else one (ResNet-50's second-stage 3x3 convs: 147 KB of weight and a
     77 KB halo), 0 where not even that fits."""
     weight = kh * kw * (c // CHANNEL_BLOCK) * O_TILE * 128
     halo = (c // 8) * (ty + kh - 1) * (TX + kw - 1) * 16
-    return weight, halo, next((b for b in (2, 1) if weight + b * halo <= MAX_SMEM[ARCH]), 0)
+    most = dev.shared_memory_per_block_optin
+    return weight, halo, next((b for b in (2, 1) if weight + b * halo <= most), 0)
 
 
-def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
-    """A conv this kernel runs: Hopper, one 16-bit dtype, one group, unsplit, no side conv, stride and dilation 1,
-    a window of several taps (a 1x1 conv reads each pixel once anyway: ResNet-50's 64-channel 1x1 convs at batch 64
-    went 26.5 -> 36.3 us here), whole blocks of 64 input channels of a channels-last input in 16-byte runs, whole
-    tiles of 64 output channels, the weight as [O, kh, kw, C], a channels-last output (`_pairs`), the weight and a
-    halo within the shared memory, an epilogue that reads no tensor (its element-by-element loads made a 3x3 conv
-    with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14 tiles, no faster than
-    the implicit GEMM's split K)."""
+def fits(k: KernelCall, program: CompiledProgram, dev) -> bool:
+    """A conv this kernel runs: Hopper (a device with the warpgroup MMA, sm_90a), one 16-bit dtype, one group, unsplit,
+    no side conv, stride and dilation 1, a window of several taps (a 1x1 conv reads each pixel once anyway: ResNet-50's
+    64-channel 1x1 convs at batch 64 went 26.5 -> 36.3 us here), whole blocks of 64 input channels of a channels-last
+    input in 16-byte runs, whole tiles of 64 output channels, the weight as [O, kh, kw, C], a channels-last output
+    (`_pairs`), the weight and a halo within the shared memory, an epilogue that reads no tensor (its element-by-element
+    loads made a 3x3 conv with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14
+    tiles, no faster than the implicit GEMM's split K)."""
     spec = k.spec
-    if arch != ARCH or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or spec.splits != 1 \
+    if not dev.warpgroup_mma or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or spec.splits != 1 \
             or spec.side_stride or len(k.outs) != 1:
         return False
     if spec.epilogue is not None and any(isinstance(e, X.Load) for e in X.walk(spec.epilogue)):
@@ -97,9 +97,9 @@ def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
         return False
     n, _, ho, wo = out.shape
     ty = tile_rows(ho)
-    if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < SMS:
+    if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < dev.multiprocessors:
         return False
-    return smem_parts(c, kh, kw, ty)[2] > 0
+    return smem_parts(c, kh, kw, ty, dev)[2] > 0
 
 
 def _pairs(out) -> bool:
@@ -110,7 +110,7 @@ def _pairs(out) -> bool:
 
 
 def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
-                  names: list[str]) -> list[tuple[str, Launch]]:
+                  names: list[str], dev) -> list[tuple[str, Launch]]:
     spec: Conv2dKernel = k.spec
     x, w, out = k.args[0], k.args[1], k.outs[0]
     n, c, h, wd = x.shape
@@ -127,11 +127,11 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     tiles_y, tiles_x = -(-ho // ty), -(-wo // TX)
     tiles = n * tiles_y * tiles_x
     o_tiles = o_total // O_TILE
-    w_bytes, halo, nbuf = smem_parts(c, kh, kw, ty)
+    w_bytes, halo, nbuf = smem_parts(c, kh, kw, ty, dev)
     smem = w_bytes + nbuf * halo
     cb = c // CHANNEL_BLOCK
     threads = 128
-    grid = max(1, min(tiles, SMS // o_tiles))
+    grid = max(1, min(tiles, dev.multiprocessors // o_tiles))
     weight_early = program.buffers[w.buffer].kind == "weight"
     w_at = affine([("co", w.strides[0]), ("tap", c)], w.offset)
     x_at = affine([("nb", xs[0]), ("iy", xs[2]), ("ix", xs[3])], x.offset)

@@ -50,6 +50,7 @@ from .common import (
     WEIGHTS_BEGIN,
     WEIGHTS_END,
     load_expr,
+    mma_sync_ok,
     round_expr,
     storage,
     store_expr,
@@ -58,7 +59,6 @@ from .common import (
     wgmma_helpers,
 )
 
-MIN_ARCH = 80  # mma.sync with bf16 operands, ldmatrix, cp.async
 BK = 32  # K per stage where a tile is read element by element
 # K per stage where both tiles are 16-byte copies: fewer barriers per K (on the H100, ResNet-50's 3x3 convs at batch 64
 # went from 112 to 94 us against BK; the element-by-element stem from 326 to 412 us, so it keeps BK)
@@ -68,22 +68,18 @@ _PAD = 8  # halves of padding per shared-memory row: ldmatrix's eight rows fall 
 _OPERANDS = {"float16": "f16", "bfloat16": "bf16"}
 # (BM pixels, BN output channels, warp tile rows, warp tile columns), largest first
 _CONFIGS = ((128, 128, 64, 32), (64, 128, 32, 32), (128, 64, 32, 32), (64, 64, 32, 32))
-SMS = 132  # a large GPU's SM count: the pixel tile is the largest that still gives every SM a block
 MAX_SPLITS = 16
-# Hopper: a split conv's blocks form one thread-block cluster (at most 8 blocks, the portable size) and sum their
-# parts through distributed shared memory, in one launch; elsewhere the parts go through a float32 scratch and a
-# second launch sums them
-CLUSTER_ARCH = 90
-MAX_CLUSTER = 8
+# Where the device has thread-block clusters (Hopper and later), a split conv's blocks form one cluster (at most its
+# portable size, `cluster_blocks`) and sum their parts through distributed shared memory, in one launch; elsewhere
+# the parts go through a float32 scratch and a second launch sums them
 # floats of padding per row of a part tile in shared memory: the four rows of a half-warp's float2 stores then
 # share half their banks pairwise instead of all of them (8 would separate them fully; not measured)
 _RED_PAD = 4
 MIN_SPLIT_K = 256  # a K split's length at least: shorter ones are mostly the pipeline's start and end
-# Hopper: an unsplit conv whose both tiles are 16-byte copies multiplies on the warpgroup MMA (`wgmma`), which reads
-# both tiles from shared memory itself: with `mma.sync` every warp loads its fragments through `ldmatrix`, and at
-# ResNet-50's shapes the shared-memory pipe and the tensor pipe were both half busy (ncu: the 3x3 convs at 26-40% of
-# the tensor pipe)
-WGMMA_ARCH = 90  # sm_90a only: later architectures have other MMA instructions
+# Hopper (a device with `warpgroup_mma`, sm_90a only: later architectures have other MMA instructions): an unsplit
+# conv whose both tiles are 16-byte copies multiplies on the warpgroup MMA (`wgmma`), which reads both tiles from
+# shared memory itself: with `mma.sync` every warp loads its fragments through `ldmatrix`, and at ResNet-50's shapes
+# the shared-memory pipe and the tensor pipe were both half busy (ncu: the 3x3 convs at 26-40% of the tensor pipe)
 MAX_GRID_Y = 65535
 # A conv with a side conv keeps the side's rounded results in shared memory after its stages (each thread its own
 # words, no barrier): beside the accumulators in registers they spilled (224-252 bytes on the warpgroup MMA), and
@@ -124,19 +120,20 @@ def _geometry(x_shape, w_shape, out_shape) -> tuple[int, int, int]:
     return n * ho * wo, o, kh * kw * c
 
 
-def tile_for(p: int, o: int, wide: bool = False) -> tuple[int, int, int, int]:
-    """The block tile: 128 output channels where there are that many, 128 pixels where that still gives every SM a
-    block, or with `wide` (`wide_tiles`) half of them: the warpgroup MMA does a 128-pixel tile in about half the
-    time of mma.sync's 64-pixel one (ResNet-50's last convs at batch 64, 100 blocks: the 3x3 88 -> 55 us, the
-    1x1 reductions 47 -> 26 us, unsplit). Measured on the H100
-    (ResNet-50 at batch 64, 4.02 ms with these, before the warpgroup MMA): the 64-pixel tile for every conv with
-    K <= 128 (more blocks for the convs that are mostly loads and epilogue) 4.09 ms; 64 x 64 warp tiles in the
-    128 x 128 tile (222 registers, two blocks an SM) with BK 32 4.50 ms."""
+def tile_for(p: int, o: int, dev, wide: bool = False) -> tuple[int, int, int, int]:
+    """The block tile: 128 output channels where there are that many, 128 pixels where that still gives every SM of the
+    device (a DeviceProfile) a block, or with `wide` (`wide_tiles`) half of them: the warpgroup MMA does a 128-pixel
+    tile in about half the time of mma.sync's 64-pixel one (ResNet-50's last convs at batch 64, 100 blocks: the 3x3 88
+    -> 55 us, the 1x1 reductions 47 -> 26 us, unsplit). Measured on the H100 (ResNet-50 at batch 64, 4.02 ms with these,
+    before the warpgroup MMA): the 64-pixel tile for every conv with K <= 128 (more blocks for the convs that are mostly
+    loads and epilogue) 4.09 ms; 64 x 64 warp tiles in the 128 x 128 tile (222 registers, two blocks an SM) with BK 32
+    4.50 ms."""
     bn = 128 if o >= 128 else 64
     cfgs = [c for c in _CONFIGS if c[1] == bn]
     big, small = cfgs
     blocks = -(-p // big[0]) * -(-o // bn)
-    return big if blocks >= SMS or (wide and 2 * blocks >= SMS) else small
+    sms = dev.multiprocessors
+    return big if blocks >= sms or (wide and 2 * blocks >= sms) else small
 
 
 # Hopper: 192 pixels x 128 channels, three warpgroups (a block an SM), for a conv on the warpgroup MMA where
@@ -144,7 +141,7 @@ def tile_for(p: int, o: int, wide: bool = False) -> tuple[int, int, int, int]:
 TALL_TILE = (192, 128, 64, 32)
 
 
-def tall_tiles(p: int, o: int) -> bool:
+def tall_tiles(p: int, o: int, dev) -> bool:
     """Whether a conv on the warpgroup MMA whose tiles would be 128 x 128 takes TALL_TILE ones: where the SM with the
     most pixels then gets fewer. Two 128-pixel blocks share an SM, so the busiest SM multiplies 128 pixels for each
     block of the grid's rounds over the SMs, and a 192-pixel block has an SM to itself: ResNet-50's third stage at
@@ -153,37 +150,31 @@ def tall_tiles(p: int, o: int) -> bool:
     reductions 24.5 -> 21.7 us, the program 2.467 -> 2.429 ms; with 4 stages instead of 3, 2.438 ms."""
     if o < 128:
         return False
-    rounds = [-(-(-(-p // bm) * -(-o // 128)) // SMS) for bm in (128, 192)]
+    rounds = [-(-(-(-p // bm) * -(-o // 128)) // dev.multiprocessors) for bm in (128, 192)]
     return rounds[1] * 192 < rounds[0] * 128
 
 
-def wide_tiles(arch: int, channels: int) -> bool:
-    """Whether a conv of `channels` input channels takes 128-pixel tiles for half the SMs already: on Hopper, where
-    its tiles can be 16-byte copies (channels-last, a multiple of 8 channels) for the warpgroup MMA."""
-    return arch == WGMMA_ARCH and channels % 8 == 0
+def wide_tiles(dev, channels: int) -> bool:
+    """Whether a conv of `channels` input channels takes 128-pixel tiles for half the SMs already: on Hopper (the
+    warpgroup MMA), where its tiles can be 16-byte copies (channels-last, a multiple of 8 channels)."""
+    return dev.warpgroup_mma and channels % 8 == 0
 
 
-def smem_bytes(p: int, o: int, bk: int, cluster: bool = False, wide: bool = False, stages: int = STAGES) -> int:
+def smem_bytes(p: int, o: int, bk: int, dev, cluster: bool = False, wide: bool = False, stages: int = STAGES) -> int:
     """The dynamic shared memory of a block: the stages, and for a cluster's split the float32 part tile that
     reuses them."""
-    bm, bn, _, _ = tile_for(p, o, wide)
+    bm, bn, _, _ = tile_for(p, o, dev, wide)
     tiles = (bm + bn) * (bk + _PAD) * 2 * stages
     return max(tiles, bm * (bn + _RED_PAD) * 4) if cluster else tiles
 
 
-def in_cluster(splits: int, arch: int) -> bool:
+def in_cluster(splits: int, dev) -> bool:
     """Whether a conv split `splits` ways sums its parts inside a thread-block cluster (one launch)."""
-    return arch >= CLUSTER_ARCH and 1 < splits <= MAX_CLUSTER
+    return 1 < splits <= dev.cluster_blocks
 
 
-# the dynamic shared memory a block may opt into, by compute capability (CUDA programming guide, "Features and
-# Technical Specifications"); an architecture not listed gets the smallest of Ampere and later
-MAX_SMEM = {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024, 100: 227 * 1024}
-MIN_MAX_SMEM = 99 * 1024  # sm_86, sm_89, sm_120
-
-
-def one_wave_stages(bm: int, bn: int, bk: int, arch: int) -> int:
-    """The stages of a conv on the warpgroup MMA whose grid is one partial wave (at most SMS blocks): the fewest,
+def one_wave_stages(bm: int, bn: int, bk: int, dev) -> int:
+    """The stages of a conv on the warpgroup MMA whose grid is one partial wave (at most a block an SM): the fewest,
     no fewer than STAGES, that hold more than half of an SM's shared memory, so that no SM takes two of its blocks.
     Such a conv launches once every block of the kernel before it has started (programmatic dependent launch), and
     its blocks went where that kernel's blocks finished first, two to an SM, other SMs idle: ResNet-50 at batch 64 on
@@ -191,52 +182,52 @@ def one_wave_stages(bm: int, bn: int, bk: int, arch: int) -> int:
     interleaved rounds; 6 stages 2.484), while the per-kernel profile, which launches each kernel on an idle GPU,
     timed those convs the same."""
     stage = (bm + bn) * bk * 2
-    return max(STAGES, MAX_SMEM.get(arch, MIN_MAX_SMEM) // 2 // stage + 1)
+    return max(STAGES, dev.shared_memory_per_block_optin // 2 // stage + 1)
 
 
-def k_step(p: int, o: int, copies: bool, arch: int, wide: bool = False) -> int:
+def k_step(p: int, o: int, copies: bool, dev, wide: bool = False) -> int:
     """K per stage: BK_COPIES where both tiles are 16-byte copies and the stages fit the GPU's shared memory."""
-    if copies and smem_bytes(p, o, BK_COPIES, wide=wide) <= MAX_SMEM.get(arch, MIN_MAX_SMEM):
+    if copies and smem_bytes(p, o, BK_COPIES, dev, wide=wide) <= dev.shared_memory_per_block_optin:
         return BK_COPIES
     return BK
 
 
-def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape, out_shape,
-                     arch: int = 90) -> bool:
+def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape, out_shape, dev) -> bool:
     """Whether a conv of these dtypes and shapes runs on tensor cores: one 16-bit operand dtype for the input, the
     weight and the output, one group, and a grid that fits."""
-    if arch < MIN_ARCH or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS or groups != 1:
+    if not mma_sync_ok(dev) or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS or groups != 1:
         return False
     if len(x_shape) != 4 or len(w_shape) != 4 or len(out_shape) != 4:
         return False
     p, o, k = _geometry(x_shape, w_shape, out_shape)
     if min(p, o, k) < 1:
         return False
-    bm, _, _, _ = tile_for(p, o)
+    bm, _, _, _ = tile_for(p, o, dev)
     return -(-p // bm) <= MAX_GRID_Y
 
 
-def uses_wgmma(p: int, o: int, splits: int, copies: bool, arch: int) -> bool:
+def uses_wgmma(p: int, o: int, splits: int, copies: bool, dev) -> bool:
     """Whether a conv multiplies on the warpgroup MMA: Hopper, unsplit, both tiles 16-byte copies, 128-pixel tiles
     (a warpgroup's 64 rows each)."""
-    wide = arch == WGMMA_ARCH
-    return (wide and splits == 1 and copies and tile_for(p, o, wide)[0] == 128
-            and k_step(p, o, copies, arch, wide) == 64)
+    wide = dev.warpgroup_mma
+    return (wide and splits == 1 and copies and tile_for(p, o, dev, wide)[0] == 128
+            and k_step(p, o, copies, dev, wide) == 64)
 
 
-def splits_for(p: int, o: int, k: int, arch: int = 90, wide: bool = False) -> int:
+def splits_for(p: int, o: int, k: int, dev, wide: bool = False) -> int:
     """Across how many blocks the K of a conv is split: where its tiles are too few to give every SM a block (one
     image's deep layers: ResNet-50's last 3x3 convs have 8 tiles and a K of 4,608), enough splits for about two
     blocks an SM, each at least MIN_SPLIT_K long; on Hopper no more than a cluster holds."""
-    bm, bn, _, _ = tile_for(p, o, wide)
+    bm, bn, _, _ = tile_for(p, o, dev, wide)
     blocks = -(-p // bm) * -(-o // bn)
-    if blocks >= SMS or (wide and bm == 128):
+    sms = dev.multiprocessors
+    if blocks >= sms or (wide and bm == 128):
         return 1
-    most = MAX_CLUSTER if arch >= CLUSTER_ARCH else MAX_SPLITS
-    return max(1, min(most, -(-2 * SMS // blocks), k // MIN_SPLIT_K))
+    most = dev.cluster_blocks or MAX_SPLITS
+    return max(1, min(most, -(-2 * sms // blocks), k // MIN_SPLIT_K))
 
 
-def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
+def convs_on_tensor_cores(convs: list[tuple], dev) -> list[int]:
     """For each conv (dtypes, groups, input, weight and output shapes): 0 where it stays off this kernel, else its
     K splits. A program's convs go to it (and its activations channels-last) where those it can run hold at least
     half of the program's conv FLOPs: a network of grouped or depthwise convs keeps its layout. Measured on the H100
@@ -248,15 +239,15 @@ def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
         p, o, _ = _geometry(*c[2:])
         k = math.prod(c[3][1:])  # the K of one group (a grouped conv's FLOPs count its groups' K only)
         total += p * o * k
-        if not conv_tc_shape_ok(*c, arch=arch):
+        if not conv_tc_shape_ok(*c, dev):
             plan.append(0)
             continue
         eligible += p * o * k
-        plan.append(splits_for(p, o, k, arch, wide_tiles(arch, c[2][1])))
+        plan.append(splits_for(p, o, k, dev, wide_tiles(dev, c[2][1])))
     return plan if eligible > 0 and 2 * eligible >= total else [0] * len(convs)
 
 
-def applies(k: KernelCall, program: CompiledProgram, arch: int = 90) -> bool:
+def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     """A conv2d record this kernel runs (any strides: the loads go through them)."""
     spec = k.spec
     if not isinstance(spec, Conv2dKernel) or len(k.args) < spec.first_epilogue_arg:
@@ -265,12 +256,12 @@ def applies(k: KernelCall, program: CompiledProgram, arch: int = 90) -> bool:
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     dts = tuple(program.dtype_of(r) for r in (x, w, out))
-    if spec.side_stride and not side_fits(k, program.buffers, arch):
+    if spec.side_stride and not side_fits(k, program.buffers, dev):
         return False  # (the direct kernel runs any side conv)
-    return conv_tc_shape_ok(dts, spec.groups, x.shape, w.shape, out.shape, arch)
+    return conv_tc_shape_ok(dts, spec.groups, x.shape, w.shape, out.shape, dev)
 
 
-def side_fits(k: KernelCall, buffers, arch: int) -> bool:
+def side_fits(k: KernelCall, buffers, dev) -> bool:
     """Whether a conv2d record with a side conv runs here on every GPU this kernel runs on: one operand dtype, both
     inputs channels-last and both weights [O, kh, kw, C] in 16-byte runs (so no tile is read element by element or
     through a window), unsplit, and both K a multiple of BK_COPIES (no K step mixes the two)."""
@@ -280,7 +271,7 @@ def side_fits(k: KernelCall, buffers, arch: int) -> bool:
     x, w, out = k.args[0], k.args[1], k.outs[0]
     x2, w2 = k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]
     dts = tuple(buffers[r.buffer].dtype for r in (x, w, out, x2, w2))
-    if len(set(dts)) != 1 or not conv_tc_shape_ok(dts[:3], spec.groups, x.shape, w.shape, out.shape, arch):
+    if len(set(dts)) != 1 or not conv_tc_shape_ok(dts[:3], spec.groups, x.shape, w.shape, out.shape, dev):
         return False
     k_total = _geometry(x.shape, w.shape, out.shape)[2]
     return (all(pixels_vectorizable(r) for r in (x, x2)) and all(weight_vectorizable(r) for r in (w, w2))
@@ -379,7 +370,7 @@ def _weight_prefetch(w: TensorRef, bn: int, bk: int, per_split: int, o_total: in
 
 
 def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
-              names: list[str], arch: int = 90) -> list[tuple[str, Launch]]:
+              names: list[str], dev) -> list[tuple[str, Launch]]:
     """The kernel's source and launch, and for a K split across blocks outside a cluster the launch that sums the
     splits and applies the epilogue. `signature(threads, min_blocks, cluster_z)` gives the declaration;
     `render_epilogue` and `names` render the record's epilogue as the other library kernels do."""
@@ -392,32 +383,32 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     ph, pw = spec.padding
     dh, dw = spec.dilation
     p_total, o_total, k_total = _geometry(x.shape, w.shape, out.shape)
-    wide = wide_tiles(arch, c)
+    wide = wide_tiles(dev, c)
     side = bool(spec.side_stride)  # (side_fits: unsplit, both tiles 16-byte copies, K2 a multiple of bk)
-    bm, bn, wm_, wn_ = tile_for(p_total, o_total, wide)
+    bm, bn, wm_, wn_ = tile_for(p_total, o_total, dev, wide)
     od = program.dtype_of(out)
     xs, ws, os_ = x.strides, w.strides, out.strides
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
-    bk = k_step(p_total, o_total, vec_a and vec_b, arch, wide)
+    bk = k_step(p_total, o_total, vec_a and vec_b, dev, wide)
     splits = spec.splits
-    cluster = in_cluster(splits, arch)
+    cluster = in_cluster(splits, dev)
     x2, w2 = (k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]) if side else (x, w)
     k2 = x2.shape[1] if side else 0
-    wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, arch)
-    if wgmma and not side and tall_tiles(p_total, o_total):
+    wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, dev)
+    if wgmma and not side and tall_tiles(p_total, o_total, dev):
         bm, bn, wm_, wn_ = TALL_TILE
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
     o_tiles = -(-o_total // bn)
-    one_wave = wgmma and not side and -(-p_total // bm) * o_tiles <= SMS
-    stages = SIDE_STAGES if side else one_wave_stages(bm, bn, bk, arch) if one_wave else STAGES
-    smem = smem_bytes(p_total, o_total, bk, cluster, wide, stages)
+    one_wave = wgmma and not side and -(-p_total // bm) * o_tiles <= dev.multiprocessors
+    stages = SIDE_STAGES if side else one_wave_stages(bm, bn, bk, dev) if one_wave else STAGES
+    smem = smem_bytes(p_total, o_total, bk, dev, cluster, wide, stages)
     cpr = bk // 8  # 16-byte copies per tile row
     # pixels read element by element: through a shared-memory window where it fits (conv_window.py)
-    grid_blocks = max(1, SMS * conv_window.GRID_BLOCKS // o_tiles)
+    grid_blocks = max(1, dev.multiprocessors * conv_window.GRID_BLOCKS // o_tiles)
     win = None if vec_a or splits > 1 else conv_window.plan(x, w.shape, out.shape, spec.stride, spec.padding,
                                                              spec.dilation, bm, bn, bk,
-                                                             MAX_SMEM.get(arch, MIN_MAX_SMEM), grid_blocks)
+                                                             dev.shared_memory_per_block_optin, grid_blocks)
     if wgmma:
         # two warpgroups, each the m64 x BN product of its 64 rows: a warp holds 16 rows of all BN columns (the
         # accumulators in the m16n8 fragment order, BN / 8 groups). The tiles in shared memory are the MMA's
@@ -951,7 +942,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   }}
 }}
 """
-    return [main, (reduce_src, Launch((min(-(-n // block), SMS * 16), 1, 1), block, ptrs))]
+    return [main, (reduce_src, Launch((min(-(-n // block), dev.multiprocessors * 16), 1, 1), block, ptrs))]
 
 
 def acc_zeroed(mi_n: int, ni_n: int, indent: str) -> str:

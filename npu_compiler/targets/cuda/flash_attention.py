@@ -127,6 +127,7 @@ from .common import (
     WAIT,
     literal,
     load_expr,
+    mma_sync_ok,
     round_expr,
     storage,
     store_expr,
@@ -144,7 +145,6 @@ WARPS = 4
 # 2048 rows, head dim 128): 0.28 ms for HF's eager attention against 0.33 ms at the two blocks 226 registers allow.
 MIN_BLOCKS = 3
 MAX_HEAD_DIM = 128  # registers: the block keeps Q's fragments and the 16 x head-dim output per warp in registers
-MIN_ARCH = 80  # mma.sync with bf16 operands and ldmatrix / cp.async: Ampere and later
 MIN_ROWS = 16  # fewer query rows than an MMA tile has: the row kernels do less work
 TILES_PER_SPLIT = 8  # key tiles per block where the keys are split across blocks
 # the online launch's blocks (HEADS_PER_BLOCK heads each) make one pass: longer runs mean fewer partial outputs to
@@ -155,9 +155,6 @@ ONLINE_TILES_PER_SPLIT = 14
 # the most blocks the online launch orders by a table in its source (online_order); larger grids keep their order
 MAX_ORDERED_BLOCKS = 8192
 MAX_TILES_PER_SPLIT = 15  # a split's live and mixed tiles are bits of one int (bit 15: the guard's flag)
-# unmasked attention with this many blocks gains nothing from splits (measured on the H100: 2048 rows of 12 heads,
-# 384 blocks, went from 0.217 to 0.244 ms split; 1024 rows, 192 blocks, from 0.086 to 0.067 ms)
-FULL_BLOCKS = 132 * MIN_BLOCKS // 2
 # the online split launch: query heads of one KV head in one block (4 warps each), sharing its key and value tiles,
 # so that they come from L2 once for every HEADS_PER_BLOCK heads; 12 warps at 168 registers are one block an SM, as 3
 # blocks of 4 warps were
@@ -171,9 +168,8 @@ CLASSIFY_TILES = 4
 # attention alone on the H100: 127.4 -> 124.8 us against two buffers and a barrier a tile. Blocks of one head keep
 # two (a third would leave one block an SM where the shared memory holds two)
 STAGES = 3
-# Hopper: the tiled launches' products on the warpgroup MMA (`wgmma`, sm_90a only), a warpgroup (4 warps) one head's
-# 64 rows (see the module's docstring)
-WGMMA_ARCH = 90
+# Hopper (a device with `warpgroup_mma`, sm_90a only): the tiled launches' products on the warpgroup MMA, a warpgroup
+# (4 warps) one head's 64 rows (see the module's docstring)
 _VEC = 8  # 2-byte elements per 16-byte copy
 # floats after each staged output row of the online launch's bulk epilogue: its 8 rows a store instruction writes
 # then start 4 banks apart, with no conflict
@@ -182,12 +178,12 @@ _OPERANDS = ("bfloat16", "float16")
 
 
 def tiles_apply(dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head_dim: int, v_dim: int,
-                refs: tuple[TensorRef, TensorRef, TensorRef], arch: int = 90) -> bool:
+                refs: tuple[TensorRef, TensorRef, TensorRef], dev) -> bool:
     """Whether q, k, v (their dtypes and views) can be read as tiles: MIN_ROWS query rows or more, one 16-bit
     operand dtype, a head dim that is a multiple of 16 up to MAX_HEAD_DIM (the same for v), rows of 16-byte aligned,
     unit-stride elements, probabilities in the operand dtype or float32 (the graph's fp32 probabilities enter the
     P V product in the operand dtype, as ATen's fused attention kernels do)."""
-    if arch < MIN_ARCH or q_len < MIN_ROWS or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS:
+    if not mma_sync_ok(dev) or q_len < MIN_ROWS or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS:
         return False
     if probs_dtype not in (dtypes[0], "float32") or head_dim != v_dim or head_dim % 16 or head_dim > MAX_HEAD_DIM:
         return False
@@ -212,7 +208,7 @@ def tile_table(batch: int, heads: int, q_len: int, kv_len: int) -> int:
     return batch * heads * -(-q_len // BM) * -(-kv_len // BN)
 
 
-def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
+def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool, dev,
                 online: bool = False) -> tuple[int, int]:
     """Key splits of a tiled attention and the scratch ints they need beside the split record (the stats and the
     accumulate launches' flags, one per block each). Rows that see many key tiles are split when tiles may be skipped
@@ -221,7 +217,11 @@ def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
     every block and gains only where its blocks are too few to fill the GPU."""
     n_tiles = -(-kv_len // BN)
     blocks = batch * heads * -(-q_len // BM)
-    if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= FULL_BLOCKS):
+    # unmasked attention with MIN_BLOCKS / 2 blocks an SM or more gains nothing from splits (measured on the H100,
+    # 132 SMs: 2048 rows of 12 heads, 384 blocks, went from 0.217 to 0.244 ms split; 1024 rows, 192 blocks, from
+    # 0.086 to 0.067 ms)
+    full = dev.multiprocessors * MIN_BLOCKS // 2
+    if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= full):
         return 0, 0
     splits = max(2, -(-n_tiles // ONLINE_TILES_PER_SPLIT)) if online else -(-n_tiles // TILES_PER_SPLIT)
     return splits, _split_extra(batch, heads, q_len, splits)
@@ -236,13 +236,13 @@ def _split_layout(p: AttentionKernel, n_outs: int) -> bool:
             and p.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, p.splits) and p.tile_table == table)
 
 
-def applies(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     p: AttentionKernel = k.spec
     if (p.splits and not _split_layout(p, len(k.outs))) or p.batch * p.heads > 65535:  # (grid y holds b * h)
         return False
     q, kk, v = k.args[:3]
     dts = tuple(program.dtype_of(r) for r in (q, kk, v))
-    return tiles_apply(dts, p.probs_dtype, p.q_len, p.head_dim, p.v_dim, (q, kk, v), arch)  # type: ignore[arg-type]
+    return tiles_apply(dts, p.probs_dtype, p.q_len, p.head_dim, p.v_dim, (q, kk, v), dev)  # type: ignore[arg-type]
 
 
 def dead_threshold(mask_dtype: str) -> float:
@@ -295,7 +295,7 @@ def _longest_first(q_len: int, kv_len: int, gy: int, splits: int) -> tuple[int, 
     return tuple(x | y << 12 | z << 24 for x, y, z in blocks)
 
 
-def table_left(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+def table_left(k: KernelCall, program: CompiledProgram, dev) -> bool:
     """Whether an earlier record of the program left this one's tile table as its own classifying launch would write
     it, so that it launches none: the nearest earlier kernel touching the table's buffer is an attention record with
     the same spec, mask (and cache positions) and table, rendered with these launches, and the mask (and positions)
@@ -310,7 +310,7 @@ def table_left(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
         if all(r.buffer != table.buffer for r in (*kj.outs, *kj.args)):
             continue
         return (kj.spec == p and kj.outs[-1] == table and kj.args[3:] == k.args[3:]
-                and applies(kj, program, arch))
+                and applies(kj, program, dev))
     return False
 
 
@@ -341,12 +341,12 @@ def _overlapped(hb: int) -> bool:
     return online_stages(hb) >= 3
 
 
-def sole_split_applies(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+def sole_split_applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     """Whether the online split launch writes a row block's outputs itself where its block's split is the only one
     with live key tiles for it (_sole_split): Hopper's overlapped launch (its partial outputs staged in shared
     memory), an output in the operand dtype whose rows are whole 16-byte chunks."""
     p: AttentionKernel = k.spec
-    if not (p.online and p.splits and _wgmma(p, arch) and _overlapped(heads_per_block(p, "online"))
+    if not (p.online and p.splits and _wgmma(p, dev) and _overlapped(heads_per_block(p, "online"))
             and k.outs[1].offset % 4 == 0):
         return False
     g = attention_geometry(k, "cuda")
@@ -445,44 +445,44 @@ def online_stat_at(rows: int, splits: int, dv: int, row: str, z: str) -> str:
     return f"{rows * splits * dv}LL + (({row}) * {splits} + {z}) * 2"
 
 
-def _wgmma(p: AttentionKernel, arch: int) -> bool:
+def _wgmma(p: AttentionKernel, dev) -> bool:
     """Whether the tiled launches multiply on the warpgroup MMA: Hopper, a head dim of whole 128-byte rows."""
-    return arch == WGMMA_ARCH and p.head_dim % 64 == 0
+    return dev is not None and dev.warpgroup_mma and p.head_dim % 64 == 0
 
 
 def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str,
-                    arch: int = 0) -> list[tuple[str, Launch]]:
+                    dev) -> list[tuple[str, Launch]]:
     """The kernel's launches: one, or with key splits three (stats, accumulate, combine); `signature(block,
     min_blocks)` is the kernel's parameter list."""
     p: AttentionKernel = k.spec
     t, bh = p.q_len, p.batch * p.heads
     if not p.splits:
         grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
-        return [(_source(k, program, signature, ityp, "single", arch), Launch(grid, 32 * WARPS, ptrs))]
+        return [(_source(k, program, signature, ityp, "single", dev), Launch(grid, 32 * WARPS, ptrs))]
     grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
     if p.online:
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
         hb = heads_per_block(p, "online")
         online_grid = (grid[0], grid[1] // hb, grid[2]) if t and bh else grid
         classify = []
-        if p.mask != "none" and not table_left(k, program, arch):  # classified once, for every split block to read
+        if p.mask != "none" and not table_left(k, program, dev):  # classified once, for every split block to read
             g = attention_geometry(k, "cuda")
             bm, hm = _mask_batches_heads(g)
             n_tiles = -(-p.kv_len // BN)
             classify = [(_source(k, program, signature, ityp, "classify"),
                          Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
                                 32 * WARPS, ptrs, early=_classify_early(k, program)))]
-        wg = _wgmma(p, arch)
-        return classify + [(_source(k, program, signature, ityp, "online", arch),
+        wg = _wgmma(p, dev)
+        return classify + [(_source(k, program, signature, ityp, "online", dev),
                  Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb, wg))),
                 _combine(k, program, signature, ptrs, ityp),
-                (_source(k, program, signature, ityp, "repair", arch), Launch(rows_grid, 32 * WARPS, ptrs))]
-    return [(_source(k, program, signature, ityp, "stats", arch), Launch(grid, 32 * WARPS, ptrs)),
-            (_source(k, program, signature, ityp, "accumulate", arch), Launch(grid, 32 * WARPS, ptrs)),
+                (_source(k, program, signature, ityp, "repair", dev), Launch(rows_grid, 32 * WARPS, ptrs))]
+    return [(_source(k, program, signature, ityp, "stats", dev), Launch(grid, 32 * WARPS, ptrs)),
+            (_source(k, program, signature, ityp, "accumulate", dev), Launch(grid, 32 * WARPS, ptrs)),
             _combine(k, program, signature, ptrs, ityp)]
 
 
-def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str, arch: int = 0) -> str:
+def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str, dev=None) -> str:
     p: AttentionKernel = k.spec
     g = attention_geometry(k, "cuda")
     q, mask, pos = g.q, g.mask, g.pos
@@ -502,7 +502,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     dead = literal(dead_threshold(program.dtype_of(mask)) if additive else -1e30, "float32")
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
     hb = heads_per_block(p, mode)
-    wg = mode != "classify" and _wgmma(p, arch)
+    wg = mode != "classify" and _wgmma(p, dev)
     # the online launch on the warpgroup MMA with three buffers or more: a tile's Q K^T issued ahead of the P V of the
     # tile before, whose products then run during this tile's softmax (overlap_loop below)
     overlap = wg and mode == "online" and _overlapped(hb)
@@ -946,7 +946,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       if (ti < {t})
         *reinterpret_cast<float2*>({part_at} + nb * 8 + 2 * t4) = make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
     }}"""
-    sole_ok = mode == "online" and sole_split_applies(k, program, arch)
+    sole_ok = mode == "online" and sole_split_applies(k, program, dev)
     if overlap and k.outs[1].offset % 4 == 0:
         # the block's 192 rows staged in the shared memory of its tiles (free once every warp is past the barrier of
         # the stats above), each warp's 16 rows then copied out by its lanes as 16 bulk copies of a whole row: the

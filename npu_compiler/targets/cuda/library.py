@@ -251,9 +251,9 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch(grid, T, ptrs_of(k))
 
 
-def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90) -> list[tuple[str, Launch]]:
-    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on a GPU of compute capability
-    `arch` (its shared memory bounds the K step), or the direct conv (`conv_direct.py`) where that one fits."""
+def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on the device `dev` (a
+    DeviceProfile), or the direct conv (`conv_direct.py`) where that one fits."""
     spec: Conv2dKernel = k.spec
     names = conv_names(spec, len(k.args))
     ityp = _ityp(*k.args, k.outs[0])
@@ -261,18 +261,18 @@ def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90)
     def signature(threads: int, min_blocks: int, cluster_z: int = 0) -> str:
         return _signature(k, program, threads, names, min_blocks, cluster_z)
 
-    if conv_direct.fits(k, program, arch):
-        return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names)
-    return conv2d_tc(k, program, render_epilogue, ityp, signature, names, arch)
+    if conv_direct.fits(k, program, dev):
+        return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names, dev)
+    return conv2d_tc(k, program, render_epilogue, ityp, signature, names, dev)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------
 
 ATTN_WARPS = 8
-# Decode has a handful of query rows (one per head) for 132 SMs: give each row more warps, so the walk over the
-# cache is split finer, rather than leave the rows' blocks latency-bound on one key after another.
+# Decode has a handful of query rows (one per head), fewer than two an SM: give each row more warps, so the walk over
+# the cache is split finer, rather than leave the rows' blocks latency-bound on one key after another.
 ATTN_WARPS_FEW_ROWS = 16
-FEW_ROWS = 264
+FEW_ROWS_PER_SM = 2
 
 
 @dataclass
@@ -353,7 +353,7 @@ def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
                  v_at, o_at, valid, jmax, score)
 
 
-def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+def attention(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
     """softmax(q k^T * scale + mask) v, one block per query row, keys split over the warps, fp32 accumulation;
     GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
 
@@ -367,7 +367,8 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     b, h, t, group, q_at, v_at, o_at, valid, jmax, score = (a.b, a.h, a.t, a.group, a.q_at, a.v_at, a.o_at, a.valid,
                                                             a.jmax, a.score)
     qd = a.qd
-    nw = ATTN_WARPS_FEW_ROWS if math.prod(a.qs_shape[:3]) <= FEW_ROWS else ATTN_WARPS
+    few = FEW_ROWS_PER_SM * dev.multiprocessors
+    nw = ATTN_WARPS_FEW_ROWS if math.prod(a.qs_shape[:3]) <= few else ATTN_WARPS
     block = 32 * nw
     two_pass = pd in ("float16", "bfloat16")
     load_v = f"(dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f)"
@@ -481,13 +482,13 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch((grid, 1, 1), block, ptrs_of(k))
 
 
-def attention_tiles(k: KernelCall, program: CompiledProgram, arch: int = 0) -> list[tuple[str, Launch]]:
-    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies) for
-    compute capability `arch`."""
+def attention_tiles(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies) on the
+    device `dev`."""
     mask = [k.args[3]] if k.spec.mask != "none" else []
     return flash_attention(k, program, lambda block, min_blocks: _signature(k, program, block, min_blocks=min_blocks),
                            ptrs_of(k),
-                           _ityp(*k.args[:3], k.outs[0], *mask), arch)
+                           _ityp(*k.args[:3], k.outs[0], *mask), dev)
 
 
 SPLIT_WARPS = 4
@@ -661,7 +662,7 @@ def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn, online: bo
 # ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
 
 
-def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+def gemm_bias_fill(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch] | None:
     """out = bias (its broadcast view); cuBLAS then adds alpha * A @ B with beta on it. The runtime skips this launch
     where cuBLASLt adds the bias in the GEMM's epilogue (`gemm._bias_epilogue`): cuBLAS rounds the product before
     adding C to it (measured: bf16 on the H100), the epilogue rounds once, as ATen's linear does."""
@@ -673,14 +674,14 @@ def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch
     load = X.Load(bd, 0, tuple(bias.strides), bias.offset)
     expr: X.Expr = X.Cast(od, load) if od != bd else load
     return render_expression(CUDA, expr, [bd], [program.buffers[bias.buffer].numel], _store(out, od), tuple(out.shape),
-                             (), 0, [("out", 0), ("arg", 2)])
+                             (), 0, [("out", 0), ("arg", 2)], device=dev)
 
 
 def _store(out: TensorRef, dtype: str) -> Store:
     return Store(tuple(out.shape), tuple(out.strides), out.offset, dtype)
 
 
-def gemm_epilogue(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+def gemm_epilogue(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch] | None:
     """The epilogue after cuBLAS, in place: out = epilogue(out) with `Acc` read from the output (the product already
     rounded to the output dtype, as the unfused graph stores it before a residual add). Reads and writes `out`
     element by element: no `__restrict__` there."""
@@ -707,7 +708,7 @@ def gemm_epilogue(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]
     dts = [od] + [_dt(program, k.args[a]) for a in used]
     extents = [program.buffers[out.buffer].numel] + [program.buffers[k.args[a].buffer].numel for a in used]
     return render_expression(CUDA, expr, dts, extents, _store(out, od), tuple(out.shape), (), 0,
-                             [("out", 0), ("out", 0)] + [("arg", a) for a in used], restrict=False)
+                             [("out", 0), ("out", 0)] + [("arg", a) for a in used], restrict=False, device=dev)
 
 
 def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:

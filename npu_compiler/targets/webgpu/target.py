@@ -16,6 +16,7 @@ from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, GeneratedKerne
 from ...program import CompiledProgram, KernelCall
 from ..clike import Store, render_expression
 from ..codegen import CodegenTarget
+from ..devices import DeviceProfile, get_profile
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
 from .intervals import narrow_int64
 from .language import WGSL
@@ -64,10 +65,17 @@ class WebGPUTarget(CodegenTarget):
     name = "webgpu"
     default_device = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
-    decode_attention_blocks = 264  # a large GPU's workgroups in flight: split decode rows' keys until about this many
 
-    def __init__(self, caps: DeviceCaps | None = None) -> None:
+    def __init__(self, device: DeviceProfile | str | None = None, caps: DeviceCaps | None = None) -> None:
         self.caps = caps or DeviceCaps()
+        # the device the dispatches are sized for (its compute units: wgpu reports none, so a known product's or the
+        # `webgpu` row's); the caps say what the adapter allows
+        self.profile = device if isinstance(device, DeviceProfile) else get_profile(device or self.default_device)
+
+    @property
+    def decode_attention_blocks(self) -> int:  # type: ignore[override]
+        # a large GPU's workgroups in flight: split decode rows' keys until about two a compute unit
+        return 2 * self.profile.multiprocessors
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # the skinny GEMM of a decode step, each workgroup with every group of its columns
@@ -92,7 +100,8 @@ class WebGPUTarget(CodegenTarget):
             src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
             parts = [(src, launch, params_of(launch.ptrs, names_of(k)))]
         elif isinstance(spec, AttentionKernel):
-            parts = [(src, launch, params_of(launch.ptrs, names_of(k))) for src, launch in attention(k, program)]
+            parts = [(src, launch, params_of(launch.ptrs, names_of(k)))
+                     for src, launch in attention(k, program, self.profile)]
         else:
             raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
         out = []
