@@ -201,6 +201,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         arena_bytes=arena,
         passes=passes,
         padding_plan=padding,
+        device=codegen.profile,
     )
     codegen.check_program(program)
     program.fusion_groups = [

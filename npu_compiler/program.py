@@ -33,6 +33,7 @@ from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelCall, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
+from .targets.devices import DeviceProfile
 from .tensor import TensorRef, contiguous_strides, memory_order
 from .text import shown, unsafe_char
 
@@ -106,6 +107,9 @@ class CompiledProgram:
     format_version: int = FORMAT_VERSION
     # SHA-256 of the checkpoint the program was compiled or verified with (npu_compiler.digest), or None
     weights_sha256: str | None = None
+    # the device profile (targets/devices.py) the program was planned for; None for a target that renders for no
+    # GPU (cpu)
+    device: DeviceProfile | None = None
 
     # ---- lookup -------------------------------------------------------------------------------------------------
     def buffer(self, bid: int) -> BufferSpec:
@@ -136,6 +140,7 @@ class CompiledProgram:
         d["weights"] = [dataclasses.asdict(w) for w in self.weights]
         d["buffers"] = [dataclasses.asdict(b) for b in self.buffers]
         d["kernels"] = [k.to_dict() for k in self.kernels]
+        d["device"] = self.device.to_dict() if self.device is not None else None
         return d
 
     @classmethod
@@ -174,6 +179,7 @@ class CompiledProgram:
             "compute_dtype": self.compute_dtype,
             "format_version": self.format_version,
             "weights_sha256": self.weights_sha256,
+            "planned_for": self.device.to_dict() if self.device is not None else None,
             "config": self.config,
             "passes": self.passes,
             "inputs": [_io(t) for t in self.inputs],
@@ -440,6 +446,7 @@ class _Reader:
             stats=opaque["stats"],
             format_version=version,
             weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"),
+            device=self.device(self.get(d, "device", ""), target),
         )
 
     def sha256(self, v: Any, path: str) -> str | None:
@@ -449,6 +456,19 @@ class _Reader:
         if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
             raise self.fail(path, f"expected null or 64 lowercase hex digits, got {_short(v)}")
         return text
+
+    def device(self, v: Any, target: str) -> DeviceProfile | None:
+        """The device profile the program was planned for (null: none, the target's default chip), checked field by
+        field and against the target."""
+        if v is None:
+            return None
+        try:
+            profile = DeviceProfile.from_dict(v, "device")
+        except ArtifactError as e:
+            raise ArtifactError(f"{self.where}: invalid artifact: {e}") from None
+        if target == "cpu" or (target == "cuda" and profile.vendor != "nvidia"):
+            raise self.fail("device", f"a {profile.vendor} device ({profile.title}) for target {target!r}")
+        return profile
 
     def mapping(self, v: Any, path: str) -> dict:
         if not isinstance(v, dict):

@@ -583,7 +583,7 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     assert att.spec.online and att.spec.splits >= 2
     row_blocks = -(-t // FA.BM)
     hb = 3 if (heads // kv_heads) % 3 == 0 else 1
-    assert FA.heads_per_block(att.spec, "online") == hb
+    assert FA.heads_per_block(att.spec, "online", H100) == hb
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
     # the mask's tiles classified once (one block a row block, CLASSIFY_TILES key tiles and mask head), the online
@@ -710,7 +710,7 @@ def test_online_split_blocks_run_longest_first() -> None:
                                    dtype="bfloat16")
     att = next(k for k in program.kernels if k.kind == "attention")
     p = att.spec
-    hb = FA.heads_per_block(p, "online")
+    hb = FA.heads_per_block(p, "online", H100)
     order = FA.online_order(p, hb)
     rbs, gy = -(-p.q_len // FA.BM), p.heads // hb
     blocks = [(c & 0xFFF, c >> 12 & 0xFFF, c >> 24) for c in order]

@@ -10,6 +10,7 @@ from npu_compiler.errors import ArtifactError, NPUCompileError
 from npu_compiler.targets.devices import (
     CHIPS,
     DeviceProfile,
+    cannot_run,
     get_profile,
     match_chip,
     nvidia_profile,
@@ -132,3 +133,72 @@ def test_a_webgpu_adapter_is_filled_from_its_limits() -> None:
     assert p.multiprocessors == CHIPS["webgpu"].multiprocessors and not p.mma
     q = webgpu_profile({"device": "NVIDIA GeForce RTX 4090"}, {})
     assert q.multiprocessors == 128 and q.shared_memory_per_block == 16 * 1024
+
+
+# ---- the artifact records the device it was planned for ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp_ir() -> dict:
+    torch = pytest.importorskip("torch")
+    from fused_cases import ir_dict
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval()
+    return ir_dict(model, [torch.zeros(4, 64)], "mlp")
+
+
+def test_the_artifact_records_and_checks_its_device(mlp_ir) -> None:
+    import npu_compiler
+    from npu_compiler.program import _HEADER, CompiledProgram
+
+    assert npu_compiler.compile(mlp_ir, "cpu").device is None
+    assert npu_compiler.compile(mlp_ir, "cuda").device == CHIPS["h100"]  # the target's default chip
+    prog = npu_compiler.compile(mlp_ir, "cuda", device="a100")
+    assert prog.device == CHIPS["a100"] and CompiledProgram.from_bytes(prog.to_bytes()).device == CHIPS["a100"]
+    assert prog.describe()["planned_for"]["arch"] == "sm_80"
+    d = msgpack.unpackb(prog.to_bytes()[_HEADER.size:], raw=False)
+    for edit, message in (({"multiprocessors": -1}, r"device\.multiprocessors"),
+                          ({"vendor": "amd", "arch": "gfx90a", "compute_capability": 0, "warp_width": 64},
+                           "for target 'cuda'"),
+                          ({"mma": [{"instruction": "mma.sync"}]}, r"device\.mma\[0\]")):
+        with pytest.raises(ArtifactError, match=message):
+            CompiledProgram.from_dict({**d, "device": {**d["device"], **edit}})
+    with pytest.raises(ArtifactError, match="device"):
+        CompiledProgram.from_dict({**d, "device": "h100"})
+    with pytest.raises(ArtifactError, match="for target 'cpu'"):
+        CompiledProgram.from_dict({**d, "target": "cpu"})
+    with pytest.raises(NPUCompileError, match="renders for no device"):
+        npu_compiler.compile(mlp_ir, "cpu", device="h100")
+    with pytest.raises(NPUCompileError, match="NVIDIA"):
+        npu_compiler.compile(mlp_ir, "cuda", device="mi250x")
+
+
+def test_cli_compile_plans_for_the_device_it_is_told(mlp_ir, tmp_path, capsys) -> None:
+    import json
+
+    from npu_compiler.program import CompiledProgram
+    from npusim.cli import main
+
+    ir = tmp_path / "mlp.json"
+    ir.write_text(json.dumps(mlp_ir))
+    assert main(["compile", str(ir), "-o", str(tmp_path / "a.npubin"), "--target", "cuda", "--device", "L4"]) == 0
+    assert "planned for NVIDIA L4 24GB (sm_89, 58 SMs)" in capsys.readouterr().out
+    assert CompiledProgram.load(str(tmp_path / "a.npubin")).device == CHIPS["l4"]
+    assert main(["describe", str(tmp_path / "a.npubin")]) == 0
+    assert "planned for: NVIDIA L4 24GB (l4: sm_89, 58 SMs, 99 KiB" in capsys.readouterr().out
+    assert main(["compile", str(ir), "-o", str(tmp_path / "b.npubin"), "--target", "cuda", "--device", "v100"]) == 1
+    assert "unknown device 'v100' (known: h100, h200, a100" in capsys.readouterr().err
+    assert not (tmp_path / "b.npubin").exists()
+
+
+@pytest.mark.parametrize("planned,present,runs", [
+    ("a100", "h200", True), ("h100", "h200", True), ("h200", "h100", True), ("l4", "h100", True),
+    ("l4", "a100", False),  # sm_89 code on sm_80
+    ("h100", "a100", False),  # wgmma, TMA, clusters
+    ("h100", "b200", False),  # sm_90a's warpgroup MMA runs on sm_90 only
+    ("b200", "h100", False), ("a100", "l4", False),  # an older architecture; 163 KiB of shared memory a block
+    ("mi250x", "mi300x", False), ("a100", "mi300x", False),
+])
+def test_code_planned_for_one_device_runs_where_its_features_are(planned, present, runs) -> None:
+    why = cannot_run(CHIPS[present], CHIPS[planned])
+    assert (why is None) == runs, why

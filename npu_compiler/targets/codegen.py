@@ -4,9 +4,14 @@ of it (its capabilities). Targets are found through a registry of module names, 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import ClassVar
 
 from ..errors import NPUCompileError
+
+# A chip table row every GPU target plans for when a compile names no device (the GPU tests run so on one GPU as
+# another: NPUSIM_DEVICE=a100 plans for an A100 on an H200)
+DEVICE_ENV = "NPUSIM_DEVICE"
 
 # name -> the module that defines it (as `TARGET`). Adding a target adds a module and a line here.
 TARGET_MODULES: dict[str, str] = {
@@ -45,7 +50,7 @@ class CodegenTarget:
         # the device profile (targets/devices.py) kernels are planned and rendered for; None: a target that renders
         # for no GPU (the cpu reference)
         if device is not None:
-            raise NPUCompileError(f"the {self.name} target renders for no device (got {device!r})")
+            raise NPUCompileError(f"the {self.name} target renders for no device: drop the device ({device!r})")
         self.profile = None
 
     def gemm_epilogue_apart(self, m: int, batch: tuple[int, ...], a_dtype: str, out_dtype: str) -> bool:
@@ -114,7 +119,7 @@ class CodegenTarget:
 
 def get_codegen_target(name: str, device=None) -> CodegenTarget:
     """The target `name`, planning and rendering for `device` (a DeviceProfile, or a chip table row's name; None:
-    the target's default chip)."""
+    $NPUSIM_DEVICE for a target that renders for a GPU, else the target's default chip)."""
     module = TARGET_MODULES.get(name) if isinstance(name, str) else None
     if module is None:
         raise NPUCompileError(f"unknown target {name!r} (known: {', '.join(sorted(TARGET_MODULES))})")
@@ -122,6 +127,8 @@ def get_codegen_target(name: str, device=None) -> CodegenTarget:
         cls = importlib.import_module(module).TARGET
     except ImportError as e:
         raise NPUCompileError(f"target '{name}' is not installed: {e}") from e
+    if device is None and cls.default_device:
+        device = os.environ.get(DEVICE_ENV) or None
     return cls(device) if device is not None else cls()
 
 

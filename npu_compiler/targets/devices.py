@@ -305,6 +305,33 @@ def profile_for_arch(compute_capability: int) -> DeviceProfile:
                           f"{', '.join(map(str, known))})")
 
 
+def cannot_run(present: DeviceProfile, planned: DeviceProfile) -> str | None:
+    """Why code planned for `planned` cannot run on `present` (None: it can). Every feature and limit the plan may
+    assume must be there: the vendor and architecture family, each matrix instruction, async copies, TMA, the
+    warpgroup MMA (sm_90a code runs on sm_90 only), clusters, programmatic launch, and shared memory, threads and
+    registers a block may take. Counts that only size grids (multiprocessors, caches, bandwidth) may differ: such
+    code runs correctly, sized for the other device."""
+    if present.vendor != planned.vendor:
+        return f"a {planned.vendor} plan on a {present.vendor} device"
+    if planned.vendor == "nvidia" and present.compute_capability < planned.compute_capability:
+        return f"planned for {planned.arch}, the device is {present.arch}"
+    if planned.vendor == "amd" and present.arch != planned.arch:
+        return f"planned for {planned.arch}, the device is {present.arch}"
+    missing = [s.instruction for s in planned.mma if s not in present.mma]
+    if missing:
+        return f"the device has no {missing[0]}"
+    for f in ("async_copy", "tma", "warpgroup_mma", "programmatic_launch"):
+        if getattr(planned, f) and not getattr(present, f):
+            return f"the device has no {f.replace('_', ' ')}"
+    for f in ("cluster_blocks", "shared_memory_per_block", "shared_memory_per_block_optin", "max_threads_per_block",
+              "registers_per_block", "max_registers_per_thread"):
+        if getattr(planned, f) > getattr(present, f):
+            return f"{f} {getattr(planned, f)} planned, the device has {getattr(present, f)}"
+    if planned.warp_width != present.warp_width:
+        return f"planned for {planned.warp_width}-wide warps, the device's are {present.warp_width} wide"
+    return None
+
+
 def nvidia_profile(props: dict[str, Any]) -> DeviceProfile:
     """The profile of the NVIDIA device present from its CUDA device properties (`cudaGetDeviceProperties`'s fields,
     as `cupy.cuda.runtime.getDeviceProperties` returns them): every count and limit the device reports, its
@@ -365,5 +392,5 @@ def webgpu_profile(info: dict[str, Any], limits: dict[str, Any]) -> DeviceProfil
         shared_memory_per_multiprocessor=storage)
 
 
-__all__ = ["CHIPS", "DeviceProfile", "MmaShape", "chip_names", "get_profile", "match_chip", "nvidia_features",
-           "nvidia_profile", "profile_for_arch", "webgpu_profile"]
+__all__ = ["CHIPS", "DeviceProfile", "MmaShape", "cannot_run", "chip_names", "get_profile", "match_chip",
+           "nvidia_features", "nvidia_profile", "profile_for_arch", "webgpu_profile"]

@@ -214,6 +214,9 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         self.state.stream.synchronize()
 
+    def device_profile(self) -> DeviceProfile:
+        return self.state.profile
+
     def compile_target(self) -> str:
         return "cuda"
 

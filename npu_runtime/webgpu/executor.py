@@ -47,7 +47,9 @@ class WebGPUExecutor(Executor):
                                max_workgroup_storage=int(self.state.limits["max-compute-workgroup-storage-size"]),
                                division=self.state.division, products=self.state.products)
         try:
-            self.rendered = WebGPUTarget(caps=self.caps).render_program(program)
+            # sized for the device the program was planned for (the adapter's limits from its caps), else this one
+            device = program.device or self.state.profile
+            self.rendered = WebGPUTarget(device, caps=self.caps).render_program(program)
         except NPUCompileError as e:
             raise NPURuntimeError(f"cannot render program '{program.model_name}' for webgpu: {e}") from e
         align = int(self.state.limits["min-storage-buffer-offset-alignment"])

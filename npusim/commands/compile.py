@@ -17,6 +17,7 @@ from ..common import (
     compile_kwargs,
     default_target,
     dtype_line,
+    planned_device,
 )
 from .quantize import add_quant_options, quantize_files
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     ir, weights = _quantized_ir(args)
     art = npu_compiler.compile_artifact(ir, target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
-                                        **compile_kwargs(args))
+                                        **planned_device(compile_kwargs(args), target))
     if weights is not None:
         from npu_compiler.digest import weights_digest
 
@@ -108,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
               f"(peak intermediate {art.arena_bytes / 1e6:.2f} MB) in {dt:.2f} s -> {args.output}")
     print(f"target {target} ({why})")
     print(dtype_line(art))
+    device = getattr(art, "device", None)
+    if device is not None:
+        print(f"planned for {device.title} ({device.arch}, {device.multiprocessors} "
+              f"{'CUs' if device.vendor == 'amd' else 'SMs'})")
     if weights is not None:
         from npu_compiler.digest import short
 

@@ -231,12 +231,14 @@ SHORTCUTS = {
 }
 
 
-@pytest.mark.parametrize("arch", [None, 80, 75], ids=["device", "mma_sync", "direct"])
+@pytest.mark.parametrize("device", [None, "a100", "turing"], ids=["device", "mma_sync", "direct"])
 @pytest.mark.parametrize("name", sorted(SHORTCUTS))
-def test_side_conv_matches_the_unfolded_program_and_torch(name, arch, cuda_backend, monkeypatch) -> None:
+def test_side_conv_matches_the_unfolded_program_and_torch(name, device, cuda_backend, monkeypatch) -> None:
     """The projection shortcut folded into the last conv (`lowering/side_convs.py`) gives the unfolded program's
     bits (the shortcut's sum rounded as it stored it), on the device's kernel, on mma.sync (as an Ampere GPU renders
     it) and on the direct kernel of a GPU without tensor cores; and PyTorch's result within the fp16/bf16 tolerance."""
+    from helpers import turing_profile
+
     import npu_runtime.cuda.executor as executor
 
     dtype, (n, h, w), c, mid, o, stride = SHORTCUTS[name]
@@ -250,11 +252,13 @@ def test_side_conv_matches_the_unfolded_program_and_torch(name, arch, cuda_backe
     (side,) = [k for k in folded.kernels if k.kind == "conv2d" and k.spec.side_stride]
     assert side.spec.side_stride == (stride, stride) and len(folded.kernels) == len(plain.kernels) - 1
     assert any(p.startswith("conv_side(1)") for p in folded.passes)
-    if arch is not None:  # rendered as that GPU would (compiled for this one)
-        monkeypatch.setattr(executor, "CudaTarget", lambda _arch, forced=arch: CudaTarget(forced))
-    render = CudaTarget(arch or int(cuda_backend.state.arch))
+    forced = turing_profile() if device == "turing" else device
+    if forced is not None:  # rendered as that GPU would (compiled for this one)
+        monkeypatch.setattr(executor, "CudaTarget", lambda _device, forced=forced: CudaTarget(forced))
+    render = CudaTarget(forced or cuda_backend.state.profile)
     src = render.kernel_sources(side, folded)[0]
-    assert ("tc_cp16" in src) == (arch != 75) and ("x2t" in src) == (arch != 75), "not the kernel expected"
+    direct = device == "turing"
+    assert ("tc_cp16" in src) != direct and ("x2t" in src) != direct, "not the kernel expected"
     outs = []
     for program in (folded, plain):
         weights = load_weights(program, module_weights(model), cuda_backend)

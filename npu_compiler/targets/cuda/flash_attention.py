@@ -250,11 +250,14 @@ def dead_threshold(mask_dtype: str) -> float:
     return -65504.0 if mask_dtype == "float16" else -1e30
 
 
-def heads_per_block(p: AttentionKernel, mode: str) -> int:
-    """Query heads a block of `mode` computes: HEADS_PER_BLOCK for the online split launch where they divide a KV
-    head's group, else one."""
+def heads_per_block(p: AttentionKernel, mode: str, dev) -> int:
+    """Query heads a block of `mode` computes on the device `dev`: HEADS_PER_BLOCK for the online split launch where
+    they divide a KV head's group and their tiles fit the shared memory a block may take, else one."""
     group = p.heads // p.kv_heads if p.kv_heads else 1
-    return HEADS_PER_BLOCK if mode == "online" and group % HEADS_PER_BLOCK == 0 else 1
+    if mode != "online" or group % HEADS_PER_BLOCK:
+        return 1
+    fits = _online_smem(p.head_dim, HEADS_PER_BLOCK, _wgmma(p, dev)) <= dev.shared_memory_per_block_optin
+    return HEADS_PER_BLOCK if fits else 1
 
 
 def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
@@ -346,7 +349,7 @@ def sole_split_applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     with live key tiles for it (_sole_split): Hopper's overlapped launch (its partial outputs staged in shared
     memory), an output in the operand dtype whose rows are whole 16-byte chunks."""
     p: AttentionKernel = k.spec
-    if not (p.online and p.splits and _wgmma(p, dev) and _overlapped(heads_per_block(p, "online"))
+    if not (p.online and p.splits and _wgmma(p, dev) and _overlapped(heads_per_block(p, "online", dev))
             and k.outs[1].offset % 4 == 0):
         return False
     g = attention_geometry(k, "cuda")
@@ -462,14 +465,14 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
     grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
     if p.online:
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
-        hb = heads_per_block(p, "online")
+        hb = heads_per_block(p, "online", dev)
         online_grid = (grid[0], grid[1] // hb, grid[2]) if t and bh else grid
         classify = []
         if p.mask != "none" and not table_left(k, program, dev):  # classified once, for every split block to read
             g = attention_geometry(k, "cuda")
             bm, hm = _mask_batches_heads(g)
             n_tiles = -(-p.kv_len // BN)
-            classify = [(_source(k, program, signature, ityp, "classify"),
+            classify = [(_source(k, program, signature, ityp, "classify", dev),
                          Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
                                 32 * WARPS, ptrs, early=_classify_early(k, program)))]
         wg = _wgmma(p, dev)
@@ -501,7 +504,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     additive = mask is not None and p.mask == "additive"
     dead = literal(dead_threshold(program.dtype_of(mask)) if additive else -1e30, "float32")
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
-    hb = heads_per_block(p, mode)
+    hb = heads_per_block(p, mode, dev)
     wg = mode != "classify" and _wgmma(p, dev)
     # the online launch on the warpgroup MMA with three buffers or more: a tile's Q K^T issued ahead of the P V of the
     # tile before, whose products then run during this tile's softmax (overlap_loop below)
