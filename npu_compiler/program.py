@@ -30,7 +30,7 @@ from .buffers import BufferSpec, TensorSpec
 from .collector import collector_paused
 from .dtypes import ITEMSIZE
 from .errors import ArtifactError, entry_point
-from .kernels import KINDS, KernelCall, spec_from_data
+from .kernels import KINDS, KernelCall, plan_from_data, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
 from .targets.devices import DeviceProfile
@@ -40,7 +40,9 @@ from .text import shown, unsafe_char
 MAGIC = b"NPUBIN\x00\x1a"
 # 2: kernels are typed records and expression trees; no rendered sources, no host code (CRC-32 of the payload)
 # 3: SHA-256 of the payload; every field required; the weights' SHA-256 when known
-FORMAT_VERSION = 3
+# 4: schedules are plans beside the records (a kernel's `plan` and `scratch`), and the artifact records the device it
+# was planned for
+FORMAT_VERSION = 4
 _HEADER = struct.Struct("<8sIQ32s")
 _PREFIX = struct.Struct("<8sI")  # magic and version: the same in every format
 HEADER_BYTES = _HEADER.size
@@ -297,7 +299,7 @@ def _kernel_row(i: int, k: KernelCall, buffers: list[BufferSpec]) -> dict[str, A
     order = memory_order(tuple(k.outs[0].shape), tuple(k.outs[0].strides)) if k.outs else None
     if order is not None:  # the output is stored with its dims in another order (channels-last: [0, 2, 3, 1])
         row["out_order"] = order
-    splits = getattr(k.spec, "splits", 0)
+    splits = getattr(k.plan, "splits", 0)
     if splits and splits > 1:
         row["splits"] = splits
     return row
@@ -698,7 +700,23 @@ class _Reader:
             spec.check(call, self.buffers)
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise self.fail(kpath, str(e) or type(e).__name__) from None
+        self.plan(call, v, path, kpath)
         return call
+
+    def plan(self, call: KernelCall, v: Any, path: str, kpath: str) -> None:
+        """The call's plan and its scratch, checked against the record (a crafted plan is refused here)."""
+        try:
+            call.plan = plan_from_data(call.kind, self.get(v, "plan", path), "plan")
+        except ValueError as e:
+            raise self.fail(kpath, str(e)) from None
+        call.scratch = self.each(self.get(v, "scratch", path), f"{path}.scratch", self.ref)
+        try:
+            if call.plan is not None:
+                call.plan.check(call, self.buffers)
+            elif call.scratch:
+                raise ValueError("scratch buffers without a plan")
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
+            raise self.fail(kpath, f"plan: {e}" if str(e) else type(e).__name__) from None
 
 
 def _short(v: Any) -> str:

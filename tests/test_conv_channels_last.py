@@ -79,10 +79,10 @@ def test_a_batch_runs_its_convs_on_tensor_cores_channels_last() -> None:
     assert sorted(layouts.values()).count((0, 2, 3, 1)) == 5 and () in layouts.values(), layouts
     # the last 3x3 conv has 67 tiles and a K of 576: its K is split in two (a float32 scratch beside the output);
     # the 1x1 projection beside it has too short a K to split
-    split = [k for k in convs if k.spec.splits > 1]
-    assert len(split) == 1 and split[0].spec.splits == 2 and tuple(split[0].args[1].shape) == (64, 64, 3, 3)
-    assert len(split[0].outs) == 2 and prog.dtype_of(split[0].outs[1]) == "float32"
-    assert split[0].outs[1].numel == 2 * split[0].outs[0].numel
+    split = [k for k in convs if k.plan.splits > 1]
+    assert len(split) == 1 and split[0].plan.splits == 2 and tuple(split[0].args[1].shape) == (64, 64, 3, 3)
+    assert len(split[0].scratch) == 1 and prog.dtype_of(split[0].scratch[0]) == "float32"
+    assert split[0].scratch[0].numel == 2 * split[0].outs[0].numel
     # Hopper: the two splits are one cluster that sums its parts in shared memory, one launch; an A100 writes them
     # to the scratch and a second launch sums them
     (hopper,) = CudaTarget(90).kernel_sources(split[0], prog)
@@ -126,7 +126,7 @@ def test_one_image_splits_the_long_k_of_its_deep_convs() -> None:
     _, _, prog = _program(1, 64)
     convs = [k for k in prog.kernels if k.kind == "conv2d"]
     assert len(convs) == 6 and all(w.layout for w in prog.weights if len(w.shape) == 4 and w.shape[1] % 8 == 0)
-    assert max(k.spec.splits for k in convs) > 1
+    assert max(k.plan.splits for k in convs) > 1
 
 
 class Depthwise(torch.nn.Module):
@@ -280,7 +280,7 @@ def test_describe_shows_the_layouts_and_the_splits(tmp_path, capsys) -> None:
     _, _, prog = _program()
     rows = [k for k in prog.describe()["kernels"] if k["kind"] == "conv2d"]
     assert all(r["out_order"] == [0, 2, 3, 1] for r in rows)
-    assert [r.get("splits", 1) for r in rows] == [k.spec.splits for k in prog.kernels if k.kind == "conv2d"]
+    assert [r.get("splits", 1) for r in rows] == [k.plan.splits for k in prog.kernels if k.kind == "conv2d"]
     path = tmp_path / "b.npubin"
     prog.save(path)
     assert main(["describe", str(path)]) == 0
@@ -321,7 +321,7 @@ def test_odd_convs_compile_and_compute_the_model() -> None:
     x = torch.randn(2, 8, 200, 200)
     prog = npu_compiler.compile(ir_dict(model, [x], "odd"), "cuda", dtype="float16")
     convs = [k for k in prog.kernels if k.kind == "conv2d"]
-    assert len(convs) == 5 and any(k.spec.splits > 1 for k in convs), [k.spec.splits for k in convs]
+    assert len(convs) == 5 and any(k.plan.splits > 1 for k in convs), [k.plan.splits for k in convs]
     target = CudaTarget()
     assert all(any(mma in target.kernel_sources(k, prog)[0] for mma in ("mma.sync", "wgmma.mma_async"))
                for k in convs)

@@ -267,16 +267,16 @@ def test_split_decode_attention_sources_compile(dtype: str, attn: str, tmp_path)
                        attn_implementation=attn)
     program = npu_compiler.compile(exp.decode_path, "cuda", dtype=dtype, rope_theta=10000.0)
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 and k.spec.online == (attn == "sdpa") for k in att)
+    assert att and all(k.plan.splits >= 2 and len(k.scratch) == 1 and k.spec.online == (attn == "sdpa") for k in att)
     r = rendered(program)
     steps = r.steps[program.kernels.index(att[0])]
     one_pass = attn == "sdpa" and dtype == "bfloat16"
-    assert [s.launch.grid[1] for s in steps] == [att[0].spec.splits] * (1 if one_pass else 2) + [1]
+    assert [s.launch.grid[1] for s in steps] == [att[0].plan.splits] * (1 if one_pass else 2) + [1]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps if isinstance(s, SourceLaunch)})
     assert not failures, "\n\n".join(failures[:3])
     # the cpu target has no such scratch: one launch per row there
     cpu = npu_compiler.compile(exp.decode_path, "cpu", dtype=dtype, rope_theta=10000.0)
-    assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
+    assert all(k.plan is None and not k.scratch for k in cpu.kernels if k.kind == "attention")
 
 
 def _launches(program: CompiledProgram) -> list[tuple[int, str, SourceLaunch]]:
@@ -300,7 +300,7 @@ def test_decode_attention_prefetches_its_split_before_the_wait(tmp_path) -> None
                        attn_implementation="eager")
     program = npu_compiler.compile(exp.decode_path, "cuda", dtype="bfloat16", rope_theta=10000.0)
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert att and all(k.spec.splits >= 2 for k in att)
+    assert att and all(k.plan.splits >= 2 for k in att)
     names = exp.cache_map["graphs"]["decode"]
     inputs = {s.name: s.buffer for s in program.inputs}
     # the positions: an input no kernel writes; a KV cache input (index_copy writes it) and an arena buffer are not
@@ -509,7 +509,7 @@ def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
     kinds = [k.kind for k in program.kernels]
     assert kinds.count("attention") == 1 and "gemm" not in kinds, kinds
     att = next(k for k in program.kernels if k.kind == "attention")
-    assert att.spec.splits == 0 and att.spec.probs_dtype == "bfloat16" and att.spec.scores_dtype == "bfloat16"
+    assert att.plan.splits == 0 and att.spec.probs_dtype == "bfloat16" and att.spec.scores_dtype == "bfloat16"
     src = CudaTarget().kernel_sources(att, program)[0]
     assert "fa_qkr(&sacc" in src and "fa_pv(&oacc" in src and "tc_mma(sacc" not in src
     assert nvrtc.target_for(src, "sm_90") == "sm_90a"
@@ -539,15 +539,15 @@ def test_long_masked_prefill_attention_splits_its_keys() -> None:
     att = next(k for k in program.kernels if k.kind == "attention")
     n_tiles, row_blocks = -(-1100 // FA.BN), -(-1100 // FA.BM)
     splits = -(-n_tiles // FA.TILES_PER_SPLIT)
-    assert att.spec.splits == splits >= 2 and att.spec.scratch_extra == 2 * 4 * row_blocks * splits
-    assert att.outs[1].numel == 4 * 1100 * splits * (2 + 64) + att.spec.scratch_extra
+    assert att.plan.splits == splits >= 2 and att.plan.scratch_extra == 2 * 4 * row_blocks * splits
+    assert att.scratch[0].numel == 4 * 1100 * splits * (2 + 64) + att.plan.scratch_extra
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
     assert [s.launch.grid for s in steps][:2] == [(row_blocks, 4, splits)] * 2 and len(steps) == 3
     assert all("fa_qkr(&sacc" in r.sources[s.source] for s in steps[:2])  # (Hopper: the warpgroup MMA)
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]
-    bad = replace(att, spec=replace(att.spec, scratch_extra=att.spec.scratch_extra - 1))
+    bad = replace(att, plan=replace(att.plan, scratch_extra=att.plan.scratch_extra - 1))
     assert not any("mma.sync" in src for src in CudaTarget().kernel_sources(bad, program))
     assert FA.tile_splits(1, 4, 1100, 1100, True, H100)[0] == splits
     assert FA.tile_splits(8, 32, 1100, 1100, False, H100) == (0, 0)
@@ -580,7 +580,7 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
             torch.zeros(1, kv_heads, lk, 64, dtype=torch.bfloat16), mask]
     program = npu_compiler.compile(ir_dict(Sdpa(), args, "sdpa_attention"), "cuda", dtype="bfloat16")
     att = next(k for k in program.kernels if k.kind == "attention")
-    assert att.spec.online and att.spec.splits >= 2
+    assert att.spec.online and att.plan.splits >= 2
     row_blocks = -(-t // FA.BM)
     hb = 3 if (heads // kv_heads) % 3 == 0 else 1
     assert FA.heads_per_block(att.spec, "online", H100) == hb
@@ -594,7 +594,7 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     assert [s.launch.grid for s in steps][::3] == [classify_grid, (row_blocks, heads, 1)]
     # the mask is an input no kernel writes: its scan runs before the wait, the launch before it lets it start early
     assert steps[0].launch.early and "// inputs no kernel writes" in r.sources[steps[0].source]
-    assert steps[1].launch.grid == (row_blocks, heads // hb, att.spec.splits)
+    assert steps[1].launch.grid == (row_blocks, heads // hb, att.plan.splits)
     assert steps[1].launch.block == 128 * hb
     # three key and value buffers where the block has heads to share them (no barrier at a tile's end), else two
     assert FA.online_stages(hb) == (3 if hb > 1 else 2)
@@ -613,7 +613,7 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     sole = FA.sole_split_applies(att, program, H100)
     assert sole == (hb > 1) and ("used[z] = 2;" in online) == sole
     assert "if (sole) continue;" in r.sources[steps[2].source]
-    assert f"for (int zz = 0; zz < {att.spec.splits}; ++zz) marked |= fl[zz];" in r.sources[steps[3].source]
+    assert f"for (int zz = 0; zz < {att.plan.splits}; ++zz) marked |= fl[zz];" in r.sources[steps[3].source]
     # with three heads a block the next tile's Q K^T is issued ahead of the last tile's P V (which runs during the
     # softmax), and the partial outputs leave through shared memory as one bulk copy a row; with one, neither
     assert ("wg_wait<32, 1>(&sacc" in online) == (hb > 1)
@@ -666,10 +666,10 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
     args = _sdpa_layers_args()
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert len(att) == 3 and all(k.spec.online and k.spec.splits >= 2 for k in att)
-    tables = {k.outs[-1].buffer for k in att}
-    assert len(tables) == 1 and program.buffers[att[0].outs[-1].buffer].dtype == "uint8"
-    assert att[0].spec.tile_table == FA.tile_table(1, 6, 1100, 1100) == att[0].outs[-1].numel
+    assert len(att) == 3 and all(k.spec.online and k.plan.splits >= 2 for k in att)
+    tables = {k.scratch[-1].buffer for k in att}
+    assert len(tables) == 1 and program.buffers[att[0].scratch[-1].buffer].dtype == "uint8"
+    assert att[0].plan.tile_table == FA.tile_table(1, 6, 1100, 1100) == att[0].scratch[-1].numel
     r = rendered(program)
     n_launches = [len(r.steps[program.kernels.index(k)]) for k in att]
     assert n_launches == [4, 3, 3], n_launches
@@ -690,9 +690,9 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
     kernels[program.kernels.index(att[1])] = other
     edited = replace(program, kernels=kernels)
     assert [FA.table_left(k, edited, H100) for k in (att[0], other, att[2])] == [False, False, False]
-    bad = replace(att[1], spec=replace(att[1].spec, tile_table=att[1].spec.tile_table + 1))
-    with pytest.raises(ValueError, match="tile table"):
-        bad.spec.check(bad, program.buffers)
+    bad = replace(att[1], plan=replace(att[1].plan, tile_table=att[1].plan.tile_table + 1))
+    with pytest.raises(ValueError, match="tile_table"):
+        bad.plan.check(bad, program.buffers)
 
 
 def test_online_split_blocks_run_longest_first() -> None:
@@ -709,20 +709,20 @@ def test_online_split_blocks_run_longest_first() -> None:
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), _sdpa_layers_args(), "sdpa_layers"), "cuda",
                                    dtype="bfloat16")
     att = next(k for k in program.kernels if k.kind == "attention")
-    p = att.spec
+    p, pl = att.spec, att.plan
     hb = FA.heads_per_block(p, "online", H100)
-    order = FA.online_order(p, hb)
+    order = FA.online_order(p, pl, hb)
     rbs, gy = -(-p.q_len // FA.BM), p.heads // hb
     blocks = [(c & 0xFFF, c >> 12 & 0xFFF, c >> 24) for c in order]
-    assert sorted(blocks) == sorted((x, y, z) for x in range(rbs) for y in range(gy) for z in range(p.splits))
+    assert sorted(blocks) == sorted((x, y, z) for x in range(rbs) for y in range(gy) for z in range(pl.splits))
     n_tiles = -(-p.kv_len // FA.BN)
-    tps = -(-n_tiles // p.splits)
+    tps = -(-n_tiles // pl.splits)
     tiles = [max(0, min(tps, x + 1 - tps * z)) for x, _, z in blocks]  # (1100 rows: row block x sees x + 1 tiles)
     assert tiles == sorted(tiles, reverse=True) and tiles[0] == tps and tiles[-1] == 0
     online = next(s for s in CudaTarget().kernel_sources(att, program) if "fa_order" in s)
     assert f"fa_order[{len(order)}] = {{{order[0]},{order[1]}," in online
-    big = replace(p, q_len=FA.BM * (FA.MAX_ORDERED_BLOCKS // gy // p.splits + 1))
-    assert FA.online_order(big, hb) is None
+    big = replace(p, q_len=FA.BM * (FA.MAX_ORDERED_BLOCKS // gy // pl.splits + 1))
+    assert FA.online_order(big, pl, hb) is None
 
 
 @needs_nvrtc
@@ -997,7 +997,7 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
     # the projection shortcuts kept as convs whose results the residual adds read (conv_side would compute them)
     ir = ir_dict(resnet18().eval(), [torch.empty(16, 3, 224, 224)], "resnet18")
     program = npu_compiler.compile(ir, "cuda", dtype="float16", disable_passes=["conv_side"])
-    convs = [k for k in program.kernels if k.kind == "conv2d" and k.spec.splits == 1]
+    convs = [k for k in program.kernels if k.kind == "conv2d" and k.plan.splits == 1]
     with_residual = 0
     direct = 0
     for k in convs:
@@ -1036,7 +1036,7 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
             x, w, out = k.args[0], k.args[1], k.outs[0]
             p, o, _ = conv_tc._geometry(x.shape, w.shape, out.shape)
             copies = conv_tc.pixels_vectorizable(x) and conv_tc.weight_vectorizable(w)
-            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o, H100, True)[0] == 128
+            want = arch == 90 and copies and k.plan.splits == 1 and conv_tc.tile_for(p, o, H100, True)[0] == 128
             assert ("wgmma.mma_async" in src) == want and ("tc_mma(acc" in src) != want, (arch, k.name)
             assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
             on.append(want)

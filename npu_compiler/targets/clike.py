@@ -65,7 +65,7 @@ class Launch:
 
 def ptrs_of(k: KernelCall) -> list[tuple[str, int]]:
     """A launch's pointer arguments for a record's buffers: its outputs, then its arguments, in order."""
-    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+    return [("out", i) for i in range(len(k.writes))] + [("arg", i) for i in range(len(k.args))]
 
 
 class Language:

@@ -31,8 +31,6 @@ class CodegenTarget:
     library_kernels: ClassVar[frozenset[str]] = frozenset()
     # k x k convolutions as an im2col copy + GEMM: right where the GEMM library is much faster than a direct conv
     gemm_im2col: ClassVar[bool] = False
-    # split decode attention's keys across blocks until about this many blocks run (0: one block per query row)
-    decode_attention_blocks: ClassVar[int] = 0
     # attention with at least this many query rows per head runs as two GEMMs around a row softmax (its GEMM library
     # is far faster than an attention kernel of its own there); 0: never
     attention_gemm_min_rows: ClassVar[int] = 0
@@ -65,32 +63,21 @@ class CodegenTarget:
         it is one record however many query rows it has). Default: no."""
         return False
 
-    def attention_tile_splits(self, batch: int, heads: int, q_len: int, kv_len: int,
-                              may_skip: bool, online: bool = False) -> tuple[int, int]:
-        """For a tiled attention (see attention_on_tensor_cores): into how many key splits its blocks go, and how
-        many float32 scratch entries the target keeps beside the split record; `may_skip`: a mask, causal or a
-        valid length may hide some keys; `online`: the record's probabilities may be rounded against a running
-        max. Default: (0, 0), no splits."""
-        return 0, 0
+    def plan(self, call, buffers):
+        """How this target computes the record of `call` (a KernelCall over `buffers`) on its device (`profile`): a
+        plan of the record's kind (kernels/plans.py: key or K splits and the scratch they need), or None where the
+        target plans nothing for it (the record's own schedule: no splits). The one place a target's schedule is
+        decided; the lowering asks it for every record it builds for the target's matrix units and attention, and
+        a backend asks it again for a program planned for a device it cannot run that plan on. Default: None."""
+        return None
 
-    def attention_tile_table(self, batch: int, heads: int, q_len: int, kv_len: int) -> int:
-        """For a tiled attention with key splits, an online softmax and a mask: how many bytes the target's table
-        of the mask's key tiles takes (AttentionKernel.tile_table: a buffer every record over the same mask shares).
-        Default: 0, no table."""
-        return 0
-
-    def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int, online: bool) -> int:
-        """For an attention split across blocks by `decode_attention_blocks`: how many float32 scratch entries the
-        target keeps beside the split record (`online`: the record's, see AttentionKernel). Default: 0."""
-        return 0
-
-    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
+    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[bool]:
         """Which of a program's conv2d nodes run as one implicit-GEMM kernel on matrix units, each given as (dtypes of
-        input, weight and output, groups, input shape, weight shape, output shape): 0 for not, else across how many
-        blocks its K is split (the record's `splits`, with a float32 scratch). The kernel reads its input, weight and
-        residual through their strides; where any conv runs so, the lowering keeps image activations channels-last
-        and those convs' weights as [O, kh, kw, C]. Default: none."""
-        return [0] * len(convs)
+        input, weight and output, groups, input shape, weight shape, output shape). The kernel reads its input,
+        weight and residual through their strides; where any conv runs so, the lowering keeps image activations
+        channels-last and those convs' weights as [O, kh, kw, C] (a layout: what the program's buffers hold), and
+        asks `plan` how each is split. Default: none."""
+        return [False] * len(convs)
 
     def gemm_prologue(self, m: int, k: int, batch: tuple[int, ...], a_dtype: str, b, b_dtype: str,
                       reduces: bool) -> bool:

@@ -127,7 +127,7 @@ class CudaExecutor(Executor):
     def _pointer(self, k, which: str, i: int) -> int:
         if which == "buffer":  # a launch that runs several kernels (merged) names buffers directly
             return self._ptr[i]
-        ref = k.outs[i] if which == "out" else k.args[i]
+        ref = k.writes[i] if which == "out" else k.args[i]
         return self._ptr[ref.buffer]
 
     def _kernel_steps(self, index: int) -> list[Callable[[], None]]:

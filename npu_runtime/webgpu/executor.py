@@ -142,7 +142,7 @@ class WebGPUExecutor(Executor):
                     elif b.ptr[0] == "zero":
                         buf, base = self._zero, 0
                     else:
-                        ref = (k.outs if b.ptr[0] == "out" else k.args)[b.ptr[1]]
+                        ref = (k.writes if b.ptr[0] == "out" else k.args)[b.ptr[1]]
                         buf, base = self._where[ref.buffer]
                     size = min(b.size, buf.size - base - b.offset)
                     entries.append({"binding": b.slot, "resource": {"buffer": buf, "offset": base + b.offset,

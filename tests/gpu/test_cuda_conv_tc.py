@@ -102,14 +102,14 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> 
     main = convs[-1]
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
-    assert (main.spec.splits > 1) == name.startswith("split_k"), main.spec.splits
+    assert (main.plan.splits > 1) == name.startswith("split_k"), main.plan
     if int(cuda_backend.state.arch) == 90:  # pixels read element by element come through a window where it fits
         source = CudaTarget(90).kernel_sources(main, program)[0]
         assert ("copy_window" in source) == (name in WINDOWED), name
         assert ("__launch_bounds__(384, 1)" in source) == (name in TALL), name
-    if main.spec.splits > 1:
+    if main.plan.splits > 1:
         dev = cuda_backend.state.profile
-        clustered = conv_tc.in_cluster(main.spec.splits, dev)
+        clustered = conv_tc.in_cluster(main.plan.splits, dev)
         assert clustered == ("scratch" not in name and dev.cluster_blocks > 0)
         assert len(CudaTarget(dev).kernel_sources(main, program)) == 1 + (not clustered)
     _check_against_torch(model, args, program, dtype, name, cuda_backend)

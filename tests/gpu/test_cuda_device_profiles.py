@@ -48,7 +48,7 @@ def test_resnet50_planned_for_the_a100(batch, cuda_backend) -> None:
     x = torch.randn(batch, 3, 224, 224).half()
     program = npu_compiler.compile(ir_dict(model, [x], "resnet50"), "cuda", dtype="float16", device="a100")
     assert program.device == A100
-    assert batch > 1 or any(k.kind == "conv2d" and k.spec.splits > 1 for k in program.kernels)  # (split K)
+    assert batch > 1 or any(k.kind == "conv2d" and k.plan.splits > 1 for k in program.kernels)  # (split K)
     weights = load_weights(program, module_weights(model), cuda_backend)
     ex = cuda_backend.create_executor(program)
     _a100_code(ex)

@@ -29,7 +29,7 @@ neighbouring channels of a pixel at once where the output is channels-last.
 from __future__ import annotations
 
 from ...expr import nodes as X
-from ...kernels import Conv2dKernel
+from ...kernels import Conv2dKernel, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, affine, ptrs_of
 from .common import (
@@ -78,8 +78,8 @@ def fits(k: KernelCall, program: CompiledProgram, dev) -> bool:
     loads made a 3x3 conv with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14
     tiles, no faster than the implicit GEMM's split K)."""
     spec = k.spec
-    if not dev.warpgroup_mma or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or spec.splits != 1 \
-            or spec.side_stride or len(k.outs) != 1:
+    if not dev.warpgroup_mma or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or k.scratch \
+            or plan_of(k).splits != 1 or spec.side_stride or len(k.outs) != 1:
         return False
     if spec.epilogue is not None and any(isinstance(e, X.Load) for e in X.walk(spec.epilogue)):
         return False

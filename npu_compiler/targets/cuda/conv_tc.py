@@ -40,7 +40,7 @@ import math
 
 from ...dtypes import itemsize
 from ...expr import nodes as X
-from ...kernels import Conv2dKernel
+from ...kernels import Conv2dKernel, Conv2dPlan, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine, ptrs_of
 from . import conv_window
@@ -227,24 +227,32 @@ def splits_for(p: int, o: int, k: int, dev, wide: bool = False) -> int:
     return max(1, min(most, -(-2 * sms // blocks), k // MIN_SPLIT_K))
 
 
-def convs_on_tensor_cores(convs: list[tuple], dev) -> list[int]:
-    """For each conv (dtypes, groups, input, weight and output shapes): 0 where it stays off this kernel, else its
-    K splits. A program's convs go to it (and its activations channels-last) where those it can run hold at least
+def convs_on_tensor_cores(convs: list[tuple], dev) -> list[bool]:
+    """For each conv (dtypes, groups, input, weight and output shapes): whether it runs on this kernel. A program's
+    convs go to it (and its activations channels-last) where those it can run hold at least
     half of the program's conv FLOPs: a network of grouped or depthwise convs keeps its layout. Measured on the H100
     (ResNet-50 fp16, bench_cnn.py): batch 1 0.658 ms on cuBLAS against 0.463 ms here with split K; batch 64 8.17
     against 4.1 ms."""
     total = eligible = 0
-    plan = []
+    on = []
     for c in convs:
         p, o, _ = _geometry(*c[2:])
         k = math.prod(c[3][1:])  # the K of one group (a grouped conv's FLOPs count its groups' K only)
         total += p * o * k
-        if not conv_tc_shape_ok(*c, dev):
-            plan.append(0)
-            continue
-        eligible += p * o * k
-        plan.append(splits_for(p, o, k, dev, wide_tiles(dev, c[2][1])))
-    return plan if eligible > 0 and 2 * eligible >= total else [0] * len(convs)
+        on.append(conv_tc_shape_ok(*c, dev))
+        eligible += p * o * k if on[-1] else 0
+    return on if eligible > 0 and 2 * eligible >= total else [False] * len(convs)
+
+
+def plan_conv(k: KernelCall, program_buffers, dev) -> Conv2dPlan:
+    """A conv record's plan on this kernel: its K split across blocks where its tiles are too few for the device
+    (`splits_for`)."""
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    dts = tuple(program_buffers[r.buffer].dtype for r in (x, w, out))
+    if k.spec.side_stride or not conv_tc_shape_ok(dts, k.spec.groups, x.shape, w.shape, out.shape, dev):
+        return Conv2dPlan()
+    p, o, kk = _geometry(x.shape, w.shape, out.shape)
+    return Conv2dPlan(splits_for(p, o, kk, dev, wide_tiles(dev, x.shape[1])))
 
 
 def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
@@ -252,7 +260,8 @@ def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     spec = k.spec
     if not isinstance(spec, Conv2dKernel) or len(k.args) < spec.first_epilogue_arg:
         return False
-    if len(k.outs) != 1 + (spec.splits > 1) or (spec.splits > 1 and spec.groups != 1):
+    splits = plan_of(k).splits
+    if len(k.outs) != 1 or len(k.scratch) != (splits > 1) or (splits > 1 and spec.groups != 1):
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     dts = tuple(program.dtype_of(r) for r in (x, w, out))
@@ -266,7 +275,7 @@ def side_fits(k: KernelCall, buffers, dev) -> bool:
     inputs channels-last and both weights [O, kh, kw, C] in 16-byte runs (so no tile is read element by element or
     through a window), unsplit, and both K a multiple of BK_COPIES (no K step mixes the two)."""
     spec = k.spec
-    if not isinstance(spec, Conv2dKernel) or not spec.side_stride or spec.splits != 1:
+    if not isinstance(spec, Conv2dKernel) or not spec.side_stride or plan_of(k).splits != 1:
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     x2, w2 = k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]
@@ -390,7 +399,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     xs, ws, os_ = x.strides, w.strides, out.strides
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
     bk = k_step(p_total, o_total, vec_a and vec_b, dev, wide)
-    splits = spec.splits
+    splits = plan_of(k).splits
     cluster = in_cluster(splits, dev)
     x2, w2 = (k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]) if side else (x, w)
     k2 = x2.shape[1] if side else 0

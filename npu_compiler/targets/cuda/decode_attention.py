@@ -38,7 +38,7 @@ before run. Measured on the H100 (Qwen2.5-1.5B decode step, graph replay; with t
 
 from __future__ import annotations
 
-from ...kernels import AttentionKernel
+from ...kernels import AttentionKernel, AttentionPlan, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, pad4
 from .common import (
@@ -73,11 +73,12 @@ def scores_scratch(batch: int, heads: int, q_len: int, kv_len: int, online: bool
 
 def grouped_decode_applies(k: KernelCall, program: CompiledProgram) -> bool:
     p: AttentionKernel = k.spec
-    if not p.splits or len(k.outs) < 2 or p.q_len != 1 or p.v_dim != p.head_dim:
+    pl = plan_of(k)
+    if not pl.splits or len(k.scratch) != 1 or p.q_len != 1 or p.v_dim != p.head_dim:
         return False
-    if p.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len, p.online):
+    if pl.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len, p.online):
         return False
-    if p.online and p.splits > MAX_ONLINE_SPLITS:
+    if p.online and pl.splits > MAX_ONLINE_SPLITS:
         return False
     d = p.head_dim
     if d % _VEC or d > 32 * _VEC or 32 % (d // _VEC) or p.heads // p.kv_heads > MAX_GROUP:
@@ -103,10 +104,11 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     attention setup of library.py (`_attention_setup`): the valid-length prologue, the loop bound, the dtypes and
     the output map; `signature(block)` the kernel's parameter list."""
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     q, kk, v = k.args[:3]
     mask = k.args[3] if p.mask != "none" else None
     dt = program.dtype_of(q)
-    d, h, hk, splits = p.head_dim, p.heads, p.kv_heads, p.splits
+    d, h, hk, splits = p.head_dim, p.heads, p.kv_heads, pl.splits
     g = h // hk
     lpk = d // _VEC
     kpw = 32 // lpk  # keys per warp at a time
@@ -237,7 +239,7 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
 """
     b = p.batch
     if p.online:
-        return [(stats + _online_split(p, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
+        return [(stats + _online_split(p, pl, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
                                        stride),
                  Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
     stats += f"""  float m[{NV}], l[{NV}];
@@ -390,8 +392,8 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
             (accumulate, Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
 
 
-def _online_split(p: AttentionKernel, g: int, NV: int, dt: str, levels: list[tuple[int, int]], rounds, key: str,
-                  past_end: str, k_stride: int, v_stride: int, stride: int) -> str:
+def _online_split(p: AttentionKernel, pl: AttentionPlan, g: int, NV: int, dt: str, levels: list[tuple[int, int]],
+                  rounds, key: str, past_end: str, k_stride: int, v_stride: int, stride: int) -> str:
     """The rest of the online launch, after the query and the `scores` helper. Each round of loads (keys and values
     together) first computes the scores of all its key groups, then the warp's running max of each head over them
     (one rescale of the sum and the output a round, none where the max holds), then the probabilities (each lane its
@@ -506,7 +508,7 @@ def _online_split(p: AttentionKernel, g: int, NV: int, dt: str, levels: list[tup
       acc = fmaf(wo[w][gi][dd], f, acc);
       lb = fmaf(wl[w][gi], f, lb);
     }}
-    float* part = out1 + ((bi * {p.heads} + kvh * {g} + gi) * {p.splits} + split) * {stride};
+    float* part = out1 + ((bi * {p.heads} + kvh * {g} + gi) * {pl.splits} + split) * {stride};
     part[2 + dd] = acc;
     if (dd == 0) {{ part[0] = mb; part[1] = lb; }}
   }}

@@ -114,7 +114,7 @@ from __future__ import annotations
 
 import functools
 
-from ...kernels import AttentionKernel
+from ...kernels import AttentionKernel, AttentionPlan, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, attention_geometry, grid_for, pad4
 from .common import (
@@ -227,22 +227,38 @@ def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
     return splits, _split_extra(batch, heads, q_len, splits)
 
 
-def _split_layout(p: AttentionKernel, n_outs: int) -> bool:
-    """Whether a split attention record has the layout the tiled split launches use (else the generic split runs):
+def tiles_fit_call(call: KernelCall, buffers, dev) -> bool:
+    """Whether an attention record's q, k and v (their dtypes, views) can be read as tiles on the device `dev`."""
+    p: AttentionKernel = call.spec
+    q, kk, v = call.args[:3]
+    dts = tuple(buffers[r.buffer].dtype for r in (q, kk, v))
+    return tiles_apply(dts, p.probs_dtype, p.q_len, p.head_dim, p.v_dim, (q, kk, v), dev)  # type: ignore[arg-type]
+
+
+def plan_tiled_attention(p: AttentionKernel, dev) -> AttentionPlan:
+    """The plan of an attention on these tiles: its key splits where rows see many key tiles (`tile_splits`), the
+    flags they keep, and for an online softmax over a mask the table of its key tiles."""
+    may_skip = p.mask != "none" or p.is_causal or p.valid_len
+    splits, extra = tile_splits(p.batch, p.heads, p.q_len, p.kv_len, may_skip, dev, p.online)
+    table = tile_table(p.batch, p.heads, p.q_len, p.kv_len) if splits and p.online and p.mask != "none" else 0
+    return AttentionPlan(splits, extra, table)
+
+
+def _split_layout(p: AttentionKernel, pl: AttentionPlan, n_scratch: int) -> bool:
+    """Whether a split attention's plan has the layout the tiled split launches use (else the generic split runs):
     its flags after the split record, and an online record over a mask its tile table."""
     n_tiles = -(-p.kv_len // BN)
     table = tile_table(p.batch, p.heads, p.q_len, p.kv_len) if p.online and p.mask != "none" else 0
-    return (n_outs == 2 + (table > 0) and -(-n_tiles // p.splits) <= MAX_TILES_PER_SPLIT
-            and p.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, p.splits) and p.tile_table == table)
+    return (n_scratch == 1 + (table > 0) and -(-n_tiles // pl.splits) <= MAX_TILES_PER_SPLIT
+            and pl.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, pl.splits) and pl.tile_table == table)
 
 
 def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     p: AttentionKernel = k.spec
-    if (p.splits and not _split_layout(p, len(k.outs))) or p.batch * p.heads > 65535:  # (grid y holds b * h)
+    pl = plan_of(k)
+    if (pl.splits and not _split_layout(p, pl, len(k.scratch))) or p.batch * p.heads > 65535:  # (grid y holds b * h)
         return False
-    q, kk, v = k.args[:3]
-    dts = tuple(program.dtype_of(r) for r in (q, kk, v))
-    return tiles_apply(dts, p.probs_dtype, p.q_len, p.head_dim, p.v_dim, (q, kk, v), dev)  # type: ignore[arg-type]
+    return tiles_fit_call(k, program.buffers, dev)
 
 
 def dead_threshold(mask_dtype: str) -> float:
@@ -268,7 +284,7 @@ def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
     return all(unwritten_input(program, r.buffer) for r in reads)
 
 
-def online_order(p: AttentionKernel, hb: int) -> tuple[int, ...] | None:
+def online_order(p: AttentionKernel, pl: AttentionPlan, hb: int) -> tuple[int, ...] | None:
     """The online split launch's blocks, longest first: block i computes the (row block x, heads y, split z) packed
     as x | y << 12 | z << 24 in entry i. Its live key tiles are known at run time only (the mask), so they are
     estimated as a causal mask at cache position 0 gives them (row block x sees the key tiles up to its last row's):
@@ -276,7 +292,7 @@ def online_order(p: AttentionKernel, hb: int) -> tuple[int, ...] | None:
     which left blocks of whole splits to the second wave. Any order gives the same results (every block writes its
     own split's record). Qwen2.5-1.5B's prefill on the H100 (8 layers, one process): the attention record 84.5 ->
     80.2 us a layer. None where the grid is too large to order by a table (the grid's order then)."""
-    return _longest_first(p.q_len, p.kv_len, p.batch * p.heads // hb, p.splits)
+    return _longest_first(p.q_len, p.kv_len, p.batch * p.heads // hb, pl.splits)
 
 
 @functools.cache
@@ -305,14 +321,15 @@ def table_left(k: KernelCall, program: CompiledProgram, dev) -> bool:
     are inputs no kernel writes. A decoder's layers then classify their shared mask once, in the first layer (the
     launch took 8 us a layer in Qwen2.5-1.5B's prefill graph)."""
     p: AttentionKernel = k.spec
-    if not p.tile_table or not _classify_early(k, program):
+    pl = plan_of(k)
+    if not pl.tile_table or not _classify_early(k, program):
         return False
-    table = k.outs[-1]
+    table = k.writes[-1]
     at = next((i for i, kk in enumerate(program.kernels) if kk is k), 0)
     for kj in reversed(program.kernels[:at]):
-        if all(r.buffer != table.buffer for r in (*kj.outs, *kj.args)):
+        if all(r.buffer != table.buffer for r in (*kj.writes, *kj.args)):
             continue
-        return (kj.spec == p and kj.outs[-1] == table and kj.args[3:] == k.args[3:]
+        return (kj.spec == p and kj.plan == pl and kj.writes[-1] == table and kj.args[3:] == k.args[3:]
                 and applies(kj, program, dev))
     return False
 
@@ -349,8 +366,9 @@ def sole_split_applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     with live key tiles for it (_sole_split): Hopper's overlapped launch (its partial outputs staged in shared
     memory), an output in the operand dtype whose rows are whole 16-byte chunks."""
     p: AttentionKernel = k.spec
-    if not (p.online and p.splits and _wgmma(p, dev) and _overlapped(heads_per_block(p, "online", dev))
-            and k.outs[1].offset % 4 == 0):
+    pl = plan_of(k)
+    if not (p.online and pl.splits and _wgmma(p, dev) and _overlapped(heads_per_block(p, "online", dev))
+            and k.writes[1].offset % 4 == 0):
         return False
     g = attention_geometry(k, "cuda")
     _, os_ = pad4(g.out, "cuda")
@@ -458,11 +476,12 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
     """The kernel's launches: one, or with key splits three (stats, accumulate, combine); `signature(block,
     min_blocks)` is the kernel's parameter list."""
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     t, bh = p.q_len, p.batch * p.heads
-    if not p.splits:
+    if not pl.splits:
         grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
         return [(_source(k, program, signature, ityp, "single", dev), Launch(grid, 32 * WARPS, ptrs))]
-    grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
+    grid = (-(-t // BM), bh, pl.splits) if t and bh else (0, 1, 1)
     if p.online:
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
         hb = heads_per_block(p, "online", dev)
@@ -487,6 +506,7 @@ def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, it
 
 def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str, dev=None) -> str:
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     g = attention_geometry(k, "cuda")
     q, mask, pos = g.q, g.mask, g.pos
     b, h, t, d, lk, group = g.b, g.h, g.t, g.d, g.kv_len, g.group
@@ -679,14 +699,14 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
     causal_test = " && j <= ti" if p.is_causal else ""
 
-    split = p.splits > 0 and mode != "repair"
-    tps = -(-n_tiles // p.splits) if split else n_tiles  # key tiles per split
+    split = pl.splits > 0 and mode != "repair"
+    tps = -(-n_tiles // pl.splits) if split else n_tiles  # key tiles per split
     stride = 2 + d
-    flag_count = b * h * rbs * p.splits  # ints after the split record: the stats launch's, then the accumulate's
-    flag_base = b * h * t * p.splits * stride
+    flag_count = b * h * rbs * pl.splits  # ints after the split record: the stats launch's, then the accumulate's
+    flag_base = b * h * t * pl.splits * stride
     # this row block's flags, one int a split, after the split record
     block_flags = (f"reinterpret_cast<int*>(out1 + {flag_base}LL) + ((long long)(bi * {h} + hi) * {rbs} + "
-                   f"bx) * {p.splits}")
+                   f"bx) * {pl.splits}")
     split_head = ""
     if split:
         split_head = f"""
@@ -935,11 +955,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # this split's share of the rows' outputs, in float32, for the combining launch
     rows_all = b * h * t
     if p.online:
-        part_at = "out1 + " + online_part_at(p.splits, d, "rowbase + ti", "z")
-        stat_at = "out1 + " + online_stat_at(rows_all, p.splits, d, "rowbase + row", "z")
+        part_at = "out1 + " + online_part_at(pl.splits, d, "rowbase + ti", "z")
+        stat_at = "out1 + " + online_stat_at(rows_all, pl.splits, d, "rowbase + row", "z")
     else:
-        part_at = f"out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2"
-        stat_at = f"out1 + (rowbase + row) * {p.splits * stride} + z * {stride}"
+        part_at = f"out1 + (rowbase + ti) * {pl.splits * stride} + z * {stride} + 2"
+        stat_at = f"out1 + (rowbase + row) * {pl.splits * stride} + z * {stride}"
     partial_out = f"""
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb)
@@ -950,7 +970,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         *reinterpret_cast<float2*>({part_at} + nb * 8 + 2 * t4) = make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
     }}"""
     sole_ok = mode == "online" and sole_split_applies(k, program, dev)
-    if overlap and k.outs[1].offset % 4 == 0:
+    if overlap and k.writes[1].offset % 4 == 0:
         # the block's 192 rows staged in the shared memory of its tiles (free once every warp is past the barrier of
         # the stats above), each warp's 16 rows then copied out by its lanes as 16 bulk copies of a whole row: the
         # float2 stores of the fragments wrote every row as 16 pieces of 32 bytes, each across two sectors, and the
@@ -1056,11 +1076,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     const {ityp} row = r ? row1 : row0;
     mx[r] = {NEG_INF_F};
     sum[r] = 0.0f;
-    for (int zz = 0; zz < {p.splits}; ++zz) {{
+    for (int zz = 0; zz < {pl.splits}; ++zz) {{
       const int f = flags[zz];
       huge |= (f >> 15) & 1;
       if (!(f & 0x7fff) || row >= {t}) continue;
-      const float* st = out1 + (rowbase + row) * {p.splits * stride} + zz * {stride};
+      const float* st = out1 + (rowbase + row) * {pl.splits * stride} + zz * {stride};
       const float m2 = st[0], l2 = st[1];
       const float mn = fmaxf(mx[r], m2);
       if (mn == {NEG_INF_F}) continue;
@@ -1163,7 +1183,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   {{
     const int* const fl = {block_flags};
     int marked = 0;
-    for (int zz = 0; zz < {p.splits}; ++zz) marked |= fl[zz];
+    for (int zz = 0; zz < {pl.splits}; ++zz) marked |= fl[zz];
     if (!(marked >> 31 & 1)) return;
   }}"""
     # Q K^T with Q's tile in shared memory (the online launch) or its fragments in registers (the others), K's tile
@@ -1250,7 +1270,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
 """
     if overlap:
         pass1_src = "  float mx[2], sum[2];  // each row's running max and sum\n"
-    order = online_order(p, hb) if mode == "online" else None
+    order = online_order(p, pl, hb) if mode == "online" else None
     order_table = coords = ""
     if order:
         order_table = f"__device__ const unsigned fa_order[{len(order)}] = {{{','.join(map(str, order))}}};\n"
@@ -1356,10 +1376,11 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     prefill attention alone on the H100 (its four launches, `Executor.profile`, three alternating rounds): 129.5 ->
     127.4 us; this launch stays about 20 us, reading the splits' float32 records."""
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     g = attention_geometry(k, "cuda")
     b, h, t, dv = g.b, g.h, g.t, p.v_dim
     od = program.dtype_of(g.out)
-    rbs, splits, stride = -(-t // BM), p.splits, 2 + dv
+    rbs, splits, stride = -(-t // BM), pl.splits, 2 + dv
     rows = b * h * t
     block = 128
     warps = block // 32
@@ -1405,7 +1426,7 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     # an online record's rows are 16-byte aligned (online_part_at): four columns a lane, one 16-byte load a split, and
     # the four results stored as one 8-byte store where the output's rows allow it
     _, os_ = pad4(g.out, "cuda")
-    wide = (p.online and k.outs[1].offset % 4 == 0 and dv % 4 == 0 and od in _OPERANDS and os_[3] == 1
+    wide = (p.online and k.writes[1].offset % 4 == 0 and dv % 4 == 0 and od in _OPERANDS and os_[3] == 1
             and g.out.offset % 4 == 0 and all(st % 4 == 0 for st in os_[:3]))
     if wide:
         col_steps = -(-dv // 128)

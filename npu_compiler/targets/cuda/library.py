@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ...errors import NPUCompileError
 from ...expr import nodes as X
-from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import (
     ExprRenderer,
@@ -54,7 +54,7 @@ def _dt(program: CompiledProgram, ref: TensorRef) -> str:
 
 def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None,
                min_blocks: int = 0, cluster_z: int = 0) -> str:
-    params = [f"{storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.outs)]
+    params = [f"{storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.writes)]
     for i, a in enumerate(k.args):
         name = names[i] if names else f"a{i}"
         params.append(f"const {storage(_dt(program, a))}* __restrict__ {name}")
@@ -511,10 +511,9 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
         # one block per (KV head, split) for the whole query-head group: each key and value row read once
         launches = grouped_decode(k, program, a, lambda block: _signature(k, program, block), ptrs_of(k))
         return launches + [_split_combine(k, program, a, online=k.spec.online)]
-    p: AttentionKernel = k.spec
     ityp, d, dv, dpl, vpl, vd, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.pd
     rows = a.b * a.h * a.t
-    splits = p.splits
+    splits = plan_of(k).splits
     nw = SPLIT_WARPS
     block = 32 * nw
     stride = 2 + dv
@@ -609,8 +608,7 @@ def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn, online: bo
     splits' outputs are at their own max, unnormalised (decode_attention.py); each is weighed by exp(its max - the
     row's max) / the row's sum, the weights computed once a row into shared memory (a row none of whose keys is
     visible gives zeros)."""
-    p: AttentionKernel = k.spec
-    rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, p.splits, 2 + a.dv, a.ityp, a.dv, a.od
+    rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, plan_of(k).splits, 2 + a.dv, a.ityp, a.dv, a.od
     nw, un = COMBINE_WARPS, COMBINE_UNROLL
     weights, weigh = "", ""
     if online:

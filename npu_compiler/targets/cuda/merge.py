@@ -97,7 +97,7 @@ def _overlap(a: tuple, b: tuple) -> bool:
 
 def _independent(k: KernelCall, reads: list[tuple], writes: list[tuple], program: CompiledProgram) -> bool:
     kr = [_span(program, r) for r in k.args]
-    kw = [_span(program, r) for r in k.outs]
+    kw = [_span(program, r) for r in k.writes]
     return not any(_overlap(w, x) for w in kw for x in reads + writes) and \
         not any(_overlap(r, w) for r in kr for w in writes)
 
@@ -120,7 +120,7 @@ def groups(program: CompiledProgram, launches: Mapping[int, Launch]) -> list[lis
             reads, writes = [], []
         if run:
             reads += [_span(program, r) for r in k.args]
-            writes += [_span(program, r) for r in k.outs]
+            writes += [_span(program, r) for r in k.writes]
     if len(run) > 1:
         out.append(run)
     return out
@@ -141,7 +141,7 @@ def merged(program: CompiledProgram, run: list[int], launches: Mapping[int, Laun
         params += text.params
         helpers |= text.helpers
         restrict = restrict and text.restrict
-        ptrs += [("buffer", (k.outs if w == "out" else k.args)[j].buffer) for w, j in launch.ptrs]
+        ptrs += [("buffer", (k.writes if w == "out" else k.args)[j].buffer) for w, j in launch.ptrs]
         cond = f"blockIdx.x < {first + grid}" if p < len(run) - 1 else None
         body.append(("  " if p == 0 else "  } else ") + (f"if ({cond}) {{" if cond else "{"))
         body += ["  " + line for line in text.body]

@@ -17,17 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, GemmKernel, GeneratedKernel
+from ...kernels import AttentionKernel, AttentionPlan, Conv2dKernel, GemmKernel, GeneratedKernel, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
 from ..codegen import CodegenTarget
 from ..devices import DeviceProfile, get_profile, profile_for_arch
+from ..planning import decode_splits
 from .common import CUDA, EARLY_WAIT, WAIT, mma_sync_ok
 from .conv_tc import applies as conv_tc_applies
-from .conv_tc import convs_on_tensor_cores, side_fits
+from .conv_tc import convs_on_tensor_cores, plan_conv, side_fits
 from .decode_attention import scores_scratch
 from .flash_attention import applies as tiles_fit
-from .flash_attention import tile_splits, tile_table, tiles_apply
+from .flash_attention import plan_tiled_attention, tiles_apply, tiles_fit_call
 from .gemm import SUPPORTED, gemm_plan
 from .gemv import GEMV_MAX_M, gemv, gemv_applies, gemv_fits, prologue_applies, prologue_bytes
 from .grouped_gemm import grouped_fits, grouped_gemm
@@ -101,9 +102,6 @@ class CudaTarget(CodegenTarget):
         self.profile = device
         self.arch = device.compute_capability  # which tensor-core instructions the kernels may use
 
-    @property
-    def decode_attention_blocks(self) -> int:  # type: ignore[override]
-        return 2 * self.profile.multiprocessors  # two blocks an SM
 
     def gemm_epilogue_apart(self, m, batch, a_dtype, out_dtype) -> bool:
         # more rows than a GEMV takes: cuBLAS, then the epilogue as a launch of its own (`render_kernel`)
@@ -112,14 +110,20 @@ class CudaTarget(CodegenTarget):
     def attention_on_tensor_cores(self, dtypes, probs_dtype, q_len, head_dim, v_dim, refs) -> bool:
         return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.profile)
 
-    def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip, online=False) -> tuple[int, int]:
-        return tile_splits(batch, heads, q_len, kv_len, may_skip, self.profile, online)
-
-    def attention_tile_table(self, batch, heads, q_len, kv_len) -> int:
-        return tile_table(batch, heads, q_len, kv_len)
-
-    def decode_attention_scratch(self, batch, heads, q_len, kv_len, online) -> int:
-        return scores_scratch(batch, heads, q_len, kv_len, online)
+    def plan(self, call, buffers):
+        """Attention: the tiled kernel's key splits, the flags they keep and the mask's tile table where it applies
+        (flash_attention.plan), else decode's key splits and the scores its second launch reads; a conv on the
+        implicit GEMM: its K splits (conv_tc.plan_conv)."""
+        spec, dev = call.spec, self.profile
+        if isinstance(spec, AttentionKernel):
+            if tiles_fit_call(call, buffers, dev):
+                return plan_tiled_attention(spec, dev)
+            splits = decode_splits(spec, dev)
+            extra = scores_scratch(spec.batch, spec.heads, spec.q_len, spec.kv_len, spec.online) if splits else 0
+            return AttentionPlan(splits, extra)
+        if isinstance(spec, Conv2dKernel):
+            return plan_conv(call, buffers, dev)
+        return None
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
         return convs_on_tensor_cores(convs, self.profile)
@@ -177,7 +181,7 @@ class CudaTarget(CodegenTarget):
         if isinstance(spec, AttentionKernel):
             if tiles_fit(k, program, dev):
                 return [("launch", launch) for launch in attention_tiles(k, program, dev)]
-            if spec.splits and len(k.outs) > 1:
+            if plan_of(k).splits and k.scratch:
                 return [("launch", launch) for launch in attention_split(k, program)]
             return [("launch", attention(k, program, dev))]
         if spec.kind == "conv2d":

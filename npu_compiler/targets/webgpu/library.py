@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import (
     ExprRenderer,
@@ -36,7 +36,7 @@ def _dt(program: CompiledProgram, ref: TensorRef) -> str:
 
 
 def names_of(k: KernelCall) -> list[str]:
-    return [f"out{i}" for i in range(len(k.outs))] + [f"a{i}" for i in range(len(k.args))]
+    return [f"out{i}" for i in range(len(k.writes))] + [f"a{i}" for i in range(len(k.args))]
 
 
 def _check_extent(*refs: TensorRef) -> None:
@@ -628,7 +628,7 @@ def attention(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, L
     accumulates. `valid_len`: the last argument holds the cache positions written this step; keys past the largest
     are masked anyway and are not read. A row with every key masked gives zeros. With `splits` the keys of each
     row are split across workgroups (`attention_split`)."""
-    if k.spec.splits and len(k.outs) > 1:
+    if plan_of(k).splits and k.scratch:
         return attention_split(k, program, dev)
     a = _attention_setup(k, program, dev)
     decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
@@ -671,7 +671,7 @@ def attention_split(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[
     (rounded to `probs_dtype` as the graph rounds them) times v; (3) one workgroup per row adds the splits' partial
     outputs. Scores are rounded exactly as in `attention`."""
     a = _attention_setup(k, program, dev)
-    S = k.spec.splits
+    S = plan_of(k).splits
     stride = 2 + a.dv
     head = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
 {a.row_head}

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, GeneratedKernel
+from ...kernels import AttentionKernel, AttentionPlan, Conv2dKernel, GemmKernel, GeneratedKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Store, render_expression
 from ..codegen import CodegenTarget
 from ..devices import DeviceProfile, get_profile
+from ..planning import decode_splits
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
 from .intervals import narrow_int64
 from .language import WGSL
@@ -72,10 +73,11 @@ class WebGPUTarget(CodegenTarget):
         # `webgpu` row's); the caps say what the adapter allows
         self.profile = device if isinstance(device, DeviceProfile) else get_profile(device or self.default_device)
 
-    @property
-    def decode_attention_blocks(self) -> int:  # type: ignore[override]
-        # a large GPU's workgroups in flight: split decode rows' keys until about two a compute unit
-        return 2 * self.profile.multiprocessors
+    def plan(self, call, buffers):
+        # an attention of few query rows: its keys split across workgroups until about two a compute unit run
+        if isinstance(call.spec, AttentionKernel):
+            return AttentionPlan(decode_splits(call.spec, self.profile))
+        return None
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # the skinny GEMM of a decode step, each workgroup with every group of its columns
