@@ -175,6 +175,60 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
         const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + odd, ce = co - odd;
         if (oh < {ho} && ow < {wo})
           *reinterpret_cast<unsigned*>(out0 + ({at})) = odd ? got | ((unsigned)sv[1] << 16) : sv[0] | (got << 16);"""
+    products, prologue = _direct_loop(c=c, cb=cb, halo=halo, hx=hx, hy=hy, kh=kh, kw=kw, nbuf=nbuf, npx=npx,
+        tiles=tiles, w_bytes=w_bytes)
+    src = f"""{PRELUDE}
+{tc_helpers(_OPERANDS[od])}{wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (npx, False, False)}, plain_desc=True)}
+{signature(threads, 1)} {{
+  extern __shared__ __align__(1024) unsigned char sm[];
+  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
+  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned sb = (unsigned)__cvta_generic_to_shared(sm);
+  const {ityp} oc0 = ({ityp})blockIdx.y * {O_TILE};
+{WEIGHTS_BEGIN if weight_early else ""}{weights if weight_early else ""}
+{WEIGHTS_END if weight_early else ""}
+{WAIT}{"" if weight_early else weights}
+  // tile t's halo (its 8-channel chunks lo..hi) into buffer b: [chunk][halo row][halo column] 16 bytes each, zeros
+  // outside the image
+  auto copy_halo = [&](int b, int t, int lo, int hi) {{
+    const {ityp} nb = t / {tiles_y * tiles_x};
+    const int r = t % {tiles_y * tiles_x}, ty0 = (r / {tiles_x}) * {ty} - {ph}, tx0 = (r % {tiles_x}) * {TX} - {pw};
+    for (int q = tid; q < {hy * hx} * (hi - lo); q += {threads}) {{
+      const int c8 = lo + q % (hi - lo), p = q / (hi - lo), iy = ty0 + p / {hx}, ix = tx0 + p % {hx};
+      const bool ok = iy >= 0 && iy < {h} && ix >= 0 && ix < {wd};
+      tc_cp16(sm + {w_bytes} + b * {halo} + ((c8 * {hy}) * {hx} + p) * 16, xt + (ok ? {x_at} + c8 * 8 : 0), ok);
+    }}
+  }};
+  int t = blockIdx.x;{bias_pre}{prologue}
+  for (int it = 0; t < {tiles}; ++it, t += gridDim.x) {{{products}
+    // acc[4j + 2hf + e]: output channel oc0 + 16 warp + lane / 4 + 8 hf, pixel row j, column 2 (lane % 4) + e
+    const {ityp} nb = t / {tiles_y * tiles_x};
+    const int r = t % {tiles_y * tiles_x};
+    #pragma unroll
+    for (int j = 0; j < {ty}; ++j) {{
+      const {ityp} oh = (r / {tiles_x}) * {ty} + j;
+      #pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {{
+        const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
+        unsigned short sv[2];
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {{  // (outside the image too: the epilogue reads no tensor, and lanes pair up)
+          const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + e;
+          float v = acc[j * 4 + hf * 2 + e];
+{epilogue}
+        }}{store}
+      }}
+    }}
+  }}
+}}
+"""
+    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]
+
+
+def _direct_loop(*, c, cb, halo, hx, hy, kh, kw, nbuf, npx, tiles, w_bytes):
+    """The products of a tile over every tap (one warpgroup MMA a tap, B read from the halo at its offset) and the loop
+    over tiles with one or two halo buffers."""
     def mma(lo: int, hi: int, b: str) -> str:
         """Every tap's products over the halo's channel steps lo..hi (16 channels each) of buffer b."""
         return f"""
@@ -223,50 +277,4 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     tc_commit();""" for i in range(cb))
         products += f"""
     wg_wait<{npx // 2}>(acc);"""
-    src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}{wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (npx, False, False)}, plain_desc=True)}
-{signature(threads, 1)} {{
-  extern __shared__ __align__(1024) unsigned char sm[];
-  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
-  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const unsigned sb = (unsigned)__cvta_generic_to_shared(sm);
-  const {ityp} oc0 = ({ityp})blockIdx.y * {O_TILE};
-{WEIGHTS_BEGIN if weight_early else ""}{weights if weight_early else ""}
-{WEIGHTS_END if weight_early else ""}
-{WAIT}{"" if weight_early else weights}
-  // tile t's halo (its 8-channel chunks lo..hi) into buffer b: [chunk][halo row][halo column] 16 bytes each, zeros
-  // outside the image
-  auto copy_halo = [&](int b, int t, int lo, int hi) {{
-    const {ityp} nb = t / {tiles_y * tiles_x};
-    const int r = t % {tiles_y * tiles_x}, ty0 = (r / {tiles_x}) * {ty} - {ph}, tx0 = (r % {tiles_x}) * {TX} - {pw};
-    for (int q = tid; q < {hy * hx} * (hi - lo); q += {threads}) {{
-      const int c8 = lo + q % (hi - lo), p = q / (hi - lo), iy = ty0 + p / {hx}, ix = tx0 + p % {hx};
-      const bool ok = iy >= 0 && iy < {h} && ix >= 0 && ix < {wd};
-      tc_cp16(sm + {w_bytes} + b * {halo} + ((c8 * {hy}) * {hx} + p) * 16, xt + (ok ? {x_at} + c8 * 8 : 0), ok);
-    }}
-  }};
-  int t = blockIdx.x;{bias_pre}{prologue}
-  for (int it = 0; t < {tiles}; ++it, t += gridDim.x) {{{products}
-    // acc[4j + 2hf + e]: output channel oc0 + 16 warp + lane / 4 + 8 hf, pixel row j, column 2 (lane % 4) + e
-    const {ityp} nb = t / {tiles_y * tiles_x};
-    const int r = t % {tiles_y * tiles_x};
-    #pragma unroll
-    for (int j = 0; j < {ty}; ++j) {{
-      const {ityp} oh = (r / {tiles_x}) * {ty} + j;
-      #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {{
-        const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
-        unsigned short sv[2];
-        #pragma unroll
-        for (int e = 0; e < 2; ++e) {{  // (outside the image too: the epilogue reads no tensor, and lanes pair up)
-          const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + e;
-          float v = acc[j * 4 + hf * 2 + e];
-{epilogue}
-        }}{store}
-      }}
-    }}
-  }}
-}}
-"""
-    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]
+    return products, prologue

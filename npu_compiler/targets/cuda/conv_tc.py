@@ -446,6 +446,55 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 
         def at(row: str, ch: str) -> str:
             return f"({row}) * {row_h} + ({ch}) * 8"
+    a_stage, b_stage, mi_n, mma_steps, ni_n, side_first, side_word, smem = _mma_parts(bm=bm, bn=bn, k2=k2, row_h=row_h,
+        side=side, smem=smem, threads=threads, wm_=wm_, wn_=wn_)
+
+    a_load, a_setup, b_load = _tile_loaders(a_stage=a_stage, at=at, b_stage=b_stage, bk=bk, bm=bm, bn=bn, c=c,
+        chunk=chunk, dh=dh, dw=dw, h=h, ho=ho, ityp=ityp, k2=k2, k_total=k_total, kw=kw, o_total=o_total,
+        p_total=p_total, ph=ph, pw=pw, row_h=row_h, row_of=row_of, sh=sh, side=side, side_first=side_first, spec=spec,
+        stages=stages, sw=sw, threads=threads, vec_a=vec_a, vec_b=vec_b, w=w, w2=w2, wd=wd, wo=wo, ws=ws, x=x, x2=x2,
+        xs=xs)
+
+    (as_bits, bias_load, epilogue_lines, kt_side, kt_total, one_output, per_split, prefetch, quad, store,
+     w_prefetch) = _epilogue_prep(
+        bk=bk, bm=bm, bn=bn, ho=ho, ityp=ityp, k=k, k2=k2, k_total=k_total, names=names, ni_n=ni_n, o_total=o_total,
+        od=od, os_=os_, out=out, program=program, render_epilogue=render_epilogue, side=side, spec=spec, splits=splits,
+        threads=threads, vec_b=vec_b, w=w, wo=wo)
+    if cluster:
+        epilogue_src = _cluster_epilogue(bm=bm, bn=bn, ityp=ityp, mi_n=mi_n, ni_n=ni_n, o_total=o_total,
+            one_output=one_output, p_total=p_total, splits=splits, threads=threads, wm_=wm_, wn_=wn_)
+    elif splits > 1:
+        epilogue_src = _scratch_epilogue(mi_n=mi_n, ni_n=ni_n, o_total=o_total, p_total=p_total, wm_=wm_, wn_=wn_)
+    else:
+        epilogue_src = _tile_epilogue(as_bits=as_bits, bias_load=bias_load, epilogue_lines=epilogue_lines, ho=ho,
+            ityp=ityp, k=k, mi_n=mi_n, names=names, ni_n=ni_n, o_total=o_total, od=od, os_=os_, out=out,
+            p_total=p_total, program=program, quad=quad, side=side, side_word=side_word, spec=spec, store=store,
+            win=win, wm_=wm_, wn_=wn_, wo=wo)
+
+    ptrs = ptrs_of(k)
+    if win is not None:  # its own kernel around the same products and epilogue
+        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
+                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
+                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
+                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
+                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
+        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
+    src = _main_source(a_load=a_load, a_setup=a_setup, a_stage=a_stage, as_bits=as_bits, b_load=b_load, b_stage=b_stage,
+        bk=bk, bm=bm, bn=bn, cluster=cluster, epilogue_src=epilogue_src, ityp=ityp, k=k, k2=k2, kt_side=kt_side,
+        kt_total=kt_total, mi_n=mi_n, mma_steps=mma_steps, ni_n=ni_n, o_total=o_total, od=od, per_split=per_split,
+        prefetch=prefetch, program=program, row_h=row_h, side=side, side_word=side_word, signature=signature, spec=spec,
+        splits=splits, stages=stages, threads=threads, vec_b=vec_b, w=w, w2=w2, w_prefetch=w_prefetch, warps_n=warps_n,
+        wgmma=wgmma, wn_=wn_)
+    main = (src, Launch((o_tiles, -(-p_total // bm), splits), threads, ptrs, smem))
+    if splits == 1 or cluster:
+        return [main]
+    return _split_sum(dev=dev, ityp=ityp, main=main, o_total=o_total, one_output=one_output, p_total=p_total, ptrs=ptrs,
+        signature=signature, splits=splits)
+
+
+def _mma_parts(*, bm, bn, k2, row_h, side, smem, threads, wm_, wn_):
+    """The warp's products over the staged tiles, the side conv's loader order and the corner guards."""
     mi_n, ni_n = wm_ // 16, wn_ // 8
     a_stage, b_stage = bm * row_h, bn * row_h
 
@@ -482,7 +531,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         #pragma unroll
         for (int j = 0; j < {ni_n}; ++j) tc_mma(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
     }}"""
+    return a_stage, b_stage, mi_n, mma_steps, ni_n, side_first, side_word, smem
 
+
+def _tile_loaders(*, a_stage, at, b_stage, bk, bm, bn, c, chunk, dh, dw, h, ho, ityp, k2, k_total, kw, o_total, p_total,
+    ph, pw, row_h, row_of, sh, side, side_first, spec, stages, sw, threads, vec_a, vec_b, w, w2, wd, wo, ws, x, x2, xs):
+    """The loaders of the pixel tile (A) and the weight tile (B): 16-byte copies, a window, or element by element."""
     def corners(first_row: str, comment: str) -> str:
         """This thread's pixels (rows `first_row` of every input tile, an expression of i < per) and their
         windows' corners, found once."""
@@ -587,7 +641,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
              : (unsigned short)0;
     }}
   }};"""
+    return a_load, a_setup, b_load
 
+
+def _epilogue_prep(*, bk, bm, bn, ho, ityp, k, k2, k_total, names, ni_n, o_total, od, os_, out, program,
+    render_epilogue, side, spec, splits, threads, vec_b, w, wo):
+    """What the epilogues share: prefetches, the output's address, the bias, the stores of two channels."""
     prefetch = _residual_prefetch(k, program, names, ityp, bm, bn, threads, (ho, wo)) if splits == 1 else ""
     kt_side = k2 // bk
     kt_total = kt_side + -(-k_total // bk)
@@ -643,13 +702,19 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {epilogue}
     }}
     out0[{o_at}] = sv[0];"""
-    if cluster:
-        # each split's part of the tile goes to its own shared memory (the stages, done with); after the cluster's
-        # barrier every block sums a share of the tile's outputs over the parts of all splits, in split order (the
-        # sum of the scratch path, to the bit), and stores them; the second barrier keeps every block's shared
-        # memory alive until the others have read it
-        rw = bn + _RED_PAD
-        epilogue_src = f"""
+    return (as_bits, bias_load, epilogue_lines, kt_side, kt_total, one_output, per_split, prefetch, quad, store,
+            w_prefetch)
+
+
+def _cluster_epilogue(*, bm, bn, ityp, mi_n, ni_n, o_total, one_output, p_total, splits, threads, wm_, wn_):
+    """A cluster's split: each block's part in its shared memory, the tile summed over the cluster's blocks in split
+    order."""
+    # each split's part of the tile goes to its own shared memory (the stages, done with); after the cluster's
+    # barrier every block sums a share of the tile's outputs over the parts of all splits, in split order (the
+    # sum of the scratch path, to the bit), and stores them; the second barrier keeps every block's shared
+    # memory alive until the others have read it
+    rw = bn + _RED_PAD
+    epilogue_src = f"""
   tc_wait<0>();
   __syncthreads();  // every warp is done with the stages: they hold this split's part now
   float* part = reinterpret_cast<float*>(smem);
@@ -677,14 +742,18 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {one_output}
   }}
   tc_cluster_sync();"""
-    elif splits > 1:
-        # this split's part of every output, in float32, to the scratch ([split][pixel][channel]); the second launch
-        # sums the parts in split order (the same result on every run) and applies bias and epilogue
-        two = o_total % 2 == 0
-        write = ("*reinterpret_cast<float2*>(part + at) = make_float2(acc[i][j][hf * 2], acc[i][j][hf * 2 + 1]);"
-                 if two else
-                 f"part[at] = acc[i][j][hf * 2]; if (co0 + 1 < {o_total}) part[at + 1] = acc[i][j][hf * 2 + 1];")
-        epilogue_src = f"""
+    return epilogue_src
+
+
+def _scratch_epilogue(*, mi_n, ni_n, o_total, p_total, wm_, wn_):
+    """A split's parts written to the float32 scratch (the second launch sums them)."""
+    # this split's part of every output, in float32, to the scratch ([split][pixel][channel]); the second launch
+    # sums the parts in split order (the same result on every run) and applies bias and epilogue
+    two = o_total % 2 == 0
+    write = ("*reinterpret_cast<float2*>(part + at) = make_float2(acc[i][j][hf * 2], acc[i][j][hf * 2 + 1]);"
+             if two else
+             f"part[at] = acc[i][j][hf * 2]; if (co0 + 1 < {o_total}) part[at + 1] = acc[i][j][hf * 2 + 1];")
+    epilogue_src = f"""
   tc_wait<0>();
   float* part = out1 + (long long)blockIdx.z * {p_total * o_total};
   #pragma unroll
@@ -701,33 +770,38 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         {write}
       }}
     }}"""
-    else:
-        # the columns 32 at a time (the warpgroup MMA's 128: its outputs, residual and bias at once would spill)
-        jc_n = min(ni_n, 4)
-        # a row group's outputs first, then their stores: in one pass a residual's load came after the store before
-        # it (the output pointer may alias it as far as the compiler knows), so the loads went one at a time; the
-        # bias of the thread's channels loaded once, not again for every row. With the quad's exchanges below,
-        # ResNet-50 at batch 64 on the H100: 3.92 -> 3.53 ms (its 1x1 expansions with a residual 165 -> 117 us)
-        def rows_of(guarded: bool, step: int) -> str:
-            """The loops over the thread's two rows of the row group `i` (`p` its pixel, `nb`, `oh`, `ow`; a row past
+    return epilogue_src
+
+
+def _tile_epilogue(*, as_bits, bias_load, epilogue_lines, ho, ityp, k, mi_n, names, ni_n, o_total, od, os_, out,
+    p_total, program, quad, side, side_word, spec, store, win, wm_, wn_, wo):
+    """The epilogue of an unsplit tile: bias, the record's epilogue, stores of 2 or 4 neighbouring channels a lane."""
+    # the columns 32 at a time (the warpgroup MMA's 128: its outputs, residual and bias at once would spill)
+    jc_n = min(ni_n, 4)
+    # a row group's outputs first, then their stores: in one pass a residual's load came after the store before
+    # it (the output pointer may alias it as far as the compiler knows), so the loads went one at a time; the
+    # bias of the thread's channels loaded once, not again for every row. With the quad's exchanges below,
+    # ResNet-50 at batch 64 on the H100: 3.92 -> 3.53 ms (its 1x1 expansions with a residual 165 -> 117 us)
+    def rows_of(guarded: bool, step: int) -> str:
+        """The loops over the thread's two rows of the row group `i` (`p` its pixel, `nb`, `oh`, `ow`; a row past
             the pixels skipped where `guarded`) and over the column groups `j` of the chunk `jc`, `step` at a time."""
-            skip = f"\n      if (p >= {p_total}) continue;" if guarded else ""
-            return f"""    #pragma unroll
+        skip = f"\n      if (p >= {p_total}) continue;" if guarded else ""
+        return f"""    #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {{
       const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;{skip}
       const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
       #pragma unroll
       for (int j = jc; j < jc + {jc_n}; {"++j" if step == 1 else f"j += {step}"}) {{"""
 
-        if quad:
-            # two column groups' outputs (16 channels of a row, 2 in each of a quad's lanes, a group 8 channels
-            # apart) exchanged in the quad so that each lane stores 4 neighbouring channels: a row's 32 bytes in
-            # one store of the quad, where a 4-byte store a lane filled half of each 32-byte sector (the shuffles
-            # come before the row's bounds test: every lane takes part)
-            at4 = affine([("nb", os_[0]), ("co4", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
-            quad_lanes = """
+    if quad:
+        # two column groups' outputs (16 channels of a row, 2 in each of a quad's lanes, a group 8 channels
+        # apart) exchanged in the quad so that each lane stores 4 neighbouring channels: a row's 32 bytes in
+        # one store of the quad, where a 4-byte store a lane filled half of each 32-byte sector (the shuffles
+        # come before the row's bounds test: every lane takes part)
+        at4 = affine([("nb", os_[0]), ("co4", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+        quad_lanes = """
   const int q = lane & 3, s1 = (lane & ~3) | ((2 * q) & 3), s2 = s1 | 1;"""
-            stores = f"""
+        stores = f"""
 {rows_of(False, 2)}
         const unsigned a = (unsigned){as_bits}(res[hf][j][0]) | ((unsigned){as_bits}(res[hf][j][1]) << 16);
         const unsigned b = (unsigned){as_bits}(res[hf][j + 1][0]) | ((unsigned){as_bits}(res[hf][j + 1][1]) << 16);
@@ -738,38 +812,38 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
           *reinterpret_cast<uint2*>(out0 + ({at4})) = q < 2 ? make_uint2(a1, a2) : make_uint2(b1, b2);
       }}
     }}"""
-        else:
-            quad_lanes = ""
-            stores = f"""
+    else:
+        quad_lanes = ""
+        stores = f"""
 {rows_of(True, 1)}
         const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
         if (co0 >= {o_total}) continue;
 {store}
       }}
     }}"""
-        # the epilogue's channels-last reads of the output's own elements (a residual) loaded as the stores go:
-        # 4 channels a lane, handed to the lanes that hold them (a 2-byte load a value read half of each sector)
-        ahead = [e for e in dict.fromkeys(X.walk(spec.epilogue)) if _quad_load(e, program, k)] if (
-            quad and spec.epilogue is not None) else []
-        sub = {e: X.Acc(e.dtype, spec.acc_groups + n) for n, e in enumerate(ahead)}
-        main_expr = (X.substitute(spec.epilogue, lambda e: sub.get(e) if isinstance(e, X.Load) else None)
-                     if ahead else spec.epilogue)
-        from_bits = "__ushort_as_half" if od == "float16" else "__ushort_as_bfloat16"
-        side_acc = [load_expr(od, f"{from_bits}((unsigned short)({side_word} >> (16 * e)))")] if side else []
-        main_epilogue = epilogue_lines(main_expr, ["accv", *side_acc] + [f"rv{n}[hf][j][e]" for n in range(len(ahead))],
-                                       "bv[j][e]")
-        loads_ahead = "".join(_quad_load_lines(e, n, names[e.arg]) for n, e in enumerate(ahead))
-        rv_decl = "".join(f"\n    float rv{n}[2][{ni_n}][2];" for n in range(len(ahead)))
-        if loads_ahead:
-            loads_ahead = f"""
+    # the epilogue's channels-last reads of the output's own elements (a residual) loaded as the stores go:
+    # 4 channels a lane, handed to the lanes that hold them (a 2-byte load a value read half of each sector)
+    ahead = [e for e in dict.fromkeys(X.walk(spec.epilogue)) if _quad_load(e, program, k)] if (
+        quad and spec.epilogue is not None) else []
+    sub = {e: X.Acc(e.dtype, spec.acc_groups + n) for n, e in enumerate(ahead)}
+    main_expr = (X.substitute(spec.epilogue, lambda e: sub.get(e) if isinstance(e, X.Load) else None)
+                 if ahead else spec.epilogue)
+    from_bits = "__ushort_as_half" if od == "float16" else "__ushort_as_bfloat16"
+    side_acc = [load_expr(od, f"{from_bits}((unsigned short)({side_word} >> (16 * e)))")] if side else []
+    main_epilogue = epilogue_lines(main_expr, ["accv", *side_acc] + [f"rv{n}[hf][j][e]" for n in range(len(ahead))],
+                                   "bv[j][e]")
+    loads_ahead = "".join(_quad_load_lines(e, n, names[e.arg]) for n, e in enumerate(ahead))
+    rv_decl = "".join(f"\n    float rv{n}[2][{ni_n}][2];" for n in range(len(ahead)))
+    if loads_ahead:
+        loads_ahead = f"""
 {rows_of(False, 2)}
         const {ityp} co4 = n0 + wn * {wn_} + j * 8 + q * 4;
         const bool in = p < {p_total} && co4 < {o_total};{loads_ahead}
       }}
     }}"""
-        bias_lines = ""
-        if spec.bias:
-            bias_lines = f"""
+    bias_lines = ""
+    if spec.bias:
+        bias_lines = f"""
   float bv[{ni_n}][2];
   #pragma unroll
   for (int j = jc; j < jc + {jc_n}; ++j)
@@ -778,9 +852,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const {ityp} co = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2 + e;
       bv[j][e] = co < {o_total} ? {bias_load} : 0.0f;
     }}"""
-        # a windowed conv's next window copies stay in flight through the epilogue
-        drain = "" if win is not None else "\n  tc_wait<0>();"
-        epilogue_src = f"""{drain}{quad_lanes}
+    # a windowed conv's next window copies stay in flight through the epilogue
+    drain = "" if win is not None else "\n  tc_wait<0>();"
+    epilogue_src = f"""{drain}{quad_lanes}
   #pragma unroll
   for (int jc = 0; jc < {ni_n}; jc += {jc_n}) {{{bias_lines}
   #pragma unroll
@@ -803,16 +877,14 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {stores}
   }}
   }}"""
+    return epilogue_src
 
-    ptrs = ptrs_of(k)
-    if win is not None:  # its own kernel around the same products and epilogue
-        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
-        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
-                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
-                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
-                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
-                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
-        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
+
+def _main_source(*, a_load, a_setup, a_stage, as_bits, b_load, b_stage, bk, bm, bn, cluster, epilogue_src, ityp, k, k2,
+    kt_side, kt_total, mi_n, mma_steps, ni_n, o_total, od, per_split, prefetch, program, row_h, side, side_word,
+    signature, spec, splits, stages, threads, vec_b, w, w2, w_prefetch, warps_n, wgmma, wn_):
+    """The kernel's source: its copies into the stages, the main loop over K (mma.sync or the warpgroup MMA), the
+    epilogue."""
     # the weight tiles of the first stages are copied before the wait for the kernel ahead, where the weight is a
     # weight buffer (no kernel writes one: memory_check.check_read_only): one image's convs are latency-bound, and
     # their weights' trip to shared memory then overlaps the kernel before (their first stage commits with A's)
@@ -933,9 +1005,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {epilogue_src}
 }}
 """
-    main = (src, Launch((o_tiles, -(-p_total // bm), splits), threads, ptrs, smem))
-    if splits == 1 or cluster:
-        return [main]
+    return src
+
+
+def _split_sum(*, dev, ityp, main, o_total, one_output, p_total, ptrs, signature, splits):
+    """The second launch of a K split outside a cluster: each output's sum over its splits' parts in order, then the
+    epilogue."""
     n = p_total * o_total
     block = 256
     reduce_src = f"""{PRELUDE}

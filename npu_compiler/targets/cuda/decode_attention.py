@@ -152,6 +152,55 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     # the key of load u of this warp in the round from `base`
     key = f"(base + ({ityp})(u * {WARPS} + warp) * {kpw} + sub)"
 
+    early, head, rounds = _load_helpers(a=a, d=d, dup=dup, g=g, hb_terms=hb_terms, hk=hk, ityp=ityp, k=k, key=key,
+        kk=kk, ks=ks, lpk=lpk, p=p, past_end=past_end, program=program, signature=signature, splits=splits, step=step,
+        stride=stride, v=v, vs=vs)
+
+    k_rows, v_rows = ("a1", kk.offset, ks), ("a2", v.offset, vs)
+    stats = head(k_rows, *([v_rows] if p.online else [])) + f"""  float qf[{g}][{_VEC}];
+  #pragma unroll
+  for (int gi = 0; gi < {g}; ++gi) {{
+    const uint4 w = *reinterpret_cast<const uint4*>(a0 + {q.offset} + bi * {qs[0]} + (kvh * {g} + gi) * {qs[1]}
+                                                      + li * {_VEC});
+    {_unpack(dt, 'w', 'qf[gi]')}
+  }}
+  // the scores of key j (its row in w): the group's dot products summed over the key's lanes as a reduce-scatter
+  // (each lane ends with NV of them, heads hb.., instead of all), then rounded as the graph stores them, in s_[]
+  auto scores = [&](const uint4 w, const {ityp} j, float* s_) {{
+    float kf[{_VEC}];
+    {_unpack(dt, 'w', 'kf')}
+    float acc[{G}];
+    #pragma unroll
+    for (int gi = 0; gi < {G}; ++gi) {{
+      float s = 0.0f;
+      #pragma unroll
+      for (int e = 0; gi < {g} && e < {_VEC}; ++e) s = fmaf(qf[gi < {g} ? gi : 0][e], kf[e], s);
+      acc[gi] = s;
+    }}
+{reduce_text}
+    #pragma unroll
+    for (int i = 0; i < {NV}; ++i) {{
+      const {ityp} head = kvh * {g} + min(hb + i, {g - 1});
+      float s = acc[i];
+      s = {round_expr('s', sd)};
+      s = {round_expr(f's * {scale}', sd)};
+{mask_lines}
+      s_[i] = s;
+    }}
+  }};
+"""
+    b = p.batch
+    if p.online:
+        return [(stats + _online_split(p, pl, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
+                                       stride),
+                 Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
+    return _two_pass(NV=NV, PV=PV, b=b, d=d, dt=dt, early=early, g=g, h=h, head=head, hk=hk, ityp=ityp, key=key, ks=ks,
+        lpk=lpk, pd=pd, ptrs=ptrs, rounds=rounds, splits=splits, stats=stats, stride=stride, v_rows=v_rows, vs=vs)
+
+
+def _load_helpers(*, a, d, dup, g, hb_terms, hk, ityp, k, key, kk, ks, lpk, p, past_end, program, signature, splits,
+    step, stride, v, vs):
+    """The rounds of loads of key or value rows and a launch's head (its prologue, split range and query loads)."""
     def rounds(word: str, row: str, row_stride: int, more: str = "") -> str:
         """The split's keys in rounds of UNROLL key groups a warp: the round's loads of `row` into `word[]` first
         (and the lines `more`, more loads of the round), then the body for each key group (key `j`, its row
@@ -203,96 +252,14 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   const uint4* krow = reinterpret_cast<const uint4*>(a1 + {kk.offset} + bi * {ks[0]} + kvh * {ks[1]} + li * {_VEC});
   const uint4* vrow = reinterpret_cast<const uint4*>(a2 + {v.offset} + bi * {vs[0]} + kvh * {vs[1]} + li * {_VEC});
 """
+    return early, head, rounds
 
-    k_rows, v_rows = ("a1", kk.offset, ks), ("a2", v.offset, vs)
-    stats = head(k_rows, *([v_rows] if p.online else [])) + f"""  float qf[{g}][{_VEC}];
-  #pragma unroll
-  for (int gi = 0; gi < {g}; ++gi) {{
-    const uint4 w = *reinterpret_cast<const uint4*>(a0 + {q.offset} + bi * {qs[0]} + (kvh * {g} + gi) * {qs[1]}
-                                                      + li * {_VEC});
-    {_unpack(dt, 'w', 'qf[gi]')}
-  }}
-  // the scores of key j (its row in w): the group's dot products summed over the key's lanes as a reduce-scatter
-  // (each lane ends with NV of them, heads hb.., instead of all), then rounded as the graph stores them, in s_[]
-  auto scores = [&](const uint4 w, const {ityp} j, float* s_) {{
-    float kf[{_VEC}];
-    {_unpack(dt, 'w', 'kf')}
-    float acc[{G}];
-    #pragma unroll
-    for (int gi = 0; gi < {G}; ++gi) {{
-      float s = 0.0f;
-      #pragma unroll
-      for (int e = 0; gi < {g} && e < {_VEC}; ++e) s = fmaf(qf[gi < {g} ? gi : 0][e], kf[e], s);
-      acc[gi] = s;
-    }}
-{reduce_text}
-    #pragma unroll
-    for (int i = 0; i < {NV}; ++i) {{
-      const {ityp} head = kvh * {g} + min(hb + i, {g - 1});
-      float s = acc[i];
-      s = {round_expr('s', sd)};
-      s = {round_expr(f's * {scale}', sd)};
-{mask_lines}
-      s_[i] = s;
-    }}
-  }};
-"""
-    b = p.batch
-    if p.online:
-        return [(stats + _online_split(p, pl, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
-                                       stride),
-                 Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
-    stats += f"""  float m[{NV}], l[{NV}];
-  #pragma unroll
-  for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
-{rounds("kw", "krow", ks[2] // _VEC)}
-      float s_[{NV}];
-      scores(kw[u], min(j, je - 1), s_);
-      // one exponential a score: the running sum is rescaled only where the max grows (a NaN score turns the sum
-      // into NaN, and so the row, as the graph's softmax does)
-      #pragma unroll
-      for (int i = 0; i < {NV}; ++i) {{
-        if (j >= je || hb + i >= {g}) continue;
-        const float sv = s_[i];
-        if (owner) sc[j * {g} + hb + i] = sv;
-        if (sv > m[i]) {{
-          l[i] = ((m[i] == {NEG_INF_F}) ? 0.0f : l[i] * __expf(m[i] - sv)) + 1.0f;
-          m[i] = sv;
-        }} else if (sv != {NEG_INF_F}) {{
-          l[i] += __expf(sv - m[i]);
-        }}
-      }}
-    }}
-  }}
-  auto merge = [](float& m, float& l, const float m2, const float l2) {{
-    const float mn = npu_max(m, m2);
-    if (mn == {NEG_INF_F}) return;
-    l = ((m == {NEG_INF_F}) ? 0.0f : l * expf(m - mn)) + ((m2 == {NEG_INF_F}) ? 0.0f : l2 * expf(m2 - mn));
-    m = mn;
-  }};
-  // across the keys a warp holds (the lanes of the same heads), then across the warps
-  #pragma unroll
-  for (int i = 0; i < {NV}; ++i)
-    #pragma unroll
-    for (int o = {lpk}; o < 32; o <<= 1)
-      merge(m[i], l[i], __shfl_xor_sync(0xffffffffu, m[i], o), __shfl_xor_sync(0xffffffffu, l[i], o));
-  __shared__ float sm[{WARPS}][{g}], sl[{WARPS}][{g}];
-  if (sub == 0 && owner) {{
-    #pragma unroll
-    for (int i = 0; i < {NV}; ++i)
-      if (hb + i < {g}) {{ sm[warp][hb + i] = m[i]; sl[warp][hb + i] = l[i]; }}
-  }}
-  __syncthreads();
-  if (threadIdx.x < {g}) {{
-    const int gi = threadIdx.x;
-    float mm = sm[0][gi], ll = sl[0][gi];
-    for (int w = 1; w < {WARPS}; ++w) merge(mm, ll, sm[w][gi], sl[w][gi]);
-    float* part = out1 + ((bi * {h} + kvh * {g} + gi) * {splits} + split) * {stride};
-    part[0] = mm;
-    part[1] = ll;
-  }}
-}}
-"""
+
+def _two_pass(*, NV, PV, b, d, dt, early, g, h, head, hk, ityp, key, ks, lpk, pd, ptrs, rounds, splits, stats, stride,
+    v_rows, vs):
+    """The two-pass launches of a record whose probabilities round after the row's max and sum are known: the stats
+    launch's rest, then the accumulate launch."""
+    stats = _stats_rest(NV=NV, g=g, h=h, ks=ks, lpk=lpk, rounds=rounds, splits=splits, stats=stats, stride=stride)
     nh, ns = -(-g // WARPS), -(-splits // 32)  # heads a warp merges the splits of; splits a lane reads
     # the kept scores of the round's keys (this lane's heads), loaded with the round's value rows
     scores_of_round = f"""
@@ -390,6 +357,62 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
 """
     return [(stats, Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early)),
             (accumulate, Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
+
+
+def _stats_rest(*, NV, g, h, ks, lpk, rounds, splits, stats, stride):
+    """The stats launch's rest: each split's scores (kept for the second launch), their max and sum of exponentials."""
+    stats += f"""  float m[{NV}], l[{NV}];
+  #pragma unroll
+  for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
+{rounds("kw", "krow", ks[2] // _VEC)}
+      float s_[{NV}];
+      scores(kw[u], min(j, je - 1), s_);
+      // one exponential a score: the running sum is rescaled only where the max grows (a NaN score turns the sum
+      // into NaN, and so the row, as the graph's softmax does)
+      #pragma unroll
+      for (int i = 0; i < {NV}; ++i) {{
+        if (j >= je || hb + i >= {g}) continue;
+        const float sv = s_[i];
+        if (owner) sc[j * {g} + hb + i] = sv;
+        if (sv > m[i]) {{
+          l[i] = ((m[i] == {NEG_INF_F}) ? 0.0f : l[i] * __expf(m[i] - sv)) + 1.0f;
+          m[i] = sv;
+        }} else if (sv != {NEG_INF_F}) {{
+          l[i] += __expf(sv - m[i]);
+        }}
+      }}
+    }}
+  }}
+  auto merge = [](float& m, float& l, const float m2, const float l2) {{
+    const float mn = npu_max(m, m2);
+    if (mn == {NEG_INF_F}) return;
+    l = ((m == {NEG_INF_F}) ? 0.0f : l * expf(m - mn)) + ((m2 == {NEG_INF_F}) ? 0.0f : l2 * expf(m2 - mn));
+    m = mn;
+  }};
+  // across the keys a warp holds (the lanes of the same heads), then across the warps
+  #pragma unroll
+  for (int i = 0; i < {NV}; ++i)
+    #pragma unroll
+    for (int o = {lpk}; o < 32; o <<= 1)
+      merge(m[i], l[i], __shfl_xor_sync(0xffffffffu, m[i], o), __shfl_xor_sync(0xffffffffu, l[i], o));
+  __shared__ float sm[{WARPS}][{g}], sl[{WARPS}][{g}];
+  if (sub == 0 && owner) {{
+    #pragma unroll
+    for (int i = 0; i < {NV}; ++i)
+      if (hb + i < {g}) {{ sm[warp][hb + i] = m[i]; sl[warp][hb + i] = l[i]; }}
+  }}
+  __syncthreads();
+  if (threadIdx.x < {g}) {{
+    const int gi = threadIdx.x;
+    float mm = sm[0][gi], ll = sl[0][gi];
+    for (int w = 1; w < {WARPS}; ++w) merge(mm, ll, sm[w][gi], sl[w][gi]);
+    float* part = out1 + ((bi * {h} + kvh * {g} + gi) * {splits} + split) * {stride};
+    part[0] = mm;
+    part[1] = ll;
+  }}
+}}
+"""
+    return stats
 
 
 def _online_split(p: AttentionKernel, pl: AttentionPlan, g: int, NV: int, dt: str, levels: list[tuple[int, int]],

@@ -546,6 +546,68 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     causal_end = (f"\n  jend = min(jend, m0 + {BM});  // no row of the block sees a key past its last row"
                   if p.is_causal else "")
 
+    live_scan, mask_pre, mask_use = _mask_scan_parts(dead=dead, g=g, ityp=ityp, lk=lk, mask=mask, p=p, program=program,
+        sd=sd, t=t)
+    n_tiles = max(1, -(-lk // BN))
+    rbs = -(-t // BM)  # row blocks per (batch, head)
+    if mode == "classify":
+        # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
+        # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
+        bm, hm = _mask_batches_heads(g)
+        # where the mask and the positions are inputs no kernel writes, the scan runs before the wait (overlapping
+        # the kernel before); only the table's bytes wait
+        early = _classify_early(k, program)
+        return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
+{signature(32 * WARPS, 0)} {{
+{INPUTS_BEGIN if early else WAIT}
+  const int tid = threadIdx.x, lane = tid & 31, rw = tid >> 5;
+  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
+  const {ityp} bi = blockIdx.z / {hm}, hi = blockIdx.z % {hm};
+  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
+  const int ntiles = (int)((jend + {BN - 1}) / {BN});
+  const int tile_lo = min(ntiles, (int)blockIdx.y * {CLASSIFY_TILES});
+  const int tile_hi = min(ntiles, tile_lo + {CLASSIFY_TILES});
+  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
+  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
+  __syncthreads();{live_scan}
+{INPUTS_END + chr(10) + WAIT if early else ""}
+  unsigned char* const tab = out2 + ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
+  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
+}}
+"""
+    late_mask_apply, mask_apply, mask_load = _mask_apply_parts(ityp=ityp, mask=mask, mask_pre=mask_pre,
+        mask_use=mask_use, t=t)
+    (acc_init, block_flags, causal_test, edge_causal, live_default, loop_start, split, split_head, stride,
+     tps) = _split_setup(b=b, d=d, h=h, ityp=ityp, mask=mask, mode=mode, n_tiles=n_tiles, p=p, pl=pl, rbs=rbs, t=t)
+    kv_at, pass2_loop, pv_product, pv_wgmma = _pass2_parts(acc_init=acc_init, d=d, dp_=dp_, dpad=dpad, ityp=ityp,
+        loop_start=loop_start, swz=swz, wg=wg)
+    plain_loop, stages, tile_h, tile_max = _plain_loop(d=d, dpad=dpad, hb=hb, ityp=ityp, pv_product=pv_product,
+        pv_wgmma=pv_wgmma, wg=wg)
+    online_loop = _online_loops(acc_init=acc_init, cpr=cpr, d=d, g=g, ityp=ityp, kv_at=kv_at, overlap=overlap,
+        plain_loop=plain_loop, pv_wgmma=pv_wgmma, stages=stages, threads=threads, tile_h=tile_h, tile_max=tile_max)
+    guard_rows, partial_out, sole_ok, stat_at, store = _store_parts(b=b, d=d, dead=dead, dev=dev, g=g, h=h, ityp=ityp,
+        k=k, mode=mode, od=od, overlap=overlap, p=p, pl=pl, program=program, stride=stride, t=t)
+    middle, tail, tile_choice = _mode_parts(additive=additive, dead=dead, g=g, guard=guard, guard_rows=guard_rows,
+        hb=hb, ityp=ityp, k=k, live_scan=live_scan, mask=mask, mode=mode, n_tiles=n_tiles, online_loop=online_loop,
+        partial_out=partial_out, pass2_loop=pass2_loop, pl=pl, program=program, rbs=rbs, sole_ok=sole_ok, split=split,
+        stat_at=stat_at, store=store, stride=stride, t=t, threads=threads, tps=tps)
+    q_frags, q_regs, q_stage, qk_products, repair_exit, shared = _q_parts(block_flags=block_flags, d=d, dpad=dpad,
+        hb=hb, ks=ks, mode=mode, overlap=overlap, pl=pl, swz=swz, wg=wg)
+    coords, load_tile_src, order_table, pass1_src, scores_head, wg_helpers = _pass1_parts(b=b, cpr=cpr, d=d,
+        edge_causal=edge_causal, g=g, h=h, hb=hb, ityp=ityp, kv_at=kv_at, late_mask=late_mask, mask_load=mask_load,
+        mma_t=mma_t, mode=mode, overlap=overlap, p=p, pl=pl, qk_products=qk_products, t=t, wg=wg)
+    src = _kernel_text(additive=additive, causal_end=causal_end, causal_test=causal_test, coords=coords, cpr=cpr,
+        dpad=dpad, g=g, group=group, h=h, hb=hb, ityp=ityp, late_mask=late_mask, late_mask_apply=late_mask_apply,
+        live_default=live_default, lk=lk, load_tile_src=load_tile_src, mask_apply=mask_apply, middle=middle,
+        mma_t=mma_t, n_tiles=n_tiles, order_table=order_table, pack=pack, pack_t=pack_t, pass1_src=pass1_src,
+        q_frags=q_frags, q_regs=q_regs, q_stage=q_stage, repair_exit=repair_exit, scale=scale, scores_head=scores_head,
+        sd=sd, shared=shared, signature=signature, split=split, split_head=split_head, swz=swz, t=t, tail=tail,
+        threads=threads, tile_choice=tile_choice, valid=valid, wg=wg, wg_helpers=wg_helpers)
+    return src
+
+
+def _mask_scan_parts(*, dead, g, ityp, lk, mask, p, program, sd, t):
+    """The scan of the mask over tiles: which key tiles some row sees and which hold mask values."""
     # the mask of one score (variables ti, j): loaded (mask_pre), folded into s (mask_use); whether a key is visible
     # at all (live_test, for the choice of tiles)
     mask_pre, mask_use, live_scan = "0.0f", "", ""
@@ -623,33 +685,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         }}
       }}
       __syncthreads();"""
-    n_tiles = max(1, -(-lk // BN))
-    rbs = -(-t // BM)  # row blocks per (batch, head)
-    if mode == "classify":
-        # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
-        # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
-        bm, hm = _mask_batches_heads(g)
-        # where the mask and the positions are inputs no kernel writes, the scan runs before the wait (overlapping
-        # the kernel before); only the table's bytes wait
-        early = _classify_early(k, program)
-        return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
-{signature(32 * WARPS, 0)} {{
-{INPUTS_BEGIN if early else WAIT}
-  const int tid = threadIdx.x, lane = tid & 31, rw = tid >> 5;
-  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
-  const {ityp} bi = blockIdx.z / {hm}, hi = blockIdx.z % {hm};
-  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
-  const int ntiles = (int)((jend + {BN - 1}) / {BN});
-  const int tile_lo = min(ntiles, (int)blockIdx.y * {CLASSIFY_TILES});
-  const int tile_hi = min(ntiles, tile_lo + {CLASSIFY_TILES});
-  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
-  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
-  __syncthreads();{live_scan}
-{INPUTS_END + chr(10) + WAIT if early else ""}
-  unsigned char* const tab = out2 + ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
-  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
-}}
-"""
+    return live_scan, mask_pre, mask_use
+
+
+def _mask_apply_parts(*, ityp, mask, mask_pre, mask_use, t):
+    """The mask tiles' loads and their application to the scores (early or late)."""
     mask_load = mask_apply = late_mask_apply = ""
     if mask is not None:
         # the mask of a mixed tile, loaded before the products so that its latency hides behind them; every other
@@ -695,6 +735,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
           }}
         }}
     }}"""
+    return late_mask_apply, mask_apply, mask_load
+
+
+def _split_setup(*, b, d, h, ityp, mask, mode, n_tiles, p, pl, rbs, t):
+    """The split launches' bookkeeping (flags after the split record) and the loop's head."""
     live_default = 0 if mask is not None else 1
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
     causal_test = " && j <= ti" if p.is_causal else ""
@@ -736,6 +781,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     tc_wait<1>();
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks);"""
+    return acc_init, block_flags, causal_test, edge_causal, live_default, loop_start, split, split_head, stride, tps
+
+
+def _pass2_parts(*, acc_init, d, dp_, dpad, ityp, loop_start, swz, wg):
+    """The P V products (mma.sync or the warpgroup MMA) and the second pass over the key tiles."""
     def pv_product(vb: str) -> str:
         """P V of a tile into oacc, the probabilities' fragments in pf, V's tile at `vb` in shared memory."""
         return f"""    #pragma unroll
@@ -795,6 +845,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
 {loop_end}"""
+    return kv_at, pass2_loop, pv_product, pv_wgmma
+
+
+def _plain_loop(*, d, dpad, hb, ityp, pv_product, pv_wgmma, wg):
+    """The loop over key tiles with two or three buffers (the online launch without overlap)."""
     tile_h = BN * (d if wg else dpad)  # one tile's shorts in shared memory
     stages = online_stages(hb)
     # with three buffers or more the next tile's copies land in one no warp can still be reading: no barrier
@@ -854,6 +909,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     bf = (bf + 1) % {stages};
   }}{pv_done}
 """
+    return plain_loop, stages, tile_h, tile_max
+
+
+def _online_loops(*, acc_init, cpr, d, g, ityp, kv_at, overlap, plain_loop, pv_wgmma, stages, threads, tile_h,
+    tile_max):
+    """The online launch's main loops: overlapped on the warpgroup MMA, or plain."""
     # the overlapped loop: after a tile's barrier the next tile's copies, this tile's Q K^T, then the P V of the tile
     # before (its probabilities kept in pf); the softmax of this tile runs while that P V does, which is waited for
     # only where the rows' outputs are rescaled and pf is packed again. A buffer's copies come after the barrier that
@@ -942,6 +1003,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
   }}"""
+    return online_loop
+
+
+def _store_parts(*, b, d, dead, dev, g, h, ityp, k, mode, od, overlap, p, pl, program, stride, t):
+    """The stores of a block's outputs: whole, or a split's part with its (max, sum) and flags."""
     store = f"""
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb)
@@ -996,6 +1062,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // (the shared memory read before the exit)
     }}
   }}"""
+    return guard_rows, partial_out, sole_ok, stat_at, store
+
+
+def _mode_parts(*, additive, dead, g, guard, guard_rows, hb, ityp, k, live_scan, mask, mode, n_tiles, online_loop,
+    partial_out, pass2_loop, pl, program, rbs, sole_ok, split, stat_at, store, stride, t, threads, tps):
+    """What the split launches (stats, accumulate, online, repair) add around the passes."""
     # which of this split's tiles are live and mixed (bits 0-14 and 16-30; bit 15: a score of absurd size)
     tile_bits = """  int bits = 0;
   for (int i = tile_lo; i < tile_hi; ++i)
@@ -1109,6 +1181,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
 """
         tail = pass2_loop + partial_out + """
   if (tid == 0) used[z] = 1;"""
+    return middle, tail, tile_choice
+
+
+def _q_parts(*, block_flags, d, dpad, hb, ks, mode, overlap, pl, swz, wg):
+    """Where a block takes Q from and how its products wait: shared memory or registers, by mode."""
     repair_exit = ""
     q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
     # the tiles in the warpgroup MMA's swizzled layout, which repeats every 1,024 bytes: their base (`first`, at shared
@@ -1186,6 +1263,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     for (int zz = 0; zz < {pl.splits}; ++zz) marked |= fl[zz];
     if (!(marked >> 31 & 1)) return;
   }}"""
+    return q_frags, q_regs, q_stage, qk_products, repair_exit, shared
+
+
+def _pass1_parts(*, b, cpr, d, edge_causal, g, h, hb, ityp, kv_at, late_mask, mask_load, mma_t, mode, overlap, p, pl,
+    qk_products, t, wg):
+    """The first pass over the key tiles (Q K^T, the softmax, P V) and the online launch's block order."""
     # Q K^T with Q's tile in shared memory (the online launch) or its fragments in registers (the others), K's tile
     # in shared memory; P V with P in registers and V's tile in its transposed form
     products = {"fa_qk": (BN, False, False)} if mode == "online" else {"fa_qkr": (BN, True, False)}
@@ -1279,6 +1362,14 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   const int bx = bo & 0xfff, by = (bo >> 12) & 0xfff, bz = bo >> 24;"""
     else:
         coords = "  const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;"
+    return coords, load_tile_src, order_table, pass1_src, scores_head, wg_helpers
+
+
+def _kernel_text(*, additive, causal_end, causal_test, coords, cpr, dpad, g, group, h, hb, ityp, late_mask,
+    late_mask_apply, live_default, lk, load_tile_src, mask_apply, middle, mma_t, n_tiles, order_table, pack, pack_t,
+    pass1_src, q_frags, q_regs, q_stage, repair_exit, scale, scores_head, sd, shared, signature, split, split_head, swz,
+    t, tail, threads, tile_choice, valid, wg, wg_helpers):
+    """The whole source of one launch of mode `mode`, from its parts."""
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}{wg_helpers}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);

@@ -316,6 +316,25 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue, dev) -> tuple
     # the module's docstring)
     ahead = preload and whole_row and grid < n_groups
 
+    head, lines = _gemv_loads(a_off=a_off, a_ptr=a_ptr, ahead=ahead, b=b, batch=batch, cpo=cpo, dt=dt, grid=grid,
+        groups=groups, head=head, ityp=ityp, kk=kk, lda=lda, ldw=ldw, lines=lines, m_rows=m_rows, n_groups=n_groups,
+        n_out=n_out, n_vec=n_vec, preload=preload, pro=pro, splits=splits, vec=vec, vectorized=vectorized, w_ptr=w_ptr,
+        warps=warps)
+    idx = {rank - 2: "m", rank - 1: "n"}
+
+    src = _gemv_tail(ahead=ahead, cpo=cpo, grid=grid, groups=groups, head=head, idx=idx, ityp=ityp, k=k, ldw=ldw,
+        lines=lines, m_rows=m_rows, n_groups=n_groups, n_out=n_out, names=names, od=od, out=out, per_sm=per_sm,
+        preload=preload, pro=pro, program=program, rank=rank, render_epilogue=render_epilogue, spec=spec, splits=splits,
+        text=text, warps=warps, wave=wave, whole_row=whole_row)
+    # with its weights loaded before the wait, it starts early (target._early_triggers)
+    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))],
+                       early=preload)
+
+
+def _gemv_loads(*, a_off, a_ptr, ahead, b, batch, cpo, dt, grid, groups, head, ityp, kk, lda, ldw, lines, m_rows,
+    n_groups, n_out, n_vec, preload, pro, splits, vec, vectorized, w_ptr, warps):
+    """A warp's loads of its weight rows: preloaded before the wait where it can, 16-byte vectors or scalars, split over
+    the column's warps."""
     def weight_row(n: str) -> str:
         return f"{b.offset} + (min({n}, ({ityp}){n_out - 1}) + ({ityp})grp * {n_out}) * {ldw}"
 
@@ -424,8 +443,12 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue, dev) -> tuple
             "    acc[m] = t;",
             "  }",
         ]
-    idx = {rank - 2: "m", rank - 1: "n"}
+    return head, lines
 
+
+def _gemv_tail(*, ahead, cpo, grid, groups, head, idx, ityp, k, ldw, lines, m_rows, n_groups, n_out, names, od, out,
+    per_sm, preload, pro, program, rank, render_epilogue, spec, splits, text, warps, wave, whole_row):
+    """The products of a block's rows, the combine of a column's warps and groups, the epilogue and the source."""
     def product(indent: str) -> list[str]:
         """`v` = alpha * the row's sum + beta * bias, at this warp's column of the product."""
         body = [f"{indent}float v = acc[m];"]
@@ -500,9 +523,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue, dev) -> tuple
                      *([] if preload and whole_row else _prefetch(k, program, ityp, ldw, splits, cpo)),
                      *(_prologue_prefetch(k, program) if pro else []),
                      *head, "  npu_wait_prior();", *lines, "}"]) + "\n"
-    # with its weights loaded before the wait, it starts early (target._early_triggers)
-    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))],
-                       early=preload)
+    return src
 
 
 __all__ = ["gemv", "gemv_applies", "gemv_fits", "prologue_applies", "prologue_bytes", "GEMV_MAX_M"]

@@ -172,6 +172,16 @@ def grouped_gemm(k: KernelCall, program: CompiledProgram, render_epilogue, dev) 
           for (int j = 0; j < 8; ++j)
             if (col + j < {h})
               out0[{out.offset} + ({ityp})row * {h} + col + j] = {value_j};"""
+    src = _grouped_source(epi_fn=epi_fn, h=h, ksteps=ksteps, m=m, mma_t=mma_t, pack=pack, pair_t=pair_t, params=params,
+        scale=scale, st_t=st_t, store=store, tiles_h=tiles_h, tiles_m=tiles_m)
+    return src, Launch((min(tiles_m * tiles_h, dev.multiprocessors), 1, 1), THREADS,
+                       [("maps", 0), ("out", 0)] + [("arg", i) for i in range(len(k.args))], smem=SMEM,
+                       tensor_maps=tensor_maps(k, program))
+
+
+def _grouped_source(*, epi_fn, h, ksteps, m, mma_t, pack, pair_t, params, scale, st_t, store, tiles_h, tiles_m):
+    """The source: the producer's tensor-map copies into the stages, the consumers' warpgroup MMAs, the epilogue warps
+    over the staged tiles."""
     src = f"""{PRELUDE}{_HELPERS}{wgmma_helpers(mma_t, {"gg_mma": (2 * BH, False, False, True)})}{epi_fn}
 
 extern "C" __global__ void __launch_bounds__({THREADS}, 1) npu_kernel(const unsigned char* __restrict__ maps,
@@ -286,9 +296,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1) npu_kernel(const unsi
   }}
 }}
 """
-    return src, Launch((min(tiles_m * tiles_h, dev.multiprocessors), 1, 1), THREADS,
-                       [("maps", 0), ("out", 0)] + [("arg", i) for i in range(len(k.args))], smem=SMEM,
-                       tensor_maps=tensor_maps(k, program))
+    return src
 
 
 __all__ = ["grouped_fits", "grouped_gemm", "tensor_maps"]
