@@ -18,6 +18,7 @@ from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.column_epilogues import fold_column_epilogues
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
+from .lowering.planning import plan_folded
 from .lowering.side_convs import fold_side_convs
 from .memory_check import check_memory, check_sizes
 from .output_roles import class_outputs
@@ -161,6 +162,9 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         n = _run_pass("conv_side", fold_side_convs, lowering.kernels, lowering.buffers, codegen)
         if n:
             passes.append(f"conv_side({n})")
+    n = _run_pass("plan_folded", plan_folded, lowering.kernels, lowering.buffers, codegen)
+    if n:
+        passes.append(f"plan_folded({n})")
     arena = _run_pass("memory_plan", plan_memory, lowering.buffers, lowering.kernels)
     need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
     if need > lim.max_bytes:

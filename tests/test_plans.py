@@ -104,11 +104,20 @@ def test_a_crafted_plan_is_refused_by_name(edit, message) -> None:
         CompiledProgram.from_dict(d)
 
 
-def test_a_plan_on_a_kernel_without_plans_is_refused() -> None:
+def test_a_plan_that_does_not_fit_its_record_is_refused() -> None:
+    """A plan of another kind's fields, or one that computes apart a part its record does not have."""
     d = _payload(npu_compiler.compile(_conv_ir(), "cuda", dtype="float16"))
     gen = next(k for k in d["kernels"] if k["kind"] == "generated")
     gen["plan"] = {"splits": 2}
-    with pytest.raises(ArtifactError, match="a generated kernel has no plan"):
+    with pytest.raises(ArtifactError, match=r"unknown field\(s\) \['splits'\]"):
+        CompiledProgram.from_dict(d)
+    gen["plan"] = {"side_apart": True}
+    with pytest.raises(ArtifactError, match="side output its record does not have"):
+        CompiledProgram.from_dict(d)
+    conv = _kernel(d, "conv2d")
+    conv["plan"]["side_apart"] = True
+    gen["plan"] = None
+    with pytest.raises(ArtifactError, match="a side conv computed apart by a conv2d without a side conv"):
         CompiledProgram.from_dict(d)
     conv = _kernel(_payload(npu_compiler.compile(_conv_ir(), "cuda", dtype="float16")), "conv2d")
     assert conv["plan"]["splits"] == 8 and len(conv["scratch"]) == 1

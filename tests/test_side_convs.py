@@ -153,8 +153,10 @@ def test_a_side_conv_that_does_not_add_up_is_refused() -> None:
         side.spec.check(dataclasses.replace(side, args=args), prog.buffers)
 
 
-def test_webgpu_refuses_a_side_conv_record() -> None:
-    """A side conv is never folded for webgpu; a record that has one (a hostile artifact) is refused at render."""
+def test_webgpu_refuses_a_side_conv_record_without_its_plan() -> None:
+    """A side conv is never folded for webgpu; the target runs a record that has one in passes through its plan's
+    scratch (tests/webgpu/test_webgpu_staged.py), and one without that plan (a hostile artifact) is refused at
+    render, naming what it lacks."""
     from npu_compiler.errors import NPUCompileError
     from npu_compiler.targets.webgpu.target import WebGPUTarget
 
@@ -168,5 +170,5 @@ def test_webgpu_refuses_a_side_conv_record() -> None:
     kernels = list(prog.kernels)
     kernels[kernels.index(conv)] = bad = dataclasses.replace(conv, spec=side.spec, args=side.args)
     prog.kernels = kernels
-    with pytest.raises(NPUCompileError, match="side conv"):
+    with pytest.raises(NPUCompileError, match="in passes, which need the scratch of a webgpu plan"):
         WebGPUTarget().kernel_sources(bad, prog)

@@ -11,13 +11,18 @@ attention over that mask).
 A plan is data like a record: frozen fields read and written by `fields.py`, checked on load against its record and
 its scratch (`check`), so that a crafted plan is an ArtifactError naming what is wrong.
 
-Kinds with a plan: `attention` (key splits) and `conv2d` (K splits). GEMMs and generated kernels have none yet: their
-launch shapes follow from the record and the device when they are rendered.
+Kinds with a plan: `attention` (key splits), `conv2d` (K splits; a side conv computed apart), `gemm` (a prologue
+computed apart) and `generated` (a side output stored by a kernel of its own). A target that runs a folded record
+(a GEMM computing its operand, a conv computing a shortcut, a row kernel storing a second value) in one kernel plans
+nothing for it; one that does not plans it in passes, each of which computes exactly what the record says, through
+scratch where one pass hands a value to the next (the webgpu target). Other launch shapes follow from the record and
+the device when they are rendered.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,13 +50,13 @@ class Scratch:
 class Plan:
     kind: ClassVar[str] = ""
 
-    def scratch(self, call: KernelCall) -> list[Scratch]:
-        """The scratch buffers this plan needs for `call`, in order (what `call.scratch` holds)."""
+    def scratch(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> list[Scratch]:
+        """The scratch buffers this plan needs for `call` (over `buffers`), in order (what `call.scratch` holds)."""
         return []
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         """The plan against its record and its scratch: ValueError naming what is wrong."""
-        want = self.scratch(call)
+        want = self.scratch(call, buffers)
         expect(len(call.scratch) == len(want), f"a {self.kind} plan with {len(call.scratch)} scratch buffers, "
                                                f"expected {len(want)}")
         for ref, s in zip(call.scratch, want, strict=True):
@@ -80,7 +85,7 @@ class AttentionPlan(Plan):
     # shares it, so that the target may classify the mask once and later calls read the table it left.
     tile_table: int = bounded(0, default=0)
 
-    def scratch(self, call: KernelCall) -> list[Scratch]:
+    def scratch(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> list[Scratch]:
         spec = call.spec
         out: list[Scratch] = []
         if self.splits:
@@ -106,21 +111,60 @@ class Conv2dPlan(Plan):
     # > 1: the K of each output tile split across this many blocks, their float32 parts in scratch[0] (where the
     # target sums them in a second launch; inside a thread-block cluster it needs no scratch but keeps it)
     splits: int = bounded(1, 1024, default=1)
+    # a side conv (Conv2dKernel.side_stride) computed by a pass of its own into scratch[0] (rounded to the output
+    # dtype, as the record's Acc(1) is), which the conv's epilogue then reads
+    side_apart: bool = False
 
-    def scratch(self, call: KernelCall) -> list[Scratch]:
+    def scratch(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> list[Scratch]:
+        out = call.outs[0]
+        if self.side_apart:
+            return [Scratch("side_conv", dtype_of(buffers, out), out.numel)]
         if self.splits <= 1:
             return []
-        return [Scratch("split_k", "float32", self.splits * call.outs[0].numel)]
+        return [Scratch("split_k", "float32", self.splits * out.numel)]
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         spec = call.spec
         expect(self.splits == 1 or (spec.groups == 1 and not spec.side_stride),
                f"a conv2d of {spec.groups} groups{' with a side conv' if spec.side_stride else ''} split "
                f"{self.splits} ways (a split conv has one group and no side conv)")
+        expect(not self.side_apart or (spec.side_stride and self.splits == 1),
+               "a side conv computed apart by a conv2d without a side conv, or split")
         super().check(call, buffers)
 
 
-PLANS: dict[str, type[Plan]] = {p.kind: p for p in (AttentionPlan, Conv2dPlan)}
+@dataclass(frozen=True)
+class GemmPlan(Plan):
+    kind = "gemm"
+    # the prologue (GemmKernel.prologue) computed by a pass of its own into scratch[0], operand a as [batch..., m, k]
+    # in the prologue's dtype, which the GEMM then reads
+    prologue_apart: bool = False
+
+    def scratch(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> list[Scratch]:
+        spec = call.spec
+        if not self.prologue_apart:
+            return []
+        return [Scratch("prologue", spec.prologue.dtype, math.prod(spec.a_shape))]
+
+    def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        expect(not self.prologue_apart or call.spec.prologue is not None,
+               "a gemm plan computes apart a prologue its record does not have")
+        super().check(call, buffers)
+
+
+@dataclass(frozen=True)
+class GeneratedPlan(Plan):
+    kind = "generated"
+    # the side output (GeneratedKernel.side) stored by an elementwise kernel of its own after the row kernel
+    side_apart: bool = False
+
+    def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        expect(not self.side_apart or call.spec.side is not None,
+               "a generated kernel's plan stores apart a side output its record does not have")
+        super().check(call, buffers)
+
+
+PLANS: dict[str, type[Plan]] = {p.kind: p for p in (AttentionPlan, Conv2dPlan, GemmPlan, GeneratedPlan)}
 
 
 def plan_from_data(kind: str, d: Any, where: str) -> Plan | None:
@@ -142,4 +186,5 @@ def plan_of(call: KernelCall) -> Plan | None:
     return cls() if cls is not None else None
 
 
-__all__ = ["AttentionPlan", "Conv2dPlan", "PLANS", "Plan", "Scratch", "plan_from_data", "plan_of"]
+__all__ = ["AttentionPlan", "Conv2dPlan", "GemmPlan", "GeneratedPlan", "PLANS", "Plan", "Scratch", "plan_from_data",
+           "plan_of"]

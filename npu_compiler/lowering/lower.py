@@ -22,6 +22,7 @@ from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_
 from ..targets.codegen import CodegenTarget
 from . import views as V
 from .greedy import Pending, bind_args, compose, recomputes_costly
+from .planning import attach
 from .registry import KERNELS_OF, LOWERINGS, lowers
 
 VIEW_OPS = (
@@ -161,15 +162,8 @@ class Lowering:
         plan = self.target.plan(k, self.buffers)
         if plan is None:
             return
-        shared = self.memo.setdefault("plan_scratch", {})
-        for s in plan.scratch(k):
-            ref = shared.get(s.shared) if s.shared is not None else None
-            if ref is None:
-                ref = self.scratch(f"{self._node.name if self._node else k.name}.{s.name}", s.dtype, (s.numel,))
-                if s.shared is not None:
-                    shared[s.shared] = ref
-            k.scratch.append(ref)
-        k.plan = plan
+        attach(k, plan, self.buffers, self.memo.setdefault("plan_scratch", {}),
+               self._node.name if self._node else k.name)
         try:
             plan.check(k, self.buffers)
         except ValueError as e:
