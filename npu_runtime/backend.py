@@ -124,6 +124,7 @@ BACKEND_MODULES: dict[str, str] = {
     "cuda": "npu_runtime.cuda.backend",
     "webgpu": "npu_runtime.webgpu.backend",
     "cpu": "npu_runtime.cpu.backend",
+    "hip": "npu_runtime.hip.backend",  # compile-only: never available, it says why
 }
 ENV_VAR = "NPUSIM_BACKEND"
 

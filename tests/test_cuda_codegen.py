@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
 from fused_cases import Fn, Lin, build, ir_dict, op_cases  # noqa: E402
-from helpers import assert_waits_first, turing_profile  # noqa: E402
+from helpers import assert_waits_first, check_gemm_plan, emulate_blas, strided, turing_profile  # noqa: E402
 
 import npu_compiler  # noqa: E402
-from npu_compiler.program import CompiledProgram, KernelCall, TensorRef  # noqa: E402
+from npu_compiler.program import CompiledProgram, KernelCall  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, RenderedProgram, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.common import literal  # noqa: E402
 from npu_compiler.targets.cuda.target import Cublas, SourceLaunch  # noqa: E402
@@ -197,28 +197,6 @@ def test_float_literals_are_exact() -> None:
 # ---- cuBLAS plans --------------------------------------------------------------------------------------------------
 
 
-def _emulate_cublas(plan: dict, a_flat: np.ndarray, b_flat: np.ndarray, c_flat: np.ndarray) -> None:
-    """C = alpha op(A) op(B) + beta C in cuBLAS's column-major reading of flat buffers (element offsets)."""
-    m, n, k = plan["m"], plan["n"], plan["k"]
-
-    def mat(flat, off, rows, cols, ld):
-        idx = off + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld
-        return flat[idx]
-
-    for oa, ob, oc in plan["calls"]:
-        for i in range(plan["batch_count"]):
-            pa, pb, pc = oa + i * plan["stride_a"], ob + i * plan["stride_b"], oc + i * plan["stride_c"]
-            a = mat(a_flat, pa, m, k, plan["lda"]) if plan["transa"] == 0 else mat(a_flat, pa, k, m, plan["lda"]).T
-            b = mat(b_flat, pb, k, n, plan["ldb"]) if plan["transb"] == 0 else mat(b_flat, pb, n, k, plan["ldb"]).T
-            idx = pc + np.arange(m)[:, None] + np.arange(n)[None, :] * plan["ldc"]
-            c_flat[idx] = plan["alpha"] * (a @ b) + plan["beta"] * c_flat[idx]
-
-
-def _strided(flat: np.ndarray, ref: TensorRef) -> np.ndarray:
-    return np.lib.stride_tricks.as_strided(flat[ref.offset:], shape=ref.shape,
-                                           strides=tuple(s * flat.itemsize for s in ref.strides))
-
-
 @pytest.mark.parametrize("name", ["linear_bias", "linear_nobias", "matmul_batched", "matmul_transposed",
                                   "matmul_broadcast", "matvec", "addmm", "sdpa_gqa_mask"])
 def test_cublas_plan_matches_numpy(name: str) -> None:
@@ -234,23 +212,7 @@ def test_cublas_plan_matches_numpy(name: str) -> None:
         plans = [st.plan for st in r.steps[program.kernels.index(k)] if isinstance(st, Cublas)]
         if not plans:
             continue  # a dtype cuBLAS has no routine for: the direct kernel
-        plan = plans[0]
-        flats = {}
-        for r in [*k.args, *k.outs]:
-            size = program.buffers[r.buffer].numel
-            flats.setdefault(r.buffer, rng.standard_normal(size).astype(np.float64))
-        a, b = _strided(flats[k.args[0].buffer], k.args[0]), _strided(flats[k.args[1].buffer], k.args[1])
-        expect = k.spec.alpha * np.matmul(a, b)
-        out_flat = flats[k.outs[0].buffer]
-        if k.spec.bias:
-            bias = _strided(flats[k.args[2].buffer], k.args[2])
-            expect = expect + k.spec.beta * bias
-            # the fill kernel's job: out = bias (broadcast)
-            _strided(out_flat, k.outs[0])[...] = bias
-        _emulate_cublas(plan, flats[k.args[plan["a_arg"]].buffer], flats[k.args[plan["b_arg"]].buffer], out_flat)
-        got = _strided(out_flat, k.outs[0])
-        np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-12)
-        assert plan["flops"] == 2 * k.spec.m * k.spec.n * k.spec.k * math.prod(k.spec.batch)
+        check_gemm_plan(program, k, plans[0], rng)
 
 
 @needs_nvrtc
@@ -1268,15 +1230,15 @@ def test_bias_epilogue_plan_adds_the_bias_row_as_cublaslt_reads_it() -> None:
         flats.setdefault(r.buffer, rng.standard_normal(program.buffers[r.buffer].numel))
     out_flat = flats[k.outs[0].buffer]
     lt = dict(plan, beta=0.0)
-    _emulate_cublas(lt, flats[k.args[lt["a_arg"]].buffer], flats[k.args[lt["b_arg"]].buffer], out_flat)
+    emulate_blas(lt, flats[k.args[lt["a_arg"]].buffer], flats[k.args[lt["b_arg"]].buffer], out_flat)
     bias_flat = flats[k.args[bias_at["arg"]].buffer]
     ((_, _, oc),) = plan["calls"]
     rows = np.arange(plan["m"])
     for j in range(plan["n"]):
         out_flat[oc + rows + j * plan["ldc"]] += bias_flat[bias_at["offset"] + rows]
-    a, b = _strided(flats[k.args[0].buffer], k.args[0]), _strided(flats[k.args[1].buffer], k.args[1])
-    expect = k.spec.alpha * np.matmul(a, b) + _strided(bias_flat, k.args[2])
-    np.testing.assert_allclose(_strided(out_flat, k.outs[0]), expect, rtol=1e-12, atol=1e-12)
+    a, b = strided(flats[k.args[0].buffer], k.args[0]), strided(flats[k.args[1].buffer], k.args[1])
+    expect = k.spec.alpha * np.matmul(a, b) + strided(bias_flat, k.args[2])
+    np.testing.assert_allclose(strided(out_flat, k.outs[0]), expect, rtol=1e-12, atol=1e-12)
 
 
 def test_bias_epilogue_plan_only_where_it_adds_what_the_fill_would() -> None:

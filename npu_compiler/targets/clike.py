@@ -76,6 +76,9 @@ class Language:
     kernel_name = "npu_kernel"
     max_grid = 65535
     max_block = 256  # threads per block a row kernel may take (WebGPU's guaranteed workgroup size)
+    # threads of one warp (wavefront, subgroup): a row or reduction block is at least this wide, so that a block
+    # reduction's shuffles span whole warps (HIP on CDNA: 64)
+    warp_width = 32
     # elements a thread of a large elementwise kernel works on at once, a grid stride apart (each warp's accesses stay
     # coalesced): a thread's loads of them are in flight together. 1: one at a time
     elementwise_ilp = 1
@@ -731,6 +734,7 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     n_rows, row_n = math.prod(outer), math.prod(row)
     if rows_mode:
         block = _row_block(max(row_n, n_red), n_rows, lang.max_block) if row_dims else _reduce_block(n_red)
+        block = max(block, lang.warp_width)
     else:
         block = ELEMENTWISE_BLOCK
     text = KernelText(params, block, restrict=restrict)

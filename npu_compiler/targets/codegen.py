@@ -17,6 +17,7 @@ DEVICE_ENV = "NPUSIM_DEVICE"
 TARGET_MODULES: dict[str, str] = {
     "cpu": "npu_compiler.targets.cpu",
     "cuda": "npu_compiler.targets.cuda.target",
+    "hip": "npu_compiler.targets.hip.target",
     "webgpu": "npu_compiler.targets.webgpu.target",
 }
 

@@ -32,9 +32,10 @@ def register(sub) -> None:
     p.add_argument("ir", help="IR JSON file written by pytorch-ir (torch_ir)")
     p.add_argument("-o", "--output", required=True, help="artifact to write (.npubin)")
     p.add_argument("--target", default=None,
-                   help="codegen target: cpu, cuda, webgpu (the backend that will run it; its op support decides what "
-                        "runs on the CPU; default: the target of the best backend available here, the one `npusim "
-                        "run` picks, so that the artifact runs here as it is)")
+                   help="codegen target: cpu, cuda, webgpu (the backend that will run it), or hip (compile-only: HIP "
+                        "C++ for AMD GPUs, no runtime); its op support decides what runs on the CPU; default: the "
+                        "target of the best backend available here, the one `npusim run` picks, so that the artifact "
+                        "runs here as it is)")
     p.add_argument("--no-fallback", action="store_true",
                    help="a pure accelerator program: refuse a graph with ops the target lacks (listing them) instead "
                         "of running them on the CPU")

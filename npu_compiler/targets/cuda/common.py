@@ -406,9 +406,22 @@ class CudaLanguage(Language):
     int32_type = "int"
     vector_bytes = 16
     block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
+    # what a library kernel's source starts with, and its first statement (the hip target's language has no wait)
+    prelude = PRELUDE
+    wait = WAIT
 
     def reg(self, dtype: str) -> str:
         return reg(dtype)
+
+    # the conversions a library kernel writes inline (a language of another dialect of C++ overrides them)
+    def load_expr(self, dtype: str, lvalue: str) -> str:
+        return load_expr(dtype, lvalue)
+
+    def store_expr(self, dtype: str, value: str, value_dtype: str | None = None) -> str:
+        return store_expr(dtype, value, value_dtype)
+
+    def round_expr(self, x: str, dtype: str | None) -> str:
+        return round_expr(x, dtype)
 
     def storage(self, dtype: str) -> str:
         return storage(dtype)

@@ -35,12 +35,13 @@ def _store(k: KernelCall, program: CompiledProgram) -> Store:
     return store
 
 
-def part_text(k: KernelCall, program: CompiledProgram, dev, names: str = "", blocks: tuple[str, str] | None = None
-              ) -> tuple[KernelText, Launch]:
+def part_text(k: KernelCall, program: CompiledProgram, dev, names: str = "", blocks: tuple[str, str] | None = None,
+              lang=CUDA) -> tuple[KernelText, Launch]:
     """A generated kernel's text (its parameters named with the prefix `names`) and launch. The text depends on the
     expression, the arguments' dtypes and extents and the output's map only, so the kernels a model repeats layer
     after layer are rendered once (Qwen2.5-1.5B's prefill: 28 layers of the same RoPE and cache writes), the cache
-    keyed by a digest of the expression (`X.fingerprint`) and by the device (`dev`) the launch is shaped for."""
+    keyed by a digest of the expression (`X.fingerprint`), by the device (`dev`) the launch is shaped for and by the
+    language (`lang`: CUDA, or the hip target's)."""
     spec: GeneratedKernel = k.spec
     st = _store(k, program)
     dts = [program.dtype_of(a) for a in k.args]
@@ -52,14 +53,14 @@ def part_text(k: KernelCall, program: CompiledProgram, dev, names: str = "", blo
         side = (spec.side, Store(tuple(o1.shape), tuple(o1.strides), o1.offset, program.dtype_of(o1)))
     key = (X.fingerprint(spec.expr), tuple(dts), tuple(extents), st.shape, st.strides, st.offset, st.dtype,
            st.scatter_dim, None if st.scatter_index is None else X.fingerprint(st.scatter_index), st.scatter_size,
-           shape, reduce_shape, spec.row_dims, names, blocks, dev,
+           shape, reduce_shape, spec.row_dims, names, blocks, dev, lang.name,
            None if side is None else (X.fingerprint(side[0]), side[1].shape, side[1].strides, side[1].offset,
                                       side[1].dtype))
     if key not in _TEXTS:
         if len(_TEXTS) >= MAX_CACHED_TEXTS:
             _TEXTS.clear()
         outs = [("out", 0)] + ([("out", 1)] if side is not None else [])
-        _TEXTS[key] = expression_text(CUDA, spec.expr, dts, extents, st, shape, reduce_shape, spec.row_dims,
+        _TEXTS[key] = expression_text(lang, spec.expr, dts, extents, st, shape, reduce_shape, spec.row_dims,
                                       outs + [("arg", i) for i in range(len(k.args))], names=names,
                                       blocks=blocks, side=side, device=dev)
     text, launch = _TEXTS[key]
