@@ -468,7 +468,8 @@ class _Reader:
             profile = DeviceProfile.from_dict(v, "device")
         except ArtifactError as e:
             raise ArtifactError(f"{self.where}: invalid artifact: {e}") from None
-        if target == "cpu" or (target == "cuda" and profile.vendor != "nvidia"):
+        if target == "cpu" or (target == "cuda" and profile.vendor != "nvidia") or (target == "hip"
+                                                                                   and profile.vendor != "amd"):
             raise self.fail("device", f"a {profile.vendor} device ({profile.title}) for target {target!r}")
         return profile
 

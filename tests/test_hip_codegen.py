@@ -12,7 +12,9 @@ import functools
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -23,9 +25,9 @@ from fused_cases import build, module_weights, op_cases  # noqa: E402
 from helpers import check_gemm_plan  # noqa: E402
 
 import npu_compiler  # noqa: E402
-from npu_compiler.errors import NPUCompileError  # noqa: E402
-from npu_compiler.program import CompiledProgram  # noqa: E402
-from npu_compiler.targets.codegen import get_codegen_target  # noqa: E402
+from npu_compiler.errors import ArtifactError, NPUCompileError  # noqa: E402
+from npu_compiler.program import _HEADER, CompiledProgram  # noqa: E402
+from npu_compiler.targets.codegen import DEVICE_ENV, get_codegen_target  # noqa: E402
 from npu_compiler.targets.devices import CHIPS  # noqa: E402
 from npu_compiler.targets.hip import Blas, HipTarget, RenderedProgram, SourceLaunch, hipcc  # noqa: E402
 
@@ -65,7 +67,8 @@ def _check_hip_only(sources) -> None:
 # ---- the target and its profile --------------------------------------------------------------------------------------
 
 
-def test_target_plans_for_an_amd_profile() -> None:
+def test_target_plans_for_an_amd_profile(monkeypatch) -> None:
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
     t = get_codegen_target("hip")
     assert isinstance(t, HipTarget) and t.profile is MI250X and t.lang.warp_width == 64
     assert get_codegen_target("hip", "mi300x").profile.arch == "gfx942"
@@ -163,14 +166,19 @@ def test_hipblas_plan_matches_numpy(name: str) -> None:
 # ---- the CLI: compile, describe, and no runtime ----------------------------------------------------------------------
 
 
-def test_compile_describe_and_no_runtime(tmp_path, capsys) -> None:
+def test_compile_describe_and_no_runtime(tmp_path, capsys, monkeypatch) -> None:
     from npusim.cli import main
 
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
     module, ir, _ = build(CASES["linear_bias"], "float32")
     (tmp_path / "m.json").write_text(json.dumps(ir))
     art = tmp_path / "m.npubin"
     assert main(["compile", str(tmp_path / "m.json"), "--target", "hip", "-o", str(art)]) == 0
-    assert art.exists() and CompiledProgram.load(str(art)).target == "hip"
+    prog = CompiledProgram.load(str(art))
+    assert prog.target == "hip" and prog.device == MI250X
+    d = msgpack.unpackb(prog.to_bytes()[_HEADER.size:], raw=False)
+    with pytest.raises(ArtifactError, match="for target 'hip'"):  # a crafted artifact: an NVIDIA device for hip
+        CompiledProgram.from_dict({**d, "device": CHIPS["h100"].to_dict()})
     capsys.readouterr()
     assert main(["describe", str(art), "--source", "0"]) == 0
     out = capsys.readouterr().out
@@ -188,22 +196,28 @@ def test_compile_describe_and_no_runtime(tmp_path, capsys) -> None:
 # ---- hipcc ---------------------------------------------------------------------------------------------------------
 
 
-def _compile_with_hipcc(programs: dict[str, CompiledProgram]) -> tuple[set[str], int]:
-    """Render every program for the MI250X, check that its sources are HIP's, compile them with hipcc; returns the
-    kernel kinds seen and the number of distinct sources."""
+def _compile_with_hipcc(programs: Iterable[tuple[str, CompiledProgram]]) -> set[str]:
+    """Render every (name, program) for the MI250X, check that its sources are HIP's, compile them with hipcc (as
+    they come: producing the programs overlaps compiling the sources of those before); returns the kernel kinds
+    seen."""
     target = HipTarget(MI250X)
-    texts: dict[str, str] = {}
+    names: dict[str, str] = {}
     kinds: set[str] = set()
-    for name, program in programs.items():
-        r = target.render_program(program)
-        assert len(r.steps) == len(program.kernels) and all(r.steps), name
-        kinds.update(k.kind for k in program.kernels)
-        for key, text in r.sources.items():
-            texts.setdefault(text, f"{name}/{key}")
-    _check_hip_only(texts)
-    failures = hipcc.check_sources(texts, target.lang.prelude, MI250X.arch)
-    assert not failures, "\n\n".join(f"{texts[t]}: {e[:3000]}\n----\n{t}" for t, e in list(failures.items())[:3])
-    return kinds, len(texts)
+
+    def sources() -> Iterator[str]:
+        for name, program in programs:
+            r = target.render_program(program)
+            assert len(r.steps) == len(program.kernels) and all(r.steps), name
+            kinds.update(k.kind for k in program.kernels)
+            for key, text in r.sources.items():
+                if text not in names:
+                    names[text] = f"{name}/{key}"
+                    _check_hip_only([text])
+                    yield text
+
+    failures = hipcc.check_sources(sources(), target.lang.prelude, MI250X.arch)
+    assert not failures, "\n\n".join(f"{names[t]}: {e[:3000]}\n----\n{t}" for t, e in list(failures.items())[:3])
+    return kinds
 
 
 @needs_hipcc
@@ -218,20 +232,34 @@ def test_hipcc_names_a_source_it_rejects() -> None:
 
 
 @needs_hipcc
+def test_a_source_compiles_only_for_the_wavefront_width_it_was_rendered_for(tmp_path) -> None:
+    """gfx1030 (RDNA2) runs 32-wide wavefronts: a source rendered for the MI250X's 64 stops at its guard."""
+    import subprocess
+
+    (text,) = _sources_of(case_program("softmax_last", "float32"), "generated")
+    src = tmp_path / "k.hip"
+    src.write_text(text)
+    done = subprocess.run([hipcc.hipcc_path(), "--offload-arch=gfx1030", *hipcc.FLAGS, str(src), "-o",
+                           str(tmp_path / "k.hsaco")], env={**os.environ, **hipcc.ENV}, capture_output=True, text=True)
+    assert done.returncode != 0 and "rendered for 64-wide wavefronts" in done.stderr
+
+
+@needs_hipcc
 def test_op_conformance_table_compiles_with_hipcc() -> None:
     from conftest import export_ir
     from test_op_conformance import CASES as TABLE
 
-    programs = {}
-    for c in TABLE:
-        for dt in c.dtypes:
-            torch.manual_seed(0)
-            inputs = c.inputs(dt)
-            make = (lambda c=c, dt=dt: c.make().to(dt)) if dt.is_floating_point else c.make
-            ir = export_ir(make, inputs)
-            dtype = str(dt).removeprefix("torch.") if dt.is_floating_point else None
-            programs[f"{c.name}/{dt}"] = npu_compiler.compile(ir, "hip", dtype=dtype)
-    kinds, _ = _compile_with_hipcc(programs)
+    def programs() -> Iterator[tuple[str, CompiledProgram]]:
+        for c in TABLE:
+            for dt in c.dtypes:
+                torch.manual_seed(0)
+                inputs = c.inputs(dt)
+                make = (lambda c=c, dt=dt: c.make().to(dt)) if dt.is_floating_point else c.make
+                dtype = str(dt).removeprefix("torch.") if dt.is_floating_point else None
+                yield f"{c.name}/{dt}", npu_compiler.compile(export_ir(make, inputs), "hip", dtype=dtype,
+                                                             device="mi250x")
+
+    kinds = _compile_with_hipcc(programs())
     assert kinds == {"generated", "gemm", "conv2d", "attention"}
 
 
@@ -246,21 +274,26 @@ def test_model_programs_compile_with_hipcc() -> None:
     from npu_export.resnet import resnet50
 
     unfused = [p for p in npu_compiler.OPTIONAL_PASSES if p != "bn_fold"]
-    programs = {f"resnet50/b{n}": npu_compiler.compile(export_ir(resnet50, [torch.empty(n, 3, 224, 224)], "resnet50"),
-                                                        "hip", dtype="float16") for n in (1, 2)}
-    with tempfile.TemporaryDirectory() as tmp:
-        for attn, dt, prefill in (("eager", "bfloat16", 8), ("eager", "float32", 8), ("sdpa", "bfloat16", 8),
-                                  ("sdpa", "float32", 8), ("sdpa", "bfloat16", 64)):
-            out = os.path.join(tmp, f"{attn}_{dt}_{prefill}")
-            export_qwen2(tiny_qwen2_config(), out, max_cache_len=96, prefill_len=prefill, dtype=dt,
-                         attn_implementation=attn)
-            for graph in ("prefill", "decode"):
-                with open(os.path.join(out, f"{graph}.json")) as f:
-                    ir = json.load(f)
-                name = f"qwen2/{attn}/{dt}/{prefill}/{graph}"
-                programs[name] = npu_compiler.compile(ir, "hip", dtype=dt)
-                programs[name + "/unfused"] = npu_compiler.compile(ir, "hip", dtype=dt, disable_passes=unfused)
-    long = programs["qwen2/sdpa/bfloat16/64/prefill"]
-    assert not any(k.kind == "attention" for k in long.kernels)  # on hipBLAS: no attention record
-    kinds, _ = _compile_with_hipcc(programs)
-    assert kinds == {"generated", "gemm", "attention"}
+
+    def programs() -> Iterator[tuple[str, CompiledProgram]]:
+        for n in (1, 2):
+            ir = export_ir(resnet50, [torch.empty(n, 3, 224, 224)], "resnet50")
+            yield f"resnet50/b{n}", npu_compiler.compile(ir, "hip", dtype="float16", device="mi250x")
+        with tempfile.TemporaryDirectory() as tmp:
+            for attn, dt, prefill in (("eager", "bfloat16", 8), ("eager", "float32", 8), ("sdpa", "bfloat16", 8),
+                                      ("sdpa", "float32", 8), ("sdpa", "bfloat16", 64)):
+                out = os.path.join(tmp, f"{attn}_{dt}_{prefill}")
+                export_qwen2(tiny_qwen2_config(), out, max_cache_len=96, prefill_len=prefill, dtype=dt,
+                             attn_implementation=attn)
+                for graph in ("prefill", "decode"):
+                    with open(os.path.join(out, f"{graph}.json")) as f:
+                        ir = json.load(f)
+                    name = f"qwen2/{attn}/{dt}/{prefill}/{graph}"
+                    program = npu_compiler.compile(ir, "hip", dtype=dt, device="mi250x")
+                    if prefill >= HipTarget.attention_gemm_min_rows and graph == "prefill":
+                        assert not any(k.kind == "attention" for k in program.kernels)  # on hipBLAS
+                    yield name, program
+                    yield name + "/unfused", npu_compiler.compile(ir, "hip", dtype=dt, device="mi250x",
+                                                                  disable_passes=unfused)
+
+    assert _compile_with_hipcc(programs()) == {"generated", "gemm", "attention"}

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import NPUCompileError
@@ -32,6 +32,7 @@ KNOWN_ARCHS = ("gfx90a",)
 # 0.03 s at -O3 (measured: 400 of the op conformance table's sources took 36 s of CPU time in units of 24, 13 s in
 # units of 200, 11.5 s in one)
 UNIT_SOURCES = 256
+STREAM_UNIT = 160  # sources a unit where they arrive one by one (`check_sources` given an iterator)
 TIMEOUT_S = 600
 _EXTERN = 'extern "C" __global__'
 
@@ -93,24 +94,24 @@ def _check_arch(arch: str) -> None:
 
 def check_sources(texts: Iterable[str], prelude: str, arch: str = "gfx90a", jobs: int | None = None,
                   unit: int | None = None) -> dict[str, str]:
-    """Compile every distinct text (each starting with `prelude`) for `arch`, at most `unit` a translation unit
-    (default: the texts spread evenly over the `jobs` hipcc runs at once, at most UNIT_SOURCES each; `jobs`
-    defaults to the machine's cores); returns {text: hipcc's message} for each that fails. Texts compiled before in
-    this process are not compiled again. A unit that fails is split in halves, and those that fail again, until
-    the sources at fault are compiled alone."""
+    """Compile every distinct text (each starting with `prelude`) for `arch`, `jobs` hipcc runs at once (default:
+    the machine's cores), at most `unit` texts a translation unit (default: a collection's texts spread evenly over
+    the jobs, at most UNIT_SOURCES each; an iterator's STREAM_UNIT each, every unit compiled as soon as it is full,
+    so that producing the texts, such as compiling the programs they come from, overlaps compiling them); returns
+    {text: hipcc's message} for each that fails. Texts compiled before in this process are not compiled again. A
+    unit that fails is split in halves, and those that fail again, until the sources at fault are compiled alone."""
     _check_arch(arch)
     if not available():
         raise NPUCompileError("hipcc is not installed (apt-get install hipcc)")
+    jobs = jobs or os.cpu_count() or 2
+    if unit is None:
+        unit = (min(UNIT_SOURCES, max(1, -(-len(texts) // jobs))) if isinstance(texts, Collection)
+                else STREAM_UNIT)
 
     def key(text: str) -> str:
         return hashlib.sha256(f"{arch}\0{' '.join(FLAGS)}\0{text}".encode()).hexdigest()
 
-    todo = list(dict.fromkeys(t for t in texts if key(t) not in _checked))
-    jobs = jobs or os.cpu_count() or 2
-    loose = [t for t in todo if not t.startswith(prelude) or t.count(_EXTERN) != 1]
-    bundled = [t for t in todo if t not in set(loose)]
-    size = unit or min(UNIT_SOURCES, max(1, -(-len(bundled) // jobs)))
-    units = [[t] for t in loose] + [bundled[i:i + size] for i in range(0, len(bundled), size)]
+    seen: dict[str, None] = {}
     with tempfile.TemporaryDirectory(prefix="npusim-hipcc-") as tmp, ThreadPoolExecutor(max_workers=jobs) as pool:
         def run(members: list[str], tag: str) -> None:
             text = members[0] if len(members) == 1 else bundle(members, prelude)
@@ -125,8 +126,25 @@ def check_sources(texts: Iterable[str], prelude: str, arch: str = "gfx90a", jobs
             if not any(_checked[key(t)] for t in members):  # (the sources pass alone, not together: a failure too)
                 _checked[key(members[0])] = f"a translation unit of {len(members)} sources failed:\n{err}"
 
-        list(pool.map(lambda item: run(item[1], f"u{item[0]}"), enumerate(units)))
-    return {t: _checked[key(t)] for t in dict.fromkeys(texts) if _checked.get(key(t))}
+        futures, pending = [], []
+        for t in texts:
+            if t in seen:
+                continue
+            seen[t] = None
+            if key(t) in _checked:
+                continue
+            if not t.startswith(prelude) or t.count(_EXTERN) != 1:
+                futures.append(pool.submit(run, [t], f"u{len(futures)}"))  # compiled as it is
+                continue
+            pending.append(t)
+            if len(pending) >= unit:
+                futures.append(pool.submit(run, pending, f"u{len(futures)}"))
+                pending = []
+        if pending:
+            futures.append(pool.submit(run, pending, f"u{len(futures)}"))
+        for f in futures:
+            f.result()
+    return {t: _checked[key(t)] for t in seen if _checked.get(key(t))}
 
 
 __all__ = ["ENV", "FLAGS", "HipccError", "KNOWN_ARCHS", "available", "bundle", "check_sources", "compile_source",
