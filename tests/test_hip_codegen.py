@@ -174,12 +174,13 @@ def test_compile_describe_and_no_runtime(tmp_path, capsys, monkeypatch) -> None:
     (tmp_path / "m.json").write_text(json.dumps(ir))
     art = tmp_path / "m.npubin"
     assert main(["compile", str(tmp_path / "m.json"), "--target", "hip", "-o", str(art)]) == 0
+    out = capsys.readouterr().out
+    assert "planned for AMD Instinct MI250X" in out and "npusim has no HIP runtime" in out
     prog = CompiledProgram.load(str(art))
     assert prog.target == "hip" and prog.device == MI250X
     d = msgpack.unpackb(prog.to_bytes()[_HEADER.size:], raw=False)
     with pytest.raises(ArtifactError, match="for target 'hip'"):  # a crafted artifact: an NVIDIA device for hip
         CompiledProgram.from_dict({**d, "device": CHIPS["h100"].to_dict()})
-    capsys.readouterr()
     assert main(["describe", str(art), "--source", "0"]) == 0
     out = capsys.readouterr().out
     assert "---- hip source 1/" in out and "#include <hip/hip_runtime.h>" in out

@@ -119,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"weights: {weights} (sha256 {short(art.weights_sha256)}, recorded: `npusim run` says when others are "
               "given)")
+    from npu_runtime import backend as registry
+
+    unavailable = registry.unavailable_reason(art.target) if art.target in registry.registered_backends() else None
+    if unavailable is not None:  # (hip: compile-only; cuda on a machine without a GPU)
+        print(f"next: npusim describe {args.output} (running it needs the {art.target} backend, which is not "
+              f"available here: {unavailable})")
+        return 0
     found_beside = weights is not None and weights == beside(args.output)
     print(f"next: npusim describe {args.output}; npusim run {args.output}"
           + ("" if found_beside else f" --weights {weights or 'WEIGHTS.safetensors'}"))
