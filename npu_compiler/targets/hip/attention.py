@@ -9,9 +9,10 @@ probabilities of a 16-bit `probs_dtype` a first pass finds the row's max and sum
 rounded probabilities times v; with float32 probabilities one online pass does. `valid_len`: keys past the largest
 cache position written this step are not read. A row whose every key is masked gives zeros.
 
-This is the portable kernel (fp32 FMAs, no MFMA): records with key splits (the cuda target's flash-decoding and
-tiled kernels) are not rendered here; the hip target's lowering makes none (`decode_attention_blocks` 0), and
-prefill's attention over many rows runs as two hipBLAS GEMMs around a row softmax (`attention_gemm_min_rows`).
+This is the portable kernel (fp32 FMAs, no MFMA). The hip target plans no key splits (its `plan` is the default:
+none), so a record's keys are always one block's; a call that carries another target's plan (key splits and their
+scratch) is computed without it, its scratch pointers passed and unused. Prefill's attention over many rows runs as
+two hipBLAS GEMMs around a row softmax instead (`attention_gemm_min_rows`).
 """
 
 from __future__ import annotations
@@ -187,11 +188,9 @@ def _two_pass(g: AttentionGeometry, ityp: str, lang, waves: int, v_lanes: int, l
 
 
 def attention(k: KernelCall, program: CompiledProgram, lang) -> tuple[str, Launch]:
-    """The source and launch of an attention record without key splits, for `lang` (a HipLanguage)."""
+    """The source and launch of an attention record (its keys one block's, whatever its plan), for `lang` (a
+    HipLanguage)."""
     p: AttentionKernel = k.spec
-    if p.splits:
-        raise NPUCompileError(f"kernel {k.name}: the hip target renders attention without key splits; this record "
-                              f"splits its keys {p.splits} ways (compile the model for hip: its lowering makes none)")
     g = attention_geometry(k, "hip")
     refs = [g.q, g.k, g.v, g.out, *([g.mask] if g.mask is not None else [])]
     ityp = index_type(max(max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in refs))
@@ -216,7 +215,7 @@ def attention(k: KernelCall, program: CompiledProgram, lang) -> tuple[str, Launc
         body = _two_pass(g, ityp, lang, waves, v_lanes, load_v, store, p.probs_dtype)
     else:
         body = _one_pass(g, ityp, lang, waves, v_lanes, load_v, store)
-    params = ([(f"out{i}", _dt(program, o), True) for i, o in enumerate(k.outs)]
+    params = ([(f"out{i}", _dt(program, o), True) for i, o in enumerate(k.writes)]
               + [(f"a{i}", _dt(program, a), False) for i, a in enumerate(k.args)])
     src = f"""{lang.prelude}{lang.reduce_helpers if valid else ''}
 {lang.signature(waves * w, params)} {{
