@@ -114,6 +114,23 @@ def test_attention_is_sized_from_the_profile() -> None:
         rendered(program, tiny)
 
 
+def test_attention_computes_a_call_of_another_targets_plan_without_it() -> None:
+    """A call that carries key splits (a cuda plan) renders as the hip target's one-block-a-row kernel: its scratch
+    is one more pointer, passed and unused."""
+    import dataclasses
+
+    from npu_compiler.kernels import AttentionPlan
+
+    program = case_program("sdpa_gqa_mask", "float32")
+    index, k = next((i, k) for i, k in enumerate(program.kernels) if k.kind == "attention")
+    scratch = program.kernels[index].outs[0]  # (a float32 view standing in for the plan's scratch)
+    split = dataclasses.replace(k, plan=AttentionPlan(splits=2), scratch=[scratch])
+    (step,) = HipTarget(MI250X).render_kernel(split, program)
+    text, launch = step[1]
+    assert "float* out1" in text and "out1[" not in text and ("out", 1) in launch.ptrs
+    assert launch.ptrs[:1] + launch.ptrs[2:] == rendered(program).steps[index][0].launch.ptrs
+
+
 @pytest.mark.parametrize("kind,name,dtype", [("generated", "softmax_last", "bfloat16"),
                                              ("gemm", "linear_bias", "float16"),
                                              ("conv2d", "conv_groups_dil", "bfloat16"),
