@@ -209,6 +209,15 @@ def test_compile_describe_and_no_runtime(tmp_path, capsys, monkeypatch) -> None:
     for extra in ([], ["--backend", "hip"]):
         assert main(["run", str(art), "--weights", str(weights), *extra]) == 1
         assert "npusim has no HIP runtime" in capsys.readouterr().err
+    # $NPUSIM_DEVICE chooses the device of every GPU target a process compiles for (the GPU suite sets an NVIDIA
+    # one): for hip, an NVIDIA row is refused naming the variable, the device and the target
+    monkeypatch.setenv(DEVICE_ENV, "a100")
+    assert main(["compile", str(tmp_path / "m.json"), "--target", "hip", "-o", str(tmp_path / "a.npubin")]) != 0
+    err = capsys.readouterr().err
+    assert "NPUSIM_DEVICE='a100'" in err and "target 'hip'" in err and "NVIDIA A100" in err, err
+    assert not (tmp_path / "a.npubin").exists()
+    assert main(["compile", str(tmp_path / "m.json"), "--target", "hip", "--device", "mi250x", "-o",
+                 str(tmp_path / "b.npubin")]) == 0, capsys.readouterr().err
 
 
 # ---- hipcc ---------------------------------------------------------------------------------------------------------

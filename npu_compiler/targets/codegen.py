@@ -105,18 +105,31 @@ class CodegenTarget:
         return []
 
 
-def get_codegen_target(name: str, device=None) -> CodegenTarget:
-    """The target `name`, planning and rendering for `device` (a DeviceProfile, or a chip table row's name; None:
-    $NPUSIM_DEVICE for a target that renders for a GPU, else the target's default chip)."""
+def target_class(name: str) -> type[CodegenTarget]:
+    """The class of target `name`, for what it declares whatever the device (its `library_kernels`, its name)."""
     module = TARGET_MODULES.get(name) if isinstance(name, str) else None
     if module is None:
         raise NPUCompileError(f"unknown target {name!r} (known: {', '.join(sorted(TARGET_MODULES))})")
     try:
-        cls = importlib.import_module(module).TARGET
+        return importlib.import_module(module).TARGET
     except ImportError as e:
         raise NPUCompileError(f"target '{name}' is not installed: {e}") from e
-    if device is None and cls.default_device:
-        device = os.environ.get(DEVICE_ENV) or None
+
+
+def get_codegen_target(name: str, device=None) -> CodegenTarget:
+    """The target `name`, planning and rendering for `device` (a DeviceProfile, or a chip table row's name; None:
+    $NPUSIM_DEVICE for a target that renders for a GPU, else the target's default chip)."""
+    cls = target_class(name)
+    if device is None and cls.default_device and os.environ.get(DEVICE_ENV):
+        chosen = os.environ[DEVICE_ENV]
+        try:
+            return cls(chosen)
+        except NPUCompileError as e:
+            # the variable applies to every target a process compiles for, and may name a chip of another vendor
+            raise NPUCompileError(f"${DEVICE_ENV}={chosen!r} chooses a device that target '{name}' cannot plan "
+                                  f"for: {e} (unset {DEVICE_ENV}, or pass the target's device: compile(..., "
+                                  f"device=...), npusim compile --device; its default is '{cls.default_device}')"
+                                  ) from None
     return cls(device) if device is not None else cls()
 
 
@@ -124,7 +137,7 @@ def available_targets() -> list[str]:
     out = []
     for name in sorted(TARGET_MODULES):
         try:
-            get_codegen_target(name)
+            target_class(name)
         except NPUCompileError:
             continue
         out.append(name)
