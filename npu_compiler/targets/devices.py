@@ -332,6 +332,12 @@ def cannot_run(present: DeviceProfile, planned: DeviceProfile) -> str | None:
     return None
 
 
+def render_device(planned: DeviceProfile | None, present: DeviceProfile) -> DeviceProfile:
+    """The device a runtime renders a program for: the one it was planned for where `present` runs what that plan
+    assumes (an H100's plan on an H200, an A100's on either), else the device present."""
+    return planned if planned is not None and cannot_run(present, planned) is None else present
+
+
 def nvidia_profile(props: dict[str, Any]) -> DeviceProfile:
     """The profile of the NVIDIA device present from its CUDA device properties (`cudaGetDeviceProperties`'s fields,
     as `cupy.cuda.runtime.getDeviceProperties` returns them): every count and limit the device reports, its
@@ -393,4 +399,4 @@ def webgpu_profile(info: dict[str, Any], limits: dict[str, Any]) -> DeviceProfil
 
 
 __all__ = ["CHIPS", "DeviceProfile", "MmaShape", "cannot_run", "chip_names", "get_profile", "match_chip",
-           "nvidia_features", "nvidia_profile", "profile_for_arch", "webgpu_profile"]
+           "nvidia_features", "nvidia_profile", "profile_for_arch", "render_device", "webgpu_profile"]

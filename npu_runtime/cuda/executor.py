@@ -19,7 +19,7 @@ from npu_compiler.dtypes import itemsize
 from npu_compiler.errors import NPUCompileError
 from npu_compiler.program import CompiledProgram, TensorSpec
 from npu_compiler.targets.cuda.target import CudaTarget, SourceLaunch
-from npu_compiler.targets.devices import cannot_run
+from npu_compiler.targets.devices import render_device
 
 from ..backend import DeviceBuffer
 from ..errors import InputError, NPURuntimeError, WeightError
@@ -49,10 +49,7 @@ class CudaExecutor(Executor):
         self.state = backend.state
         self.stream = self.state.stream
         self.use_graph = use_graph
-        # the device the program was planned for where this one runs what that plan assumes (an H100's plan on an
-        # H200, an A100's on either), else this device's own (targets/devices.py: cannot_run)
-        planned, present = program.device, self.state.profile
-        self.device = planned if planned is not None and cannot_run(present, planned) is None else present
+        self.device = render_device(program.device, self.state.profile)
         try:
             self.rendered = CudaTarget(self.device).render_program(program)
         except NPUCompileError as e:

@@ -17,7 +17,7 @@ from tolerances import assert_close
 import npu_compiler
 from npu_compiler.targets.cuda import CudaTarget
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 
 class Eager(torch.nn.Module):
@@ -257,6 +257,6 @@ def test_layers_over_one_mask_read_the_first_layers_tile_table(cuda_backend) -> 
             torch.randn((1, hk, lk, d), generator=gen).to(torch.bfloat16), mask]
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
     attn = [k for k in program.kernels if k.kind == "attention"]
-    dev = cuda_backend.state.profile
+    dev = rendered_for(program, cuda_backend)
     assert len(attn) == 3 and [FA.table_left(k, program, dev) for k in attn] == [False, True, True]
     _assert_matches_torch(program, _SdpaLayers(), args, "bfloat16", "sdpa_layers", cuda_backend)

@@ -17,7 +17,7 @@ import npu_compiler
 from npu_compiler.targets.cuda import CudaTarget, conv_direct, conv_tc
 from npu_runtime import load_weights
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 
 class ConvBlock(torch.nn.Module):
@@ -103,12 +103,12 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> 
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
     assert (main.plan.splits > 1) == name.startswith("split_k"), main.plan
-    if int(cuda_backend.state.arch) == 90:  # pixels read element by element come through a window where it fits
-        source = CudaTarget(90).kernel_sources(main, program)[0]
+    dev = rendered_for(program, cuda_backend)
+    if dev.compute_capability == 90:  # pixels read element by element come through a window where it fits
+        source = CudaTarget(dev).kernel_sources(main, program)[0]
         assert ("copy_window" in source) == (name in WINDOWED), name
         assert ("__launch_bounds__(384, 1)" in source) == (name in TALL), name
     if main.plan.splits > 1:
-        dev = cuda_backend.state.profile
         clustered = conv_tc.in_cluster(main.plan.splits, dev)
         assert clustered == ("scratch" not in name and dev.cluster_blocks > 0)
         assert len(CudaTarget(dev).kernel_sources(main, program)) == 1 + (not clustered)
@@ -152,7 +152,7 @@ def test_direct_conv_matches_torch(name, cuda_backend) -> None:
     args = [torch.randn(n, c, h, w).to(tdt)]
     program = npu_compiler.compile(ir_dict(model, args, name), "cuda", dtype=dtype)
     main = [kc for kc in program.kernels if kc.kind == "conv2d"][-1]
-    dev = cuda_backend.state.profile
+    dev = rendered_for(program, cuda_backend)
     assert conv_direct.fits(main, program, dev) == dev.warpgroup_mma
     if dev.warpgroup_mma:
         ho = h + 2 * pad - k + 1
@@ -255,7 +255,7 @@ def test_side_conv_matches_the_unfolded_program_and_torch(name, device, cuda_bac
     forced = turing_profile() if device == "turing" else device
     if forced is not None:  # rendered as that GPU would (compiled for this one)
         monkeypatch.setattr(executor, "CudaTarget", lambda _device, forced=forced: CudaTarget(forced))
-    render = CudaTarget(forced or cuda_backend.state.profile)
+    render = CudaTarget(forced or rendered_for(folded, cuda_backend))
     src = render.kernel_sources(side, folded)[0]
     direct = device == "turing"
     assert ("tc_cp16" in src) != direct and ("x2t" in src) != direct, "not the kernel expected"

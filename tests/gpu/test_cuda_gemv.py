@@ -19,7 +19,7 @@ import npu_runtime
 from npu_compiler.targets.cuda import gemv as G
 from npu_export.cnn import model_tensors
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 SHAPES = [(1, 4096, 64), (3, 1536, 2048), (1, 8960, 1536), (1, 64, 20000), (2, 1001, 64), (8, 512, 300)]
 
@@ -37,7 +37,7 @@ def test_gemv_matches_torch(m, k, n, dtype, cuda_backend) -> None:
     args = [torch.randn((m, k), generator=gen).to(tdt), torch.randn((m, n), generator=gen).to(tdt)]
     program = npu_compiler.compile(ir_dict(module, args, "gemv"), "cuda", dtype=dtype)
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-    dev = cuda_backend.state.profile
+    dev = rendered_for(program, cuda_backend)
     assert G.gemv_applies(gemm, program, dev) and gemm.spec.epilogue is not None, "the GEMV kernel was not chosen"
     _check_against_torch(program, module, args, dtype, cuda_backend,
                          f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8, dev)} warp(s) per column")
@@ -79,7 +79,7 @@ def test_gemv_prologue_matches_torch(m, k, n, kind, dtype, cuda_backend, monkeyp
     args.append(torch.randn((m, n), generator=gen).to(tdt))
     program = npu_compiler.compile(ir_dict(module, args, "gemv_prologue"), "cuda", dtype=dtype)
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-    dev = cuda_backend.state.profile
+    dev = rendered_for(program, cuda_backend)
     assert len(program.kernels) == 1 and gemm.spec.prologue is not None and G.gemv_applies(gemm, program, dev), \
         [c.name for c in program.kernels]
     assert bool(gemm.spec.prologue_reduce) == (kind == "rmsnorm")
@@ -95,7 +95,7 @@ def test_gemv_of_two_activations_matches_torch(m, cuda_backend) -> None:
     module = MatmulOfInputs()
     program = npu_compiler.compile(ir_dict(module, args, "gemv_act"), "cuda", dtype="bfloat16")
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-    assert G.gemv_applies(gemm, program, cuda_backend.state.profile)
+    assert G.gemv_applies(gemm, program, rendered_for(program, cuda_backend))
     _check_against_torch(program, module, args, "bfloat16", cuda_backend, f"{m}x1536x700 activations")
 
 
@@ -120,5 +120,5 @@ def test_gemv_column_groups_match_torch(m, k, n, act, bias, dtype, cuda_backend)
     args = [torch.randn((m, k), generator=gen).to(tdt)]
     program = npu_compiler.compile(ir_dict(module, args, "gemv_glu"), "cuda", dtype=dtype)
     (gemm,) = program.kernels
-    assert gemm.spec.acc_groups == 2 and G.gemv_applies(gemm, program, cuda_backend.state.profile)
+    assert gemm.spec.acc_groups == 2 and G.gemv_applies(gemm, program, rendered_for(program, cuda_backend))
     _check_against_torch(program, module, args, dtype, cuda_backend, f"{m}x{k}x{n} {act} {dtype}")
