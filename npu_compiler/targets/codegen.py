@@ -3,8 +3,10 @@ of it (its capabilities). Targets are found through a registry of module names, 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+from collections.abc import Iterator
 from typing import ClassVar
 
 from ..errors import NPUCompileError
@@ -103,6 +105,23 @@ class CodegenTarget:
     def kernel_sources(self, call, program) -> list[str]:
         """The source text the target renders for one kernel (none where a backend interprets the record)."""
         return []
+
+    def check_target(self, program) -> None:
+        """Refuse to render a program compiled for another target."""
+        if program.target != self.name:
+            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+
+    @contextlib.contextmanager
+    def rendering(self, call) -> Iterator[None]:
+        """Around rendering one kernel: a renderer's slip on a record the reader accepted (a bug, or a record no
+        check foresaw) becomes an NPUCompileError naming the kernel, not a traceback."""
+        try:
+            yield
+        except NPUCompileError:
+            raise
+        except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
+            raise NPUCompileError(f"kernel {call.name} ({call.kind}, nodes {call.nodes[:4]}): cannot render for "
+                                  f"{self.name}: {type(e).__name__}: {e}") from e
 
 
 def target_class(name: str) -> type[CodegenTarget]:

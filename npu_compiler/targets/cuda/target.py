@@ -191,8 +191,7 @@ class CudaTarget(CodegenTarget):
         raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{spec.kind}' kernel")
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
-        if program.target != self.name:
-            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        self.check_target(program)
         out = RenderedProgram()
         by_text: dict[str, str] = {}
 
@@ -206,13 +205,8 @@ class CudaTarget(CodegenTarget):
 
         alone: dict[int, Launch] = {}  # each generated kernel's launch, rendered alone
         for index, k in enumerate(program.kernels):
-            try:
+            with self.rendering(k):
                 rendered = self.render_kernel(k, program)
-            except NPUCompileError:
-                raise
-            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
-                raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for cuda: "
-                                      f"{type(e).__name__}: {e}") from e
             steps: list[Step] = []
             for kind, what in rendered:
                 if kind == "cublas":

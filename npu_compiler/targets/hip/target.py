@@ -95,18 +95,12 @@ class HipTarget(CodegenTarget):
         raise NPUCompileError(f"{where}: the hip target has no '{spec.kind}' kernel")
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
-        if program.target != self.name:
-            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        self.check_target(program)
         out = RenderedProgram()
         by_text: dict[str, str] = {}
         for k in program.kernels:
-            try:
+            with self.rendering(k):
                 rendered = self.render_kernel(k, program)
-            except NPUCompileError:
-                raise
-            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
-                raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for hip: "
-                                      f"{type(e).__name__}: {e}") from e
             steps: list[SourceLaunch | Blas] = []
             for kind, what in rendered:
                 if kind == "blas":

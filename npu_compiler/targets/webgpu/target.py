@@ -150,18 +150,12 @@ class WebGPUTarget(CodegenTarget):
         raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
-        if program.target != self.name:
-            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        self.check_target(program)
         out = RenderedProgram()
         by_text: dict[str, str] = {}
         for i, k in enumerate(program.kernels):
-            try:
+            with self.rendering(k):
                 rendered = self.render_kernel(i, k, program)
-            except NPUCompileError:
-                raise
-            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
-                raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for webgpu: "
-                                      f"{type(e).__name__}: {e}") from e
             steps = []
             for text, dispatch in rendered:
                 name = by_text.get(text)
