@@ -42,8 +42,9 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--device", default=None, metavar="NAME",
                    help="the GPU to plan the kernels for, a row of the chip table: " + ", ".join(chip_names())
-                        + " (default: the device present for the target, else the target's default chip: cuda h100,"
-                          " webgpu the WebGPU specification's limits, hip mi250x); the artifact records it")
+                        + " (default: $NPUSIM_DEVICE, else the device present for the target, else the target's "
+                          "default chip: cuda h100, webgpu the WebGPU specification's limits, hip mi250x); the "
+                          "artifact records it")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
