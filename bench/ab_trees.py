@@ -19,10 +19,10 @@ import importlib
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from bench_llm import _median_ms  # (bench/ is the script's folder: on sys.path)
 
 PACKAGES = ("npu_compiler", "npu_runtime", "npu_export", "npusim")
 
@@ -68,19 +68,6 @@ class Workload:
     name: str
     runs: dict = field(default_factory=dict)  # tree name -> (run, sync)
     times: dict = field(default_factory=dict)  # tree name -> [median ms of each round]
-
-
-def _median_ms(run, sync, iters: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        run()
-    sync()
-    out = []
-    for _ in range(iters):
-        t = time.perf_counter()
-        run()
-        sync()
-        out.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(out)
 
 
 def _llm_models(args):
