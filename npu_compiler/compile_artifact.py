@@ -41,14 +41,14 @@ def compile_artifact(ir: str | os.PathLike | Mapping[str, Any], target: str = "c
                      force_cpu: Iterable[str] = (), force_torch: Iterable[str] = (), dtype: str | None = None,
                      config: TargetConfig | None = None, disable_passes: Iterable[str] = (), fusion: bool = True,
                      rope_theta: float | None = None, limits: Limits | None = None, partitioned: bool = False,
-                     weights_dtype: str | None = None, lm_head_dtype: str | None = None
+                     weights_dtype: str | None = None, lm_head_dtype: str | None = None, device=None
                      ) -> CompiledProgram | PartitionedProgram:
     """Compile `ir` for `target` into one artifact whatever its ops (see the module's docstring).
 
     `force_cpu` names ops or nodes to run on the CPU although the target has them (the CPU reference runs them);
     `force_torch` ones to run through torch_ir although the CPU reference has them. `partitioned`: a
-    `PartitionedProgram` even where the target runs every node (one segment). The other keywords are `compile()`'s
-    and reach every program of the artifact."""
+    `PartitionedProgram` even where the target runs every node (one segment). `device` (compile()'s) reaches the
+    target's programs; the other keywords are `compile()`'s and reach every program of the artifact."""
     lim = limits or Limits()
     force_torch = list(force_torch)
     forced = [*force_cpu, *force_torch]
@@ -59,13 +59,14 @@ def compile_artifact(ir: str | os.PathLike | Mapping[str, Any], target: str = "c
     options = {"disable_passes": list(disable_passes), "fusion": fusion, "rope_theta": rope_theta, "limits": lim,
                "weights_dtype": weights_dtype, "lm_head_dtype": lm_head_dtype}
     if not plan.fallback and not partitioned:
-        return compile_program(graph, target, dtype=dtype, config=config, **options)  # the graph read above
+        return compile_program(graph, target, dtype=dtype, config=config, device=device, **options)  # (read above)
     cfg = config or default_config(target)
     choice = explain_compute_dtype(graph, cfg, dtype)
 
     def compile_fn(sub_ir: Mapping[str, Any], for_target: str) -> CompiledProgram:
-        return compile_program(sub_ir, for_target, dtype=choice.dtype,
-                               config=config if for_target == target else None, **options)
+        mine = for_target == target
+        return compile_program(sub_ir, for_target, dtype=choice.dtype, config=config if mine else None,
+                               device=device if mine else None, **options)
 
     from .compiler import _value_range  # the same valid ranges a plain program's integer inputs get
 

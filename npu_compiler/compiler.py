@@ -18,6 +18,7 @@ from .limits import MAX_BYTES_ENV, Limits, format_bytes
 from .lowering.column_epilogues import fold_column_epilogues
 from .lowering.lower import Lowering
 from .lowering.memory_plan import check_plan, plan_memory
+from .lowering.planning import plan_folded
 from .lowering.side_convs import fold_side_convs
 from .memory_check import check_memory, check_sizes
 from .output_roles import class_outputs
@@ -57,8 +58,9 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
             config: TargetConfig | None = None, disable_passes: list[str] | tuple[str, ...] = (),
             fusion: bool = True, rope_theta: float | None = None, verify_plan: bool = True,
             limits: Limits | None = None, weights_dtype: str | None = None,
-            lm_head_dtype: str | None = None) -> CompiledProgram:
-    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...).
+            lm_head_dtype: str | None = None, device=None) -> CompiledProgram:
+    """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...) on `device` (a row of the
+    chip table by name, or a DeviceProfile: targets/devices.py; default: the target's default chip).
 
     `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
     fusion pass (FUSION_PASSES) at once. `limits` bounds tensor and program sizes (default: `Limits()`, from the
@@ -73,7 +75,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     if unknown:
         raise NPUCompileError(f"unknown pass(es) {sorted(unknown)}; passes that can be disabled: "
                               f"{', '.join(OPTIONAL_PASSES)}")
-    codegen = get_codegen_target(target)
+    codegen = get_codegen_target(target, device)
     cfg = config or default_config(target)
     if rope_theta is not None and not (isinstance(rope_theta, int | float) and math.isfinite(rope_theta)
                                        and rope_theta > 0):
@@ -167,6 +169,9 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         n = _run_pass("conv_side", fold_side_convs, lowering.kernels, lowering.buffers, codegen)
         if n:
             passes.append(f"conv_side({n})")
+    n = _run_pass("plan_folded", plan_folded, lowering.kernels, lowering.buffers, codegen)
+    if n:
+        passes.append(f"plan_folded({n})")
     arena = _run_pass("memory_plan", plan_memory, lowering.buffers, lowering.kernels)
     need = arena + sum(b.nbytes for b in lowering.buffers if b.kind in ("input", "output", "constant"))
     if need > lim.max_bytes:
@@ -207,6 +212,7 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
         arena_bytes=arena,
         passes=passes,
         padding_plan=padding,
+        device=codegen.profile,
     )
     codegen.check_program(program)
     program.fusion_groups = [

@@ -41,7 +41,7 @@ def liveness(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall]) -> di
     """Buffer id -> (first, last) index of the kernels touching it, for arena buffers."""
     out: dict[int, tuple[int, int]] = {}
     for i, k in enumerate(kernels):
-        for r in (*k.args, *k.outs):
+        for r in (*k.args, *k.writes):
             if buffers[r.buffer].kind == "arena":
                 first = out.get(r.buffer, (i, i))[0]
                 out[r.buffer] = (first, i)
@@ -152,7 +152,7 @@ def check_initialized(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCal
                                  "before any kernel wrote them")
         if getattr(k.spec, "scatter", None) is not None:
             continue
-        for r in k.outs:
+        for r in k.writes:
             w = written.get(r.buffer)
             if w is None:
                 continue
@@ -185,13 +185,13 @@ def check_sizes(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], ma
     a one-element buffer broadcast to 2**40 elements is in bounds, and would still exhaust memory), or writes one
     element from two iteration points (a write view folding onto itself)."""
     for i, k in enumerate(kernels):
-        for tag, refs in (("argument", k.args), ("output", k.outs)):
+        for tag, refs in (("argument", k.args), ("output", k.writes)):
             for j, r in enumerate(refs):
                 nbytes = r.numel * itemsize(buffers[r.buffer].dtype)
                 if nbytes > max_bytes:
                     raise ValueError(f"kernel {i} '{k.name}': {tag} {j} is a view of {r.numel} elements "
                                      f"({nbytes} bytes), above the limit of {max_bytes} bytes ($NPUSIM_MAX_BYTES)")
-        for j, r in enumerate(k.outs):
+        for j, r in enumerate(k.writes):
             if not _injective(r):
                 raise ValueError(f"kernel {i} '{k.name}': output {j} (shape {list(r.shape)}, strides "
                                  f"{list(r.strides)}) writes some elements more than once")
@@ -214,13 +214,13 @@ def check_memory(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall], o
 
 def written_buffers(kernels: Sequence[KernelCall]) -> set[int]:
     """The buffers some kernel writes (an input among them is updated in place: a KV cache's index_copy)."""
-    return {r.buffer for k in kernels for r in k.outs}
+    return {r.buffer for k in kernels for r in k.writes}
 
 
 def check_read_only(buffers: Sequence[BufferSpec], kernels: Sequence[KernelCall]) -> None:
     """ValueError when a kernel writes a weight."""
     for i, k in enumerate(kernels):
-        for j, r in enumerate(k.outs):
+        for j, r in enumerate(k.writes):
             b = buffers[r.buffer]
             if b.kind == "weight":
                 raise ValueError(f"kernel {i} '{k.name}': output {j} writes buffer {b.id} '{b.name}', a weight: "

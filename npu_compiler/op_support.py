@@ -17,7 +17,7 @@ from .ir.schema import short_op
 from .lowering.lower import SUPPORTED_OPS
 from .lowering.registry import KERNELS_OF
 from .passes.normalize import STRUCTURAL_OPS
-from .targets.codegen import get_codegen_target
+from .targets.codegen import target_class
 
 __all__ = [
     "STRUCTURAL_OPS", "is_op_supported", "supported_ops", "unsupported_reason", "is_structural", "SupportPredicate",
@@ -51,7 +51,7 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
                        out_dtypes: Iterable[str] = ()) -> str | None:
     """Why `target` cannot run the op (None when it can); `out_dtypes`, where known, are the node's output dtypes.
     Raises NPUCompileError for an unknown target."""
-    kernels = get_codegen_target(target).library_kernels
+    kernels = target_class(target).library_kernels
     attrs = attrs or {}
     op = short_op(op_type)
     if op in STRUCTURAL_OPS:
@@ -123,7 +123,7 @@ class SupportPredicate:
         remove_noops(graph)
         inplace_to_outofplace(graph)
         self.formats = node_formats(graph)
-        kernels = get_codegen_target(self.target).library_kernels
+        kernels = target_class(self.target).library_kernels
         for g in integer_groups(graph):
             if g.kind != "exact" and g.kind not in kernels:
                 why = (f"int8 {g.core.op.split('.')[0]} (its quantize/dequantize pattern folds into a {g.kind} "
@@ -132,7 +132,7 @@ class SupportPredicate:
                     self.graph_reasons.setdefault(name, why)
 
     def __post_init__(self) -> None:
-        get_codegen_target(self.target)  # fail early, naming the known targets
+        target_class(self.target)  # fail early, naming the known targets
         self.force_cpu = frozenset(self.force_cpu)
 
     def _forced(self, node: Mapping[str, Any]) -> bool:

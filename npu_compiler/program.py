@@ -30,16 +30,19 @@ from .buffers import BufferSpec, TensorSpec
 from .collector import collector_paused
 from .dtypes import ITEMSIZE
 from .errors import ArtifactError, entry_point
-from .kernels import KINDS, KernelCall, spec_from_data
+from .kernels import KINDS, KernelCall, plan_from_data, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
+from .targets.devices import DeviceProfile
 from .tensor import TensorRef, contiguous_strides, memory_order
 from .text import shown, unsafe_char
 
 MAGIC = b"NPUBIN\x00\x1a"
 # 2: kernels are typed records and expression trees; no rendered sources, no host code (CRC-32 of the payload)
 # 3: SHA-256 of the payload; every field required; the weights' SHA-256 when known
-FORMAT_VERSION = 3
+# 4: schedules are plans beside the records (a kernel's `plan` and `scratch`), and the artifact records the device it
+# was planned for
+FORMAT_VERSION = 4
 _HEADER = struct.Struct("<8sIQ32s")
 _PREFIX = struct.Struct("<8sI")  # magic and version: the same in every format
 HEADER_BYTES = _HEADER.size
@@ -106,6 +109,9 @@ class CompiledProgram:
     format_version: int = FORMAT_VERSION
     # SHA-256 of the checkpoint the program was compiled or verified with (npu_compiler.digest), or None
     weights_sha256: str | None = None
+    # the device profile (targets/devices.py) the program was planned for; None for a target that renders for no
+    # GPU (cpu)
+    device: DeviceProfile | None = None
 
     # ---- lookup -------------------------------------------------------------------------------------------------
     def buffer(self, bid: int) -> BufferSpec:
@@ -136,6 +142,7 @@ class CompiledProgram:
         d["weights"] = [dataclasses.asdict(w) for w in self.weights]
         d["buffers"] = [dataclasses.asdict(b) for b in self.buffers]
         d["kernels"] = [k.to_dict() for k in self.kernels]
+        d["device"] = self.device.to_dict() if self.device is not None else None
         return d
 
     @classmethod
@@ -174,6 +181,7 @@ class CompiledProgram:
             "compute_dtype": self.compute_dtype,
             "format_version": self.format_version,
             "weights_sha256": self.weights_sha256,
+            "planned_for": self.device.to_dict() if self.device is not None else None,
             "config": self.config,
             "passes": self.passes,
             "inputs": [_io(t) for t in self.inputs],
@@ -291,7 +299,7 @@ def _kernel_row(i: int, k: KernelCall, buffers: list[BufferSpec]) -> dict[str, A
     order = memory_order(tuple(k.outs[0].shape), tuple(k.outs[0].strides)) if k.outs else None
     if order is not None:  # the output is stored with its dims in another order (channels-last: [0, 2, 3, 1])
         row["out_order"] = order
-    splits = getattr(k.spec, "splits", 0)
+    splits = getattr(k.plan, "splits", 0)
     if splits and splits > 1:
         row["splits"] = splits
     return row
@@ -440,6 +448,7 @@ class _Reader:
             stats=opaque["stats"],
             format_version=version,
             weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"),
+            device=self.device(self.get(d, "device", ""), target),
         )
 
     def sha256(self, v: Any, path: str) -> str | None:
@@ -449,6 +458,20 @@ class _Reader:
         if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
             raise self.fail(path, f"expected null or 64 lowercase hex digits, got {_short(v)}")
         return text
+
+    def device(self, v: Any, target: str) -> DeviceProfile | None:
+        """The device profile the program was planned for (null: none, the target's default chip), checked field by
+        field and against the target."""
+        if v is None:
+            return None
+        try:
+            profile = DeviceProfile.from_dict(v, "device")
+        except ArtifactError as e:
+            raise ArtifactError(f"{self.where}: invalid artifact: {e}") from None
+        if target == "cpu" or (target == "cuda" and profile.vendor != "nvidia") or (target == "hip"
+                                                                                   and profile.vendor != "amd"):
+            raise self.fail("device", f"a {profile.vendor} device ({profile.title}) for target {target!r}")
+        return profile
 
     def mapping(self, v: Any, path: str) -> dict:
         if not isinstance(v, dict):
@@ -678,7 +701,23 @@ class _Reader:
             spec.check(call, self.buffers)
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise self.fail(kpath, str(e) or type(e).__name__) from None
+        self.plan(call, v, path, kpath)
         return call
+
+    def plan(self, call: KernelCall, v: Any, path: str, kpath: str) -> None:
+        """The call's plan and its scratch, checked against the record (a crafted plan is refused here)."""
+        try:
+            call.plan = plan_from_data(call.kind, self.get(v, "plan", path), "plan")
+        except ValueError as e:
+            raise self.fail(kpath, str(e)) from None
+        call.scratch = self.each(self.get(v, "scratch", path), f"{path}.scratch", self.ref)
+        try:
+            if call.plan is not None:
+                call.plan.check(call, self.buffers)
+            elif call.scratch:
+                raise ValueError("scratch buffers without a plan")
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, OverflowError) as e:
+            raise self.fail(kpath, f"plan: {e}" if str(e) else type(e).__name__) from None
 
 
 def _short(v: Any) -> str:

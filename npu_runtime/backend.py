@@ -105,6 +105,11 @@ class Backend(ABC):
         """The compiler target whose programs this backend runs."""
         return self.name
 
+    def device_profile(self) -> Any:
+        """The device this backend runs on as a profile (npu_compiler.targets.devices.DeviceProfile: what its
+        programs are planned for), filled from what the device reports; None where it renders for no GPU."""
+        return None
+
 
 def _np(dtype: str):
     from .dtypes import np_dtype
@@ -119,6 +124,7 @@ BACKEND_MODULES: dict[str, str] = {
     "cuda": "npu_runtime.cuda.backend",
     "webgpu": "npu_runtime.webgpu.backend",
     "cpu": "npu_runtime.cpu.backend",
+    "hip": "npu_runtime.hip.backend",  # compile-only: never available, it says why
 }
 ENV_VAR = "NPUSIM_BACKEND"
 
@@ -155,6 +161,15 @@ def default_backend_name() -> str:
     # in order, so that the first usable backend ends the search (probing an adapter costs time)
     return next(n for n in BACKEND_MODULES if unavailable_reason(n) is None
                 and _backend_class(n).default_skip_reason() is None)
+
+
+def present_device(target: str) -> Any:
+    """The profile of the device present here for compiler target `target` (its backend's device), or None: no such
+    backend is available, or only a software one (a software WebGPU adapter is not what a program is planned for)."""
+    name = next((n for n in BACKEND_MODULES if n == target), None)
+    if name is None or unavailable_reason(name) is not None or _backend_class(name).default_skip_reason() is not None:
+        return None
+    return get_backend(name).device_profile()
 
 
 def get_backend(name: str | None = None) -> Backend:

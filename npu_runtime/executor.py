@@ -14,7 +14,7 @@ from npu_compiler.limits import MAX_BYTES_ENV, Limits, format_bytes
 from npu_compiler.memory_check import written_buffers
 from npu_compiler.program import CompiledProgram, TensorSpec
 
-from .backend import Backend, DeviceBuffer
+from .backend import BACKEND_MODULES, Backend, DeviceBuffer, unavailable_reason
 from .dtypes import convert, dtype_name
 from .errors import InputError, NPURuntimeError, ResourceError, WeightError
 from .profiling import KernelTiming
@@ -24,10 +24,12 @@ from .weights import WeightSet
 def target_mismatch(program: CompiledProgram, backend: Backend) -> str:
     """Why `backend` cannot run `program`, and the two ways out, in the CLI's own words."""
     want = backend.compile_target()
+    why = unavailable_reason(program.target) if program.target in BACKEND_MODULES else None
     return (f"program '{program.model_name}' was compiled for target '{program.target}'; the {backend.name} backend "
             f"runs programs compiled for target '{want}': recompile it for this backend (npusim compile IR.json "
             f"--target {want} -o X.npubin; `npusim run IR.json` compiles for the backend by itself), or run it on "
-            f"a backend for its target (--backend {program.target})")
+            f"a backend for its target (--backend {program.target})"
+            + (f"; no backend here runs '{program.target}' programs: {why}" if why else ""))
 
 
 def max_bytes() -> int:

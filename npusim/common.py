@@ -38,6 +38,13 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fusion", action="store_true", help="switch off every fusion pass (BN folding stays)")
     p.add_argument("--rope-theta", type=argtypes.positive, default=None,
                    help="rotary base, to compute inv_freq buffers that no checkpoint holds (default: the IR's)")
+    from npu_compiler.targets.devices import chip_names
+
+    p.add_argument("--device", default=None, metavar="NAME",
+                   help="the GPU to plan the kernels for, a row of the chip table: " + ", ".join(chip_names())
+                        + " (default: $NPUSIM_DEVICE, else the device present for the target, else the target's "
+                          "default chip: cuda h100, webgpu the WebGPU specification's limits, hip mi250x); the "
+                          "artifact records it")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -160,11 +167,29 @@ def add_quiet_option(p: argparse.ArgumentParser) -> None:
 
 def compile_kwargs(args: argparse.Namespace) -> dict:
     kw = {"dtype": None if args.dtype == "auto" else args.dtype, "disable_passes": list(args.disable_pass),
-          "rope_theta": args.rope_theta}
+          "rope_theta": args.rope_theta, "device": getattr(args, "device", None)}
     if getattr(args, "no_fusion", False):
         from npu_compiler.compiler import FUSION_PASSES
 
         kw["disable_passes"] = sorted(set(kw["disable_passes"]) | set(FUSION_PASSES))
+    return kw
+
+
+def planned_device(kw: dict, target: str, backend=None) -> dict:
+    """`kw` (compile_kwargs) with the device to plan for: --device, else $NPUSIM_DEVICE (the compiler reads it),
+    else the device present for the target (the backend's, or the one a backend of the target would use here), else
+    the target's default chip."""
+    import os
+
+    from npu_compiler.targets.codegen import DEVICE_ENV
+
+    if kw.get("device") is None and target != "cpu" and not os.environ.get(DEVICE_ENV):
+        if backend is not None:
+            kw["device"] = backend.device_profile()
+        else:
+            from npu_runtime.backend import present_device
+
+            kw["device"] = present_device(target)
     return kw
 
 

@@ -18,6 +18,36 @@ from npu_runtime.dtypes import dtype_name
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--npu-device", default=None, metavar="NAME",
+                     help="plan every GPU program the tests compile for this chip table row (a100, h200, b200, ...: "
+                          "sets $NPUSIM_DEVICE); the cuda runtime runs a plan for another device where this GPU has "
+                          "every feature it assumes. Meant for tests/gpu: `pytest tests/gpu --npu-device a100`")
+
+
+def pytest_configure(config) -> None:
+    name = config.getoption("--npu-device")
+    if name:
+        import os
+
+        from npu_compiler.errors import NPUCompileError
+        from npu_compiler.targets.codegen import DEVICE_ENV
+        from npu_compiler.targets.devices import get_profile
+
+        try:
+            os.environ[DEVICE_ENV] = get_profile(name).name
+        except NPUCompileError as e:
+            raise pytest.UsageError(f"--npu-device: {e}") from None
+
+
+def pytest_report_header(config) -> str:
+    import os
+
+    from npu_compiler.targets.codegen import DEVICE_ENV
+
+    return f"GPU programs planned for: {os.environ.get(DEVICE_ENV) or 'the device present (else the target default)'}"
+
+
 @pytest.fixture(params=npu_runtime.available_backends())
 def backend(request) -> npu_runtime.Backend:
     """Each available backend in turn (CUDA, WebGPU join when their machine has the device)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -176,3 +177,57 @@ def load_bench(name: str):
     sys.modules.setdefault(name, mod)
     spec.loader.exec_module(mod)
     return mod
+
+
+def turing_profile():
+    """A GPU older than the tensor-core kernels' instructions (mma.sync with bf16, cp.async: sm_80): a Tesla T4 as
+    the runtime would fill its profile from its reported properties (targets/devices.py has no row of it)."""
+    from npu_compiler.targets.devices import nvidia_profile
+
+    return nvidia_profile({"name": "Tesla T4", "major": 7, "minor": 5, "multiProcessorCount": 40,
+                           "maxThreadsPerMultiProcessor": 1024, "sharedMemPerBlockOptin": 65536,
+                           "sharedMemPerMultiprocessor": 65536})
+
+
+def emulate_blas(plan: dict, a_flat: np.ndarray, b_flat: np.ndarray, c_flat: np.ndarray) -> None:
+    """C = alpha op(A) op(B) + beta C in BLAS's column-major reading of flat buffers (element offsets), as a cuBLAS
+    plan (cuda/gemm.py: ops 0 and 1) or a hipBLAS plan (hip/blas.py: ops "N" and "T") describes the call."""
+    m, n, k = plan["m"], plan["n"], plan["k"]
+
+    def mat(flat, off, rows, cols, ld):
+        return flat[off + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld]
+
+    for oa, ob, oc in plan["calls"]:
+        for i in range(plan["batch_count"]):
+            pa, pb, pc = oa + i * plan["stride_a"], ob + i * plan["stride_b"], oc + i * plan["stride_c"]
+            a = mat(a_flat, pa, m, k, plan["lda"]) if plan["transa"] in (0, "N") else mat(a_flat, pa, k, m,
+                                                                                         plan["lda"]).T
+            b = mat(b_flat, pb, k, n, plan["ldb"]) if plan["transb"] in (0, "N") else mat(b_flat, pb, n, k,
+                                                                                         plan["ldb"]).T
+            idx = pc + np.arange(m)[:, None] + np.arange(n)[None, :] * plan["ldc"]
+            c_flat[idx] = plan["alpha"] * (a @ b) + plan["beta"] * c_flat[idx]
+
+
+def strided(flat: np.ndarray, ref) -> np.ndarray:
+    """The view of a flat buffer a TensorRef describes."""
+    return np.lib.stride_tricks.as_strided(flat[ref.offset:], shape=ref.shape,
+                                           strides=tuple(s * flat.itemsize for s in ref.strides))
+
+
+def check_gemm_plan(program, k, plan: dict, rng: np.random.Generator) -> None:
+    """A BLAS plan of GEMM record `k` computes alpha a @ b (+ beta bias, which the fill launch before the call puts
+    in the output) on random buffers: the call emulated (`emulate_blas`) against NumPy's matmul of the record's
+    operand views; and it counts the record's FLOPs."""
+    flats: dict[int, np.ndarray] = {}
+    for ref in [*k.args, *k.outs]:
+        flats.setdefault(ref.buffer, rng.standard_normal(program.buffers[ref.buffer].numel).astype(np.float64))
+    a, b = strided(flats[k.args[0].buffer], k.args[0]), strided(flats[k.args[1].buffer], k.args[1])
+    expect = k.spec.alpha * np.matmul(a, b)
+    out_flat = flats[k.outs[0].buffer]
+    if k.spec.bias:
+        bias = strided(flats[k.args[2].buffer], k.args[2])
+        expect = expect + k.spec.beta * bias
+        strided(out_flat, k.outs[0])[...] = bias  # the fill launch's job: out = bias (broadcast)
+    emulate_blas(plan, flats[k.args[plan["a_arg"]].buffer], flats[k.args[plan["b_arg"]].buffer], out_flat)
+    np.testing.assert_allclose(strided(out_flat, k.outs[0]), expect, rtol=1e-12, atol=1e-12)
+    assert plan["flops"] == 2 * k.spec.m * k.spec.n * k.spec.k * math.prod(k.spec.batch)

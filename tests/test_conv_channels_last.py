@@ -25,6 +25,7 @@ from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.program import CompiledProgram  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.conv_tc import splits_for, tall_tiles, tile_for  # noqa: E402
+from npu_compiler.targets.devices import CHIPS  # noqa: E402
 from npu_compiler.tensor import memory_order  # noqa: E402
 from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
 from npu_runtime.errors import WeightError  # noqa: E402
@@ -78,10 +79,10 @@ def test_a_batch_runs_its_convs_on_tensor_cores_channels_last() -> None:
     assert sorted(layouts.values()).count((0, 2, 3, 1)) == 5 and () in layouts.values(), layouts
     # the last 3x3 conv has 67 tiles and a K of 576: its K is split in two (a float32 scratch beside the output);
     # the 1x1 projection beside it has too short a K to split
-    split = [k for k in convs if k.spec.splits > 1]
-    assert len(split) == 1 and split[0].spec.splits == 2 and tuple(split[0].args[1].shape) == (64, 64, 3, 3)
-    assert len(split[0].outs) == 2 and prog.dtype_of(split[0].outs[1]) == "float32"
-    assert split[0].outs[1].numel == 2 * split[0].outs[0].numel
+    split = [k for k in convs if k.plan.splits > 1]
+    assert len(split) == 1 and split[0].plan.splits == 2 and tuple(split[0].args[1].shape) == (64, 64, 3, 3)
+    assert len(split[0].scratch) == 1 and prog.dtype_of(split[0].scratch[0]) == "float32"
+    assert split[0].scratch[0].numel == 2 * split[0].outs[0].numel
     # Hopper: the two splits are one cluster that sums its parts in shared memory, one launch; an A100 writes them
     # to the scratch and a second launch sums them
     (hopper,) = CudaTarget(90).kernel_sources(split[0], prog)
@@ -125,7 +126,7 @@ def test_one_image_splits_the_long_k_of_its_deep_convs() -> None:
     _, _, prog = _program(1, 64)
     convs = [k for k in prog.kernels if k.kind == "conv2d"]
     assert len(convs) == 6 and all(w.layout for w in prog.weights if len(w.shape) == 4 and w.shape[1] % 8 == 0)
-    assert max(k.spec.splits for k in convs) > 1
+    assert max(k.plan.splits for k in convs) > 1
 
 
 class Depthwise(torch.nn.Module):
@@ -215,24 +216,26 @@ def test_block_tiles() -> None:
     test's cases (tests/gpu/test_cuda_conv_tc.py) exercise every tile."""
     from gpu.test_cuda_conv_tc import CASES
 
-    assert tile_for(64 * 56 * 56, 256)[:2] == (128, 128)
-    assert tile_for(64 * 56 * 56, 64)[:2] == (128, 64)
-    assert tile_for(64 * 7 * 7, 512)[:2] == (64, 128)
+    h100 = CHIPS["h100"]
+    assert tile_for(64 * 56 * 56, 256, h100)[:2] == (128, 128)
+    assert tile_for(64 * 56 * 56, 64, h100)[:2] == (128, 64)
+    assert tile_for(64 * 7 * 7, 512, h100)[:2] == (64, 128)
     # Hopper's warpgroup MMA: 128-pixel tiles unsplit where they give half the SMs a block (100 blocks here)
-    assert tile_for(64 * 7 * 7, 512, wide=True)[:2] == (128, 128)
-    assert splits_for(64 * 7 * 7, 512, 4608, 90, wide=True) == 1 and splits_for(64 * 7 * 7, 512, 4608, 90) == 1
-    assert tile_for(7 * 7, 512, wide=True)[:2] == (64, 128) and splits_for(7 * 7, 512, 4608, 90, wide=True) == 8
-    assert tile_for(2 * 33 * 33, 40)[:2] == (64, 64)
+    assert tile_for(64 * 7 * 7, 512, h100, wide=True)[:2] == (128, 128)
+    assert splits_for(64 * 7 * 7, 512, 4608, h100, wide=True) == 1 and splits_for(64 * 7 * 7, 512, 4608, h100) == 1
+    assert tile_for(7 * 7, 512, h100, wide=True)[:2] == (64, 128)
+    assert splits_for(7 * 7, 512, 4608, h100, wide=True) == 8
+    assert tile_for(2 * 33 * 33, 40, h100)[:2] == (64, 64)
     # Hopper's 192-pixel tiles where the busiest SM then multiplies fewer pixels: ResNet-50's third stage at batch 64
     # (196 tiles of 128 -> 132 of 192), not its second (392 -> 262: three rounds of 128 against two of 192) nor its
     # fourth (100 -> 68) nor 64 channels
-    assert tall_tiles(64 * 14 * 14, 256) and not tall_tiles(64 * 14 * 14, 1024)
-    assert not tall_tiles(64 * 28 * 28, 128) and not tall_tiles(64 * 7 * 7, 512) and not tall_tiles(64 * 56 * 56, 64)
+    assert tall_tiles(64 * 14 * 14, 256, h100) and not tall_tiles(64 * 14 * 14, 1024, h100)
+    assert not any(tall_tiles(p, o, h100) for p, o in ((64 * 28 * 28, 128), (64 * 7 * 7, 512), (64 * 56 * 56, 64)))
     tiles = set()
     for _dt, (n, _c, h, w), o, k, stride, pad, dil, *_ in CASES.values():
         ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
         wo = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
-        tiles.add(tile_for(n * ho * wo, o)[:2])
+        tiles.add(tile_for(n * ho * wo, o, h100)[:2])
     assert tiles == {(128, 128), (64, 128), (128, 64), (64, 64)}, tiles
 
 
@@ -277,7 +280,7 @@ def test_describe_shows_the_layouts_and_the_splits(tmp_path, capsys) -> None:
     _, _, prog = _program()
     rows = [k for k in prog.describe()["kernels"] if k["kind"] == "conv2d"]
     assert all(r["out_order"] == [0, 2, 3, 1] for r in rows)
-    assert [r.get("splits", 1) for r in rows] == [k.spec.splits for k in prog.kernels if k.kind == "conv2d"]
+    assert [r.get("splits", 1) for r in rows] == [k.plan.splits for k in prog.kernels if k.kind == "conv2d"]
     path = tmp_path / "b.npubin"
     prog.save(path)
     assert main(["describe", str(path)]) == 0
@@ -318,7 +321,7 @@ def test_odd_convs_compile_and_compute_the_model() -> None:
     x = torch.randn(2, 8, 200, 200)
     prog = npu_compiler.compile(ir_dict(model, [x], "odd"), "cuda", dtype="float16")
     convs = [k for k in prog.kernels if k.kind == "conv2d"]
-    assert len(convs) == 5 and any(k.spec.splits > 1 for k in convs), [k.spec.splits for k in convs]
+    assert len(convs) == 5 and any(k.plan.splits > 1 for k in convs), [k.plan.splits for k in convs]
     target = CudaTarget()
     assert all(any(mma in target.kernel_sources(k, prog)[0] for mma in ("mma.sync", "wgmma.mma_async"))
                for k in convs)
@@ -337,16 +340,17 @@ def test_odd_convs_compile_and_compute_the_model() -> None:
         assert c.passed, c
 
 
-@pytest.mark.parametrize("arch,limit", [(90, 227 * 1024), (80, 163 * 1024), (89, 99 * 1024), (86, 99 * 1024)])
-def test_shared_memory_fits_the_gpu(arch: int, limit: int) -> None:
-    """The K step (and so the shared memory) of each conv fits the GPU the runtime renders for: Hopper takes the
-    longer step where both tiles are copies; an sm_86/89 GPU (99 KiB a block) the shorter one."""
+@pytest.mark.parametrize("device", ["h100", "a100", "l4", "rtx4090", "b200"])
+def test_shared_memory_fits_the_gpu(device: str) -> None:
+    """The K step (and so the shared memory) of each conv fits the GPU the runtime renders for (its profile's
+    shared memory a block may opt in to): Hopper takes the longer step where both tiles are copies; an sm_89 GPU (99
+    KiB a block) the shorter one."""
     prog = _resnet50(8)
-    target = CudaTarget(arch)
+    target = CudaTarget(device)
     launches = [lc for k in prog.kernels for kind, (_, lc) in target.render_kernel(k, prog) if kind == "launch"]
-    assert max(lc.smem for lc in launches) <= limit
+    assert max(lc.smem for lc in launches) <= target.profile.shared_memory_per_block_optin
     # three stages of 128 x 128 tiles at K 64 (Hopper's warpgroup MMA without padding rows): 96 KiB at least
-    assert (max(lc.smem for lc in launches) >= 3 * (128 + 128) * 64 * 2) == (arch in (80, 90))
+    assert (max(lc.smem for lc in launches) >= 3 * (128 + 128) * 64 * 2) == (device in ("h100", "a100", "b200"))
 
 
 def test_window_plan_spans_the_output_rows_of_every_pixel_tile() -> None:

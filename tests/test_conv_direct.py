@@ -10,6 +10,7 @@ from fused_cases import ir_dict
 
 import npu_compiler
 from npu_compiler.targets.cuda import CudaTarget, conv_direct
+from npu_compiler.targets.devices import CHIPS
 
 
 class Block(torch.nn.Module):
@@ -49,8 +50,9 @@ def _main_conv(n: int, c: int, o: int, k: int, stride: int = 1, residual: bool =
 ])
 def test_direct_conv_is_chosen_where_it_fits(case, want) -> None:
     program, main = _main_conv(**case)
-    assert conv_direct.fits(main, program, 90) == want
-    assert not conv_direct.fits(main, program, 80)  # the warpgroup MMA: Hopper only
+    assert conv_direct.fits(main, program, CHIPS["h100"]) == want
+    assert not conv_direct.fits(main, program, CHIPS["a100"])  # the warpgroup MMA: Hopper only
+    assert not conv_direct.fits(main, program, CHIPS["b200"])
     source = CudaTarget(90).kernel_sources(main, program)[0]
     assert ("wg_desc_plain" in source) == want
     if want:

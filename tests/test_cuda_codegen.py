@@ -17,13 +17,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
 from fused_cases import Fn, Lin, build, ir_dict, op_cases  # noqa: E402
-from helpers import assert_waits_first  # noqa: E402
+from helpers import assert_waits_first, check_gemm_plan, emulate_blas, strided, turing_profile  # noqa: E402
 
 import npu_compiler  # noqa: E402
-from npu_compiler.program import CompiledProgram, KernelCall, TensorRef  # noqa: E402
+from npu_compiler.program import CompiledProgram, KernelCall  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, RenderedProgram, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.common import literal  # noqa: E402
 from npu_compiler.targets.cuda.target import Cublas, SourceLaunch  # noqa: E402
+from npu_compiler.targets.devices import CHIPS  # noqa: E402
+
+H100 = CHIPS["h100"]
 
 NVRTC_REASON = "NVRTC is absent: pip install cuda-bindings==13.0.3 nvidia-cuda-nvrtc==13.0.88 " \
                "nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85"
@@ -194,28 +197,6 @@ def test_float_literals_are_exact() -> None:
 # ---- cuBLAS plans --------------------------------------------------------------------------------------------------
 
 
-def _emulate_cublas(plan: dict, a_flat: np.ndarray, b_flat: np.ndarray, c_flat: np.ndarray) -> None:
-    """C = alpha op(A) op(B) + beta C in cuBLAS's column-major reading of flat buffers (element offsets)."""
-    m, n, k = plan["m"], plan["n"], plan["k"]
-
-    def mat(flat, off, rows, cols, ld):
-        idx = off + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld
-        return flat[idx]
-
-    for oa, ob, oc in plan["calls"]:
-        for i in range(plan["batch_count"]):
-            pa, pb, pc = oa + i * plan["stride_a"], ob + i * plan["stride_b"], oc + i * plan["stride_c"]
-            a = mat(a_flat, pa, m, k, plan["lda"]) if plan["transa"] == 0 else mat(a_flat, pa, k, m, plan["lda"]).T
-            b = mat(b_flat, pb, k, n, plan["ldb"]) if plan["transb"] == 0 else mat(b_flat, pb, n, k, plan["ldb"]).T
-            idx = pc + np.arange(m)[:, None] + np.arange(n)[None, :] * plan["ldc"]
-            c_flat[idx] = plan["alpha"] * (a @ b) + plan["beta"] * c_flat[idx]
-
-
-def _strided(flat: np.ndarray, ref: TensorRef) -> np.ndarray:
-    return np.lib.stride_tricks.as_strided(flat[ref.offset:], shape=ref.shape,
-                                           strides=tuple(s * flat.itemsize for s in ref.strides))
-
-
 @pytest.mark.parametrize("name", ["linear_bias", "linear_nobias", "matmul_batched", "matmul_transposed",
                                   "matmul_broadcast", "matvec", "addmm", "sdpa_gqa_mask"])
 def test_cublas_plan_matches_numpy(name: str) -> None:
@@ -231,23 +212,7 @@ def test_cublas_plan_matches_numpy(name: str) -> None:
         plans = [st.plan for st in r.steps[program.kernels.index(k)] if isinstance(st, Cublas)]
         if not plans:
             continue  # a dtype cuBLAS has no routine for: the direct kernel
-        plan = plans[0]
-        flats = {}
-        for r in [*k.args, *k.outs]:
-            size = program.buffers[r.buffer].numel
-            flats.setdefault(r.buffer, rng.standard_normal(size).astype(np.float64))
-        a, b = _strided(flats[k.args[0].buffer], k.args[0]), _strided(flats[k.args[1].buffer], k.args[1])
-        expect = k.spec.alpha * np.matmul(a, b)
-        out_flat = flats[k.outs[0].buffer]
-        if k.spec.bias:
-            bias = _strided(flats[k.args[2].buffer], k.args[2])
-            expect = expect + k.spec.beta * bias
-            # the fill kernel's job: out = bias (broadcast)
-            _strided(out_flat, k.outs[0])[...] = bias
-        _emulate_cublas(plan, flats[k.args[plan["a_arg"]].buffer], flats[k.args[plan["b_arg"]].buffer], out_flat)
-        got = _strided(out_flat, k.outs[0])
-        np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-12)
-        assert plan["flops"] == 2 * k.spec.m * k.spec.n * k.spec.k * math.prod(k.spec.batch)
+        check_gemm_plan(program, k, plans[0], rng)
 
 
 @needs_nvrtc
@@ -264,16 +229,16 @@ def test_split_decode_attention_sources_compile(dtype: str, attn: str, tmp_path)
                        attn_implementation=attn)
     program = npu_compiler.compile(exp.decode_path, "cuda", dtype=dtype, rope_theta=10000.0)
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 and k.spec.online == (attn == "sdpa") for k in att)
+    assert att and all(k.plan.splits >= 2 and len(k.scratch) == 1 and k.spec.online == (attn == "sdpa") for k in att)
     r = rendered(program)
     steps = r.steps[program.kernels.index(att[0])]
     one_pass = attn == "sdpa" and dtype == "bfloat16"
-    assert [s.launch.grid[1] for s in steps] == [att[0].spec.splits] * (1 if one_pass else 2) + [1]
+    assert [s.launch.grid[1] for s in steps] == [att[0].plan.splits] * (1 if one_pass else 2) + [1]
     failures = _check_sources({s.source: r.sources[s.source] for s in steps if isinstance(s, SourceLaunch)})
     assert not failures, "\n\n".join(failures[:3])
     # the cpu target has no such scratch: one launch per row there
     cpu = npu_compiler.compile(exp.decode_path, "cpu", dtype=dtype, rope_theta=10000.0)
-    assert all(k.spec.splits == 0 for k in cpu.kernels if k.kind == "attention")
+    assert all(k.plan is None and not k.scratch for k in cpu.kernels if k.kind == "attention")
 
 
 def _launches(program: CompiledProgram) -> list[tuple[int, str, SourceLaunch]]:
@@ -297,7 +262,7 @@ def test_decode_attention_prefetches_its_split_before_the_wait(tmp_path) -> None
                        attn_implementation="eager")
     program = npu_compiler.compile(exp.decode_path, "cuda", dtype="bfloat16", rope_theta=10000.0)
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert att and all(k.spec.splits >= 2 for k in att)
+    assert att and all(k.plan.splits >= 2 for k in att)
     names = exp.cache_map["graphs"]["decode"]
     inputs = {s.name: s.buffer for s in program.inputs}
     # the positions: an input no kernel writes; a KV cache input (index_copy writes it) and an arena buffer are not
@@ -435,13 +400,14 @@ def test_decode_gemv_splits_long_rows_across_warps(dtype: str) -> None:
         r = rendered(program)
         (step,) = r.steps[program.kernels.index(gemm)]
         vec = 16 // np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize
-        splits = G.splits_for(n, k // vec if k % vec == 0 else k // 8)
+        splits = G.splits_for(n, k // vec if k % vec == 0 else k // 8, H100)
         warps = max(G.WARPS, splits)
         groups = math.ceil(n / (warps // splits))
         grid = groups
         # more blocks than fit at once: one wave, the groups shared out evenly
-        if groups > G.SMS * (G.SM_THREADS // (32 * warps)):
-            wave = G.SMS * min(G.WAVE_BLOCKS_PER_SM, G.SM_THREADS // (32 * warps))
+        sms, sm_threads = H100.multiprocessors, H100.max_threads_per_multiprocessor
+        if groups > sms * (sm_threads // (32 * warps)):
+            wave = sms * min(G.WAVE_BLOCKS_PER_SM, sm_threads // (32 * warps))
             grid = math.ceil(groups / math.ceil(groups / wave))
             assert "cg += gridDim.x" in r.sources[step.source]
             waves.add((m, k, n))
@@ -467,7 +433,7 @@ def test_gemv_loads_only_weights_before_its_wait() -> None:
     for what, (module, args) in cases.items():
         program = npu_compiler.compile(ir_dict(module, args, what), "cuda", dtype="bfloat16")
         (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-        assert G.gemv_applies(gemm, program)
+        assert G.gemv_applies(gemm, program, H100)
         r = rendered(program)
         (step,) = r.steps[program.kernels.index(gemm)]
         before_wait = r.sources[step.source].split("npu_wait_prior();")[-2]
@@ -505,7 +471,7 @@ def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
     kinds = [k.kind for k in program.kernels]
     assert kinds.count("attention") == 1 and "gemm" not in kinds, kinds
     att = next(k for k in program.kernels if k.kind == "attention")
-    assert att.spec.splits == 0 and att.spec.probs_dtype == "bfloat16" and att.spec.scores_dtype == "bfloat16"
+    assert att.plan.splits == 0 and att.spec.probs_dtype == "bfloat16" and att.spec.scores_dtype == "bfloat16"
     src = CudaTarget().kernel_sources(att, program)[0]
     assert "fa_qkr(&sacc" in src and "fa_pv(&oacc" in src and "tc_mma(sacc" not in src
     assert nvrtc.target_for(src, "sm_90") == "sm_90a"
@@ -514,7 +480,7 @@ def test_prefill_attention_is_one_tensor_core_kernel_where_it_applies() -> None:
     assert "wgmma" not in ampere
     failures = _check_sources({"tiles": src, "ampere": ampere})
     assert not failures, failures[0]
-    assert "mma.sync" not in CudaTarget(75).kernel_sources(att, program)[0]
+    assert "mma.sync" not in CudaTarget(turing_profile()).kernel_sources(att, program)[0]
     for dtype, d in (("float32", 64), ("bfloat16", 72)):
         kinds = [k.kind for k in _eager_attention_program(dtype, 80, d).kernels]
         assert "attention" not in kinds and kinds.count("gemm") == 2, (dtype, d, kinds)
@@ -535,20 +501,20 @@ def test_long_masked_prefill_attention_splits_its_keys() -> None:
     att = next(k for k in program.kernels if k.kind == "attention")
     n_tiles, row_blocks = -(-1100 // FA.BN), -(-1100 // FA.BM)
     splits = -(-n_tiles // FA.TILES_PER_SPLIT)
-    assert att.spec.splits == splits >= 2 and att.spec.scratch_extra == 2 * 4 * row_blocks * splits
-    assert att.outs[1].numel == 4 * 1100 * splits * (2 + 64) + att.spec.scratch_extra
+    assert att.plan.splits == splits >= 2 and att.plan.scratch_extra == 2 * 4 * row_blocks * splits
+    assert att.scratch[0].numel == 4 * 1100 * splits * (2 + 64) + att.plan.scratch_extra
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
     assert [s.launch.grid for s in steps][:2] == [(row_blocks, 4, splits)] * 2 and len(steps) == 3
     assert all("fa_qkr(&sacc" in r.sources[s.source] for s in steps[:2])  # (Hopper: the warpgroup MMA)
     failures = _check_sources({s.source: r.sources[s.source] for s in steps})
     assert not failures, failures[0]
-    bad = replace(att, spec=replace(att.spec, scratch_extra=att.spec.scratch_extra - 1))
+    bad = replace(att, plan=replace(att.plan, scratch_extra=att.plan.scratch_extra - 1))
     assert not any("mma.sync" in src for src in CudaTarget().kernel_sources(bad, program))
-    assert FA.tile_splits(1, 4, 1100, 1100, may_skip=True)[0] == splits
-    assert FA.tile_splits(8, 32, 1100, 1100, may_skip=False) == (0, 0)
-    assert FA.tile_splits(1, 2, 64, 1100, may_skip=False)[0] == splits  # too few blocks: split anyway
-    assert FA.tile_splits(1, 4, 1100, 900, may_skip=True) == (0, 0)  # too few tiles to split
+    assert FA.tile_splits(1, 4, 1100, 1100, True, H100)[0] == splits
+    assert FA.tile_splits(8, 32, 1100, 1100, False, H100) == (0, 0)
+    assert FA.tile_splits(1, 2, 64, 1100, False, H100)[0] == splits  # too few blocks: split anyway
+    assert FA.tile_splits(1, 4, 1100, 900, True, H100) == (0, 0)  # too few tiles to split
 
 
 @needs_nvrtc
@@ -576,10 +542,10 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
             torch.zeros(1, kv_heads, lk, 64, dtype=torch.bfloat16), mask]
     program = npu_compiler.compile(ir_dict(Sdpa(), args, "sdpa_attention"), "cuda", dtype="bfloat16")
     att = next(k for k in program.kernels if k.kind == "attention")
-    assert att.spec.online and att.spec.splits >= 2
+    assert att.spec.online and att.plan.splits >= 2
     row_blocks = -(-t // FA.BM)
     hb = 3 if (heads // kv_heads) % 3 == 0 else 1
-    assert FA.heads_per_block(att.spec, "online") == hb
+    assert FA.heads_per_block(att.spec, "online", H100) == hb
     r = rendered(program)
     steps = r.steps[program.kernels.index(att)]
     # the mask's tiles classified once (one block a row block, CLASSIFY_TILES key tiles and mask head), the online
@@ -590,7 +556,7 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     assert [s.launch.grid for s in steps][::3] == [classify_grid, (row_blocks, heads, 1)]
     # the mask is an input no kernel writes: its scan runs before the wait, the launch before it lets it start early
     assert steps[0].launch.early and "// inputs no kernel writes" in r.sources[steps[0].source]
-    assert steps[1].launch.grid == (row_blocks, heads // hb, att.spec.splits)
+    assert steps[1].launch.grid == (row_blocks, heads // hb, att.plan.splits)
     assert steps[1].launch.block == 128 * hb
     # three key and value buffers where the block has heads to share them (no barrier at a tile's end), else two
     assert FA.online_stages(hb) == (3 if hb > 1 else 2)
@@ -606,10 +572,10 @@ def test_online_split_attention_sources_compile(heads: int, kv_heads: int) -> No
     # on Hopper with three heads a block, a split block that is the only one with live tiles for its row block writes
     # the rows' outputs itself (used 2, which the combine skips) and marks the row block for the repair in its own
     # flags; the repair reads every split's
-    sole = FA.sole_split_applies(att, program, 90)
+    sole = FA.sole_split_applies(att, program, H100)
     assert sole == (hb > 1) and ("used[z] = 2;" in online) == sole
     assert "if (sole) continue;" in r.sources[steps[2].source]
-    assert f"for (int zz = 0; zz < {att.spec.splits}; ++zz) marked |= fl[zz];" in r.sources[steps[3].source]
+    assert f"for (int zz = 0; zz < {att.plan.splits}; ++zz) marked |= fl[zz];" in r.sources[steps[3].source]
     # with three heads a block the next tile's Q K^T is issued ahead of the last tile's P V (which runs during the
     # softmax), and the partial outputs leave through shared memory as one bulk copy a row; with one, neither
     assert ("wg_wait<32, 1>(&sacc" in online) == (hb > 1)
@@ -662,20 +628,20 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
     args = _sdpa_layers_args()
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
     att = [k for k in program.kernels if k.kind == "attention"]
-    assert len(att) == 3 and all(k.spec.online and k.spec.splits >= 2 for k in att)
-    tables = {k.outs[-1].buffer for k in att}
-    assert len(tables) == 1 and program.buffers[att[0].outs[-1].buffer].dtype == "uint8"
-    assert att[0].spec.tile_table == FA.tile_table(1, 6, 1100, 1100) == att[0].outs[-1].numel
+    assert len(att) == 3 and all(k.spec.online and k.plan.splits >= 2 for k in att)
+    tables = {k.scratch[-1].buffer for k in att}
+    assert len(tables) == 1 and program.buffers[att[0].scratch[-1].buffer].dtype == "uint8"
+    assert att[0].plan.tile_table == FA.tile_table(1, 6, 1100, 1100) == att[0].scratch[-1].numel
     r = rendered(program)
     n_launches = [len(r.steps[program.kernels.index(k)]) for k in att]
     assert n_launches == [4, 3, 3], n_launches
-    assert [FA.table_left(k, program, 90) for k in att] == [False, True, True]
+    assert [FA.table_left(k, program, H100) for k in att] == [False, True, True]
     failures = _check_sources({s.source: r.sources[s.source] for k in att for s in r.steps[program.kernels.index(k)]})
     assert not failures, failures[0]
 
     derived = npu_compiler.compile(ir_dict(_SdpaLayers(True), args, "sdpa_derived"), "cuda", dtype="bfloat16")
     datt = [k for k in derived.kernels if k.kind == "attention"]
-    assert len(datt) == 3 and not any(FA.table_left(k, derived, 90) for k in datt)
+    assert len(datt) == 3 and not any(FA.table_left(k, derived, H100) for k in datt)
     rd = rendered(derived)
     assert [len(rd.steps[derived.kernels.index(k)]) for k in datt] == [4, 4, 4]
 
@@ -685,10 +651,10 @@ def test_attention_layers_over_one_mask_classify_it_once() -> None:
     kernels = list(program.kernels)
     kernels[program.kernels.index(att[1])] = other
     edited = replace(program, kernels=kernels)
-    assert [FA.table_left(k, edited, 90) for k in (att[0], other, att[2])] == [False, False, False]
-    bad = replace(att[1], spec=replace(att[1].spec, tile_table=att[1].spec.tile_table + 1))
-    with pytest.raises(ValueError, match="tile table"):
-        bad.spec.check(bad, program.buffers)
+    assert [FA.table_left(k, edited, H100) for k in (att[0], other, att[2])] == [False, False, False]
+    bad = replace(att[1], plan=replace(att[1].plan, tile_table=att[1].plan.tile_table + 1))
+    with pytest.raises(ValueError, match="tile_table"):
+        bad.plan.check(bad, program.buffers)
 
 
 def test_online_split_blocks_run_longest_first() -> None:
@@ -705,20 +671,20 @@ def test_online_split_blocks_run_longest_first() -> None:
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), _sdpa_layers_args(), "sdpa_layers"), "cuda",
                                    dtype="bfloat16")
     att = next(k for k in program.kernels if k.kind == "attention")
-    p = att.spec
-    hb = FA.heads_per_block(p, "online")
-    order = FA.online_order(p, hb)
+    p, pl = att.spec, att.plan
+    hb = FA.heads_per_block(p, "online", H100)
+    order = FA.online_order(p, pl, hb)
     rbs, gy = -(-p.q_len // FA.BM), p.heads // hb
     blocks = [(c & 0xFFF, c >> 12 & 0xFFF, c >> 24) for c in order]
-    assert sorted(blocks) == sorted((x, y, z) for x in range(rbs) for y in range(gy) for z in range(p.splits))
+    assert sorted(blocks) == sorted((x, y, z) for x in range(rbs) for y in range(gy) for z in range(pl.splits))
     n_tiles = -(-p.kv_len // FA.BN)
-    tps = -(-n_tiles // p.splits)
+    tps = -(-n_tiles // pl.splits)
     tiles = [max(0, min(tps, x + 1 - tps * z)) for x, _, z in blocks]  # (1100 rows: row block x sees x + 1 tiles)
     assert tiles == sorted(tiles, reverse=True) and tiles[0] == tps and tiles[-1] == 0
     online = next(s for s in CudaTarget().kernel_sources(att, program) if "fa_order" in s)
     assert f"fa_order[{len(order)}] = {{{order[0]},{order[1]}," in online
-    big = replace(p, q_len=FA.BM * (FA.MAX_ORDERED_BLOCKS // gy // p.splits + 1))
-    assert FA.online_order(big, hb) is None
+    big = replace(p, q_len=FA.BM * (FA.MAX_ORDERED_BLOCKS // gy // pl.splits + 1))
+    assert FA.online_order(big, pl, hb) is None
 
 
 @needs_nvrtc
@@ -819,7 +785,7 @@ def test_small_independent_kernels_share_one_launch() -> None:
     reads_earlier = [i for i, k in enumerate(program.kernels) if {a.buffer for a in k.args} & set(writes[:i])]
     r = rendered(program)
     assert r.merged_into and all(first < i for i, first in r.merged_into.items())
-    alone = {i: merge.part_text(k, program)[1] for i, k in enumerate(program.kernels) if k.kind == "generated"}
+    alone = {i: merge.part_text(k, program, H100)[1] for i, k in enumerate(program.kernels) if k.kind == "generated"}
     for run in merge.groups(program, alone):
         assert not [i for i in run[1:] if i in reads_earlier and
                     {a.buffer for a in program.kernels[i].args} & {writes[j] for j in run if j < i}]
@@ -870,12 +836,13 @@ def test_tiled_attention_output_is_head_last_where_the_heads_are_put_back() -> N
 
 
 def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
-    """Past a large GPU's resident threads an elementwise kernel's thread works on `elementwise_ilp` elements a grid
-    stride apart in an unrolled loop, its grid shrunk to match; below that one element a thread, as every row
-    kernel's loops over a row are unrolled (their trip counts are only known at run time). The sources compile."""
+    """Past the GPU's resident threads (its profile's) an elementwise kernel's thread works on `elementwise_ilp`
+    elements a grid stride apart in an unrolled loop, its grid shrunk to match; below that one element a thread, as
+    every row kernel's loops over a row are unrolled (their trip counts are only known at run time). The sources
+    compile."""
     from fused_cases import ir_dict
 
-    from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, ILP_MIN_THREADS, elementwise_ilp
+    from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, elementwise_ilp
     from npu_compiler.targets.cuda.common import CUDA
 
     class Silu(torch.nn.Module):
@@ -883,8 +850,10 @@ def test_large_elementwise_kernels_work_on_several_elements_a_thread() -> None:
             return torch.nn.functional.silu(x) * 2.0
 
     ilp = CUDA.elementwise_ilp
-    assert ilp > 1 and elementwise_ilp(CUDA, ILP_MIN_THREADS * ilp - 1) == 1
-    least = -(-ILP_MIN_THREADS * ilp // 1000)  # the fewest rows of 1000 that reach the unrolled loop
+    resident = H100.resident_threads  # (the profile `rendered` renders for)
+    assert ilp > 1 and elementwise_ilp(CUDA, resident * ilp - 1, H100) == 1
+    assert elementwise_ilp(CUDA, resident * ilp, H100) == ilp and elementwise_ilp(CUDA, resident * ilp) == 1
+    least = -(-resident * ilp // 1000)  # the fewest rows of 1000 that reach the unrolled loop
     for rows, unrolled in ((least, True), (least - 1, False)):
         x = torch.empty(rows, 1000)
         program = npu_compiler.compile(ir_dict(Silu(), [x], "silu"), "cuda", dtype="float32")
@@ -952,7 +921,7 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
     exp = export_qwen2(cfg, tmp_path, max_cache_len=256, prefill_len=16, dtype="bfloat16", attn_implementation="sdpa")
     program = npu_compiler.compile(exp.decode_path, "cuda", rope_theta=exp.cache_map["rope"]["theta"])
     gemms = [k for k in program.kernels if k.kind == "gemm"]
-    assert gemms and all(G.gemv_applies(k, program) for k in gemms), [k.name for k in gemms]
+    assert gemms and all(G.gemv_applies(k, program, H100) for k in gemms), [k.name for k in gemms]
     assert [k.spec.acc_groups for k in gemms].count(2) == 2
     assert not [k for k in program.kernels if k.kind == "generated" and "silu" in k.nodes]
     assert sum(k.spec.prologue is not None for k in gemms) == 5  # two norms a layer and the final one
@@ -961,12 +930,12 @@ def test_qwen15_decode_gemms_all_run_as_gemvs(tmp_path) -> None:
     # a norm GEMV's blocks (at most one wave) share its column groups out evenly, and take one round where fewer
     # warps a column make them fit: q/k/v's 2,048 columns in 256 blocks of 8 (not two rounds of 4 a block), the
     # gate/up projection's 8,960 in 1,120 groups of 8 over 224 blocks, five each (not 264 blocks, 64 of them with five)
-    wave = G.SMS * G.PROLOGUE_BLOCKS_PER_SM
+    wave = H100.multiprocessors * G.PROLOGUE_BLOCKS_PER_SM
     for k in gemms:
         if k.spec.prologue is None:
             continue
         launch = r.steps[program.kernels.index(k)][0].launch
-        _, _, cpo = G._layout(k.spec, program.buffers, k)
+        _, _, cpo = G._layout(k.spec, program.buffers, k, H100)
         groups = -(-k.spec.out_n // cpo)
         rounds = -(-groups // wave)  # the fewest a wave allows
         assert launch.grid[0] == -(-groups // rounds), (k.name, groups, launch.grid)  # every block `rounds` or one less
@@ -990,7 +959,7 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
     # the projection shortcuts kept as convs whose results the residual adds read (conv_side would compute them)
     ir = ir_dict(resnet18().eval(), [torch.empty(16, 3, 224, 224)], "resnet18")
     program = npu_compiler.compile(ir, "cuda", dtype="float16", disable_passes=["conv_side"])
-    convs = [k for k in program.kernels if k.kind == "conv2d" and k.spec.splits == 1]
+    convs = [k for k in program.kernels if k.kind == "conv2d" and k.plan.splits == 1]
     with_residual = 0
     direct = 0
     for k in convs:
@@ -1029,7 +998,7 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
             x, w, out = k.args[0], k.args[1], k.outs[0]
             p, o, _ = conv_tc._geometry(x.shape, w.shape, out.shape)
             copies = conv_tc.pixels_vectorizable(x) and conv_tc.weight_vectorizable(w)
-            want = arch == 90 and copies and k.spec.splits == 1 and conv_tc.tile_for(p, o, True)[0] == 128
+            want = arch == 90 and copies and k.plan.splits == 1 and conv_tc.tile_for(p, o, H100, True)[0] == 128
             assert ("wgmma.mma_async" in src) == want and ("tc_mma(acc" in src) != want, (arch, k.name)
             assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
             on.append(want)
@@ -1055,11 +1024,12 @@ def test_hopper_convs_of_one_partial_wave_take_an_sm_each() -> None:
         assert launches, side
         for _, _, launch in launches:
             blocks = math.prod(launch.grid)
-            one_wave = blocks <= conv_tc.SMS
+            one_wave = blocks <= H100.multiprocessors
             seen.add(one_wave)
             assert launch.block == 256
             if one_wave:
-                assert conv_tc.MAX_SMEM[90] // 2 < launch.smem <= conv_tc.MAX_SMEM[90], (side, launch)
+                most = H100.shared_memory_per_block_optin
+                assert most // 2 < launch.smem <= most, (side, launch)
             else:
                 assert launch.smem == (128 + 128) * conv_tc.BK_COPIES * 2 * conv_tc.STAGES, (side, launch)
     assert seen == {True, False}
@@ -1227,7 +1197,7 @@ def test_repeated_kernels_render_once() -> None:
     gen = [k for k in program.kernels if k.kind == "generated"]
     assert len(gen) == 2 and gen[0].args != gen[1].args
     merge._TEXTS.clear()
-    texts = [merge.part_text(k, program)[0] for k in gen]
+    texts = [merge.part_text(k, program, H100)[0] for k in gen]
     assert len(merge._TEXTS) == 1 and texts[0].body == texts[1].body and texts[0] is not texts[1]
 
     e = X.Index("int64", 3)
@@ -1260,15 +1230,15 @@ def test_bias_epilogue_plan_adds_the_bias_row_as_cublaslt_reads_it() -> None:
         flats.setdefault(r.buffer, rng.standard_normal(program.buffers[r.buffer].numel))
     out_flat = flats[k.outs[0].buffer]
     lt = dict(plan, beta=0.0)
-    _emulate_cublas(lt, flats[k.args[lt["a_arg"]].buffer], flats[k.args[lt["b_arg"]].buffer], out_flat)
+    emulate_blas(lt, flats[k.args[lt["a_arg"]].buffer], flats[k.args[lt["b_arg"]].buffer], out_flat)
     bias_flat = flats[k.args[bias_at["arg"]].buffer]
     ((_, _, oc),) = plan["calls"]
     rows = np.arange(plan["m"])
     for j in range(plan["n"]):
         out_flat[oc + rows + j * plan["ldc"]] += bias_flat[bias_at["offset"] + rows]
-    a, b = _strided(flats[k.args[0].buffer], k.args[0]), _strided(flats[k.args[1].buffer], k.args[1])
-    expect = k.spec.alpha * np.matmul(a, b) + _strided(bias_flat, k.args[2])
-    np.testing.assert_allclose(_strided(out_flat, k.outs[0]), expect, rtol=1e-12, atol=1e-12)
+    a, b = strided(flats[k.args[0].buffer], k.args[0]), strided(flats[k.args[1].buffer], k.args[1])
+    expect = k.spec.alpha * np.matmul(a, b) + strided(bias_flat, k.args[2])
+    np.testing.assert_allclose(strided(out_flat, k.outs[0]), expect, rtol=1e-12, atol=1e-12)
 
 
 def test_bias_epilogue_plan_only_where_it_adds_what_the_fill_would() -> None:

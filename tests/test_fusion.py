@@ -466,12 +466,13 @@ def test_gemm_prologue_lowering(tiny_qwen, kind, pos, disabled, monkeypatch):
     projections apart, three GEMMs compute the first norm of a layer and two the second)."""
     from npu_compiler.targets.cpu import CpuTarget
     from npu_compiler.targets.cuda.gemv import prologue_applies
+    from npu_compiler.targets.devices import CHIPS
 
     dtype, exp, hf = tiny_qwen
     path = getattr(exp, f"{kind}_path")
     theta = exp.cache_map["rope"]["theta"]
     monkeypatch.setattr(CpuTarget, "gemm_prologue_rows", 8)
-    monkeypatch.setattr(CpuTarget, "gemm_prologue", lambda self, *a: prologue_applies(*a[:-1]))
+    monkeypatch.setattr(CpuTarget, "gemm_prologue", lambda self, *a: prologue_applies(*a[:-1], CHIPS["h100"]))
     fused = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta, disable_passes=list(disabled))
     # (without prologues the SiLU-times-up would become the gate/up GEMM's column epilogue: a kernel less again)
     kept = npu_compiler.compile(path, "cpu", dtype=dtype, rope_theta=theta,

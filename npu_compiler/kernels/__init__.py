@@ -16,6 +16,7 @@ from .base import KernelCall, KernelCost, KernelSpec
 from .conv2d import Conv2dKernel, conv_flops, conv_out_size
 from .gemm import GemmKernel, gemm_flops
 from .generated import GeneratedKernel, Scatter
+from .plans import PLANS, AttentionPlan, Conv2dPlan, GemmPlan, GeneratedPlan, Plan, Scratch, plan_from_data, plan_of
 from .qadd import QAddKernel
 from .qconv2d import QConv2dKernel
 from .qgemm import QGemmKernel
@@ -46,4 +47,5 @@ __all__ = [
     "Conv2dKernel", "AttentionKernel", "QGemmKernel", "QConv2dKernel", "QAddKernel", "Requant", "INTEGER_KINDS",
     "WGemmKernel", "WEIGHT_ONLY_KINDS",
     "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
+    "PLANS", "Plan", "AttentionPlan", "Conv2dPlan", "GemmPlan", "GeneratedPlan", "Scratch", "plan_from_data", "plan_of",
 ]

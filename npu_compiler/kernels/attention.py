@@ -54,19 +54,11 @@ class AttentionKernel(KernelSpec):
     scores_dtype: str = one_of(*FLOAT_DTYPES, default="float32")
     probs_dtype: str = one_of(*FLOAT_DTYPES, default="float32")
     valid_len: bool = False  # the last argument holds the cache positions written this step
-    splits: int = bounded(0, 65535, default=0)  # > 0: keys split across blocks; outs[1] is float32 scratch
-    # float32 entries of the scratch after the [rows, splits, 2 + v_dim] record (the target's bookkeeping: which
-    # blocks of a tiled split attention computed something)
-    scratch_extra: int = bounded(0, default=0)
     # True where the graph's attention is one fused op (scaled_dot_product_attention), which does not say where its
     # probabilities are rounded: a kernel may then compute them online (against a running max, in one pass over the
     # keys) and keep them at least as precise as `probs_dtype`. False: the graph rounds the normalised probabilities
     # itself (a softmax, then a cast) and every kernel rounds exactly there. The reference rounds exactly either way.
     online: bool = False
-    # > 0: outs[-1] holds this many bytes, the target's table of the mask's key tiles (a tiled split attention: which
-    # tiles some query row sees, which hold mask values to add). Every record over the same mask shares the buffer,
-    # so that the target may classify the mask once and later records read the table it left (see targets/cuda).
-    tile_table: int = bounded(0, default=0)
 
     @property
     def rows(self) -> int:
@@ -75,8 +67,7 @@ class AttentionKernel(KernelSpec):
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         nargs = 3 + (self.mask != "none") + self.valid_len
         expect(len(call.args) == nargs, f"attention with {len(call.args)} arguments, expected {nargs}")
-        expect(len(call.outs) == 1 + (self.splits > 0) + (self.tile_table > 0),
-               f"attention with {len(call.outs)} outputs")
+        expect(len(call.outs) == 1, f"attention with {len(call.outs)} outputs")
         expect(self.heads % self.kv_heads == 0, f"{self.heads} query heads over {self.kv_heads} kv heads")
         q, k, v = call.args[:3]
         b, h, t, lk, d, dv = self.batch, self.heads, self.q_len, self.kv_len, self.head_dim, self.v_dim
@@ -97,19 +88,7 @@ class AttentionKernel(KernelSpec):
         if self.valid_len:
             pd = dtype_of(buffers, call.args[-1])
             expect(not is_float(pd) and pd != "bool", f"cache positions of dtype {pd}")
-        if self.splits:
-            s = call.outs[1]
-            expect(dtype_of(buffers, s) == "float32"
-                   and s.numel == self.rows * self.splits * (2 + dv) + self.scratch_extra,
-                   "attention split scratch of the wrong size or dtype")
-        else:
-            expect(self.scratch_extra == 0, "attention scratch entries without key splits")
-        if self.tile_table:
-            expect(self.splits > 0 and self.online and self.mask != "none",
-                   "an attention tile table without key splits, an online softmax and a mask")
-            tab = call.outs[-1]
-            expect(dtype_of(buffers, tab) == "uint8" and tab.numel == self.tile_table,
-                   "attention tile table of the wrong size or dtype")
+        # (key splits and their scratch are the call's plan: kernels/plans.py)
 
     def attended(self, context_len: int | None = None) -> int:
         """Keys a query row attends to: `context_len` cached tokens for a decode over a static cache (its keys past

@@ -123,7 +123,9 @@ def check_epilogue(epilogue: X.Expr | None, call: KernelCall, buffers: Sequence[
 @dataclass
 class KernelCall:
     """One kernel of the program: its typed record (`spec`, which says what it computes), the views it reads
-    (`args`) and writes (`outs`), the IR nodes it came from, and the fusion pattern (or single op) it stands for."""
+    (`args`) and writes (`outs`), the IR nodes it came from, and the fusion pattern (or single op) it stands for;
+    beside them its `plan` (how the target computes the record on the program's device: `plans.py`; None where
+    there is none) and the `scratch` buffers that plan works in."""
 
     name: str
     spec: KernelSpec
@@ -137,13 +139,21 @@ class KernelCall:
     # [dim, start, stop] where the first output holds only those rows of that value (slice hoisting computed no
     # others); empty: all of it
     out_rows: list[int] = field(default_factory=list)
+    plan: Any = None  # a plans.Plan of this kind, or None
+    scratch: list[TensorRef] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
         return self.spec.kind
 
+    @property
+    def writes(self) -> list[TensorRef]:
+        """Everything the kernel writes: its outputs, then its plan's scratch (the order of a launch's pointers)."""
+        return [*self.outs, *self.scratch] if self.scratch else self.outs
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "spec": self.spec.to_data(),
                 "args": [dataclasses.asdict(r) for r in self.args], "outs": [dataclasses.asdict(r) for r in self.outs],
                 "nodes": list(self.nodes), "group": self.group, "out_values": list(self.out_values),
-                "out_rows": list(self.out_rows)}
+                "out_rows": list(self.out_rows), "plan": self.plan.to_data() if self.plan is not None else None,
+                "scratch": [dataclasses.asdict(r) for r in self.scratch]}

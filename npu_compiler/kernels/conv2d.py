@@ -61,9 +61,6 @@ class Conv2dKernel(KernelSpec):
     groups: int = bounded(1, 2**20)
     bias: bool = False  # args[2] is the bias [Cout]
     epilogue: X.Expr | None = None
-    # > 1: a target may split the implicit GEMM's K across this many blocks; outs[1] is its float32 scratch, one
-    # partial sum per split and output element (the reference computes the whole sum and leaves it alone)
-    splits: int = bounded(1, 1024, default=1)
     # a side conv (see the module's docstring): its stride; args after (x, w[, bias]) are x2, w2[, bias2]
     side_stride: tuple[int, ...] = bounded(1, 2**20, default=())
     side_bias: bool = False
@@ -83,9 +80,7 @@ class Conv2dKernel(KernelSpec):
         return 2 if self.side_stride else 1
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
-        expect(len(call.outs) == 1 + (self.splits > 1),
-               f"a conv2d writes one output{' and its split scratch' if self.splits > 1 else ''}, this one "
-               f"{len(call.outs)}")
+        expect(len(call.outs) == 1, f"a conv2d writes one output, this one {len(call.outs)}")
         expect(len(call.args) >= self.first_epilogue_arg, "a conv2d needs its input, weight and bias")
         expect(len(self.stride) == len(self.padding) == len(self.dilation) == 2,
                "conv2d stride, padding and dilation are pairs")
@@ -108,15 +103,11 @@ class Conv2dKernel(KernelSpec):
         else:
             expect(not self.side_bias, "a conv2d with a side conv's bias but no side conv")
         check_epilogue(self.epilogue, call, buffers, out, self.acc_groups)
-        if self.splits > 1:
-            s = call.outs[1]
-            expect(g == 1 and dtype_of(buffers, s) == "float32" and s.numel == self.splits * out.numel,
-                   f"conv2d split scratch {dtype_of(buffers, s)}[{s.numel}] for {self.splits} splits of "
-                   f"{out.numel} outputs in {g} group(s)")
+        # (a K split across blocks and its scratch are the call's plan: kernels/plans.py)
 
     def _check_side(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         expect(len(self.side_stride) == 2, f"a conv2d's side stride is a pair, not {list(self.side_stride)}")
-        expect(self.groups == 1 and self.splits == 1, "a conv2d with a side conv has one group and no K split")
+        expect(self.groups == 1, "a conv2d with a side conv has one group")
         expect(self.epilogue is not None, "a conv2d with a side conv needs an epilogue to add its result (Acc(1))")
         expect(len(call.args) >= self.first_epilogue_arg, "a conv2d with a side conv needs its input, weight and bias")
         out = call.outs[0]

@@ -4,8 +4,8 @@ names the field. Every field is written, and every field is required when read (
 lowering builds, never to one read from a file).
 
 A record is a frozen dataclass. Field types understood: int, float, bool, str, tuple[int, ...], an expression
-(`nodes.Expr`), a nested record, and `X | None` of those. A field's metadata may bound it: `lo`/`hi` (ints and
-each element of an int tuple) and `choices` (strings).
+(`nodes.Expr`), a nested record, a tuple of records, and `X | None` of those. A field's metadata may bound it:
+`lo`/`hi` (ints and each element of an int tuple) and `choices` (strings).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _value_to_data(v: Any) -> Any:
     if dataclasses.is_dataclass(v):
         return to_data(v)
     if isinstance(v, tuple):
-        return list(v)
+        return [_value_to_data(x) if dataclasses.is_dataclass(x) else x for x in v]
     return v
 
 
@@ -103,6 +103,9 @@ def _read(tp: Any, v: Any, meta: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a list, got {_short(v)}")
         if len(v) > 64:
             raise ValueError(f"{where}: {len(v)} entries (at most 64)")
+        element = typing.get_args(tp)[0]
+        if dataclasses.is_dataclass(element):
+            return tuple(from_data(element, x, f"{where}[{i}]") for i, x in enumerate(v))
         return tuple(_int(x, meta, f"{where}[{i}]") for i, x in enumerate(v))
     if tp is X.Expr:
         try:

@@ -33,7 +33,7 @@ def fold_column_epilogues(kernels: list[KernelCall], buffers: Sequence[BufferSpe
     many were folded."""
     touched: dict[int, int] = {}  # buffer -> how many kernels read or write it
     for k in kernels:
-        for b in {r.buffer for r in (*k.args, *k.outs)}:
+        for b in {r.buffer for r in (*k.args, *k.writes)}:
             touched[b] = touched.get(b, 0) + 1
     out: list[KernelCall] = []
     count = 0

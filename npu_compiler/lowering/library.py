@@ -3,7 +3,6 @@ attention, with their epilogues (bias, residual add, activation) as expressions 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -12,7 +11,7 @@ from ..errors import UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import build_elementwise
 from ..ir.graph import Node, Value
-from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel
+from ..kernels import AttentionKernel, Conv2dKernel, GemmKernel, KernelCall
 from ..program import TensorRef, contiguous_strides
 from . import views as V
 from .greedy import Pending
@@ -160,15 +159,13 @@ def conv2d(L: Lowering, node: Node) -> None:
     has_residual = a.get("has_residual", False)
     activation: Activation = tuple(a.get("activation", ()))
     x_v, w_v, out_v = node.inputs[0], node.inputs[1], node.outputs[0]
-    splits = L.conv_on_tensor_cores(node)
-    if splits:
+    if L.conv_on_tensor_cores(node):
         # one implicit-GEMM kernel: the input, the weight and the residual read through their strides, the output
-        # channels-last; a K split across blocks sums its parts in a float32 scratch
+        # channels-last; its plan may split K across blocks that sum their parts in a float32 scratch
         bias = [L.ref(node.inputs[2])] if has_bias else []
         out = L.fresh_activation(out_v)
-        scratch = [L.scratch(f"{node.name}.split_k", "float32", (splits * out.numel,))] if splits > 1 else []
-        _emit_conv(L, node, [L.ref(x_v), L.ref(w_v), *bias], [out, *scratch], has_bias, has_residual, activation,
-                   splits)
+        k = _emit_conv(L, node, [L.ref(x_v), L.ref(w_v), *bias], [out], has_bias, has_residual, activation)
+        L.plan(k)
         return
     if _conv_is_gemm(node):
         _conv1x1_as_gemm(L, node, has_bias, has_residual, activation)
@@ -182,17 +179,18 @@ def conv2d(L: Lowering, node: Node) -> None:
 
 
 def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], outs: list[TensorRef], has_bias: bool,
-               has_residual: bool, activation: Activation, splits: int = 1) -> None:
+               has_residual: bool, activation: Activation) -> KernelCall:
     a = node.attrs
     origins: list[str] = []
     res = L.ref(node.inputs[-1], pending_ok=True) if has_residual else None
     epilogue, extra, _ = L.epilogue_args(epilogue_of(L, tuple(outs[0].shape), node.outputs[0].dtype, res, activation,
                                                   origins), len(args))
     spec = Conv2dKernel(tuple(a["stride"]), tuple(_pair(a["padding"], node)), tuple(a["dilation"]), int(a["groups"]),
-                        has_bias, epilogue, splits)
+                        has_bias, epilogue)
     k = L.emit(spec, args + extra, outs)
     if origins:
         k.nodes = list(dict.fromkeys([*origins, *k.nodes]))
+    return k
 
 
 @lowers("conv2d.padding", kernels=("conv2d", "gemm"))
@@ -438,36 +436,11 @@ def attention(L: Lowering, node: Node) -> None:
         L.bind(out_v, out)
     else:
         out = L.fresh(out_v)
-    outs = [out]
-    online = bool(a.get("online_softmax"))
-    if tiled:
-        splits, extra = L.target.attention_tile_splits(b, h, t, lk, bool(a["has_mask"] or a.get("is_causal")
-                                                                        or a.get("valid_len")), online)
-    else:
-        splits = decode_splits(L, b * hk * t, lk, v.shape[-1])
-        extra = L.target.decode_attention_scratch(b, h, t, lk, online) if splits else 0
-    if splits:
-        # Flash-decoding scratch: per (query row, key split) the split's max, sum and partial output, then what the
-        # target keeps beside them.
-        outs.append(L.scratch(f"{node.name}.split_scratch", "float32",
-                              (b * h * t * splits * (2 + v.shape[-1]) + extra,)))
-    table = L.target.attention_tile_table(b, h, t, lk) if tiled and splits and online and mask_kind != "none" else 0
-    if table:
-        outs.append(_tile_table(L, node.name, args[3:], (b, h, t, lk, table)))
-    L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
-                           a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"), bool(a.get("valid_len")),
-                           splits, extra, online, table), args, outs)
-
-
-def _tile_table(L: Lowering, name: str, mask_refs: list[TensorRef], dims: tuple[int, ...]) -> TensorRef:
-    """The tile table of an attention over this mask (and cache positions): one buffer for every record over the
-    same views with the same dimensions, alive from the first to the last, so that the target can classify the
-    mask's tiles once (a decoder's layers all read one mask)."""
-    key = (tuple(dataclasses.astuple(r) for r in mask_refs), dims)
-    tables = L.memo.setdefault("attention_tile_tables", {})
-    if key not in tables:
-        tables[key] = L.scratch(f"{name}.tile_table", "uint8", (dims[-1],))
-    return tables[key]
+    k = L.emit(AttentionKernel(float(a["scale"]), bool(a["is_causal"]), mask_kind, b, h, hk, t, lk, d, v.shape[-1],
+                               a.get("scores_dtype", "float32"), a.get("probs_dtype", "float32"),
+                               bool(a.get("valid_len")), bool(a.get("online_softmax"))), args, [out])
+    # key splits (flash decoding, or a tiled attention's), their scratch and the mask's tile table: the target's plan
+    L.plan(k)
 
 
 def _read_head_last(L: Lowering, v: Value) -> bool:
@@ -509,18 +482,3 @@ def _attention_as_gemms(L: Lowering, node: Node, q: TensorRef, k: TensorRef, v: 
     out = L.scratch(out_v.name, out_v.dtype, (b, hk, g * t, dv))
     L.emit(GemmKernel(g * t, dv, lk, (b, hk)), [probs, L.gemm_operand(v)], [out])
     L.bind(out_v, V.reshape(out, out_v.shape))
-
-
-DECODE_MIN_KEYS_PER_SPLIT = 16
-
-
-def decode_splits(L: Lowering, groups: int, kv_len: int, v_dim: int) -> int:
-    """How many key splits a decode attention gets on a target that runs them (0: one block per query row). A GPU
-    wants a few hundred blocks, and decode attention has one query row per head: split the keys of each KV-head
-    group (the query heads that share a KV head read its keys once, together) so that groups x splits reaches the
-    target's block count, keeping at least DECODE_MIN_KEYS_PER_SPLIT keys per split."""
-    blocks = L.target.decode_attention_blocks
-    if not blocks or groups == 0 or groups >= blocks or v_dim > 1024:
-        return 0
-    splits = min(-(-blocks // groups), kv_len // DECODE_MIN_KEYS_PER_SPLIT)
-    return splits if splits >= 2 else 0

@@ -22,6 +22,7 @@ from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_
 from ..targets.codegen import CodegenTarget
 from . import views as V
 from .greedy import Pending, bind_args, compose, recomputes_costly
+from .planning import attach
 from .registry import KERNELS_OF, LOWERINGS, lowers
 
 VIEW_OPS = (
@@ -68,7 +69,7 @@ class Lowering:
         decided = target.convs_on_tensor_cores([
             ((n.inputs[0].dtype, n.inputs[1].dtype, n.outputs[0].dtype), int(n.attrs["groups"]), n.inputs[0].shape,
              n.inputs[1].shape, n.outputs[0].shape) for n in convs])
-        self._tc_convs = {id(n): int(splits) for n, splits in zip(convs, decided, strict=True) if splits}
+        self._tc_convs = {id(n) for n, on in zip(convs, decided, strict=True) if on}
         self.channels_last = bool(self._tc_convs)
         self.weight_layouts: dict[str, tuple[int, ...]] = self._conv_weight_layouts()
 
@@ -111,10 +112,10 @@ class Lowering:
     def is_graph_output(self, v: Value) -> bool:
         return id(v) in self._graph_outputs
 
-    def conv_on_tensor_cores(self, node: Node) -> int:
-        """0 where this conv2d node does not run as the target's implicit-GEMM kernel on matrix units, else across
-        how many blocks its K is split (decided for the whole program when lowering starts)."""
-        return self._tc_convs.get(id(node), 0)
+    def conv_on_tensor_cores(self, node: Node) -> bool:
+        """Whether this conv2d node runs as the target's implicit-GEMM kernel on matrix units (decided for the whole
+        program when lowering starts)."""
+        return id(node) in self._tc_convs
 
     def _conv_weight_layouts(self) -> dict[str, tuple[int, ...]]:
         """The weights to keep as [O, kh, kw, C]: those whose only uses are as the weight of convs on matrix units
@@ -153,6 +154,20 @@ class Lowering:
 
     def scratch(self, name: str, dtype: str, shape: tuple[int, ...]) -> TensorRef:
         return full_ref(self.new_buffer(name, "arena", dtype, math.prod(shape)), shape)
+
+    def plan(self, k: KernelCall) -> None:
+        """Ask the target how it computes `k` on its device (`CodegenTarget.plan`) and give the plan the scratch it
+        needs, a buffer of its own (one buffer for every call whose plan shares it: an attention's tile table over
+        one mask) that the memory plan places like any intermediate."""
+        plan = self.target.plan(k, self.buffers)
+        if plan is None:
+            return
+        attach(k, plan, self.buffers, self.memo.setdefault("plan_scratch", {}),
+               self._node.name if self._node else k.name)
+        try:
+            plan.check(k, self.buffers)
+        except ValueError as e:
+            raise InternalError(f"planning {k.name}", f"the target made an invalid {k.kind} plan: {e}") from e
 
     def view_value(self, v: Value, shape: tuple[int, ...]) -> Value:
         """A stand-in for `v` seen with another shape (a view where the layout allows it, else a copy), to lower one

@@ -20,7 +20,7 @@ def liveness(buffers: list[BufferSpec], kernels: list[KernelCall]) -> list[Inter
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for i, k in enumerate(kernels):
-        for r in [*k.args, *k.outs]:
+        for r in [*k.args, *k.writes]:
             first.setdefault(r.buffer, i)
             last[r.buffer] = i
     return [Interval(b, first[b.id], last[b.id]) for b in buffers if b.kind == "arena" and b.id in first]

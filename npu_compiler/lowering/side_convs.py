@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from ..errors import InternalError
 from ..expr import nodes as X
-from ..kernels import Conv2dKernel, KernelCall
+from ..kernels import Conv2dKernel, KernelCall, plan_of
 from ..program import BufferSpec
 from ..targets.codegen import CodegenTarget
 
@@ -29,13 +29,13 @@ def fold_side_convs(kernels: list[KernelCall], buffers: Sequence[BufferSpec], ta
     touched: dict[int, int] = {}  # buffer -> how many kernels read or write it
     writers: dict[int, list[int]] = {}  # buffer -> the kernels that write it, in order
     for i, k in enumerate(kernels):
-        for b in {r.buffer for r in (*k.args, *k.outs)}:
+        for b in {r.buffer for r in (*k.args, *k.writes)}:
             touched[b] = touched.get(b, 0) + 1
-        for r in k.outs:
+        for r in k.writes:
             writers.setdefault(r.buffer, []).append(i)
     gone: set[int] = set()
     for j, k in enumerate(kernels):
-        if not _may_take(k.spec):
+        if not _may_take(k):
             continue
         for i in _shortcuts(k, writers, j):
             if i in gone or not isinstance(kernels[i].spec, Conv2dKernel):
@@ -54,8 +54,13 @@ def fold_side_convs(kernels: list[KernelCall], buffers: Sequence[BufferSpec], ta
     return len(gone)
 
 
-def _may_take(spec) -> bool:
-    return (isinstance(spec, Conv2dKernel) and not spec.side_stride and spec.splits == 1 and spec.groups == 1
+def _unsplit(k: KernelCall) -> bool:
+    return getattr(plan_of(k), "splits", 1) == 1 and not k.scratch
+
+
+def _may_take(k: KernelCall) -> bool:
+    spec = k.spec
+    return (isinstance(spec, Conv2dKernel) and not spec.side_stride and _unsplit(k) and spec.groups == 1
             and spec.epilogue is not None)
 
 
@@ -79,7 +84,7 @@ def _side_args(k: KernelCall) -> list:
 def _fold(side: KernelCall, main: KernelCall, buffers: Sequence[BufferSpec],
           touched: dict[int, int]) -> KernelCall | None:
     s, m = side.spec, main.spec
-    if not (isinstance(s, Conv2dKernel) and s.epilogue is None and not s.side_stride and s.splits == 1
+    if not (isinstance(s, Conv2dKernel) and s.epilogue is None and not s.side_stride and _unsplit(side)
             and s.groups == 1 and tuple(s.padding) == (0, 0) and tuple(s.dilation) == (1, 1)
             and len(side.outs) == 1 and len(main.outs) == 1):
         return None
@@ -118,7 +123,7 @@ def _fold(side: KernelCall, main: KernelCall, buffers: Sequence[BufferSpec],
     spec = dataclasses.replace(m, epilogue=expr, side_stride=tuple(s.stride), side_bias=s.bias)
     args = [*main.args[:first], *side_args, *(main.args[a] for a in kept)]
     call = KernelCall(main.name, spec, args, list(main.outs), list(dict.fromkeys([*side.nodes, *main.nodes])),
-                      main.group, list(main.out_values), list(main.out_rows))
+                      main.group, list(main.out_values), list(main.out_rows), main.plan)
     try:
         spec.check(call, buffers)
     except ValueError as e:

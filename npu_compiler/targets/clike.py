@@ -39,7 +39,6 @@ SERIAL_STRIDED_REDUCE_MAX = 4096
 UNROLL_REDUCE_MAX = 16
 SERIAL_MIN_OUTPUTS = 32768
 ELEMENTWISE_BLOCK = 256
-ILP_MIN_THREADS = 132 * 2048  # an elementwise kernel with more elements than a large GPU's resident threads (H100)
 
 OUTER, ROW, RED = 1, 2, 4  # what a value depends on: the row's index, the element's index in the row, the reduction
 
@@ -66,7 +65,7 @@ class Launch:
 
 def ptrs_of(k: KernelCall) -> list[tuple[str, int]]:
     """A launch's pointer arguments for a record's buffers: its outputs, then its arguments, in order."""
-    return [("out", i) for i in range(len(k.outs))] + [("arg", i) for i in range(len(k.args))]
+    return [("out", i) for i in range(len(k.writes))] + [("arg", i) for i in range(len(k.args))]
 
 
 class Language:
@@ -77,6 +76,9 @@ class Language:
     kernel_name = "npu_kernel"
     max_grid = 65535
     max_block = 256  # threads per block a row kernel may take (WebGPU's guaranteed workgroup size)
+    # threads of one warp (wavefront, subgroup): a row or reduction block is at least this wide, so that a block
+    # reduction's shuffles span whole warps (HIP on CDNA: 64)
+    warp_width = 32
     # elements a thread of a large elementwise kernel works on at once, a grid stride apart (each warp's accesses stay
     # coalesced): a thread's loads of them are in flight together. 1: one at a time
     elementwise_ilp = 1
@@ -675,27 +677,29 @@ class Store:
 
 def render_expression(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_extents: list[int], store: Store,
                       iteration: tuple[int, ...], reduce_shape: tuple[int, ...], row_dims: int,
-                      ptrs: list[tuple[str, int]], restrict: bool = True) -> tuple[str, Launch]:
+                      ptrs: list[tuple[str, int]], restrict: bool = True, device=None) -> tuple[str, Launch]:
     """The source of one expression kernel and its launch. `iteration` is the index space (the output's shape, or
-    a scatter's source shape); `restrict=False` when an argument may be the output buffer itself."""
+    a scatter's source shape); `restrict=False` when an argument may be the output buffer itself; `device` the
+    DeviceProfile the launch is shaped for."""
     text, launch = expression_text(lang, expr, arg_dtypes, arg_extents, store, iteration, reduce_shape, row_dims, ptrs,
-                                   restrict)
+                                   restrict, device=device)
     return lang.kernel(text), launch
 
 
-def elementwise_ilp(lang: Language, n_out: int) -> int:
+def elementwise_ilp(lang: Language, n_out: int, device=None) -> int:
     """Elements a thread of an elementwise kernel of `n_out` elements works on at once: the language's count where
-    the kernel is large enough to fill the GPU many times over (ILP_MIN_THREADS threads each), else 1 (a small
-    kernel is latency-bound: its elements spread over as many threads as there are)."""
+    the kernel is large enough to fill the device (a DeviceProfile) many times over (as many threads as it holds,
+    each that many elements), else 1 (a small kernel is latency-bound: its elements spread over as many threads as
+    there are; so is every kernel rendered for no device)."""
     ilp = lang.elementwise_ilp
-    return ilp if ilp > 1 and n_out >= ILP_MIN_THREADS * ilp else 1
+    return ilp if ilp > 1 and device is not None and n_out >= device.resident_threads * ilp else 1
 
 
 def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_extents: list[int], store: Store,
                     iteration: tuple[int, ...], reduce_shape: tuple[int, ...], row_dims: int,
                     ptrs: list[tuple[str, int]], restrict: bool = True, names: str = "",
                     blocks: tuple[str, str] | None = None,
-                    side: tuple[X.Expr, Store] | None = None) -> tuple[KernelText, Launch]:
+                    side: tuple[X.Expr, Store] | None = None, device=None) -> tuple[KernelText, Launch]:
     """`render_expression`'s kernel before the language wraps it: its parameters (named with the prefix `names`),
     body, helpers and shared arrays. `blocks` (elementwise kernels only): the block index and the grid size the
     body runs over, where it is one part of a larger grid. `side` (row kernels only: `GeneratedKernel.side`): a
@@ -709,7 +713,7 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     # which passes n_out by up to its elements a thread times the grid)
     extents = [n_out, n_red, max_extent(store.shape, store.strides, store.offset), *arg_extents,
                *([max_extent(side[1].shape, side[1].strides, side[1].offset)] if side is not None else []),
-               n_out + elementwise_ilp(lang, n_out) * ELEMENTWISE_BLOCK * lang.max_grid]
+               n_out + elementwise_ilp(lang, n_out, device) * ELEMENTWISE_BLOCK * lang.max_grid]
     ityp = lang.index_type(max(extents))
     order = memory_order(shape, tuple(store.strides)) if tuple(store.shape) == shape else None
     serial = (n_red <= SERIAL_REDUCE_MAX
@@ -730,6 +734,7 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
     n_rows, row_n = math.prod(outer), math.prod(row)
     if rows_mode:
         block = _row_block(max(row_n, n_red), n_rows, lang.max_block) if row_dims else _reduce_block(n_red)
+        block = max(block, lang.warp_width)
     else:
         block = ELEMENTWISE_BLOCK
     text = KernelText(params, block, restrict=restrict)
@@ -799,13 +804,13 @@ def expression_text(lang: Language, expr: X.Expr, arg_dtypes: list[str], arg_ext
                         + _store_line(lang, r, store, value, expr.dtype, row_scope, names).strip() + " " + lang.end())
         body.append("  " + lang.end())
     elif vec := _vector_width(lang, expr, store, shape, order, arg_dtypes):
-        grid = _vector_body(lang, r, expr, store, shape, order, ityp, vec, block, body, names, blocks)
+        grid = _vector_body(lang, r, expr, store, shape, order, ityp, vec, block, body, names, blocks, device)
     elif (has_reduce and lang.vector_bytes and n_red <= UNROLL_REDUCE_MAX
           and (unrolled := _unrolled(expr, tuple(reduce_shape))) is not None
           and (vec := _vector_width(lang, unrolled, store, shape, order, arg_dtypes))):
-        grid = _vector_body(lang, r, unrolled, store, shape, order, ityp, vec, block, body, names, blocks)
+        grid = _vector_body(lang, r, unrolled, store, shape, order, ityp, vec, block, body, names, blocks, device)
     else:
-        ilp = elementwise_ilp(lang, n_out)
+        ilp = elementwise_ilp(lang, n_out, device)
         grid = grid_for(-(-n_out // ilp), block, lang.max_grid)
         block_id, grid_dim = blocks or (lang.block_id, lang.grid_dim)
         start = f"{lang.to_index(block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"
@@ -1137,13 +1142,13 @@ def _lanes_of(lang: Language, r: ExprRenderer, exprs: list[X.Expr], scope: Scope
 
 def _vector_body(lang: Language, r: ExprRenderer, expr: X.Expr, store: Store, shape: tuple[int, ...],
                  order: list[int] | None, ityp: str, width: int, block: int, body: list[str], names: str,
-                 blocks: tuple[str, str] | None = None) -> int:
+                 blocks: tuple[str, str] | None = None, device=None) -> int:
     """The loop of a vectorized elementwise kernel (`_vector_width`) into `body`; returns its grid. A thread takes
     `elementwise_ilp` vectors a grid stride apart, as the scalar loop takes elements: each load that moves along the
     vector is one vector load, and the expression is computed for each of its elements in turn (its values that do
     not move along the vector once), then stored in one vector store."""
     n_vec = math.prod(shape) // width
-    ilp = elementwise_ilp(lang, n_vec)
+    ilp = elementwise_ilp(lang, n_vec, device)
     grid = grid_for(-(-n_vec // ilp), block, lang.max_grid)
     block_id, grid_dim = blocks or (lang.block_id, lang.grid_dim)  # (a part of a merged launch: its own blocks)
     start = f"{lang.to_index(block_id, ityp)} * {lang.block_dim} + {lang.thread_id}"

@@ -3,15 +3,23 @@ of it (its capabilities). Targets are found through a registry of module names, 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+from collections.abc import Iterator
 from typing import ClassVar
 
 from ..errors import NPUCompileError
+
+# A chip table row every GPU target plans for when a compile names no device (the GPU tests run so on one GPU as
+# another: NPUSIM_DEVICE=a100 plans for an A100 on an H200)
+DEVICE_ENV = "NPUSIM_DEVICE"
 
 # name -> the module that defines it (as `TARGET`). Adding a target adds a module and a line here.
 TARGET_MODULES: dict[str, str] = {
     "cpu": "npu_compiler.targets.cpu",
     "cuda": "npu_compiler.targets.cuda.target",
+    "hip": "npu_compiler.targets.hip.target",
     "webgpu": "npu_compiler.targets.webgpu.target",
 }
 
@@ -20,11 +28,12 @@ class CodegenTarget:
     """A target's name, the library kernel kinds it runs, and the lowering choices it wants."""
 
     name: ClassVar[str] = ""
+    # the chip table's row (targets/devices.py) a compile plans for when no device is named and none is present
+    # ("": the target renders for no GPU)
+    default_device: ClassVar[str] = ""
     library_kernels: ClassVar[frozenset[str]] = frozenset()
     # k x k convolutions as an im2col copy + GEMM: right where the GEMM library is much faster than a direct conv
     gemm_im2col: ClassVar[bool] = False
-    # split decode attention's keys across blocks until about this many blocks run (0: one block per query row)
-    decode_attention_blocks: ClassVar[int] = 0
     # attention with at least this many query rows per head runs as two GEMMs around a row softmax (its GEMM library
     # is far faster than an attention kernel of its own there); 0: never
     attention_gemm_min_rows: ClassVar[int] = 0
@@ -38,6 +47,13 @@ class CodegenTarget:
     # reads, written by the norm instead of by a pass of its own)
     row_side_outputs: ClassVar[bool] = False
 
+    def __init__(self, device=None) -> None:
+        # the device profile (targets/devices.py) kernels are planned and rendered for; None: a target that renders
+        # for no GPU (the cpu reference)
+        if device is not None:
+            raise NPUCompileError(f"the {self.name} target renders for no device: drop the device ({device!r})")
+        self.profile = None
+
     def gemm_epilogue_apart(self, m: int, batch: tuple[int, ...], a_dtype: str, out_dtype: str) -> bool:
         """Whether a GEMM of m rows (these operand and result dtypes) runs its epilogue (residual add, activation) as
         a pass of its own after the product is stored, so the lowering may leave the epilogue to the kernels that
@@ -50,32 +66,21 @@ class CodegenTarget:
         it is one record however many query rows it has). Default: no."""
         return False
 
-    def attention_tile_splits(self, batch: int, heads: int, q_len: int, kv_len: int,
-                              may_skip: bool, online: bool = False) -> tuple[int, int]:
-        """For a tiled attention (see attention_on_tensor_cores): into how many key splits its blocks go, and how
-        many float32 scratch entries the target keeps beside the split record; `may_skip`: a mask, causal or a
-        valid length may hide some keys; `online`: the record's probabilities may be rounded against a running
-        max. Default: (0, 0), no splits."""
-        return 0, 0
+    def plan(self, call, buffers):
+        """How this target computes the record of `call` (a KernelCall over `buffers`) on its device (`profile`): a
+        plan of the record's kind (kernels/plans.py: key or K splits and the scratch they need), or None where the
+        target plans nothing for it (the record's own schedule: no splits). The one place a target's schedule is
+        decided; the lowering asks it for every record it builds for the target's matrix units and attention, and
+        a backend asks it again for a program planned for a device it cannot run that plan on. Default: None."""
+        return None
 
-    def attention_tile_table(self, batch: int, heads: int, q_len: int, kv_len: int) -> int:
-        """For a tiled attention with key splits, an online softmax and a mask: how many bytes the target's table
-        of the mask's key tiles takes (AttentionKernel.tile_table: a buffer every record over the same mask shares).
-        Default: 0, no table."""
-        return 0
-
-    def decode_attention_scratch(self, batch: int, heads: int, q_len: int, kv_len: int, online: bool) -> int:
-        """For an attention split across blocks by `decode_attention_blocks`: how many float32 scratch entries the
-        target keeps beside the split record (`online`: the record's, see AttentionKernel). Default: 0."""
-        return 0
-
-    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
+    def convs_on_tensor_cores(self, convs: list[tuple]) -> list[bool]:
         """Which of a program's conv2d nodes run as one implicit-GEMM kernel on matrix units, each given as (dtypes of
-        input, weight and output, groups, input shape, weight shape, output shape): 0 for not, else across how many
-        blocks its K is split (the record's `splits`, with a float32 scratch). The kernel reads its input, weight and
-        residual through their strides; where any conv runs so, the lowering keeps image activations channels-last
-        and those convs' weights as [O, kh, kw, C]. Default: none."""
-        return [0] * len(convs)
+        input, weight and output, groups, input shape, weight shape, output shape). The kernel reads its input,
+        weight and residual through their strides; where any conv runs so, the lowering keeps image activations
+        channels-last and those convs' weights as [O, kh, kw, C] (a layout: what the program's buffers hold), and
+        asks `plan` how each is split. Default: none."""
+        return [False] * len(convs)
 
     def gemm_prologue(self, m: int, k: int, batch: tuple[int, ...], a_dtype: str, b, b_dtype: str,
                       reduces: bool) -> bool:
@@ -101,23 +106,57 @@ class CodegenTarget:
         """The source text the target renders for one kernel (none where a backend interprets the record)."""
         return []
 
+    def check_target(self, program) -> None:
+        """Refuse to render a program compiled for another target."""
+        if program.target != self.name:
+            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
 
-def get_codegen_target(name: str) -> CodegenTarget:
+    @contextlib.contextmanager
+    def rendering(self, call) -> Iterator[None]:
+        """Around rendering one kernel: a renderer's slip on a record the reader accepted (a bug, or a record no
+        check foresaw) becomes an NPUCompileError naming the kernel, not a traceback."""
+        try:
+            yield
+        except NPUCompileError:
+            raise
+        except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
+            raise NPUCompileError(f"kernel {call.name} ({call.kind}, nodes {call.nodes[:4]}): cannot render for "
+                                  f"{self.name}: {type(e).__name__}: {e}") from e
+
+
+def target_class(name: str) -> type[CodegenTarget]:
+    """The class of target `name`, for what it declares whatever the device (its `library_kernels`, its name)."""
     module = TARGET_MODULES.get(name) if isinstance(name, str) else None
     if module is None:
         raise NPUCompileError(f"unknown target {name!r} (known: {', '.join(sorted(TARGET_MODULES))})")
     try:
-        cls = importlib.import_module(module).TARGET
+        return importlib.import_module(module).TARGET
     except ImportError as e:
         raise NPUCompileError(f"target '{name}' is not installed: {e}") from e
-    return cls()
+
+
+def get_codegen_target(name: str, device=None) -> CodegenTarget:
+    """The target `name`, planning and rendering for `device` (a DeviceProfile, or a chip table row's name; None:
+    $NPUSIM_DEVICE for a target that renders for a GPU, else the target's default chip)."""
+    cls = target_class(name)
+    if device is None and cls.default_device and os.environ.get(DEVICE_ENV):
+        chosen = os.environ[DEVICE_ENV]
+        try:
+            return cls(chosen)
+        except NPUCompileError as e:
+            # the variable applies to every target a process compiles for, and may name a chip of another vendor
+            raise NPUCompileError(f"${DEVICE_ENV}={chosen!r} chooses a device that target '{name}' cannot plan "
+                                  f"for: {e} (unset {DEVICE_ENV}, or pass the target's device: compile(..., "
+                                  f"device=...), npusim compile --device; its default is '{cls.default_device}')"
+                                  ) from None
+    return cls(device) if device is not None else cls()
 
 
 def available_targets() -> list[str]:
     out = []
     for name in sorted(TARGET_MODULES):
         try:
-            get_codegen_target(name)
+            target_class(name)
         except NPUCompileError:
             continue
         out.append(name)

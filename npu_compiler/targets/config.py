@@ -36,6 +36,7 @@ CUDA_DEFAULT = TargetConfig(
     memory_gbps=3350.0,
 )
 WEBGPU_DEFAULT = TargetConfig(name="webgpu", max_dispatch_per_dim=65535)
+HIP_DEFAULT = TargetConfig(name="hip")  # compile-only: no figures to report against
 # An NPU-like accelerator: half-precision only, 64-byte channel alignment, small dispatch grid.
 NPU_STRICT = TargetConfig(
     name="npu",
@@ -44,7 +45,8 @@ NPU_STRICT = TargetConfig(
     max_dispatch_per_dim=65535,
 )
 
-PRESETS: dict[str, TargetConfig] = {c.name: c for c in (CPU_DEFAULT, CUDA_DEFAULT, WEBGPU_DEFAULT, NPU_STRICT)}
+PRESETS: dict[str, TargetConfig] = {c.name: c for c in (CPU_DEFAULT, CUDA_DEFAULT, WEBGPU_DEFAULT, HIP_DEFAULT,
+                                                         NPU_STRICT)}
 
 
 def default_config(target: str) -> TargetConfig:

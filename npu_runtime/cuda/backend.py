@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from npu_compiler.program import CompiledProgram, TensorSpec
+from npu_compiler.targets.devices import DeviceProfile, nvidia_profile
 
 from ..backend import Backend, DeviceBuffer
 from ..dtypes import convert, dtype_name, np_dtype
@@ -60,6 +61,14 @@ class _Device:
         self.arch = self.device.compute_capability  # "90"
         self._cublas = None
         self._workspace = None
+
+    @functools.cached_property
+    def profile(self) -> DeviceProfile:
+        """The device's profile (targets/devices.py), filled from its CUDA device properties: what the kernels are
+        planned and rendered for on it."""
+        import cupy  # noqa: PLC0415
+
+        return nvidia_profile(cupy.cuda.runtime.getDeviceProperties(self.index))
 
     @property
     def cublas(self):
@@ -204,6 +213,9 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         self.state.stream.synchronize()
+
+    def device_profile(self) -> DeviceProfile:
+        return self.state.profile
 
     def compile_target(self) -> str:
         return "cuda"

@@ -19,6 +19,7 @@ from npu_compiler.dtypes import itemsize
 from npu_compiler.errors import NPUCompileError
 from npu_compiler.program import CompiledProgram, TensorSpec
 from npu_compiler.targets.cuda.target import CudaTarget, SourceLaunch
+from npu_compiler.targets.devices import render_device
 
 from ..backend import DeviceBuffer
 from ..errors import InputError, NPURuntimeError, WeightError
@@ -48,8 +49,9 @@ class CudaExecutor(Executor):
         self.state = backend.state
         self.stream = self.state.stream
         self.use_graph = use_graph
+        self.device = render_device(program.device, self.state.profile)
         try:
-            self.rendered = CudaTarget(int(self.state.arch)).render_program(program)
+            self.rendered = CudaTarget(self.device).render_program(program)
         except NPUCompileError as e:
             raise NPURuntimeError(f"cannot render program '{program.model_name}' for cuda: {e}") from e
         with self.state.device, allocation_guard(program):
@@ -122,7 +124,7 @@ class CudaExecutor(Executor):
     def _pointer(self, k, which: str, i: int) -> int:
         if which == "buffer":  # a launch that runs several kernels (merged) names buffers directly
             return self._ptr[i]
-        ref = k.outs[i] if which == "out" else k.args[i]
+        ref = k.writes[i] if which == "out" else k.args[i]
         return self._ptr[ref.buffer]
 
     def _kernel_steps(self, index: int) -> list[Callable[[], None]]:

@@ -118,6 +118,14 @@ class DeviceState:
     def info(self) -> dict[str, Any]:
         return dict(self.adapter.info)
 
+    @functools.cached_property
+    def profile(self):
+        """The adapter as a device profile (targets/devices.py): its workgroup limits and subgroup width, the compute
+        units of a known product (WebGPU reports none)."""
+        from npu_compiler.targets.devices import webgpu_profile  # noqa: PLC0415
+
+        return webgpu_profile(self.info, self.limits)
+
     @property
     def software(self) -> bool:
         return self.info.get("adapter_type") == "CPU"
@@ -440,6 +448,9 @@ class WebGPUBackend(Backend):
 
     def compile_target(self) -> str:
         return "webgpu"
+
+    def device_profile(self):
+        return self.state.profile
 
 
 def write_bytes(state: DeviceState, buffer: Any, offset: int, host: np.ndarray) -> None:

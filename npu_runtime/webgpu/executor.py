@@ -47,7 +47,9 @@ class WebGPUExecutor(Executor):
                                max_workgroup_storage=int(self.state.limits["max-compute-workgroup-storage-size"]),
                                division=self.state.division, products=self.state.products)
         try:
-            self.rendered = WebGPUTarget(self.caps).render_program(program)
+            # sized for the device the program was planned for (the adapter's limits from its caps), else this one
+            device = program.device or self.state.profile
+            self.rendered = WebGPUTarget(device, caps=self.caps).render_program(program)
         except NPUCompileError as e:
             raise NPURuntimeError(f"cannot render program '{program.model_name}' for webgpu: {e}") from e
         align = int(self.state.limits["min-storage-buffer-offset-alignment"])
@@ -140,7 +142,7 @@ class WebGPUExecutor(Executor):
                     elif b.ptr[0] == "zero":
                         buf, base = self._zero, 0
                     else:
-                        ref = (k.outs if b.ptr[0] == "out" else k.args)[b.ptr[1]]
+                        ref = (k.writes if b.ptr[0] == "out" else k.args)[b.ptr[1]]
                         buf, base = self._where[ref.buffer]
                     size = min(b.size, buf.size - base - b.offset)
                     entries.append({"binding": b.slot, "resource": {"buffer": buf, "offset": base + b.offset,

@@ -17,6 +17,7 @@ from ..common import (
     compile_kwargs,
     default_target,
     dtype_line,
+    planned_device,
 )
 from .quantize import add_quant_options, quantize_files
 
@@ -31,9 +32,10 @@ def register(sub) -> None:
     p.add_argument("ir", help="IR JSON file written by pytorch-ir (torch_ir)")
     p.add_argument("-o", "--output", required=True, help="artifact to write (.npubin)")
     p.add_argument("--target", default=None,
-                   help="codegen target: cpu, cuda, webgpu (the backend that will run it; its op support decides what "
-                        "runs on the CPU; default: the target of the best backend available here, the one `npusim "
-                        "run` picks, so that the artifact runs here as it is)")
+                   help="codegen target: cpu, cuda, webgpu (the backend that will run it), or hip (compile-only: HIP "
+                        "C++ for AMD GPUs, no runtime); its op support decides what runs on the CPU; default: the "
+                        "target of the best backend available here, the one `npusim run` picks, so that the artifact "
+                        "runs here as it is)")
     p.add_argument("--no-fallback", action="store_true",
                    help="a pure accelerator program: refuse a graph with ops the target lacks (listing them) instead "
                         "of running them on the CPU")
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     ir, weights = _quantized_ir(args)
     art = npu_compiler.compile_artifact(ir, target, fallback=not args.no_fallback, force_cpu=args.force_cpu,
-                                        **compile_kwargs(args))
+                                        **planned_device(compile_kwargs(args), target))
     if weights is not None:
         from npu_compiler.digest import weights_digest
 
@@ -108,11 +110,22 @@ def run(args: argparse.Namespace) -> int:
               f"(peak intermediate {art.arena_bytes / 1e6:.2f} MB) in {dt:.2f} s -> {args.output}")
     print(f"target {target} ({why})")
     print(dtype_line(art))
+    device = getattr(art, "device", None)
+    if device is not None:
+        print(f"planned for {device.title} ({device.arch}, {device.multiprocessors} "
+              f"{'CUs' if device.vendor == 'amd' else 'SMs'})")
     if weights is not None:
         from npu_compiler.digest import short
 
         print(f"weights: {weights} (sha256 {short(art.weights_sha256)}, recorded: `npusim run` says when others are "
               "given)")
+    from npu_runtime import backend as registry
+
+    unavailable = registry.unavailable_reason(art.target) if art.target in registry.registered_backends() else None
+    if unavailable is not None:  # (hip: compile-only; cuda on a machine without a GPU)
+        print(f"next: npusim describe {args.output} (running it needs the {art.target} backend, which is not "
+              f"available here: {unavailable})")
+        return 0
     found_beside = weights is not None and weights == beside(args.output)
     print(f"next: npusim describe {args.output}; npusim run {args.output}"
           + ("" if found_beside else f" --weights {weights or 'WEIGHTS.safetensors'}"))

@@ -115,6 +115,11 @@ def _program(args: argparse.Namespace, prog) -> int:
         print(json.dumps(d, indent=1))
         return 0
     print(f"{d['model_name']}  target={d['target']}  compute={d['compute_dtype']}  format v{d['format_version']}")
+    if prog.device is not None:
+        p = prog.device
+        print(f"planned for: {p.title} ({p.name}: {p.arch}, {p.multiprocessors} "
+              f"{'CUs' if p.vendor == 'amd' else 'SMs'}, {p.shared_memory_per_block_optin // 1024} KiB shared memory "
+              f"a block)")
     if device:
         print(f"device: {device}")
     if d["weights_sha256"]:
@@ -209,7 +214,7 @@ def _print_kernel(prog, which: str) -> int:
                   f"{list(r.strides)} offset {r.offset}")
     for line in k.spec.describe():
         print(f"  {line}")
-    sources = get_codegen_target(prog.target).kernel_sources(k, prog)
+    sources = get_codegen_target(prog.target, prog.device).kernel_sources(k, prog)
     if not sources:
         print(f"  (target '{prog.target}': the backend runs the record itself; there is no source text)")
     for j, text in enumerate(sources):

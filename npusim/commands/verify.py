@@ -22,6 +22,7 @@ from ..common import (
     device_line,
     dtype_line,
     parse_inputs,
+    planned_device,
     resolve_weights,
 )
 
@@ -145,10 +146,12 @@ def run(args: argparse.Namespace) -> int:
         fallback = needs_partition(args.ir, backend.compile_target(), args.force_cpu)
         if fallback:
             print(partition_notice(fallback, backend.compile_target()), file=sys.stderr)
+            kw = planned_device(compile_kwargs(args), backend.compile_target(), backend)
             art = npu_compiler.compile_artifact(args.ir, backend.compile_target(), force_cpu=args.force_cpu,
-                                                partitioned=True, **compile_kwargs(args))
+                                                partitioned=True, **kw)
             return _verify_partitioned(args, backend, art, fallback, contract)
-        prog = npu_compiler.compile(args.ir, backend.compile_target(), **compile_kwargs(args))
+        kw = planned_device(compile_kwargs(args), backend.compile_target(), backend)
+        prog = npu_compiler.compile(args.ir, backend.compile_target(), **kw)
     given = parse_inputs(args.input)
     expected = None
     if args.expected:

@@ -17,7 +17,7 @@ from tolerances import assert_close
 import npu_compiler
 from npu_compiler.targets.cuda import CudaTarget
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 
 class Eager(torch.nn.Module):
@@ -165,13 +165,13 @@ def test_tiled_attention_matches_torch(name, cuda_backend) -> None:
     assert len(attn) == 1 and not any(k.kind == "gemm" for k in program.kernels), [k.kind for k in program.kernels]
     sources = CudaTarget().kernel_sources(attn[0], program)
     # (an online split record under a mask: its first launch classifies the mask's tiles)
-    assert ("mma.sync" not in sources[0]) == (attn[0].spec.online and attn[0].spec.splits > 0 and len(args) == 4)
+    assert ("mma.sync" not in sources[0]) == (attn[0].spec.online and attn[0].plan.splits > 0 and len(args) == 4)
     # (the tiled kernel's products: mma.sync's, or on Hopper the warpgroup MMA's; the helpers alone prove nothing)
     first = next((s for s in sources if "tc_mma(sacc" in s or "fa_qk" in s), "")
     assert first, "the tiled kernel was not chosen"
     # the online split launch computes three query heads a block where a KV head's group is a multiple of 3
     assert ("__launch_bounds__(384" in first) == ("_g3_" in name or "_g6_" in name), name
-    assert (attn[0].spec.splits > 0) == name.startswith("split_"), attn[0].spec
+    assert (attn[0].plan.splits > 0) == name.startswith("split_"), attn[0].plan
     assert attn[0].spec.online == ("sdpa" in name), attn[0].spec  # eager graphs round the probabilities themselves
     out = attn[0].outs[0]
     assert (out.strides[1] < out.strides[2]) == ("heads_back" in name), out  # [b, t, h, d] in memory
@@ -208,10 +208,10 @@ def test_grouped_decode_attention_matches_torch(name, cuda_backend) -> None:
     args = _inputs(name, torch.Generator().manual_seed(0))
     program = npu_compiler.compile(ir_dict(module, args, name), "cuda", dtype=dtype)
     attn = [k for k in program.kernels if k.kind == "attention"]
-    assert len(attn) == 1 and attn[0].spec.splits >= 2, [k.kind for k in program.kernels]
+    assert len(attn) == 1 and attn[0].plan.splits >= 2, [k.kind for k in program.kernels]
     online = isinstance(module, Sdpa)
     assert attn[0].spec.online == online and grouped_decode_applies(attn[0], program)
-    assert attn[0].spec.scratch_extra == (0 if online else b * h * lk)
+    assert attn[0].plan.scratch_extra == (0 if online else b * h * lk)
     assert len(CudaTarget().kernel_sources(attn[0], program)) == (2 if online else 3)
     _assert_matches_torch(program, module, args, dtype, name, cuda_backend)
 
@@ -225,7 +225,7 @@ def test_online_decode_with_no_visible_key_gives_zeros(cuda_backend) -> None:
     m = torch.zeros((1, 1, 1, 700), dtype=torch.bool)
     program = npu_compiler.compile(ir_dict(Sdpa(False), [q, k, v, m], "no_key"), "cuda", dtype="bfloat16")
     (attn,) = [k for k in program.kernels if k.kind == "attention"]
-    assert attn.spec.online and attn.spec.splits >= 2
+    assert attn.spec.online and attn.plan.splits >= 2
     ex = cuda_backend.create_executor(program)
     feeds = {s.name: to_np(a) for s, a in zip(program.inputs, [q, k, v, m], strict=True)}
     got = ex.run_numpy(feeds, {})[program.outputs[0].name].astype(np.float32)
@@ -257,5 +257,6 @@ def test_layers_over_one_mask_read_the_first_layers_tile_table(cuda_backend) -> 
             torch.randn((1, hk, lk, d), generator=gen).to(torch.bfloat16), mask]
     program = npu_compiler.compile(ir_dict(_SdpaLayers(), args, "sdpa_layers"), "cuda", dtype="bfloat16")
     attn = [k for k in program.kernels if k.kind == "attention"]
-    assert len(attn) == 3 and [FA.table_left(k, program, 90) for k in attn] == [False, True, True]
+    dev = rendered_for(program, cuda_backend)
+    assert len(attn) == 3 and [FA.table_left(k, program, dev) for k in attn] == [False, True, True]
     _assert_matches_torch(program, _SdpaLayers(), args, "bfloat16", "sdpa_layers", cuda_backend)

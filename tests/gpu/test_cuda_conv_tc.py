@@ -17,7 +17,7 @@ import npu_compiler
 from npu_compiler.targets.cuda import CudaTarget, conv_direct, conv_tc
 from npu_runtime import load_weights
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 
 class ConvBlock(torch.nn.Module):
@@ -102,15 +102,16 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend, monkeypatch) -> 
     main = convs[-1]
     assert "mma.sync" in CudaTarget().kernel_sources(main, program)[0], "the tensor-core kernel was not chosen"
     assert (main.spec.epilogue is not None) == (residual or relu)
-    assert (main.spec.splits > 1) == name.startswith("split_k"), main.spec.splits
-    if int(cuda_backend.state.arch) == 90:  # pixels read element by element come through a window where it fits
-        source = CudaTarget(90).kernel_sources(main, program)[0]
+    assert (main.plan.splits > 1) == name.startswith("split_k"), main.plan
+    dev = rendered_for(program, cuda_backend)
+    if dev.compute_capability == 90:  # pixels read element by element come through a window where it fits
+        source = CudaTarget(dev).kernel_sources(main, program)[0]
         assert ("copy_window" in source) == (name in WINDOWED), name
         assert ("__launch_bounds__(384, 1)" in source) == (name in TALL), name
-    if main.spec.splits > 1:
-        clustered = conv_tc.in_cluster(main.spec.splits, int(cuda_backend.state.arch))
-        assert clustered == ("scratch" not in name and int(cuda_backend.state.arch) >= 90)
-        assert len(CudaTarget(int(cuda_backend.state.arch)).kernel_sources(main, program)) == 1 + (not clustered)
+    if main.plan.splits > 1:
+        clustered = conv_tc.in_cluster(main.plan.splits, dev)
+        assert clustered == ("scratch" not in name and dev.cluster_blocks > 0)
+        assert len(CudaTarget(dev).kernel_sources(main, program)) == 1 + (not clustered)
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 
@@ -151,11 +152,11 @@ def test_direct_conv_matches_torch(name, cuda_backend) -> None:
     args = [torch.randn(n, c, h, w).to(tdt)]
     program = npu_compiler.compile(ir_dict(model, args, name), "cuda", dtype=dtype)
     main = [kc for kc in program.kernels if kc.kind == "conv2d"][-1]
-    arch = int(cuda_backend.state.arch)
-    assert conv_direct.fits(main, program, arch) == (arch == conv_direct.ARCH)
-    if arch == conv_direct.ARCH:
+    dev = rendered_for(program, cuda_backend)
+    assert conv_direct.fits(main, program, dev) == dev.warpgroup_mma
+    if dev.warpgroup_mma:
         ho = h + 2 * pad - k + 1
-        assert f"m64n{8 * conv_direct.tile_rows(ho)}k16" in CudaTarget(arch).kernel_sources(main, program)[0]
+        assert f"m64n{8 * conv_direct.tile_rows(ho)}k16" in CudaTarget(dev).kernel_sources(main, program)[0]
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 
@@ -230,12 +231,14 @@ SHORTCUTS = {
 }
 
 
-@pytest.mark.parametrize("arch", [None, 80, 75], ids=["device", "mma_sync", "direct"])
+@pytest.mark.parametrize("device", [None, "a100", "turing"], ids=["device", "mma_sync", "direct"])
 @pytest.mark.parametrize("name", sorted(SHORTCUTS))
-def test_side_conv_matches_the_unfolded_program_and_torch(name, arch, cuda_backend, monkeypatch) -> None:
+def test_side_conv_matches_the_unfolded_program_and_torch(name, device, cuda_backend, monkeypatch) -> None:
     """The projection shortcut folded into the last conv (`lowering/side_convs.py`) gives the unfolded program's
     bits (the shortcut's sum rounded as it stored it), on the device's kernel, on mma.sync (as an Ampere GPU renders
     it) and on the direct kernel of a GPU without tensor cores; and PyTorch's result within the fp16/bf16 tolerance."""
+    from helpers import turing_profile
+
     import npu_runtime.cuda.executor as executor
 
     dtype, (n, h, w), c, mid, o, stride = SHORTCUTS[name]
@@ -249,11 +252,13 @@ def test_side_conv_matches_the_unfolded_program_and_torch(name, arch, cuda_backe
     (side,) = [k for k in folded.kernels if k.kind == "conv2d" and k.spec.side_stride]
     assert side.spec.side_stride == (stride, stride) and len(folded.kernels) == len(plain.kernels) - 1
     assert any(p.startswith("conv_side(1)") for p in folded.passes)
-    if arch is not None:  # rendered as that GPU would (compiled for this one)
-        monkeypatch.setattr(executor, "CudaTarget", lambda _arch, forced=arch: CudaTarget(forced))
-    render = CudaTarget(arch or int(cuda_backend.state.arch))
+    forced = turing_profile() if device == "turing" else device
+    if forced is not None:  # rendered as that GPU would (compiled for this one)
+        monkeypatch.setattr(executor, "CudaTarget", lambda _device, forced=forced: CudaTarget(forced))
+    render = CudaTarget(forced or rendered_for(folded, cuda_backend))
     src = render.kernel_sources(side, folded)[0]
-    assert ("tc_cp16" in src) == (arch != 75) and ("x2t" in src) == (arch != 75), "not the kernel expected"
+    direct = device == "turing"
+    assert ("tc_cp16" in src) != direct and ("x2t" in src) != direct, "not the kernel expected"
     outs = []
     for program in (folded, plain):
         weights = load_weights(program, module_weights(model), cuda_backend)

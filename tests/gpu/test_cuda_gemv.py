@@ -19,7 +19,7 @@ import npu_runtime
 from npu_compiler.targets.cuda import gemv as G
 from npu_export.cnn import model_tensors
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 SHAPES = [(1, 4096, 64), (3, 1536, 2048), (1, 8960, 1536), (1, 64, 20000), (2, 1001, 64), (8, 512, 300)]
 
@@ -37,9 +37,10 @@ def test_gemv_matches_torch(m, k, n, dtype, cuda_backend) -> None:
     args = [torch.randn((m, k), generator=gen).to(tdt), torch.randn((m, n), generator=gen).to(tdt)]
     program = npu_compiler.compile(ir_dict(module, args, "gemv"), "cuda", dtype=dtype)
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-    assert G.gemv_applies(gemm, program) and gemm.spec.epilogue is not None, "the GEMV kernel was not chosen"
+    dev = rendered_for(program, cuda_backend)
+    assert G.gemv_applies(gemm, program, dev) and gemm.spec.epilogue is not None, "the GEMV kernel was not chosen"
     _check_against_torch(program, module, args, dtype, cuda_backend,
-                         f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8)} warp(s) per column")
+                         f"{m}x{k}x{n} {dtype}, {G.splits_for(n, k // 8, dev)} warp(s) per column")
 
 
 def _check_against_torch(program, module, args, dtype: str, backend, what: str) -> None:
@@ -64,7 +65,7 @@ def test_gemv_prologue_matches_torch(m, k, n, kind, dtype, cuda_backend, monkeyp
     from npu_compiler.targets.cuda.target import CudaTarget
 
     if kind == "silu_mul":
-        monkeypatch.setattr(CudaTarget, "gemm_prologue", lambda self, *a: G.prologue_applies(*a[:-1]))
+        monkeypatch.setattr(CudaTarget, "gemm_prologue", lambda self, *a: G.prologue_applies(*a[:-1], self.profile))
     tdt = TORCH_DTYPES[dtype]
     gen = torch.Generator().manual_seed(k + n + m)
     module = NormLinear(k, n) if kind == "rmsnorm" else GatedLinear(k, n)
@@ -78,7 +79,8 @@ def test_gemv_prologue_matches_torch(m, k, n, kind, dtype, cuda_backend, monkeyp
     args.append(torch.randn((m, n), generator=gen).to(tdt))
     program = npu_compiler.compile(ir_dict(module, args, "gemv_prologue"), "cuda", dtype=dtype)
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-    assert len(program.kernels) == 1 and gemm.spec.prologue is not None and G.gemv_applies(gemm, program), \
+    dev = rendered_for(program, cuda_backend)
+    assert len(program.kernels) == 1 and gemm.spec.prologue is not None and G.gemv_applies(gemm, program, dev), \
         [c.name for c in program.kernels]
     assert bool(gemm.spec.prologue_reduce) == (kind == "rmsnorm")
     _check_against_torch(program, module, args, dtype, cuda_backend, f"{m}x{k}x{n} {dtype}, {kind} prologue")
@@ -93,7 +95,7 @@ def test_gemv_of_two_activations_matches_torch(m, cuda_backend) -> None:
     module = MatmulOfInputs()
     program = npu_compiler.compile(ir_dict(module, args, "gemv_act"), "cuda", dtype="bfloat16")
     (gemm,) = [c for c in program.kernels if c.kind == "gemm"]
-    assert G.gemv_applies(gemm, program)
+    assert G.gemv_applies(gemm, program, rendered_for(program, cuda_backend))
     _check_against_torch(program, module, args, "bfloat16", cuda_backend, f"{m}x1536x700 activations")
 
 
@@ -118,5 +120,5 @@ def test_gemv_column_groups_match_torch(m, k, n, act, bias, dtype, cuda_backend)
     args = [torch.randn((m, k), generator=gen).to(tdt)]
     program = npu_compiler.compile(ir_dict(module, args, "gemv_glu"), "cuda", dtype=dtype)
     (gemm,) = program.kernels
-    assert gemm.spec.acc_groups == 2 and G.gemv_applies(gemm, program)
+    assert gemm.spec.acc_groups == 2 and G.gemv_applies(gemm, program, rendered_for(program, cuda_backend))
     _check_against_torch(program, module, args, dtype, cuda_backend, f"{m}x{k}x{n} {act} {dtype}")

@@ -237,7 +237,7 @@ def test_split_decode_attention_matches_cpu(attn, cuda_backend, tmp_path) -> Non
     for be in (cuda_backend, get_backend("cpu")):
         prog = npu_compiler.compile(exp.decode_path, be.compile_target(), rope_theta=10000.0)
         if be.name == "cuda":
-            assert all(k.spec.splits >= 2 for k in prog.kernels if k.kind == "attention")
+            assert all(k.plan.splits >= 2 for k in prog.kernels if k.kind == "attention")
         runs[be.name] = (prog, be.create_executor(prog), load_weights(prog, tensors, be))
     rng = np.random.default_rng(0)
     for pos in (70, L - 1):

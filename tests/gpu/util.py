@@ -6,6 +6,14 @@ import numpy as np
 import torch
 
 
+def rendered_for(program, cuda_backend):
+    """The device profile the cuda executor renders `program` for on this GPU (the one it was planned for where this
+    GPU runs that plan: `pytest tests/gpu --npu-device a100`), which the tests' expectations of kernels follow."""
+    from npu_compiler.targets.devices import render_device
+
+    return render_device(program.device, cuda_backend.state.profile)
+
+
 def to_np(t) -> np.ndarray:
     """A torch tensor as a NumPy array of the same dtype (bf16 through ml_dtypes)."""
     import ml_dtypes

@@ -129,7 +129,7 @@ def test_bindings_split_in_chunks(webgpu, monkeypatch) -> None:
     np.testing.assert_allclose(got[0], ref[0].numpy(), rtol=1e-4, atol=1e-4)
     prog = npu_compiler.compile(ir, "webgpu", dtype="float32")
     caps = DeviceCaps(max_binding_bytes=1024, max_bindings=32)
-    rendered = WebGPUTarget(caps).render_program(prog)
+    rendered = WebGPUTarget(caps=caps).render_program(prog)
     chunked = [b for steps in rendered.steps for d in steps for b in d.bindings if b.offset > 0]
     assert chunked and all(b.offset % 256 == 0 and b.size <= 1024 for b in chunked)
 

@@ -135,9 +135,9 @@ def test_split_decode_attention(webgpu, dtype, tmp_path) -> None:
     export = export_qwen2(model, tmp_path, max_cache_len=256, prefill_len=P, dtype=dtype, attn_implementation="sdpa")
     runner = StaticRunner(webgpu, model, export, dtype)
     att = [k for k in runner.progs["decode"].kernels if k.kind == "attention"]
-    assert att and all(k.spec.splits >= 2 and len(k.outs) == 2 for k in att)
+    assert att and all(k.plan.splits >= 2 and len(k.scratch) == 1 for k in att)
     steps = runner.ex["decode"].rendered.steps[runner.progs["decode"].kernels.index(att[0])]
-    assert [d.grid[1] for d in steps] == [att[0].spec.splits] * 2 + [1]
+    assert [d.grid[1] for d in steps] == [att[0].plan.splits] * 2 + [1]
     n = 40
     ids = np.random.default_rng(2).integers(0, model.config.vocab_size, n).astype(np.int64)
     rows = [runner.call("prefill", ids[:P], 0)] + [runner.call("decode", ids[p:p + 1], p) for p in range(P, n)]

@@ -223,6 +223,12 @@ __device__ __forceinline__ long long npu_ipow(long long a, long long e) {
 """
 
 
+def mma_sync_ok(dev) -> bool:
+    """Whether a device (a DeviceProfile) runs the tensor-core kernels written for `mma.sync` m16n8k16 with bf16
+    operands, `ldmatrix` and `cp.async`: NVIDIA compute capability 8.0 and later."""
+    return dev.has_mma("mma.sync") and dev.async_copy
+
+
 def swizzled_at(row: str, ch: str) -> str:
     """The half-element offset, in a K-major tile of the warpgroup MMA with the 128-byte swizzle (`wg_desc`), of the
     16-byte chunk `ch` of row `row`: a row's 64 K values one 128-byte line, the chunk at chunk ch ^ (row % 8)."""
@@ -400,9 +406,22 @@ class CudaLanguage(Language):
     int32_type = "int"
     vector_bytes = 16
     block_id, thread_id, block_dim, grid_dim = "blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x"
+    # what a library kernel's source starts with, and its first statement (the hip target's language has no wait)
+    prelude = PRELUDE
+    wait = WAIT
 
     def reg(self, dtype: str) -> str:
         return reg(dtype)
+
+    # the conversions a library kernel writes inline (a language of another dialect of C++ overrides them)
+    def load_expr(self, dtype: str, lvalue: str) -> str:
+        return load_expr(dtype, lvalue)
+
+    def store_expr(self, dtype: str, value: str, value_dtype: str | None = None) -> str:
+        return store_expr(dtype, value, value_dtype)
+
+    def round_expr(self, x: str, dtype: str | None) -> str:
+        return round_expr(x, dtype)
 
     def storage(self, dtype: str) -> str:
         return storage(dtype)

@@ -29,7 +29,7 @@ neighbouring channels of a pixel at once where the output is channels-last.
 from __future__ import annotations
 
 from ...expr import nodes as X
-from ...kernels import Conv2dKernel
+from ...kernels import Conv2dKernel, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, affine, ptrs_of
 from .common import (
@@ -44,9 +44,8 @@ from .common import (
     tc_helpers,
     wgmma_helpers,
 )
-from .conv_tc import _OPERANDS, MAX_SMEM, SMS, WGMMA_ARCH, pixels_vectorizable, weight_vectorizable
+from .conv_tc import _OPERANDS, pixels_vectorizable, weight_vectorizable
 
-ARCH = WGMMA_ARCH  # the warpgroup MMA: sm_90a
 CHANNEL_BLOCK = 64  # input channels a 128-byte line of the swizzled weight holds: the channel count's multiple
 O_TILE = 64  # output channels a block (the MMA's m64)
 TX = 8  # output columns a tile: one core matrix of B is 8 neighbouring pixels
@@ -60,26 +59,27 @@ def tile_rows(ho: int) -> int:
     return min(range(min(8, top), top + 1), key=lambda ty: (-(-ho // ty) * ty - ho, -ty))
 
 
-def smem_parts(c: int, kh: int, kw: int, ty: int) -> tuple[int, int, int]:
+def smem_parts(c: int, kh: int, kw: int, ty: int, dev) -> tuple[int, int, int]:
     """Bytes of the weight and of one halo, and the halo buffers: two (the next tile's copied during this one's
     products) where they fit beside the weight, else one (ResNet-50's second-stage 3x3 convs: 147 KB of weight and a
     77 KB halo), 0 where not even that fits."""
     weight = kh * kw * (c // CHANNEL_BLOCK) * O_TILE * 128
     halo = (c // 8) * (ty + kh - 1) * (TX + kw - 1) * 16
-    return weight, halo, next((b for b in (2, 1) if weight + b * halo <= MAX_SMEM[ARCH]), 0)
+    most = dev.shared_memory_per_block_optin
+    return weight, halo, next((b for b in (2, 1) if weight + b * halo <= most), 0)
 
 
-def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
-    """A conv this kernel runs: Hopper, one 16-bit dtype, one group, unsplit, no side conv, stride and dilation 1,
-    a window of several taps (a 1x1 conv reads each pixel once anyway: ResNet-50's 64-channel 1x1 convs at batch 64
-    went 26.5 -> 36.3 us here), whole blocks of 64 input channels of a channels-last input in 16-byte runs, whole
-    tiles of 64 output channels, the weight as [O, kh, kw, C], a channels-last output (`_pairs`), the weight and a
-    halo within the shared memory, an epilogue that reads no tensor (its element-by-element loads made a 3x3 conv
-    with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14 tiles, no faster than
-    the implicit GEMM's split K)."""
+def fits(k: KernelCall, program: CompiledProgram, dev) -> bool:
+    """A conv this kernel runs: Hopper (a device with the warpgroup MMA, sm_90a), one 16-bit dtype, one group, unsplit,
+    no side conv, stride and dilation 1, a window of several taps (a 1x1 conv reads each pixel once anyway: ResNet-50's
+    64-channel 1x1 convs at batch 64 went 26.5 -> 36.3 us here), whole blocks of 64 input channels of a channels-last
+    input in 16-byte runs, whole tiles of 64 output channels, the weight as [O, kh, kw, C], a channels-last output
+    (`_pairs`), the weight and a halo within the shared memory, an epilogue that reads no tensor (its element-by-element
+    loads made a 3x3 conv with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14
+    tiles, no faster than the implicit GEMM's split K)."""
     spec = k.spec
-    if arch != ARCH or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or spec.splits != 1 \
-            or spec.side_stride or len(k.outs) != 1:
+    if not dev.warpgroup_mma or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or k.scratch \
+            or plan_of(k).splits != 1 or spec.side_stride or len(k.outs) != 1:
         return False
     if spec.epilogue is not None and any(isinstance(e, X.Load) for e in X.walk(spec.epilogue)):
         return False
@@ -97,9 +97,9 @@ def fits(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
         return False
     n, _, ho, wo = out.shape
     ty = tile_rows(ho)
-    if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < SMS:
+    if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < dev.multiprocessors:
         return False
-    return smem_parts(c, kh, kw, ty)[2] > 0
+    return smem_parts(c, kh, kw, ty, dev)[2] > 0
 
 
 def _pairs(out) -> bool:
@@ -110,7 +110,7 @@ def _pairs(out) -> bool:
 
 
 def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
-                  names: list[str]) -> list[tuple[str, Launch]]:
+                  names: list[str], dev) -> list[tuple[str, Launch]]:
     spec: Conv2dKernel = k.spec
     x, w, out = k.args[0], k.args[1], k.outs[0]
     n, c, h, wd = x.shape
@@ -127,11 +127,11 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     tiles_y, tiles_x = -(-ho // ty), -(-wo // TX)
     tiles = n * tiles_y * tiles_x
     o_tiles = o_total // O_TILE
-    w_bytes, halo, nbuf = smem_parts(c, kh, kw, ty)
+    w_bytes, halo, nbuf = smem_parts(c, kh, kw, ty, dev)
     smem = w_bytes + nbuf * halo
     cb = c // CHANNEL_BLOCK
     threads = 128
-    grid = max(1, min(tiles, SMS // o_tiles))
+    grid = max(1, min(tiles, dev.multiprocessors // o_tiles))
     weight_early = program.buffers[w.buffer].kind == "weight"
     w_at = affine([("co", w.strides[0]), ("tap", c)], w.offset)
     x_at = affine([("nb", xs[0]), ("iy", xs[2]), ("ix", xs[3])], x.offset)
@@ -175,6 +175,60 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
         const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + odd, ce = co - odd;
         if (oh < {ho} && ow < {wo})
           *reinterpret_cast<unsigned*>(out0 + ({at})) = odd ? got | ((unsigned)sv[1] << 16) : sv[0] | (got << 16);"""
+    products, prologue = _direct_loop(c=c, cb=cb, halo=halo, hx=hx, hy=hy, kh=kh, kw=kw, nbuf=nbuf, npx=npx,
+        tiles=tiles, w_bytes=w_bytes)
+    src = f"""{PRELUDE}
+{tc_helpers(_OPERANDS[od])}{wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (npx, False, False)}, plain_desc=True)}
+{signature(threads, 1)} {{
+  extern __shared__ __align__(1024) unsigned char sm[];
+  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
+  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned sb = (unsigned)__cvta_generic_to_shared(sm);
+  const {ityp} oc0 = ({ityp})blockIdx.y * {O_TILE};
+{WEIGHTS_BEGIN if weight_early else ""}{weights if weight_early else ""}
+{WEIGHTS_END if weight_early else ""}
+{WAIT}{"" if weight_early else weights}
+  // tile t's halo (its 8-channel chunks lo..hi) into buffer b: [chunk][halo row][halo column] 16 bytes each, zeros
+  // outside the image
+  auto copy_halo = [&](int b, int t, int lo, int hi) {{
+    const {ityp} nb = t / {tiles_y * tiles_x};
+    const int r = t % {tiles_y * tiles_x}, ty0 = (r / {tiles_x}) * {ty} - {ph}, tx0 = (r % {tiles_x}) * {TX} - {pw};
+    for (int q = tid; q < {hy * hx} * (hi - lo); q += {threads}) {{
+      const int c8 = lo + q % (hi - lo), p = q / (hi - lo), iy = ty0 + p / {hx}, ix = tx0 + p % {hx};
+      const bool ok = iy >= 0 && iy < {h} && ix >= 0 && ix < {wd};
+      tc_cp16(sm + {w_bytes} + b * {halo} + ((c8 * {hy}) * {hx} + p) * 16, xt + (ok ? {x_at} + c8 * 8 : 0), ok);
+    }}
+  }};
+  int t = blockIdx.x;{bias_pre}{prologue}
+  for (int it = 0; t < {tiles}; ++it, t += gridDim.x) {{{products}
+    // acc[4j + 2hf + e]: output channel oc0 + 16 warp + lane / 4 + 8 hf, pixel row j, column 2 (lane % 4) + e
+    const {ityp} nb = t / {tiles_y * tiles_x};
+    const int r = t % {tiles_y * tiles_x};
+    #pragma unroll
+    for (int j = 0; j < {ty}; ++j) {{
+      const {ityp} oh = (r / {tiles_x}) * {ty} + j;
+      #pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {{
+        const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
+        unsigned short sv[2];
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {{  // (outside the image too: the epilogue reads no tensor, and lanes pair up)
+          const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + e;
+          float v = acc[j * 4 + hf * 2 + e];
+{epilogue}
+        }}{store}
+      }}
+    }}
+  }}
+}}
+"""
+    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]
+
+
+def _direct_loop(*, c, cb, halo, hx, hy, kh, kw, nbuf, npx, tiles, w_bytes):
+    """The products of a tile over every tap (one warpgroup MMA a tap, B read from the halo at its offset) and the loop
+    over tiles with one or two halo buffers."""
     def mma(lo: int, hi: int, b: str) -> str:
         """Every tap's products over the halo's channel steps lo..hi (16 channels each) of buffer b."""
         return f"""
@@ -223,50 +277,4 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     tc_commit();""" for i in range(cb))
         products += f"""
     wg_wait<{npx // 2}>(acc);"""
-    src = f"""{PRELUDE}
-{tc_helpers(_OPERANDS[od])}{wgmma_helpers(_OPERANDS[od], {"tc_wgmma": (npx, False, False)}, plain_desc=True)}
-{signature(threads, 1)} {{
-  extern __shared__ __align__(1024) unsigned char sm[];
-  const unsigned short* __restrict__ xt = reinterpret_cast<const unsigned short*>(x);
-  const unsigned short* __restrict__ wt = reinterpret_cast<const unsigned short*>(w);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const unsigned sb = (unsigned)__cvta_generic_to_shared(sm);
-  const {ityp} oc0 = ({ityp})blockIdx.y * {O_TILE};
-{WEIGHTS_BEGIN if weight_early else ""}{weights if weight_early else ""}
-{WEIGHTS_END if weight_early else ""}
-{WAIT}{"" if weight_early else weights}
-  // tile t's halo (its 8-channel chunks lo..hi) into buffer b: [chunk][halo row][halo column] 16 bytes each, zeros
-  // outside the image
-  auto copy_halo = [&](int b, int t, int lo, int hi) {{
-    const {ityp} nb = t / {tiles_y * tiles_x};
-    const int r = t % {tiles_y * tiles_x}, ty0 = (r / {tiles_x}) * {ty} - {ph}, tx0 = (r % {tiles_x}) * {TX} - {pw};
-    for (int q = tid; q < {hy * hx} * (hi - lo); q += {threads}) {{
-      const int c8 = lo + q % (hi - lo), p = q / (hi - lo), iy = ty0 + p / {hx}, ix = tx0 + p % {hx};
-      const bool ok = iy >= 0 && iy < {h} && ix >= 0 && ix < {wd};
-      tc_cp16(sm + {w_bytes} + b * {halo} + ((c8 * {hy}) * {hx} + p) * 16, xt + (ok ? {x_at} + c8 * 8 : 0), ok);
-    }}
-  }};
-  int t = blockIdx.x;{bias_pre}{prologue}
-  for (int it = 0; t < {tiles}; ++it, t += gridDim.x) {{{products}
-    // acc[4j + 2hf + e]: output channel oc0 + 16 warp + lane / 4 + 8 hf, pixel row j, column 2 (lane % 4) + e
-    const {ityp} nb = t / {tiles_y * tiles_x};
-    const int r = t % {tiles_y * tiles_x};
-    #pragma unroll
-    for (int j = 0; j < {ty}; ++j) {{
-      const {ityp} oh = (r / {tiles_x}) * {ty} + j;
-      #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {{
-        const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
-        unsigned short sv[2];
-        #pragma unroll
-        for (int e = 0; e < 2; ++e) {{  // (outside the image too: the epilogue reads no tensor, and lanes pair up)
-          const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + e;
-          float v = acc[j * 4 + hf * 2 + e];
-{epilogue}
-        }}{store}
-      }}
-    }}
-  }}
-}}
-"""
-    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]
+    return products, prologue

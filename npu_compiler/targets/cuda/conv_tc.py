@@ -40,7 +40,7 @@ import math
 
 from ...dtypes import itemsize
 from ...expr import nodes as X
-from ...kernels import Conv2dKernel
+from ...kernels import Conv2dKernel, Conv2dPlan, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine, ptrs_of
 from . import conv_window
@@ -50,6 +50,7 @@ from .common import (
     WEIGHTS_BEGIN,
     WEIGHTS_END,
     load_expr,
+    mma_sync_ok,
     round_expr,
     storage,
     store_expr,
@@ -58,7 +59,6 @@ from .common import (
     wgmma_helpers,
 )
 
-MIN_ARCH = 80  # mma.sync with bf16 operands, ldmatrix, cp.async
 BK = 32  # K per stage where a tile is read element by element
 # K per stage where both tiles are 16-byte copies: fewer barriers per K (on the H100, ResNet-50's 3x3 convs at batch 64
 # went from 112 to 94 us against BK; the element-by-element stem from 326 to 412 us, so it keeps BK)
@@ -68,22 +68,18 @@ _PAD = 8  # halves of padding per shared-memory row: ldmatrix's eight rows fall 
 _OPERANDS = {"float16": "f16", "bfloat16": "bf16"}
 # (BM pixels, BN output channels, warp tile rows, warp tile columns), largest first
 _CONFIGS = ((128, 128, 64, 32), (64, 128, 32, 32), (128, 64, 32, 32), (64, 64, 32, 32))
-SMS = 132  # a large GPU's SM count: the pixel tile is the largest that still gives every SM a block
 MAX_SPLITS = 16
-# Hopper: a split conv's blocks form one thread-block cluster (at most 8 blocks, the portable size) and sum their
-# parts through distributed shared memory, in one launch; elsewhere the parts go through a float32 scratch and a
-# second launch sums them
-CLUSTER_ARCH = 90
-MAX_CLUSTER = 8
+# Where the device has thread-block clusters (Hopper and later), a split conv's blocks form one cluster (at most its
+# portable size, `cluster_blocks`) and sum their parts through distributed shared memory, in one launch; elsewhere
+# the parts go through a float32 scratch and a second launch sums them
 # floats of padding per row of a part tile in shared memory: the four rows of a half-warp's float2 stores then
 # share half their banks pairwise instead of all of them (8 would separate them fully; not measured)
 _RED_PAD = 4
 MIN_SPLIT_K = 256  # a K split's length at least: shorter ones are mostly the pipeline's start and end
-# Hopper: an unsplit conv whose both tiles are 16-byte copies multiplies on the warpgroup MMA (`wgmma`), which reads
-# both tiles from shared memory itself: with `mma.sync` every warp loads its fragments through `ldmatrix`, and at
-# ResNet-50's shapes the shared-memory pipe and the tensor pipe were both half busy (ncu: the 3x3 convs at 26-40% of
-# the tensor pipe)
-WGMMA_ARCH = 90  # sm_90a only: later architectures have other MMA instructions
+# Hopper (a device with `warpgroup_mma`, sm_90a only: later architectures have other MMA instructions): an unsplit
+# conv whose both tiles are 16-byte copies multiplies on the warpgroup MMA (`wgmma`), which reads both tiles from
+# shared memory itself: with `mma.sync` every warp loads its fragments through `ldmatrix`, and at ResNet-50's shapes
+# the shared-memory pipe and the tensor pipe were both half busy (ncu: the 3x3 convs at 26-40% of the tensor pipe)
 MAX_GRID_Y = 65535
 # A conv with a side conv keeps the side's rounded results in shared memory after its stages (each thread its own
 # words, no barrier): beside the accumulators in registers they spilled (224-252 bytes on the warpgroup MMA), and
@@ -124,19 +120,20 @@ def _geometry(x_shape, w_shape, out_shape) -> tuple[int, int, int]:
     return n * ho * wo, o, kh * kw * c
 
 
-def tile_for(p: int, o: int, wide: bool = False) -> tuple[int, int, int, int]:
-    """The block tile: 128 output channels where there are that many, 128 pixels where that still gives every SM a
-    block, or with `wide` (`wide_tiles`) half of them: the warpgroup MMA does a 128-pixel tile in about half the
-    time of mma.sync's 64-pixel one (ResNet-50's last convs at batch 64, 100 blocks: the 3x3 88 -> 55 us, the
-    1x1 reductions 47 -> 26 us, unsplit). Measured on the H100
-    (ResNet-50 at batch 64, 4.02 ms with these, before the warpgroup MMA): the 64-pixel tile for every conv with
-    K <= 128 (more blocks for the convs that are mostly loads and epilogue) 4.09 ms; 64 x 64 warp tiles in the
-    128 x 128 tile (222 registers, two blocks an SM) with BK 32 4.50 ms."""
+def tile_for(p: int, o: int, dev, wide: bool = False) -> tuple[int, int, int, int]:
+    """The block tile: 128 output channels where there are that many, 128 pixels where that still gives every SM of the
+    device (a DeviceProfile) a block, or with `wide` (`wide_tiles`) half of them: the warpgroup MMA does a 128-pixel
+    tile in about half the time of mma.sync's 64-pixel one (ResNet-50's last convs at batch 64, 100 blocks: the 3x3 88
+    -> 55 us, the 1x1 reductions 47 -> 26 us, unsplit). Measured on the H100 (ResNet-50 at batch 64, 4.02 ms with these,
+    before the warpgroup MMA): the 64-pixel tile for every conv with K <= 128 (more blocks for the convs that are mostly
+    loads and epilogue) 4.09 ms; 64 x 64 warp tiles in the 128 x 128 tile (222 registers, two blocks an SM) with BK 32
+    4.50 ms."""
     bn = 128 if o >= 128 else 64
     cfgs = [c for c in _CONFIGS if c[1] == bn]
     big, small = cfgs
     blocks = -(-p // big[0]) * -(-o // bn)
-    return big if blocks >= SMS or (wide and 2 * blocks >= SMS) else small
+    sms = dev.multiprocessors
+    return big if blocks >= sms or (wide and 2 * blocks >= sms) else small
 
 
 # Hopper: 192 pixels x 128 channels, three warpgroups (a block an SM), for a conv on the warpgroup MMA where
@@ -144,7 +141,7 @@ def tile_for(p: int, o: int, wide: bool = False) -> tuple[int, int, int, int]:
 TALL_TILE = (192, 128, 64, 32)
 
 
-def tall_tiles(p: int, o: int) -> bool:
+def tall_tiles(p: int, o: int, dev) -> bool:
     """Whether a conv on the warpgroup MMA whose tiles would be 128 x 128 takes TALL_TILE ones: where the SM with the
     most pixels then gets fewer. Two 128-pixel blocks share an SM, so the busiest SM multiplies 128 pixels for each
     block of the grid's rounds over the SMs, and a 192-pixel block has an SM to itself: ResNet-50's third stage at
@@ -153,37 +150,31 @@ def tall_tiles(p: int, o: int) -> bool:
     reductions 24.5 -> 21.7 us, the program 2.467 -> 2.429 ms; with 4 stages instead of 3, 2.438 ms."""
     if o < 128:
         return False
-    rounds = [-(-(-(-p // bm) * -(-o // 128)) // SMS) for bm in (128, 192)]
+    rounds = [-(-(-(-p // bm) * -(-o // 128)) // dev.multiprocessors) for bm in (128, 192)]
     return rounds[1] * 192 < rounds[0] * 128
 
 
-def wide_tiles(arch: int, channels: int) -> bool:
-    """Whether a conv of `channels` input channels takes 128-pixel tiles for half the SMs already: on Hopper, where
-    its tiles can be 16-byte copies (channels-last, a multiple of 8 channels) for the warpgroup MMA."""
-    return arch == WGMMA_ARCH and channels % 8 == 0
+def wide_tiles(dev, channels: int) -> bool:
+    """Whether a conv of `channels` input channels takes 128-pixel tiles for half the SMs already: on Hopper (the
+    warpgroup MMA), where its tiles can be 16-byte copies (channels-last, a multiple of 8 channels)."""
+    return dev.warpgroup_mma and channels % 8 == 0
 
 
-def smem_bytes(p: int, o: int, bk: int, cluster: bool = False, wide: bool = False, stages: int = STAGES) -> int:
+def smem_bytes(p: int, o: int, bk: int, dev, cluster: bool = False, wide: bool = False, stages: int = STAGES) -> int:
     """The dynamic shared memory of a block: the stages, and for a cluster's split the float32 part tile that
     reuses them."""
-    bm, bn, _, _ = tile_for(p, o, wide)
+    bm, bn, _, _ = tile_for(p, o, dev, wide)
     tiles = (bm + bn) * (bk + _PAD) * 2 * stages
     return max(tiles, bm * (bn + _RED_PAD) * 4) if cluster else tiles
 
 
-def in_cluster(splits: int, arch: int) -> bool:
+def in_cluster(splits: int, dev) -> bool:
     """Whether a conv split `splits` ways sums its parts inside a thread-block cluster (one launch)."""
-    return arch >= CLUSTER_ARCH and 1 < splits <= MAX_CLUSTER
+    return 1 < splits <= dev.cluster_blocks
 
 
-# the dynamic shared memory a block may opt into, by compute capability (CUDA programming guide, "Features and
-# Technical Specifications"); an architecture not listed gets the smallest of Ampere and later
-MAX_SMEM = {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024, 100: 227 * 1024}
-MIN_MAX_SMEM = 99 * 1024  # sm_86, sm_89, sm_120
-
-
-def one_wave_stages(bm: int, bn: int, bk: int, arch: int) -> int:
-    """The stages of a conv on the warpgroup MMA whose grid is one partial wave (at most SMS blocks): the fewest,
+def one_wave_stages(bm: int, bn: int, bk: int, dev) -> int:
+    """The stages of a conv on the warpgroup MMA whose grid is one partial wave (at most a block an SM): the fewest,
     no fewer than STAGES, that hold more than half of an SM's shared memory, so that no SM takes two of its blocks.
     Such a conv launches once every block of the kernel before it has started (programmatic dependent launch), and
     its blocks went where that kernel's blocks finished first, two to an SM, other SMs idle: ResNet-50 at batch 64 on
@@ -191,96 +182,105 @@ def one_wave_stages(bm: int, bn: int, bk: int, arch: int) -> int:
     interleaved rounds; 6 stages 2.484), while the per-kernel profile, which launches each kernel on an idle GPU,
     timed those convs the same."""
     stage = (bm + bn) * bk * 2
-    return max(STAGES, MAX_SMEM.get(arch, MIN_MAX_SMEM) // 2 // stage + 1)
+    return max(STAGES, dev.shared_memory_per_block_optin // 2 // stage + 1)
 
 
-def k_step(p: int, o: int, copies: bool, arch: int, wide: bool = False) -> int:
+def k_step(p: int, o: int, copies: bool, dev, wide: bool = False) -> int:
     """K per stage: BK_COPIES where both tiles are 16-byte copies and the stages fit the GPU's shared memory."""
-    if copies and smem_bytes(p, o, BK_COPIES, wide=wide) <= MAX_SMEM.get(arch, MIN_MAX_SMEM):
+    if copies and smem_bytes(p, o, BK_COPIES, dev, wide=wide) <= dev.shared_memory_per_block_optin:
         return BK_COPIES
     return BK
 
 
-def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape, out_shape,
-                     arch: int = 90) -> bool:
+def conv_tc_shape_ok(dtypes: tuple[str, str, str], groups: int, x_shape, w_shape, out_shape, dev) -> bool:
     """Whether a conv of these dtypes and shapes runs on tensor cores: one 16-bit operand dtype for the input, the
     weight and the output, one group, and a grid that fits."""
-    if arch < MIN_ARCH or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS or groups != 1:
+    if not mma_sync_ok(dev) or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS or groups != 1:
         return False
     if len(x_shape) != 4 or len(w_shape) != 4 or len(out_shape) != 4:
         return False
     p, o, k = _geometry(x_shape, w_shape, out_shape)
     if min(p, o, k) < 1:
         return False
-    bm, _, _, _ = tile_for(p, o)
+    bm, _, _, _ = tile_for(p, o, dev)
     return -(-p // bm) <= MAX_GRID_Y
 
 
-def uses_wgmma(p: int, o: int, splits: int, copies: bool, arch: int) -> bool:
+def uses_wgmma(p: int, o: int, splits: int, copies: bool, dev) -> bool:
     """Whether a conv multiplies on the warpgroup MMA: Hopper, unsplit, both tiles 16-byte copies, 128-pixel tiles
     (a warpgroup's 64 rows each)."""
-    wide = arch == WGMMA_ARCH
-    return (wide and splits == 1 and copies and tile_for(p, o, wide)[0] == 128
-            and k_step(p, o, copies, arch, wide) == 64)
+    wide = dev.warpgroup_mma
+    return (wide and splits == 1 and copies and tile_for(p, o, dev, wide)[0] == 128
+            and k_step(p, o, copies, dev, wide) == 64)
 
 
-def splits_for(p: int, o: int, k: int, arch: int = 90, wide: bool = False) -> int:
+def splits_for(p: int, o: int, k: int, dev, wide: bool = False) -> int:
     """Across how many blocks the K of a conv is split: where its tiles are too few to give every SM a block (one
     image's deep layers: ResNet-50's last 3x3 convs have 8 tiles and a K of 4,608), enough splits for about two
     blocks an SM, each at least MIN_SPLIT_K long; on Hopper no more than a cluster holds."""
-    bm, bn, _, _ = tile_for(p, o, wide)
+    bm, bn, _, _ = tile_for(p, o, dev, wide)
     blocks = -(-p // bm) * -(-o // bn)
-    if blocks >= SMS or (wide and bm == 128):
+    sms = dev.multiprocessors
+    if blocks >= sms or (wide and bm == 128):
         return 1
-    most = MAX_CLUSTER if arch >= CLUSTER_ARCH else MAX_SPLITS
-    return max(1, min(most, -(-2 * SMS // blocks), k // MIN_SPLIT_K))
+    most = dev.cluster_blocks or MAX_SPLITS
+    return max(1, min(most, -(-2 * sms // blocks), k // MIN_SPLIT_K))
 
 
-def convs_on_tensor_cores(convs: list[tuple], arch: int) -> list[int]:
-    """For each conv (dtypes, groups, input, weight and output shapes): 0 where it stays off this kernel, else its
-    K splits. A program's convs go to it (and its activations channels-last) where those it can run hold at least
+def convs_on_tensor_cores(convs: list[tuple], dev) -> list[bool]:
+    """For each conv (dtypes, groups, input, weight and output shapes): whether it runs on this kernel. A program's
+    convs go to it (and its activations channels-last) where those it can run hold at least
     half of the program's conv FLOPs: a network of grouped or depthwise convs keeps its layout. Measured on the H100
     (ResNet-50 fp16, bench_cnn.py): batch 1 0.658 ms on cuBLAS against 0.463 ms here with split K; batch 64 8.17
     against 4.1 ms."""
     total = eligible = 0
-    plan = []
+    on = []
     for c in convs:
         p, o, _ = _geometry(*c[2:])
         k = math.prod(c[3][1:])  # the K of one group (a grouped conv's FLOPs count its groups' K only)
         total += p * o * k
-        if not conv_tc_shape_ok(*c, arch=arch):
-            plan.append(0)
-            continue
-        eligible += p * o * k
-        plan.append(splits_for(p, o, k, arch, wide_tiles(arch, c[2][1])))
-    return plan if eligible > 0 and 2 * eligible >= total else [0] * len(convs)
+        on.append(conv_tc_shape_ok(*c, dev))
+        eligible += p * o * k if on[-1] else 0
+    return on if eligible > 0 and 2 * eligible >= total else [False] * len(convs)
 
 
-def applies(k: KernelCall, program: CompiledProgram, arch: int = 90) -> bool:
+def plan_conv(k: KernelCall, program_buffers, dev) -> Conv2dPlan:
+    """A conv record's plan on this kernel: its K split across blocks where its tiles are too few for the device
+    (`splits_for`)."""
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    dts = tuple(program_buffers[r.buffer].dtype for r in (x, w, out))
+    if k.spec.side_stride or not conv_tc_shape_ok(dts, k.spec.groups, x.shape, w.shape, out.shape, dev):
+        return Conv2dPlan()
+    p, o, kk = _geometry(x.shape, w.shape, out.shape)
+    return Conv2dPlan(splits_for(p, o, kk, dev, wide_tiles(dev, x.shape[1])))
+
+
+def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     """A conv2d record this kernel runs (any strides: the loads go through them)."""
     spec = k.spec
     if not isinstance(spec, Conv2dKernel) or len(k.args) < spec.first_epilogue_arg:
         return False
-    if len(k.outs) != 1 + (spec.splits > 1) or (spec.splits > 1 and spec.groups != 1):
+    splits = plan_of(k).splits
+    if len(k.outs) != 1 or len(k.scratch) != (splits > 1) or (splits > 1 and spec.groups != 1):
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     dts = tuple(program.dtype_of(r) for r in (x, w, out))
-    if spec.side_stride and not side_fits(k, program.buffers, arch):
+    if spec.side_stride and not side_fits(k, program.buffers, dev):
         return False  # (the direct kernel runs any side conv)
-    return conv_tc_shape_ok(dts, spec.groups, x.shape, w.shape, out.shape, arch)
+    return conv_tc_shape_ok(dts, spec.groups, x.shape, w.shape, out.shape, dev)
 
 
-def side_fits(k: KernelCall, buffers, arch: int) -> bool:
+def side_fits(k: KernelCall, buffers, dev) -> bool:
     """Whether a conv2d record with a side conv runs here on every GPU this kernel runs on: one operand dtype, both
     inputs channels-last and both weights [O, kh, kw, C] in 16-byte runs (so no tile is read element by element or
     through a window), unsplit, and both K a multiple of BK_COPIES (no K step mixes the two)."""
     spec = k.spec
-    if not isinstance(spec, Conv2dKernel) or not spec.side_stride or spec.splits != 1:
+    if not isinstance(spec, Conv2dKernel) or not spec.side_stride or plan_of(k).splits != 1:
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     x2, w2 = k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]
     dts = tuple(buffers[r.buffer].dtype for r in (x, w, out, x2, w2))
-    if len(set(dts)) != 1 or not conv_tc_shape_ok(dts[:3], spec.groups, x.shape, w.shape, out.shape, arch):
+    if len(set(dts)) != 1 or not conv_tc_shape_ok(dts[:3], spec.groups, x.shape, w.shape, out.shape, dev):
         return False
     k_total = _geometry(x.shape, w.shape, out.shape)[2]
     return (all(pixels_vectorizable(r) for r in (x, x2)) and all(weight_vectorizable(r) for r in (w, w2))
@@ -379,7 +379,7 @@ def _weight_prefetch(w: TensorRef, bn: int, bk: int, per_split: int, o_total: in
 
 
 def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
-              names: list[str], arch: int = 90) -> list[tuple[str, Launch]]:
+              names: list[str], dev) -> list[tuple[str, Launch]]:
     """The kernel's source and launch, and for a K split across blocks outside a cluster the launch that sums the
     splits and applies the epilogue. `signature(threads, min_blocks, cluster_z)` gives the declaration;
     `render_epilogue` and `names` render the record's epilogue as the other library kernels do."""
@@ -392,32 +392,32 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     ph, pw = spec.padding
     dh, dw = spec.dilation
     p_total, o_total, k_total = _geometry(x.shape, w.shape, out.shape)
-    wide = wide_tiles(arch, c)
+    wide = wide_tiles(dev, c)
     side = bool(spec.side_stride)  # (side_fits: unsplit, both tiles 16-byte copies, K2 a multiple of bk)
-    bm, bn, wm_, wn_ = tile_for(p_total, o_total, wide)
+    bm, bn, wm_, wn_ = tile_for(p_total, o_total, dev, wide)
     od = program.dtype_of(out)
     xs, ws, os_ = x.strides, w.strides, out.strides
     vec_a, vec_b = pixels_vectorizable(x), weight_vectorizable(w)
-    bk = k_step(p_total, o_total, vec_a and vec_b, arch, wide)
-    splits = spec.splits
-    cluster = in_cluster(splits, arch)
+    bk = k_step(p_total, o_total, vec_a and vec_b, dev, wide)
+    splits = plan_of(k).splits
+    cluster = in_cluster(splits, dev)
     x2, w2 = (k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]) if side else (x, w)
     k2 = x2.shape[1] if side else 0
-    wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, arch)
-    if wgmma and not side and tall_tiles(p_total, o_total):
+    wgmma = uses_wgmma(p_total, o_total, splits, vec_a and vec_b, dev)
+    if wgmma and not side and tall_tiles(p_total, o_total, dev):
         bm, bn, wm_, wn_ = TALL_TILE
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
     o_tiles = -(-o_total // bn)
-    one_wave = wgmma and not side and -(-p_total // bm) * o_tiles <= SMS
-    stages = SIDE_STAGES if side else one_wave_stages(bm, bn, bk, arch) if one_wave else STAGES
-    smem = smem_bytes(p_total, o_total, bk, cluster, wide, stages)
+    one_wave = wgmma and not side and -(-p_total // bm) * o_tiles <= dev.multiprocessors
+    stages = SIDE_STAGES if side else one_wave_stages(bm, bn, bk, dev) if one_wave else STAGES
+    smem = smem_bytes(p_total, o_total, bk, dev, cluster, wide, stages)
     cpr = bk // 8  # 16-byte copies per tile row
     # pixels read element by element: through a shared-memory window where it fits (conv_window.py)
-    grid_blocks = max(1, SMS * conv_window.GRID_BLOCKS // o_tiles)
+    grid_blocks = max(1, dev.multiprocessors * conv_window.GRID_BLOCKS // o_tiles)
     win = None if vec_a or splits > 1 else conv_window.plan(x, w.shape, out.shape, spec.stride, spec.padding,
                                                              spec.dilation, bm, bn, bk,
-                                                             MAX_SMEM.get(arch, MIN_MAX_SMEM), grid_blocks)
+                                                             dev.shared_memory_per_block_optin, grid_blocks)
     if wgmma:
         # two warpgroups, each the m64 x BN product of its 64 rows: a warp holds 16 rows of all BN columns (the
         # accumulators in the m16n8 fragment order, BN / 8 groups). The tiles in shared memory are the MMA's
@@ -446,6 +446,55 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 
         def at(row: str, ch: str) -> str:
             return f"({row}) * {row_h} + ({ch}) * 8"
+    a_stage, b_stage, mi_n, mma_steps, ni_n, side_first, side_word, smem = _mma_parts(bm=bm, bn=bn, k2=k2, row_h=row_h,
+        side=side, smem=smem, threads=threads, wm_=wm_, wn_=wn_)
+
+    a_load, a_setup, b_load = _tile_loaders(a_stage=a_stage, at=at, b_stage=b_stage, bk=bk, bm=bm, bn=bn, c=c,
+        chunk=chunk, dh=dh, dw=dw, h=h, ho=ho, ityp=ityp, k2=k2, k_total=k_total, kw=kw, o_total=o_total,
+        p_total=p_total, ph=ph, pw=pw, row_h=row_h, row_of=row_of, sh=sh, side=side, side_first=side_first, spec=spec,
+        stages=stages, sw=sw, threads=threads, vec_a=vec_a, vec_b=vec_b, w=w, w2=w2, wd=wd, wo=wo, ws=ws, x=x, x2=x2,
+        xs=xs)
+
+    (as_bits, bias_load, epilogue_lines, kt_side, kt_total, one_output, per_split, prefetch, quad, store,
+     w_prefetch) = _epilogue_prep(
+        bk=bk, bm=bm, bn=bn, ho=ho, ityp=ityp, k=k, k2=k2, k_total=k_total, names=names, ni_n=ni_n, o_total=o_total,
+        od=od, os_=os_, out=out, program=program, render_epilogue=render_epilogue, side=side, spec=spec, splits=splits,
+        threads=threads, vec_b=vec_b, w=w, wo=wo)
+    if cluster:
+        epilogue_src = _cluster_epilogue(bm=bm, bn=bn, ityp=ityp, mi_n=mi_n, ni_n=ni_n, o_total=o_total,
+            one_output=one_output, p_total=p_total, splits=splits, threads=threads, wm_=wm_, wn_=wn_)
+    elif splits > 1:
+        epilogue_src = _scratch_epilogue(mi_n=mi_n, ni_n=ni_n, o_total=o_total, p_total=p_total, wm_=wm_, wn_=wn_)
+    else:
+        epilogue_src = _tile_epilogue(as_bits=as_bits, bias_load=bias_load, epilogue_lines=epilogue_lines, ho=ho,
+            ityp=ityp, k=k, mi_n=mi_n, names=names, ni_n=ni_n, o_total=o_total, od=od, os_=os_, out=out,
+            p_total=p_total, program=program, quad=quad, side=side, side_word=side_word, spec=spec, store=store,
+            win=win, wm_=wm_, wn_=wn_, wo=wo)
+
+    ptrs = ptrs_of(k)
+    if win is not None:  # its own kernel around the same products and epilogue
+        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
+        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
+                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
+                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
+                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
+                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
+        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
+    src = _main_source(a_load=a_load, a_setup=a_setup, a_stage=a_stage, as_bits=as_bits, b_load=b_load, b_stage=b_stage,
+        bk=bk, bm=bm, bn=bn, cluster=cluster, epilogue_src=epilogue_src, ityp=ityp, k=k, k2=k2, kt_side=kt_side,
+        kt_total=kt_total, mi_n=mi_n, mma_steps=mma_steps, ni_n=ni_n, o_total=o_total, od=od, per_split=per_split,
+        prefetch=prefetch, program=program, row_h=row_h, side=side, side_word=side_word, signature=signature, spec=spec,
+        splits=splits, stages=stages, threads=threads, vec_b=vec_b, w=w, w2=w2, w_prefetch=w_prefetch, warps_n=warps_n,
+        wgmma=wgmma, wn_=wn_)
+    main = (src, Launch((o_tiles, -(-p_total // bm), splits), threads, ptrs, smem))
+    if splits == 1 or cluster:
+        return [main]
+    return _split_sum(dev=dev, ityp=ityp, main=main, o_total=o_total, one_output=one_output, p_total=p_total, ptrs=ptrs,
+        signature=signature, splits=splits)
+
+
+def _mma_parts(*, bm, bn, k2, row_h, side, smem, threads, wm_, wn_):
+    """The warp's products over the staged tiles, the side conv's loader order and the corner guards."""
     mi_n, ni_n = wm_ // 16, wn_ // 8
     a_stage, b_stage = bm * row_h, bn * row_h
 
@@ -482,7 +531,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         #pragma unroll
         for (int j = 0; j < {ni_n}; ++j) tc_mma(acc[i][j], af[i], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
     }}"""
+    return a_stage, b_stage, mi_n, mma_steps, ni_n, side_first, side_word, smem
 
+
+def _tile_loaders(*, a_stage, at, b_stage, bk, bm, bn, c, chunk, dh, dw, h, ho, ityp, k2, k_total, kw, o_total, p_total,
+    ph, pw, row_h, row_of, sh, side, side_first, spec, stages, sw, threads, vec_a, vec_b, w, w2, wd, wo, ws, x, x2, xs):
+    """The loaders of the pixel tile (A) and the weight tile (B): 16-byte copies, a window, or element by element."""
     def corners(first_row: str, comment: str) -> str:
         """This thread's pixels (rows `first_row` of every input tile, an expression of i < per) and their
         windows' corners, found once."""
@@ -587,7 +641,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
              : (unsigned short)0;
     }}
   }};"""
+    return a_load, a_setup, b_load
 
+
+def _epilogue_prep(*, bk, bm, bn, ho, ityp, k, k2, k_total, names, ni_n, o_total, od, os_, out, program,
+    render_epilogue, side, spec, splits, threads, vec_b, w, wo):
+    """What the epilogues share: prefetches, the output's address, the bias, the stores of two channels."""
     prefetch = _residual_prefetch(k, program, names, ityp, bm, bn, threads, (ho, wo)) if splits == 1 else ""
     kt_side = k2 // bk
     kt_total = kt_side + -(-k_total // bk)
@@ -643,13 +702,19 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {epilogue}
     }}
     out0[{o_at}] = sv[0];"""
-    if cluster:
-        # each split's part of the tile goes to its own shared memory (the stages, done with); after the cluster's
-        # barrier every block sums a share of the tile's outputs over the parts of all splits, in split order (the
-        # sum of the scratch path, to the bit), and stores them; the second barrier keeps every block's shared
-        # memory alive until the others have read it
-        rw = bn + _RED_PAD
-        epilogue_src = f"""
+    return (as_bits, bias_load, epilogue_lines, kt_side, kt_total, one_output, per_split, prefetch, quad, store,
+            w_prefetch)
+
+
+def _cluster_epilogue(*, bm, bn, ityp, mi_n, ni_n, o_total, one_output, p_total, splits, threads, wm_, wn_):
+    """A cluster's split: each block's part in its shared memory, the tile summed over the cluster's blocks in split
+    order."""
+    # each split's part of the tile goes to its own shared memory (the stages, done with); after the cluster's
+    # barrier every block sums a share of the tile's outputs over the parts of all splits, in split order (the
+    # sum of the scratch path, to the bit), and stores them; the second barrier keeps every block's shared
+    # memory alive until the others have read it
+    rw = bn + _RED_PAD
+    epilogue_src = f"""
   tc_wait<0>();
   __syncthreads();  // every warp is done with the stages: they hold this split's part now
   float* part = reinterpret_cast<float*>(smem);
@@ -677,14 +742,18 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {one_output}
   }}
   tc_cluster_sync();"""
-    elif splits > 1:
-        # this split's part of every output, in float32, to the scratch ([split][pixel][channel]); the second launch
-        # sums the parts in split order (the same result on every run) and applies bias and epilogue
-        two = o_total % 2 == 0
-        write = ("*reinterpret_cast<float2*>(part + at) = make_float2(acc[i][j][hf * 2], acc[i][j][hf * 2 + 1]);"
-                 if two else
-                 f"part[at] = acc[i][j][hf * 2]; if (co0 + 1 < {o_total}) part[at + 1] = acc[i][j][hf * 2 + 1];")
-        epilogue_src = f"""
+    return epilogue_src
+
+
+def _scratch_epilogue(*, mi_n, ni_n, o_total, p_total, wm_, wn_):
+    """A split's parts written to the float32 scratch (the second launch sums them)."""
+    # this split's part of every output, in float32, to the scratch ([split][pixel][channel]); the second launch
+    # sums the parts in split order (the same result on every run) and applies bias and epilogue
+    two = o_total % 2 == 0
+    write = ("*reinterpret_cast<float2*>(part + at) = make_float2(acc[i][j][hf * 2], acc[i][j][hf * 2 + 1]);"
+             if two else
+             f"part[at] = acc[i][j][hf * 2]; if (co0 + 1 < {o_total}) part[at + 1] = acc[i][j][hf * 2 + 1];")
+    epilogue_src = f"""
   tc_wait<0>();
   float* part = out1 + (long long)blockIdx.z * {p_total * o_total};
   #pragma unroll
@@ -701,33 +770,38 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
         {write}
       }}
     }}"""
-    else:
-        # the columns 32 at a time (the warpgroup MMA's 128: its outputs, residual and bias at once would spill)
-        jc_n = min(ni_n, 4)
-        # a row group's outputs first, then their stores: in one pass a residual's load came after the store before
-        # it (the output pointer may alias it as far as the compiler knows), so the loads went one at a time; the
-        # bias of the thread's channels loaded once, not again for every row. With the quad's exchanges below,
-        # ResNet-50 at batch 64 on the H100: 3.92 -> 3.53 ms (its 1x1 expansions with a residual 165 -> 117 us)
-        def rows_of(guarded: bool, step: int) -> str:
-            """The loops over the thread's two rows of the row group `i` (`p` its pixel, `nb`, `oh`, `ow`; a row past
+    return epilogue_src
+
+
+def _tile_epilogue(*, as_bits, bias_load, epilogue_lines, ho, ityp, k, mi_n, names, ni_n, o_total, od, os_, out,
+    p_total, program, quad, side, side_word, spec, store, win, wm_, wn_, wo):
+    """The epilogue of an unsplit tile: bias, the record's epilogue, stores of 2 or 4 neighbouring channels a lane."""
+    # the columns 32 at a time (the warpgroup MMA's 128: its outputs, residual and bias at once would spill)
+    jc_n = min(ni_n, 4)
+    # a row group's outputs first, then their stores: in one pass a residual's load came after the store before
+    # it (the output pointer may alias it as far as the compiler knows), so the loads went one at a time; the
+    # bias of the thread's channels loaded once, not again for every row. With the quad's exchanges below,
+    # ResNet-50 at batch 64 on the H100: 3.92 -> 3.53 ms (its 1x1 expansions with a residual 165 -> 117 us)
+    def rows_of(guarded: bool, step: int) -> str:
+        """The loops over the thread's two rows of the row group `i` (`p` its pixel, `nb`, `oh`, `ow`; a row past
             the pixels skipped where `guarded`) and over the column groups `j` of the chunk `jc`, `step` at a time."""
-            skip = f"\n      if (p >= {p_total}) continue;" if guarded else ""
-            return f"""    #pragma unroll
+        skip = f"\n      if (p >= {p_total}) continue;" if guarded else ""
+        return f"""    #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {{
       const {ityp} p = p0 + wm * {wm_} + i * 16 + (lane >> 2) + hf * 8;{skip}
       const {ityp} ow = p % {wo}, oh = (p / {wo}) % {ho}, nb = p / {wo * ho};
       #pragma unroll
       for (int j = jc; j < jc + {jc_n}; {"++j" if step == 1 else f"j += {step}"}) {{"""
 
-        if quad:
-            # two column groups' outputs (16 channels of a row, 2 in each of a quad's lanes, a group 8 channels
-            # apart) exchanged in the quad so that each lane stores 4 neighbouring channels: a row's 32 bytes in
-            # one store of the quad, where a 4-byte store a lane filled half of each 32-byte sector (the shuffles
-            # come before the row's bounds test: every lane takes part)
-            at4 = affine([("nb", os_[0]), ("co4", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
-            quad_lanes = """
+    if quad:
+        # two column groups' outputs (16 channels of a row, 2 in each of a quad's lanes, a group 8 channels
+        # apart) exchanged in the quad so that each lane stores 4 neighbouring channels: a row's 32 bytes in
+        # one store of the quad, where a 4-byte store a lane filled half of each 32-byte sector (the shuffles
+        # come before the row's bounds test: every lane takes part)
+        at4 = affine([("nb", os_[0]), ("co4", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+        quad_lanes = """
   const int q = lane & 3, s1 = (lane & ~3) | ((2 * q) & 3), s2 = s1 | 1;"""
-            stores = f"""
+        stores = f"""
 {rows_of(False, 2)}
         const unsigned a = (unsigned){as_bits}(res[hf][j][0]) | ((unsigned){as_bits}(res[hf][j][1]) << 16);
         const unsigned b = (unsigned){as_bits}(res[hf][j + 1][0]) | ((unsigned){as_bits}(res[hf][j + 1][1]) << 16);
@@ -738,38 +812,38 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
           *reinterpret_cast<uint2*>(out0 + ({at4})) = q < 2 ? make_uint2(a1, a2) : make_uint2(b1, b2);
       }}
     }}"""
-        else:
-            quad_lanes = ""
-            stores = f"""
+    else:
+        quad_lanes = ""
+        stores = f"""
 {rows_of(True, 1)}
         const {ityp} co0 = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2;
         if (co0 >= {o_total}) continue;
 {store}
       }}
     }}"""
-        # the epilogue's channels-last reads of the output's own elements (a residual) loaded as the stores go:
-        # 4 channels a lane, handed to the lanes that hold them (a 2-byte load a value read half of each sector)
-        ahead = [e for e in dict.fromkeys(X.walk(spec.epilogue)) if _quad_load(e, program, k)] if (
-            quad and spec.epilogue is not None) else []
-        sub = {e: X.Acc(e.dtype, spec.acc_groups + n) for n, e in enumerate(ahead)}
-        main_expr = (X.substitute(spec.epilogue, lambda e: sub.get(e) if isinstance(e, X.Load) else None)
-                     if ahead else spec.epilogue)
-        from_bits = "__ushort_as_half" if od == "float16" else "__ushort_as_bfloat16"
-        side_acc = [load_expr(od, f"{from_bits}((unsigned short)({side_word} >> (16 * e)))")] if side else []
-        main_epilogue = epilogue_lines(main_expr, ["accv", *side_acc] + [f"rv{n}[hf][j][e]" for n in range(len(ahead))],
-                                       "bv[j][e]")
-        loads_ahead = "".join(_quad_load_lines(e, n, names[e.arg]) for n, e in enumerate(ahead))
-        rv_decl = "".join(f"\n    float rv{n}[2][{ni_n}][2];" for n in range(len(ahead)))
-        if loads_ahead:
-            loads_ahead = f"""
+    # the epilogue's channels-last reads of the output's own elements (a residual) loaded as the stores go:
+    # 4 channels a lane, handed to the lanes that hold them (a 2-byte load a value read half of each sector)
+    ahead = [e for e in dict.fromkeys(X.walk(spec.epilogue)) if _quad_load(e, program, k)] if (
+        quad and spec.epilogue is not None) else []
+    sub = {e: X.Acc(e.dtype, spec.acc_groups + n) for n, e in enumerate(ahead)}
+    main_expr = (X.substitute(spec.epilogue, lambda e: sub.get(e) if isinstance(e, X.Load) else None)
+                 if ahead else spec.epilogue)
+    from_bits = "__ushort_as_half" if od == "float16" else "__ushort_as_bfloat16"
+    side_acc = [load_expr(od, f"{from_bits}((unsigned short)({side_word} >> (16 * e)))")] if side else []
+    main_epilogue = epilogue_lines(main_expr, ["accv", *side_acc] + [f"rv{n}[hf][j][e]" for n in range(len(ahead))],
+                                   "bv[j][e]")
+    loads_ahead = "".join(_quad_load_lines(e, n, names[e.arg]) for n, e in enumerate(ahead))
+    rv_decl = "".join(f"\n    float rv{n}[2][{ni_n}][2];" for n in range(len(ahead)))
+    if loads_ahead:
+        loads_ahead = f"""
 {rows_of(False, 2)}
         const {ityp} co4 = n0 + wn * {wn_} + j * 8 + q * 4;
         const bool in = p < {p_total} && co4 < {o_total};{loads_ahead}
       }}
     }}"""
-        bias_lines = ""
-        if spec.bias:
-            bias_lines = f"""
+    bias_lines = ""
+    if spec.bias:
+        bias_lines = f"""
   float bv[{ni_n}][2];
   #pragma unroll
   for (int j = jc; j < jc + {jc_n}; ++j)
@@ -778,9 +852,9 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
       const {ityp} co = n0 + wn * {wn_} + j * 8 + (lane & 3) * 2 + e;
       bv[j][e] = co < {o_total} ? {bias_load} : 0.0f;
     }}"""
-        # a windowed conv's next window copies stay in flight through the epilogue
-        drain = "" if win is not None else "\n  tc_wait<0>();"
-        epilogue_src = f"""{drain}{quad_lanes}
+    # a windowed conv's next window copies stay in flight through the epilogue
+    drain = "" if win is not None else "\n  tc_wait<0>();"
+    epilogue_src = f"""{drain}{quad_lanes}
   #pragma unroll
   for (int jc = 0; jc < {ni_n}; jc += {jc_n}) {{{bias_lines}
   #pragma unroll
@@ -803,16 +877,14 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {stores}
   }}
   }}"""
+    return epilogue_src
 
-    ptrs = ptrs_of(k)
-    if win is not None:  # its own kernel around the same products and epilogue
-        w_affine = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
-        src = _windowed(win, x, (h, ho, wo, sh, ph, kh, dh), (c, wd, kw, sw, pw, dw), signature, threads, bm, bn,
-                        ityp=ityp, p_total=p_total, o_total=o_total, k_total=k_total,
-                        warps_n=warps_n, mi_n=mi_n, ni_n=ni_n, od=od, w_affine=w_affine,
-                        weight_early=program.buffers[w.buffer].kind == "weight", prefetch=prefetch,
-                        mma=mma_steps(win.kp, win.kp + conv_window.PAD), epilogue=epilogue_src)
-        return [(src, Launch((o_tiles, grid_blocks, 1), threads, ptrs, win.smem))]
+
+def _main_source(*, a_load, a_setup, a_stage, as_bits, b_load, b_stage, bk, bm, bn, cluster, epilogue_src, ityp, k, k2,
+    kt_side, kt_total, mi_n, mma_steps, ni_n, o_total, od, per_split, prefetch, program, row_h, side, side_word,
+    signature, spec, splits, stages, threads, vec_b, w, w2, w_prefetch, warps_n, wgmma, wn_):
+    """The kernel's source: its copies into the stages, the main loop over K (mma.sync or the warpgroup MMA), the
+    epilogue."""
     # the weight tiles of the first stages are copied before the wait for the kernel ahead, where the weight is a
     # weight buffer (no kernel writes one: memory_check.check_read_only): one image's convs are latency-bound, and
     # their weights' trip to shared memory then overlaps the kernel before (their first stage commits with A's)
@@ -933,9 +1005,12 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
 {epilogue_src}
 }}
 """
-    main = (src, Launch((o_tiles, -(-p_total // bm), splits), threads, ptrs, smem))
-    if splits == 1 or cluster:
-        return [main]
+    return src
+
+
+def _split_sum(*, dev, ityp, main, o_total, one_output, p_total, ptrs, signature, splits):
+    """The second launch of a K split outside a cluster: each output's sum over its splits' parts in order, then the
+    epilogue."""
     n = p_total * o_total
     block = 256
     reduce_src = f"""{PRELUDE}
@@ -951,7 +1026,7 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
   }}
 }}
 """
-    return [main, (reduce_src, Launch((min(-(-n // block), SMS * 16), 1, 1), block, ptrs))]
+    return [main, (reduce_src, Launch((min(-(-n // block), dev.multiprocessors * 16), 1, 1), block, ptrs))]
 
 
 def acc_zeroed(mi_n: int, ni_n: int, indent: str) -> str:

@@ -38,7 +38,7 @@ before run. Measured on the H100 (Qwen2.5-1.5B decode step, graph replay; with t
 
 from __future__ import annotations
 
-from ...kernels import AttentionKernel
+from ...kernels import AttentionKernel, AttentionPlan, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, pad4
 from .common import (
@@ -73,11 +73,12 @@ def scores_scratch(batch: int, heads: int, q_len: int, kv_len: int, online: bool
 
 def grouped_decode_applies(k: KernelCall, program: CompiledProgram) -> bool:
     p: AttentionKernel = k.spec
-    if not p.splits or len(k.outs) < 2 or p.q_len != 1 or p.v_dim != p.head_dim:
+    pl = plan_of(k)
+    if not pl.splits or len(k.scratch) != 1 or p.q_len != 1 or p.v_dim != p.head_dim:
         return False
-    if p.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len, p.online):
+    if pl.scratch_extra != scores_scratch(p.batch, p.heads, p.q_len, p.kv_len, p.online):
         return False
-    if p.online and p.splits > MAX_ONLINE_SPLITS:
+    if p.online and pl.splits > MAX_ONLINE_SPLITS:
         return False
     d = p.head_dim
     if d % _VEC or d > 32 * _VEC or 32 % (d // _VEC) or p.heads // p.kv_heads > MAX_GROUP:
@@ -103,10 +104,11 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     attention setup of library.py (`_attention_setup`): the valid-length prologue, the loop bound, the dtypes and
     the output map; `signature(block)` the kernel's parameter list."""
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     q, kk, v = k.args[:3]
     mask = k.args[3] if p.mask != "none" else None
     dt = program.dtype_of(q)
-    d, h, hk, splits = p.head_dim, p.heads, p.kv_heads, p.splits
+    d, h, hk, splits = p.head_dim, p.heads, p.kv_heads, pl.splits
     g = h // hk
     lpk = d // _VEC
     kpw = 32 // lpk  # keys per warp at a time
@@ -150,6 +152,55 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
     # the key of load u of this warp in the round from `base`
     key = f"(base + ({ityp})(u * {WARPS} + warp) * {kpw} + sub)"
 
+    early, head, rounds = _load_helpers(a=a, d=d, dup=dup, g=g, hb_terms=hb_terms, hk=hk, ityp=ityp, k=k, key=key,
+        kk=kk, ks=ks, lpk=lpk, p=p, past_end=past_end, program=program, signature=signature, splits=splits, step=step,
+        stride=stride, v=v, vs=vs)
+
+    k_rows, v_rows = ("a1", kk.offset, ks), ("a2", v.offset, vs)
+    stats = head(k_rows, *([v_rows] if p.online else [])) + f"""  float qf[{g}][{_VEC}];
+  #pragma unroll
+  for (int gi = 0; gi < {g}; ++gi) {{
+    const uint4 w = *reinterpret_cast<const uint4*>(a0 + {q.offset} + bi * {qs[0]} + (kvh * {g} + gi) * {qs[1]}
+                                                      + li * {_VEC});
+    {_unpack(dt, 'w', 'qf[gi]')}
+  }}
+  // the scores of key j (its row in w): the group's dot products summed over the key's lanes as a reduce-scatter
+  // (each lane ends with NV of them, heads hb.., instead of all), then rounded as the graph stores them, in s_[]
+  auto scores = [&](const uint4 w, const {ityp} j, float* s_) {{
+    float kf[{_VEC}];
+    {_unpack(dt, 'w', 'kf')}
+    float acc[{G}];
+    #pragma unroll
+    for (int gi = 0; gi < {G}; ++gi) {{
+      float s = 0.0f;
+      #pragma unroll
+      for (int e = 0; gi < {g} && e < {_VEC}; ++e) s = fmaf(qf[gi < {g} ? gi : 0][e], kf[e], s);
+      acc[gi] = s;
+    }}
+{reduce_text}
+    #pragma unroll
+    for (int i = 0; i < {NV}; ++i) {{
+      const {ityp} head = kvh * {g} + min(hb + i, {g - 1});
+      float s = acc[i];
+      s = {round_expr('s', sd)};
+      s = {round_expr(f's * {scale}', sd)};
+{mask_lines}
+      s_[i] = s;
+    }}
+  }};
+"""
+    b = p.batch
+    if p.online:
+        return [(stats + _online_split(p, pl, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
+                                       stride),
+                 Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
+    return _two_pass(NV=NV, PV=PV, b=b, d=d, dt=dt, early=early, g=g, h=h, head=head, hk=hk, ityp=ityp, key=key, ks=ks,
+        lpk=lpk, pd=pd, ptrs=ptrs, rounds=rounds, splits=splits, stats=stats, stride=stride, v_rows=v_rows, vs=vs)
+
+
+def _load_helpers(*, a, d, dup, g, hb_terms, hk, ityp, k, key, kk, ks, lpk, p, past_end, program, signature, splits,
+    step, stride, v, vs):
+    """The rounds of loads of key or value rows and a launch's head (its prologue, split range and query loads)."""
     def rounds(word: str, row: str, row_stride: int, more: str = "") -> str:
         """The split's keys in rounds of UNROLL key groups a warp: the round's loads of `row` into `word[]` first
         (and the lines `more`, more loads of the round), then the body for each key group (key `j`, its row
@@ -201,96 +252,14 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
   const uint4* krow = reinterpret_cast<const uint4*>(a1 + {kk.offset} + bi * {ks[0]} + kvh * {ks[1]} + li * {_VEC});
   const uint4* vrow = reinterpret_cast<const uint4*>(a2 + {v.offset} + bi * {vs[0]} + kvh * {vs[1]} + li * {_VEC});
 """
+    return early, head, rounds
 
-    k_rows, v_rows = ("a1", kk.offset, ks), ("a2", v.offset, vs)
-    stats = head(k_rows, *([v_rows] if p.online else [])) + f"""  float qf[{g}][{_VEC}];
-  #pragma unroll
-  for (int gi = 0; gi < {g}; ++gi) {{
-    const uint4 w = *reinterpret_cast<const uint4*>(a0 + {q.offset} + bi * {qs[0]} + (kvh * {g} + gi) * {qs[1]}
-                                                      + li * {_VEC});
-    {_unpack(dt, 'w', 'qf[gi]')}
-  }}
-  // the scores of key j (its row in w): the group's dot products summed over the key's lanes as a reduce-scatter
-  // (each lane ends with NV of them, heads hb.., instead of all), then rounded as the graph stores them, in s_[]
-  auto scores = [&](const uint4 w, const {ityp} j, float* s_) {{
-    float kf[{_VEC}];
-    {_unpack(dt, 'w', 'kf')}
-    float acc[{G}];
-    #pragma unroll
-    for (int gi = 0; gi < {G}; ++gi) {{
-      float s = 0.0f;
-      #pragma unroll
-      for (int e = 0; gi < {g} && e < {_VEC}; ++e) s = fmaf(qf[gi < {g} ? gi : 0][e], kf[e], s);
-      acc[gi] = s;
-    }}
-{reduce_text}
-    #pragma unroll
-    for (int i = 0; i < {NV}; ++i) {{
-      const {ityp} head = kvh * {g} + min(hb + i, {g - 1});
-      float s = acc[i];
-      s = {round_expr('s', sd)};
-      s = {round_expr(f's * {scale}', sd)};
-{mask_lines}
-      s_[i] = s;
-    }}
-  }};
-"""
-    b = p.batch
-    if p.online:
-        return [(stats + _online_split(p, g, NV, dt, levels, rounds, key, past_end, ks[2] // _VEC, vs[2] // _VEC,
-                                       stride),
-                 Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
-    stats += f"""  float m[{NV}], l[{NV}];
-  #pragma unroll
-  for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
-{rounds("kw", "krow", ks[2] // _VEC)}
-      float s_[{NV}];
-      scores(kw[u], min(j, je - 1), s_);
-      // one exponential a score: the running sum is rescaled only where the max grows (a NaN score turns the sum
-      // into NaN, and so the row, as the graph's softmax does)
-      #pragma unroll
-      for (int i = 0; i < {NV}; ++i) {{
-        if (j >= je || hb + i >= {g}) continue;
-        const float sv = s_[i];
-        if (owner) sc[j * {g} + hb + i] = sv;
-        if (sv > m[i]) {{
-          l[i] = ((m[i] == {NEG_INF_F}) ? 0.0f : l[i] * __expf(m[i] - sv)) + 1.0f;
-          m[i] = sv;
-        }} else if (sv != {NEG_INF_F}) {{
-          l[i] += __expf(sv - m[i]);
-        }}
-      }}
-    }}
-  }}
-  auto merge = [](float& m, float& l, const float m2, const float l2) {{
-    const float mn = npu_max(m, m2);
-    if (mn == {NEG_INF_F}) return;
-    l = ((m == {NEG_INF_F}) ? 0.0f : l * expf(m - mn)) + ((m2 == {NEG_INF_F}) ? 0.0f : l2 * expf(m2 - mn));
-    m = mn;
-  }};
-  // across the keys a warp holds (the lanes of the same heads), then across the warps
-  #pragma unroll
-  for (int i = 0; i < {NV}; ++i)
-    #pragma unroll
-    for (int o = {lpk}; o < 32; o <<= 1)
-      merge(m[i], l[i], __shfl_xor_sync(0xffffffffu, m[i], o), __shfl_xor_sync(0xffffffffu, l[i], o));
-  __shared__ float sm[{WARPS}][{g}], sl[{WARPS}][{g}];
-  if (sub == 0 && owner) {{
-    #pragma unroll
-    for (int i = 0; i < {NV}; ++i)
-      if (hb + i < {g}) {{ sm[warp][hb + i] = m[i]; sl[warp][hb + i] = l[i]; }}
-  }}
-  __syncthreads();
-  if (threadIdx.x < {g}) {{
-    const int gi = threadIdx.x;
-    float mm = sm[0][gi], ll = sl[0][gi];
-    for (int w = 1; w < {WARPS}; ++w) merge(mm, ll, sm[w][gi], sl[w][gi]);
-    float* part = out1 + ((bi * {h} + kvh * {g} + gi) * {splits} + split) * {stride};
-    part[0] = mm;
-    part[1] = ll;
-  }}
-}}
-"""
+
+def _two_pass(*, NV, PV, b, d, dt, early, g, h, head, hk, ityp, key, ks, lpk, pd, ptrs, rounds, splits, stats, stride,
+    v_rows, vs):
+    """The two-pass launches of a record whose probabilities round after the row's max and sum are known: the stats
+    launch's rest, then the accumulate launch."""
+    stats = _stats_rest(NV=NV, g=g, h=h, ks=ks, lpk=lpk, rounds=rounds, splits=splits, stats=stats, stride=stride)
     nh, ns = -(-g // WARPS), -(-splits // 32)  # heads a warp merges the splits of; splits a lane reads
     # the kept scores of the round's keys (this lane's heads), loaded with the round's value rows
     scores_of_round = f"""
@@ -390,8 +359,64 @@ def grouped_decode(k: KernelCall, program: CompiledProgram, a, signature, ptrs) 
             (accumulate, Launch((b * hk, splits, 1), 32 * WARPS, ptrs, early=early))]
 
 
-def _online_split(p: AttentionKernel, g: int, NV: int, dt: str, levels: list[tuple[int, int]], rounds, key: str,
-                  past_end: str, k_stride: int, v_stride: int, stride: int) -> str:
+def _stats_rest(*, NV, g, h, ks, lpk, rounds, splits, stats, stride):
+    """The stats launch's rest: each split's scores (kept for the second launch), their max and sum of exponentials."""
+    stats += f"""  float m[{NV}], l[{NV}];
+  #pragma unroll
+  for (int i = 0; i < {NV}; ++i) {{ m[i] = {NEG_INF_F}; l[i] = 0.0f; }}
+{rounds("kw", "krow", ks[2] // _VEC)}
+      float s_[{NV}];
+      scores(kw[u], min(j, je - 1), s_);
+      // one exponential a score: the running sum is rescaled only where the max grows (a NaN score turns the sum
+      // into NaN, and so the row, as the graph's softmax does)
+      #pragma unroll
+      for (int i = 0; i < {NV}; ++i) {{
+        if (j >= je || hb + i >= {g}) continue;
+        const float sv = s_[i];
+        if (owner) sc[j * {g} + hb + i] = sv;
+        if (sv > m[i]) {{
+          l[i] = ((m[i] == {NEG_INF_F}) ? 0.0f : l[i] * __expf(m[i] - sv)) + 1.0f;
+          m[i] = sv;
+        }} else if (sv != {NEG_INF_F}) {{
+          l[i] += __expf(sv - m[i]);
+        }}
+      }}
+    }}
+  }}
+  auto merge = [](float& m, float& l, const float m2, const float l2) {{
+    const float mn = npu_max(m, m2);
+    if (mn == {NEG_INF_F}) return;
+    l = ((m == {NEG_INF_F}) ? 0.0f : l * expf(m - mn)) + ((m2 == {NEG_INF_F}) ? 0.0f : l2 * expf(m2 - mn));
+    m = mn;
+  }};
+  // across the keys a warp holds (the lanes of the same heads), then across the warps
+  #pragma unroll
+  for (int i = 0; i < {NV}; ++i)
+    #pragma unroll
+    for (int o = {lpk}; o < 32; o <<= 1)
+      merge(m[i], l[i], __shfl_xor_sync(0xffffffffu, m[i], o), __shfl_xor_sync(0xffffffffu, l[i], o));
+  __shared__ float sm[{WARPS}][{g}], sl[{WARPS}][{g}];
+  if (sub == 0 && owner) {{
+    #pragma unroll
+    for (int i = 0; i < {NV}; ++i)
+      if (hb + i < {g}) {{ sm[warp][hb + i] = m[i]; sl[warp][hb + i] = l[i]; }}
+  }}
+  __syncthreads();
+  if (threadIdx.x < {g}) {{
+    const int gi = threadIdx.x;
+    float mm = sm[0][gi], ll = sl[0][gi];
+    for (int w = 1; w < {WARPS}; ++w) merge(mm, ll, sm[w][gi], sl[w][gi]);
+    float* part = out1 + ((bi * {h} + kvh * {g} + gi) * {splits} + split) * {stride};
+    part[0] = mm;
+    part[1] = ll;
+  }}
+}}
+"""
+    return stats
+
+
+def _online_split(p: AttentionKernel, pl: AttentionPlan, g: int, NV: int, dt: str, levels: list[tuple[int, int]],
+                  rounds, key: str, past_end: str, k_stride: int, v_stride: int, stride: int) -> str:
     """The rest of the online launch, after the query and the `scores` helper. Each round of loads (keys and values
     together) first computes the scores of all its key groups, then the warp's running max of each head over them
     (one rescale of the sum and the output a round, none where the max holds), then the probabilities (each lane its
@@ -506,7 +531,7 @@ def _online_split(p: AttentionKernel, g: int, NV: int, dt: str, levels: list[tup
       acc = fmaf(wo[w][gi][dd], f, acc);
       lb = fmaf(wl[w][gi], f, lb);
     }}
-    float* part = out1 + ((bi * {p.heads} + kvh * {g} + gi) * {p.splits} + split) * {stride};
+    float* part = out1 + ((bi * {p.heads} + kvh * {g} + gi) * {pl.splits} + split) * {stride};
     part[2 + dd] = acc;
     if (dd == 0) {{ part[0] = mb; part[1] = lb; }}
   }}

@@ -114,7 +114,7 @@ from __future__ import annotations
 
 import functools
 
-from ...kernels import AttentionKernel
+from ...kernels import AttentionKernel, AttentionPlan, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, attention_geometry, grid_for, pad4
 from .common import (
@@ -127,6 +127,7 @@ from .common import (
     WAIT,
     literal,
     load_expr,
+    mma_sync_ok,
     round_expr,
     storage,
     store_expr,
@@ -144,7 +145,6 @@ WARPS = 4
 # 2048 rows, head dim 128): 0.28 ms for HF's eager attention against 0.33 ms at the two blocks 226 registers allow.
 MIN_BLOCKS = 3
 MAX_HEAD_DIM = 128  # registers: the block keeps Q's fragments and the 16 x head-dim output per warp in registers
-MIN_ARCH = 80  # mma.sync with bf16 operands and ldmatrix / cp.async: Ampere and later
 MIN_ROWS = 16  # fewer query rows than an MMA tile has: the row kernels do less work
 TILES_PER_SPLIT = 8  # key tiles per block where the keys are split across blocks
 # the online launch's blocks (HEADS_PER_BLOCK heads each) make one pass: longer runs mean fewer partial outputs to
@@ -155,9 +155,6 @@ ONLINE_TILES_PER_SPLIT = 14
 # the most blocks the online launch orders by a table in its source (online_order); larger grids keep their order
 MAX_ORDERED_BLOCKS = 8192
 MAX_TILES_PER_SPLIT = 15  # a split's live and mixed tiles are bits of one int (bit 15: the guard's flag)
-# unmasked attention with this many blocks gains nothing from splits (measured on the H100: 2048 rows of 12 heads,
-# 384 blocks, went from 0.217 to 0.244 ms split; 1024 rows, 192 blocks, from 0.086 to 0.067 ms)
-FULL_BLOCKS = 132 * MIN_BLOCKS // 2
 # the online split launch: query heads of one KV head in one block (4 warps each), sharing its key and value tiles,
 # so that they come from L2 once for every HEADS_PER_BLOCK heads; 12 warps at 168 registers are one block an SM, as 3
 # blocks of 4 warps were
@@ -171,9 +168,8 @@ CLASSIFY_TILES = 4
 # attention alone on the H100: 127.4 -> 124.8 us against two buffers and a barrier a tile. Blocks of one head keep
 # two (a third would leave one block an SM where the shared memory holds two)
 STAGES = 3
-# Hopper: the tiled launches' products on the warpgroup MMA (`wgmma`, sm_90a only), a warpgroup (4 warps) one head's
-# 64 rows (see the module's docstring)
-WGMMA_ARCH = 90
+# Hopper (a device with `warpgroup_mma`, sm_90a only): the tiled launches' products on the warpgroup MMA, a warpgroup
+# (4 warps) one head's 64 rows (see the module's docstring)
 _VEC = 8  # 2-byte elements per 16-byte copy
 # floats after each staged output row of the online launch's bulk epilogue: its 8 rows a store instruction writes
 # then start 4 banks apart, with no conflict
@@ -182,12 +178,12 @@ _OPERANDS = ("bfloat16", "float16")
 
 
 def tiles_apply(dtypes: tuple[str, str, str], probs_dtype: str, q_len: int, head_dim: int, v_dim: int,
-                refs: tuple[TensorRef, TensorRef, TensorRef], arch: int = 90) -> bool:
+                refs: tuple[TensorRef, TensorRef, TensorRef], dev) -> bool:
     """Whether q, k, v (their dtypes and views) can be read as tiles: MIN_ROWS query rows or more, one 16-bit
     operand dtype, a head dim that is a multiple of 16 up to MAX_HEAD_DIM (the same for v), rows of 16-byte aligned,
     unit-stride elements, probabilities in the operand dtype or float32 (the graph's fp32 probabilities enter the
     P V product in the operand dtype, as ATen's fused attention kernels do)."""
-    if arch < MIN_ARCH or q_len < MIN_ROWS or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS:
+    if not mma_sync_ok(dev) or q_len < MIN_ROWS or len(set(dtypes)) != 1 or dtypes[0] not in _OPERANDS:
         return False
     if probs_dtype not in (dtypes[0], "float32") or head_dim != v_dim or head_dim % 16 or head_dim > MAX_HEAD_DIM:
         return False
@@ -212,7 +208,7 @@ def tile_table(batch: int, heads: int, q_len: int, kv_len: int) -> int:
     return batch * heads * -(-q_len // BM) * -(-kv_len // BN)
 
 
-def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
+def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool, dev,
                 online: bool = False) -> tuple[int, int]:
     """Key splits of a tiled attention and the scratch ints they need beside the split record (the stats and the
     accumulate launches' flags, one per block each). Rows that see many key tiles are split when tiles may be skipped
@@ -221,28 +217,48 @@ def tile_splits(batch: int, heads: int, q_len: int, kv_len: int, may_skip: bool,
     every block and gains only where its blocks are too few to fill the GPU."""
     n_tiles = -(-kv_len // BN)
     blocks = batch * heads * -(-q_len // BM)
-    if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= FULL_BLOCKS):
+    # unmasked attention with MIN_BLOCKS / 2 blocks an SM or more gains nothing from splits (measured on the H100,
+    # 132 SMs: 2048 rows of 12 heads, 384 blocks, went from 0.217 to 0.244 ms split; 1024 rows, 192 blocks, from
+    # 0.086 to 0.067 ms)
+    full = dev.multiprocessors * MIN_BLOCKS // 2
+    if n_tiles < 2 * TILES_PER_SPLIT or not blocks or (not may_skip and blocks >= full):
         return 0, 0
     splits = max(2, -(-n_tiles // ONLINE_TILES_PER_SPLIT)) if online else -(-n_tiles // TILES_PER_SPLIT)
     return splits, _split_extra(batch, heads, q_len, splits)
 
 
-def _split_layout(p: AttentionKernel, n_outs: int) -> bool:
-    """Whether a split attention record has the layout the tiled split launches use (else the generic split runs):
+def tiles_fit_call(call: KernelCall, buffers, dev) -> bool:
+    """Whether an attention record's q, k and v (their dtypes, views) can be read as tiles on the device `dev`."""
+    p: AttentionKernel = call.spec
+    q, kk, v = call.args[:3]
+    dts = tuple(buffers[r.buffer].dtype for r in (q, kk, v))
+    return tiles_apply(dts, p.probs_dtype, p.q_len, p.head_dim, p.v_dim, (q, kk, v), dev)  # type: ignore[arg-type]
+
+
+def plan_tiled_attention(p: AttentionKernel, dev) -> AttentionPlan:
+    """The plan of an attention on these tiles: its key splits where rows see many key tiles (`tile_splits`), the
+    flags they keep, and for an online softmax over a mask the table of its key tiles."""
+    may_skip = p.mask != "none" or p.is_causal or p.valid_len
+    splits, extra = tile_splits(p.batch, p.heads, p.q_len, p.kv_len, may_skip, dev, p.online)
+    table = tile_table(p.batch, p.heads, p.q_len, p.kv_len) if splits and p.online and p.mask != "none" else 0
+    return AttentionPlan(splits, extra, table)
+
+
+def _split_layout(p: AttentionKernel, pl: AttentionPlan, n_scratch: int) -> bool:
+    """Whether a split attention's plan has the layout the tiled split launches use (else the generic split runs):
     its flags after the split record, and an online record over a mask its tile table."""
     n_tiles = -(-p.kv_len // BN)
     table = tile_table(p.batch, p.heads, p.q_len, p.kv_len) if p.online and p.mask != "none" else 0
-    return (n_outs == 2 + (table > 0) and -(-n_tiles // p.splits) <= MAX_TILES_PER_SPLIT
-            and p.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, p.splits) and p.tile_table == table)
+    return (n_scratch == 1 + (table > 0) and -(-n_tiles // pl.splits) <= MAX_TILES_PER_SPLIT
+            and pl.scratch_extra == _split_extra(p.batch, p.heads, p.q_len, pl.splits) and pl.tile_table == table)
 
 
-def applies(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+def applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     p: AttentionKernel = k.spec
-    if (p.splits and not _split_layout(p, len(k.outs))) or p.batch * p.heads > 65535:  # (grid y holds b * h)
+    pl = plan_of(k)
+    if (pl.splits and not _split_layout(p, pl, len(k.scratch))) or p.batch * p.heads > 65535:  # (grid y holds b * h)
         return False
-    q, kk, v = k.args[:3]
-    dts = tuple(program.dtype_of(r) for r in (q, kk, v))
-    return tiles_apply(dts, p.probs_dtype, p.q_len, p.head_dim, p.v_dim, (q, kk, v), arch)  # type: ignore[arg-type]
+    return tiles_fit_call(k, program.buffers, dev)
 
 
 def dead_threshold(mask_dtype: str) -> float:
@@ -250,11 +266,14 @@ def dead_threshold(mask_dtype: str) -> float:
     return -65504.0 if mask_dtype == "float16" else -1e30
 
 
-def heads_per_block(p: AttentionKernel, mode: str) -> int:
-    """Query heads a block of `mode` computes: HEADS_PER_BLOCK for the online split launch where they divide a KV
-    head's group, else one."""
+def heads_per_block(p: AttentionKernel, mode: str, dev) -> int:
+    """Query heads a block of `mode` computes on the device `dev`: HEADS_PER_BLOCK for the online split launch where
+    they divide a KV head's group and their tiles fit the shared memory a block may take, else one."""
     group = p.heads // p.kv_heads if p.kv_heads else 1
-    return HEADS_PER_BLOCK if mode == "online" and group % HEADS_PER_BLOCK == 0 else 1
+    if mode != "online" or group % HEADS_PER_BLOCK:
+        return 1
+    fits = _online_smem(p.head_dim, HEADS_PER_BLOCK, _wgmma(p, dev)) <= dev.shared_memory_per_block_optin
+    return HEADS_PER_BLOCK if fits else 1
 
 
 def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
@@ -265,7 +284,7 @@ def _classify_early(k: KernelCall, program: CompiledProgram) -> bool:
     return all(unwritten_input(program, r.buffer) for r in reads)
 
 
-def online_order(p: AttentionKernel, hb: int) -> tuple[int, ...] | None:
+def online_order(p: AttentionKernel, pl: AttentionPlan, hb: int) -> tuple[int, ...] | None:
     """The online split launch's blocks, longest first: block i computes the (row block x, heads y, split z) packed
     as x | y << 12 | z << 24 in entry i. Its live key tiles are known at run time only (the mask), so they are
     estimated as a causal mask at cache position 0 gives them (row block x sees the key tiles up to its last row's):
@@ -273,7 +292,7 @@ def online_order(p: AttentionKernel, hb: int) -> tuple[int, ...] | None:
     which left blocks of whole splits to the second wave. Any order gives the same results (every block writes its
     own split's record). Qwen2.5-1.5B's prefill on the H100 (8 layers, one process): the attention record 84.5 ->
     80.2 us a layer. None where the grid is too large to order by a table (the grid's order then)."""
-    return _longest_first(p.q_len, p.kv_len, p.batch * p.heads // hb, p.splits)
+    return _longest_first(p.q_len, p.kv_len, p.batch * p.heads // hb, pl.splits)
 
 
 @functools.cache
@@ -295,22 +314,23 @@ def _longest_first(q_len: int, kv_len: int, gy: int, splits: int) -> tuple[int, 
     return tuple(x | y << 12 | z << 24 for x, y, z in blocks)
 
 
-def table_left(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+def table_left(k: KernelCall, program: CompiledProgram, dev) -> bool:
     """Whether an earlier record of the program left this one's tile table as its own classifying launch would write
     it, so that it launches none: the nearest earlier kernel touching the table's buffer is an attention record with
     the same spec, mask (and cache positions) and table, rendered with these launches, and the mask (and positions)
     are inputs no kernel writes. A decoder's layers then classify their shared mask once, in the first layer (the
     launch took 8 us a layer in Qwen2.5-1.5B's prefill graph)."""
     p: AttentionKernel = k.spec
-    if not p.tile_table or not _classify_early(k, program):
+    pl = plan_of(k)
+    if not pl.tile_table or not _classify_early(k, program):
         return False
-    table = k.outs[-1]
+    table = k.writes[-1]
     at = next((i for i, kk in enumerate(program.kernels) if kk is k), 0)
     for kj in reversed(program.kernels[:at]):
-        if all(r.buffer != table.buffer for r in (*kj.outs, *kj.args)):
+        if all(r.buffer != table.buffer for r in (*kj.writes, *kj.args)):
             continue
-        return (kj.spec == p and kj.outs[-1] == table and kj.args[3:] == k.args[3:]
-                and applies(kj, program, arch))
+        return (kj.spec == p and kj.plan == pl and kj.writes[-1] == table and kj.args[3:] == k.args[3:]
+                and applies(kj, program, dev))
     return False
 
 
@@ -341,13 +361,14 @@ def _overlapped(hb: int) -> bool:
     return online_stages(hb) >= 3
 
 
-def sole_split_applies(k: KernelCall, program: CompiledProgram, arch: int) -> bool:
+def sole_split_applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
     """Whether the online split launch writes a row block's outputs itself where its block's split is the only one
     with live key tiles for it (_sole_split): Hopper's overlapped launch (its partial outputs staged in shared
     memory), an output in the operand dtype whose rows are whole 16-byte chunks."""
     p: AttentionKernel = k.spec
-    if not (p.online and p.splits and _wgmma(p, arch) and _overlapped(heads_per_block(p, "online"))
-            and k.outs[1].offset % 4 == 0):
+    pl = plan_of(k)
+    if not (p.online and pl.splits and _wgmma(p, dev) and _overlapped(heads_per_block(p, "online", dev))
+            and k.writes[1].offset % 4 == 0):
         return False
     g = attention_geometry(k, "cuda")
     _, os_ = pad4(g.out, "cuda")
@@ -445,45 +466,47 @@ def online_stat_at(rows: int, splits: int, dv: int, row: str, z: str) -> str:
     return f"{rows * splits * dv}LL + (({row}) * {splits} + {z}) * 2"
 
 
-def _wgmma(p: AttentionKernel, arch: int) -> bool:
+def _wgmma(p: AttentionKernel, dev) -> bool:
     """Whether the tiled launches multiply on the warpgroup MMA: Hopper, a head dim of whole 128-byte rows."""
-    return arch == WGMMA_ARCH and p.head_dim % 64 == 0
+    return dev is not None and dev.warpgroup_mma and p.head_dim % 64 == 0
 
 
 def flash_attention(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str,
-                    arch: int = 0) -> list[tuple[str, Launch]]:
+                    dev) -> list[tuple[str, Launch]]:
     """The kernel's launches: one, or with key splits three (stats, accumulate, combine); `signature(block,
     min_blocks)` is the kernel's parameter list."""
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     t, bh = p.q_len, p.batch * p.heads
-    if not p.splits:
+    if not pl.splits:
         grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
-        return [(_source(k, program, signature, ityp, "single", arch), Launch(grid, 32 * WARPS, ptrs))]
-    grid = (-(-t // BM), bh, p.splits) if t and bh else (0, 1, 1)
+        return [(_source(k, program, signature, ityp, "single", dev), Launch(grid, 32 * WARPS, ptrs))]
+    grid = (-(-t // BM), bh, pl.splits) if t and bh else (0, 1, 1)
     if p.online:
         rows_grid = (-(-t // BM), bh, 1) if t and bh else (0, 1, 1)
-        hb = heads_per_block(p, "online")
+        hb = heads_per_block(p, "online", dev)
         online_grid = (grid[0], grid[1] // hb, grid[2]) if t and bh else grid
         classify = []
-        if p.mask != "none" and not table_left(k, program, arch):  # classified once, for every split block to read
+        if p.mask != "none" and not table_left(k, program, dev):  # classified once, for every split block to read
             g = attention_geometry(k, "cuda")
             bm, hm = _mask_batches_heads(g)
             n_tiles = -(-p.kv_len // BN)
-            classify = [(_source(k, program, signature, ityp, "classify"),
+            classify = [(_source(k, program, signature, ityp, "classify", dev),
                          Launch((-(-t // BM), -(-n_tiles // CLASSIFY_TILES), bm * hm) if t and bh else (0, 1, 1),
                                 32 * WARPS, ptrs, early=_classify_early(k, program)))]
-        wg = _wgmma(p, arch)
-        return classify + [(_source(k, program, signature, ityp, "online", arch),
+        wg = _wgmma(p, dev)
+        return classify + [(_source(k, program, signature, ityp, "online", dev),
                  Launch(online_grid, 32 * WARPS * hb, ptrs, smem=_online_smem(p.head_dim, hb, wg))),
                 _combine(k, program, signature, ptrs, ityp),
-                (_source(k, program, signature, ityp, "repair", arch), Launch(rows_grid, 32 * WARPS, ptrs))]
-    return [(_source(k, program, signature, ityp, "stats", arch), Launch(grid, 32 * WARPS, ptrs)),
-            (_source(k, program, signature, ityp, "accumulate", arch), Launch(grid, 32 * WARPS, ptrs)),
+                (_source(k, program, signature, ityp, "repair", dev), Launch(rows_grid, 32 * WARPS, ptrs))]
+    return [(_source(k, program, signature, ityp, "stats", dev), Launch(grid, 32 * WARPS, ptrs)),
+            (_source(k, program, signature, ityp, "accumulate", dev), Launch(grid, 32 * WARPS, ptrs)),
             _combine(k, program, signature, ptrs, ityp)]
 
 
-def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str, arch: int = 0) -> str:
+def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode: str, dev=None) -> str:
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     g = attention_geometry(k, "cuda")
     q, mask, pos = g.q, g.mask, g.pos
     b, h, t, d, lk, group = g.b, g.h, g.t, g.d, g.kv_len, g.group
@@ -501,8 +524,8 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     additive = mask is not None and p.mask == "additive"
     dead = literal(dead_threshold(program.dtype_of(mask)) if additive else -1e30, "float32")
     guard = literal(-dead_threshold(program.dtype_of(mask)) / 4 if additive else 1e29, "float32")
-    hb = heads_per_block(p, mode)
-    wg = mode != "classify" and _wgmma(p, arch)
+    hb = heads_per_block(p, mode, dev)
+    wg = mode != "classify" and _wgmma(p, dev)
     # the online launch on the warpgroup MMA with three buffers or more: a tile's Q K^T issued ahead of the P V of the
     # tile before, whose products then run during this tile's softmax (overlap_loop below)
     overlap = wg and mode == "online" and _overlapped(hb)
@@ -523,6 +546,68 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     causal_end = (f"\n  jend = min(jend, m0 + {BM});  // no row of the block sees a key past its last row"
                   if p.is_causal else "")
 
+    live_scan, mask_pre, mask_use = _mask_scan_parts(dead=dead, g=g, ityp=ityp, lk=lk, mask=mask, p=p, program=program,
+        sd=sd, t=t)
+    n_tiles = max(1, -(-lk // BN))
+    rbs = -(-t // BM)  # row blocks per (batch, head)
+    if mode == "classify":
+        # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
+        # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
+        bm, hm = _mask_batches_heads(g)
+        # where the mask and the positions are inputs no kernel writes, the scan runs before the wait (overlapping
+        # the kernel before); only the table's bytes wait
+        early = _classify_early(k, program)
+        return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
+{signature(32 * WARPS, 0)} {{
+{INPUTS_BEGIN if early else WAIT}
+  const int tid = threadIdx.x, lane = tid & 31, rw = tid >> 5;
+  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
+  const {ityp} bi = blockIdx.z / {hm}, hi = blockIdx.z % {hm};
+  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
+  const int ntiles = (int)((jend + {BN - 1}) / {BN});
+  const int tile_lo = min(ntiles, (int)blockIdx.y * {CLASSIFY_TILES});
+  const int tile_hi = min(ntiles, tile_lo + {CLASSIFY_TILES});
+  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
+  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
+  __syncthreads();{live_scan}
+{INPUTS_END + chr(10) + WAIT if early else ""}
+  unsigned char* const tab = out2 + ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
+  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
+}}
+"""
+    late_mask_apply, mask_apply, mask_load = _mask_apply_parts(ityp=ityp, mask=mask, mask_pre=mask_pre,
+        mask_use=mask_use, t=t)
+    (acc_init, block_flags, causal_test, edge_causal, live_default, loop_start, split, split_head, stride,
+     tps) = _split_setup(b=b, d=d, h=h, ityp=ityp, mask=mask, mode=mode, n_tiles=n_tiles, p=p, pl=pl, rbs=rbs, t=t)
+    kv_at, pass2_loop, pv_product, pv_wgmma = _pass2_parts(acc_init=acc_init, d=d, dp_=dp_, dpad=dpad, ityp=ityp,
+        loop_start=loop_start, swz=swz, wg=wg)
+    plain_loop, stages, tile_h, tile_max = _plain_loop(d=d, dpad=dpad, hb=hb, ityp=ityp, pv_product=pv_product,
+        pv_wgmma=pv_wgmma, wg=wg)
+    online_loop = _online_loops(acc_init=acc_init, cpr=cpr, d=d, g=g, ityp=ityp, kv_at=kv_at, overlap=overlap,
+        plain_loop=plain_loop, pv_wgmma=pv_wgmma, stages=stages, threads=threads, tile_h=tile_h, tile_max=tile_max)
+    guard_rows, partial_out, sole_ok, stat_at, store = _store_parts(b=b, d=d, dead=dead, dev=dev, g=g, h=h, ityp=ityp,
+        k=k, mode=mode, od=od, overlap=overlap, p=p, pl=pl, program=program, stride=stride, t=t)
+    middle, tail, tile_choice = _mode_parts(additive=additive, dead=dead, g=g, guard=guard, guard_rows=guard_rows,
+        hb=hb, ityp=ityp, k=k, live_scan=live_scan, mask=mask, mode=mode, n_tiles=n_tiles, online_loop=online_loop,
+        partial_out=partial_out, pass2_loop=pass2_loop, pl=pl, program=program, rbs=rbs, sole_ok=sole_ok, split=split,
+        stat_at=stat_at, store=store, stride=stride, t=t, threads=threads, tps=tps)
+    q_frags, q_regs, q_stage, qk_products, repair_exit, shared = _q_parts(block_flags=block_flags, d=d, dpad=dpad,
+        hb=hb, ks=ks, mode=mode, overlap=overlap, pl=pl, swz=swz, wg=wg)
+    coords, load_tile_src, order_table, pass1_src, scores_head, wg_helpers = _pass1_parts(b=b, cpr=cpr, d=d,
+        edge_causal=edge_causal, g=g, h=h, hb=hb, ityp=ityp, kv_at=kv_at, late_mask=late_mask, mask_load=mask_load,
+        mma_t=mma_t, mode=mode, overlap=overlap, p=p, pl=pl, qk_products=qk_products, t=t, wg=wg)
+    src = _kernel_text(additive=additive, causal_end=causal_end, causal_test=causal_test, coords=coords, cpr=cpr,
+        dpad=dpad, g=g, group=group, h=h, hb=hb, ityp=ityp, late_mask=late_mask, late_mask_apply=late_mask_apply,
+        live_default=live_default, lk=lk, load_tile_src=load_tile_src, mask_apply=mask_apply, middle=middle,
+        mma_t=mma_t, n_tiles=n_tiles, order_table=order_table, pack=pack, pack_t=pack_t, pass1_src=pass1_src,
+        q_frags=q_frags, q_regs=q_regs, q_stage=q_stage, repair_exit=repair_exit, scale=scale, scores_head=scores_head,
+        sd=sd, shared=shared, signature=signature, split=split, split_head=split_head, swz=swz, t=t, tail=tail,
+        threads=threads, tile_choice=tile_choice, valid=valid, wg=wg, wg_helpers=wg_helpers)
+    return src
+
+
+def _mask_scan_parts(*, dead, g, ityp, lk, mask, p, program, sd, t):
+    """The scan of the mask over tiles: which key tiles some row sees and which hold mask values."""
     # the mask of one score (variables ti, j): loaded (mask_pre), folded into s (mask_use); whether a key is visible
     # at all (live_test, for the choice of tiles)
     mask_pre, mask_use, live_scan = "0.0f", "", ""
@@ -600,33 +685,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
         }}
       }}
       __syncthreads();"""
-    n_tiles = max(1, -(-lk // BN))
-    rbs = -(-t // BM)  # row blocks per (batch, head)
-    if mode == "classify":
-        # one block a (row block, run of CLASSIFY_TILES key tiles, mask batch and head): which tiles some row sees
-        # (bit 0) and which hold a mask value other than 0 (or false: bit 1), one byte each in the table
-        bm, hm = _mask_batches_heads(g)
-        # where the mask and the positions are inputs no kernel writes, the scan runs before the wait (overlapping
-        # the kernel before); only the table's bytes wait
-        early = _classify_early(k, program)
-        return f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
-{signature(32 * WARPS, 0)} {{
-{INPUTS_BEGIN if early else WAIT}
-  const int tid = threadIdx.x, lane = tid & 31, rw = tid >> 5;
-  const {ityp} m0 = ({ityp})blockIdx.x * {BM};
-  const {ityp} bi = blockIdx.z / {hm}, hi = blockIdx.z % {hm};
-  {ityp} jend = ({ityp}){lk};{valid}{causal_end}
-  const int ntiles = (int)((jend + {BN - 1}) / {BN});
-  const int tile_lo = min(ntiles, (int)blockIdx.y * {CLASSIFY_TILES});
-  const int tile_hi = min(ntiles, tile_lo + {CLASSIFY_TILES});
-  __shared__ unsigned char tlive[{n_tiles}], tmixed[{n_tiles}];
-  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tlive[i] = tmixed[i] = 0;
-  __syncthreads();{live_scan}
-{INPUTS_END + chr(10) + WAIT if early else ""}
-  unsigned char* const tab = out2 + ((long long)blockIdx.z * {rbs} + blockIdx.x) * {n_tiles};
-  for (int i = tile_lo + tid; i < tile_hi; i += {32 * WARPS}) tab[i] = tlive[i] | (tmixed[i] << 1);
-}}
-"""
+    return live_scan, mask_pre, mask_use
+
+
+def _mask_apply_parts(*, ityp, mask, mask_pre, mask_use, t):
+    """The mask tiles' loads and their application to the scores (early or late)."""
     mask_load = mask_apply = late_mask_apply = ""
     if mask is not None:
         # the mask of a mixed tile, loaded before the products so that its latency hides behind them; every other
@@ -672,18 +735,23 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
           }}
         }}
     }}"""
+    return late_mask_apply, mask_apply, mask_load
+
+
+def _split_setup(*, b, d, h, ityp, mask, mode, n_tiles, p, pl, rbs, t):
+    """The split launches' bookkeeping (flags after the split record) and the loop's head."""
     live_default = 0 if mask is not None else 1
     edge_causal = f" || j0 + {BN - 1} > m0" if p.is_causal else ""
     causal_test = " && j <= ti" if p.is_causal else ""
 
-    split = p.splits > 0 and mode != "repair"
-    tps = -(-n_tiles // p.splits) if split else n_tiles  # key tiles per split
+    split = pl.splits > 0 and mode != "repair"
+    tps = -(-n_tiles // pl.splits) if split else n_tiles  # key tiles per split
     stride = 2 + d
-    flag_count = b * h * rbs * p.splits  # ints after the split record: the stats launch's, then the accumulate's
-    flag_base = b * h * t * p.splits * stride
+    flag_count = b * h * rbs * pl.splits  # ints after the split record: the stats launch's, then the accumulate's
+    flag_base = b * h * t * pl.splits * stride
     # this row block's flags, one int a split, after the split record
     block_flags = (f"reinterpret_cast<int*>(out1 + {flag_base}LL) + ((long long)(bi * {h} + hi) * {rbs} + "
-                   f"bx) * {p.splits}")
+                   f"bx) * {pl.splits}")
     split_head = ""
     if split:
         split_head = f"""
@@ -713,6 +781,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     tc_wait<1>();
     __syncthreads();
     scores(({ityp})cur * {BN}, Ks);"""
+    return acc_init, block_flags, causal_test, edge_causal, live_default, loop_start, split, split_head, stride, tps
+
+
+def _pass2_parts(*, acc_init, d, dp_, dpad, ityp, loop_start, swz, wg):
+    """The P V products (mma.sync or the warpgroup MMA) and the second pass over the key tiles."""
     def pv_product(vb: str) -> str:
         """P V of a tile into oacc, the probabilities' fragments in pf, V's tile at `vb` in shared memory."""
         return f"""    #pragma unroll
@@ -772,6 +845,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       pf[nb >> 1][(nb & 1) * 2 + 1] = fa_pack(pr[2], pr[3]);
     }}
 {loop_end}"""
+    return kv_at, pass2_loop, pv_product, pv_wgmma
+
+
+def _plain_loop(*, d, dpad, hb, ityp, pv_product, pv_wgmma, wg):
+    """The loop over key tiles with two or three buffers (the online launch without overlap)."""
     tile_h = BN * (d if wg else dpad)  # one tile's shorts in shared memory
     stages = online_stages(hb)
     # with three buffers or more the next tile's copies land in one no warp can still be reading: no barrier
@@ -831,6 +909,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     bf = (bf + 1) % {stages};
   }}{pv_done}
 """
+    return plain_loop, stages, tile_h, tile_max
+
+
+def _online_loops(*, acc_init, cpr, d, g, ityp, kv_at, overlap, plain_loop, pv_wgmma, stages, threads, tile_h,
+    tile_max):
+    """The online launch's main loops: overlapped on the warpgroup MMA, or plain."""
     # the overlapped loop: after a tile's barrier the next tile's copies, this tile's Q K^T, then the P V of the tile
     # before (its probabilities kept in pf); the softmax of this tile runs while that P V does, which is waited for
     # only where the rows' outputs are rescaled and pf is packed again. A buffer's copies come after the barrier that
@@ -919,6 +1003,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
   }}"""
+    return online_loop
+
+
+def _store_parts(*, b, d, dead, dev, g, h, ityp, k, mode, od, overlap, p, pl, program, stride, t):
+    """The stores of a block's outputs: whole, or a split's part with its (max, sum) and flags."""
     store = f"""
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb)
@@ -932,11 +1021,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     # this split's share of the rows' outputs, in float32, for the combining launch
     rows_all = b * h * t
     if p.online:
-        part_at = "out1 + " + online_part_at(p.splits, d, "rowbase + ti", "z")
-        stat_at = "out1 + " + online_stat_at(rows_all, p.splits, d, "rowbase + row", "z")
+        part_at = "out1 + " + online_part_at(pl.splits, d, "rowbase + ti", "z")
+        stat_at = "out1 + " + online_stat_at(rows_all, pl.splits, d, "rowbase + row", "z")
     else:
-        part_at = f"out1 + (rowbase + ti) * {p.splits * stride} + z * {stride} + 2"
-        stat_at = f"out1 + (rowbase + row) * {p.splits * stride} + z * {stride}"
+        part_at = f"out1 + (rowbase + ti) * {pl.splits * stride} + z * {stride} + 2"
+        stat_at = f"out1 + (rowbase + row) * {pl.splits * stride} + z * {stride}"
     partial_out = f"""
   #pragma unroll
   for (int nb = 0; nb < {d // 8}; ++nb)
@@ -946,8 +1035,8 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       if (ti < {t})
         *reinterpret_cast<float2*>({part_at} + nb * 8 + 2 * t4) = make_float2(oacc[nb][2 * r], oacc[nb][2 * r + 1]);
     }}"""
-    sole_ok = mode == "online" and sole_split_applies(k, program, arch)
-    if overlap and k.outs[1].offset % 4 == 0:
+    sole_ok = mode == "online" and sole_split_applies(k, program, dev)
+    if overlap and k.writes[1].offset % 4 == 0:
         # the block's 192 rows staged in the shared memory of its tiles (free once every warp is past the barrier of
         # the stats above), each warp's 16 rows then copied out by its lanes as 16 bulk copies of a whole row: the
         # float2 stores of the fragments wrote every row as 16 pieces of 32 bytes, each across two sectors, and the
@@ -973,6 +1062,12 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // (the shared memory read before the exit)
     }}
   }}"""
+    return guard_rows, partial_out, sole_ok, stat_at, store
+
+
+def _mode_parts(*, additive, dead, g, guard, guard_rows, hb, ityp, k, live_scan, mask, mode, n_tiles, online_loop,
+    partial_out, pass2_loop, pl, program, rbs, sole_ok, split, stat_at, store, stride, t, threads, tps):
+    """What the split launches (stats, accumulate, online, repair) add around the passes."""
     # which of this split's tiles are live and mixed (bits 0-14 and 16-30; bit 15: a score of absurd size)
     tile_bits = """  int bits = 0;
   for (int i = tile_lo; i < tile_hi; ++i)
@@ -1053,11 +1148,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
     const {ityp} row = r ? row1 : row0;
     mx[r] = {NEG_INF_F};
     sum[r] = 0.0f;
-    for (int zz = 0; zz < {p.splits}; ++zz) {{
+    for (int zz = 0; zz < {pl.splits}; ++zz) {{
       const int f = flags[zz];
       huge |= (f >> 15) & 1;
       if (!(f & 0x7fff) || row >= {t}) continue;
-      const float* st = out1 + (rowbase + row) * {p.splits * stride} + zz * {stride};
+      const float* st = out1 + (rowbase + row) * {pl.splits * stride} + zz * {stride};
       const float m2 = st[0], l2 = st[1];
       const float mn = fmaxf(mx[r], m2);
       if (mn == {NEG_INF_F}) continue;
@@ -1086,6 +1181,11 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
 """
         tail = pass2_loop + partial_out + """
   if (tid == 0) used[z] = 1;"""
+    return middle, tail, tile_choice
+
+
+def _q_parts(*, block_flags, d, dpad, hb, ks, mode, overlap, pl, swz, wg):
+    """Where a block takes Q from and how its products wait: shared memory or registers, by mode."""
     repair_exit = ""
     q_at_warp = f"(warp * 16 + (lane & 15)) * {dpad} + s * 16 + (lane >> 4) * 8"  # (rows hw * 64 + rw * 16)
     # the tiles in the warpgroup MMA's swizzled layout, which repeats every 1,024 bytes: their base (`first`, at shared
@@ -1160,9 +1260,15 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   {{
     const int* const fl = {block_flags};
     int marked = 0;
-    for (int zz = 0; zz < {p.splits}; ++zz) marked |= fl[zz];
+    for (int zz = 0; zz < {pl.splits}; ++zz) marked |= fl[zz];
     if (!(marked >> 31 & 1)) return;
   }}"""
+    return q_frags, q_regs, q_stage, qk_products, repair_exit, shared
+
+
+def _pass1_parts(*, b, cpr, d, edge_causal, g, h, hb, ityp, kv_at, late_mask, mask_load, mma_t, mode, overlap, p, pl,
+    qk_products, t, wg):
+    """The first pass over the key tiles (Q K^T, the softmax, P V) and the online launch's block order."""
     # Q K^T with Q's tile in shared memory (the online launch) or its fragments in registers (the others), K's tile
     # in shared memory; P V with P in registers and V's tile in its transposed form
     products = {"fa_qk": (BN, False, False)} if mode == "online" else {"fa_qkr": (BN, True, False)}
@@ -1247,7 +1353,7 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
 """
     if overlap:
         pass1_src = "  float mx[2], sum[2];  // each row's running max and sum\n"
-    order = online_order(p, hb) if mode == "online" else None
+    order = online_order(p, pl, hb) if mode == "online" else None
     order_table = coords = ""
     if order:
         order_table = f"__device__ const unsigned fa_order[{len(order)}] = {{{','.join(map(str, order))}}};\n"
@@ -1256,6 +1362,14 @@ def _source(k: KernelCall, program: CompiledProgram, signature, ityp: str, mode:
   const int bx = bo & 0xfff, by = (bo >> 12) & 0xfff, bz = bo >> 24;"""
     else:
         coords = "  const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;"
+    return coords, load_tile_src, order_table, pass1_src, scores_head, wg_helpers
+
+
+def _kernel_text(*, additive, causal_end, causal_test, coords, cpr, dpad, g, group, h, hb, ityp, late_mask,
+    late_mask_apply, live_default, lk, load_tile_src, mask_apply, middle, mma_t, n_tiles, order_table, pack, pack_t,
+    pass1_src, q_frags, q_regs, q_stage, repair_exit, scale, scores_head, sd, shared, signature, split, split_head, swz,
+    t, tail, threads, tile_choice, valid, wg, wg_helpers):
+    """The whole source of one launch of mode `mode`, from its parts."""
     src = f"""{PRELUDE}{REDUCE_HELPERS if valid else ''}
 {tc_helpers(mma_t)}{wg_helpers}__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {{
   const {pack_t} v = {pack}(lo, hi);
@@ -1353,10 +1467,11 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     prefill attention alone on the H100 (its four launches, `Executor.profile`, three alternating rounds): 129.5 ->
     127.4 us; this launch stays about 20 us, reading the splits' float32 records."""
     p: AttentionKernel = k.spec
+    pl = plan_of(k)
     g = attention_geometry(k, "cuda")
     b, h, t, dv = g.b, g.h, g.t, p.v_dim
     od = program.dtype_of(g.out)
-    rbs, splits, stride = -(-t // BM), p.splits, 2 + dv
+    rbs, splits, stride = -(-t // BM), pl.splits, 2 + dv
     rows = b * h * t
     block = 128
     warps = block // 32
@@ -1402,7 +1517,7 @@ def _combine(k: KernelCall, program: CompiledProgram, signature, ptrs, ityp: str
     # an online record's rows are 16-byte aligned (online_part_at): four columns a lane, one 16-byte load a split, and
     # the four results stored as one 8-byte store where the output's rows allow it
     _, os_ = pad4(g.out, "cuda")
-    wide = (p.online and k.outs[1].offset % 4 == 0 and dv % 4 == 0 and od in _OPERANDS and os_[3] == 1
+    wide = (p.online and k.writes[1].offset % 4 == 0 and dv % 4 == 0 and od in _OPERANDS and os_[3] == 1
             and g.out.offset % 4 == 0 and all(st % 4 == 0 for st in os_[:3]))
     if wide:
         col_steps = -(-dv // 128)

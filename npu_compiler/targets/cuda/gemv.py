@@ -76,7 +76,8 @@ from .common import (
 GEMV_MAX_M = 8
 WARPS = 4  # warps per block (max(WARPS, splits): a column's warps share a block)
 PROLOGUE_WARPS = 16  # with a prologue: each block computes the operand's rows once for 16 / splits columns
-PROLOGUE_BYTES = 40 * 1024  # the computed rows live in static shared memory (48 KB a block, with the reductions')
+# the computed rows live in static shared memory, all a block has without opting in but what the reductions keep
+PROLOGUE_SPARE_BYTES = 8 * 1024
 PROLOGUE_UNROLL = 8
 # blocks of PROLOGUE_WARPS an SM: the grid is one wave of them, and the launch bounds hold the registers to that.
 # ncu on the H100 (Qwen2.5-1.5B's gate/up projection): at 36 registers a thread three blocks fit where the grid
@@ -87,14 +88,11 @@ PROLOGUE_BLOCKS_PER_SM = 2
 # warps a block). Measured on the H100 (Qwen2.5-1.5B decode, the down projection's 1,536 columns of 8 warps): 2 an SM
 # (six column groups a block) no faster than a block a column, 3 slower than 4, 6 and 8 spill (1.79 and 2.06 ms)
 WAVE_BLOCKS_PER_SM = 4
-SM_THREADS = 2048  # threads an SM holds at once
-SMS = 132  # a large GPU's SMs (H100): a GEMV running as one wave of blocks (prologue, or wide) is sized by it
 UNROLL = 8
 PREFETCH_BYTES = 16 * 1024  # a prologue's weight operand at most this large is prefetched into L1 before the wait
 MAX_SPLITS = 8
 MAX_GROUPS = 8  # column groups (registers: every lane of an epilogue warp holds each group's value)
 MAX_WARPS = 32  # a block's threads: 1,024
-TARGET_WARPS = 132 * 64  # enough warps in flight to stream weights on a large GPU (132 SMs)
 _VEC = {"bfloat16": 8, "float16": 8, "float32": 4}  # elements per 16-byte load
 
 
@@ -103,45 +101,50 @@ def _fits(m: int, n: int, k: int, batch: int, ad: str, bd: str, b: TensorRef) ->
             and (b.strides[-2] == 1 or k == 1))
 
 
-def prologue_applies(m: int, k: int, batch: tuple[int, ...], ad: str, b: TensorRef, bd: str) -> bool:
+def prologue_bytes(dev) -> int:
+    """The most bytes of operand rows a prologue computes into shared memory on the device `dev`."""
+    return dev.shared_memory_per_block - PROLOGUE_SPARE_BYTES
+
+
+def prologue_applies(m: int, k: int, batch: tuple[int, ...], ad: str, b: TensorRef, bd: str, dev) -> bool:
     """A GEMM whose operand this kernel can compute in a prologue: one it runs, with the operand's rows fitting in
     shared memory."""
-    return _fits(m, b.shape[-1], k, math.prod(batch), ad, bd, b) and m * k * itemsize(ad) <= PROLOGUE_BYTES
+    return _fits(m, b.shape[-1], k, math.prod(batch), ad, bd, b) and m * k * itemsize(ad) <= prologue_bytes(dev)
 
 
-def gemv_applies(k: KernelCall, program: CompiledProgram) -> bool:
-    return gemv_fits(k, program.buffers)
+def gemv_applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
+    return gemv_fits(k, program.buffers, dev)
 
 
-def gemv_fits(k: KernelCall, buffers: Sequence[BufferSpec]) -> bool:
+def gemv_fits(k: KernelCall, buffers: Sequence[BufferSpec], dev) -> bool:
     """A GEMM this kernel runs: one batch, at most GEMV_MAX_M rows, the weight read along k with unit stride, the
     activations too (or computed by a prologue that fits), float operands of one dtype, at most MAX_GROUPS column
     groups in a block of at most MAX_WARPS warps."""
     spec: GemmKernel = k.spec
     b, out = k.args[spec.b_arg], k.outs[0]
     bd, od = buffers[b.buffer].dtype, buffers[out.buffer].dtype
-    _, warps, cpo = _layout(spec, buffers, k)
+    _, warps, cpo = _layout(spec, buffers, k, dev)
     if spec.acc_groups > MAX_GROUPS or warps > MAX_WARPS or (spec.acc_groups > 1 and cpo > 15):
         return False  # (with groups, a block's output columns each have a named barrier: ids 1 to 15)
     if spec.prologue is not None:
-        return od in _VEC and prologue_applies(spec.m, spec.k, tuple(spec.batch), spec.prologue.dtype, b, bd)
+        return od in _VEC and prologue_applies(spec.m, spec.k, tuple(spec.batch), spec.prologue.dtype, b, bd, dev)
     a = k.args[0]
     return (_fits(spec.m, spec.n, spec.k, spec.batch_count, buffers[a.buffer].dtype, bd, b) and od in _VEC
             and (a.strides[-1] == 1 or spec.k == 1))
 
 
-def _blocks_per_sm(warps: int, cap: int = PROLOGUE_BLOCKS_PER_SM) -> int:
+def _blocks_per_sm(warps: int, dev, cap: int = PROLOGUE_BLOCKS_PER_SM) -> int:
     """Blocks of `warps` warps an SM of a GEMV running as one wave (its launch bounds): at most `cap`, and no more
-    than an SM's threads hold. SMS times this is its one wave."""
-    return max(1, min(cap, SM_THREADS // (32 * warps)))
+    than an SM's threads hold. The SMs times this is its one wave."""
+    return max(1, min(cap, dev.max_threads_per_multiprocessor // (32 * warps)))
 
 
-def _layout(spec: GemmKernel, buffers: Sequence[BufferSpec], k: KernelCall) -> tuple[int, int, int]:
+def _layout(spec: GemmKernel, buffers: Sequence[BufferSpec], k: KernelCall, dev) -> tuple[int, int, int]:
     """(warps a column, warps a block, output columns a block): a block's weight rows are `acc_groups` groups of its
     output columns, each row `splits` warps."""
     dt = buffers[k.args[spec.b_arg].buffer].dtype
     vec = _VEC.get(dt, 8)
-    splits = splits_for(spec.n, spec.k // vec if _vectorizable(k, buffers, vec) else spec.k // 8)
+    splits = splits_for(spec.n, spec.k // vec if _vectorizable(k, buffers, vec) else spec.k // 8, dev)
     base = PROLOGUE_WARPS if spec.prologue is not None else WARPS
     g = spec.acc_groups
 
@@ -155,7 +158,7 @@ def _layout(spec: GemmKernel, buffers: Sequence[BufferSpec], k: KernelCall) -> t
         # the step 1.566 -> 1.539 ms at KV position 1024, 1.690 -> 1.681 ms at 8192
         def groups_over_wave(s: int) -> bool:
             rows = rows_for(s)
-            return -(-spec.out_n // (rows // g)) > SMS * _blocks_per_sm(rows * s)
+            return -(-spec.out_n // (rows // g)) > dev.multiprocessors * _blocks_per_sm(rows * s, dev)
 
         while splits > 1 and groups_over_wave(splits) and not groups_over_wave(splits // 2):
             splits //= 2
@@ -174,12 +177,14 @@ def _vectorizable(k: KernelCall, buffers: Sequence[BufferSpec], vec: int) -> boo
     return spec.k % vec == 0 and b.offset % vec == 0 and a.offset % vec == 0 and ldw % vec == 0 and lda % vec == 0
 
 
-def splits_for(n_cols: int, k_vecs: int) -> int:
+def splits_for(n_cols: int, k_vecs: int, dev) -> int:
     """Warps per output column (each sums every `splits`-th 16-byte chunk of the row): a GEMV with few columns
     (a decode step's down projection: 1,536 columns of 8,960) would otherwise have too few warps in flight to
-    stream its weights at the copy bandwidth, and a short one finishes in fewer dependent loads."""
+    stream its weights at the copy bandwidth (as many as the device holds), and a short one finishes in fewer
+    dependent loads."""
+    target_warps = dev.resident_threads // 32
     s = 1
-    while s < MAX_SPLITS and n_cols * s < TARGET_WARPS and k_vecs >= 64 * s:
+    while s < MAX_SPLITS and n_cols * s < target_warps and k_vecs >= 64 * s:
         s *= 2
     return s
 
@@ -260,7 +265,7 @@ def _prologue_rows(k: KernelCall, program: CompiledProgram, names: list[str], it
     ]
 
 
-def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str, Launch]:
+def gemv(k: KernelCall, program: CompiledProgram, render_epilogue, dev) -> tuple[str, Launch]:
     spec: GemmKernel = k.spec
     b, out = k.args[spec.b_arg], k.outs[0]
     pro = spec.prologue is not None
@@ -273,7 +278,8 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     w_ptr = f"a{spec.b_arg}"
     vec = _VEC[dt]
     vectorized = _vectorizable(k, program.buffers, vec)
-    splits, warps, cpo = _layout(spec, program.buffers, k)  # cpo: output columns a block (cpo * groups weight rows)
+    # cpo: output columns a block (cpo * groups weight rows)
+    splits, warps, cpo = _layout(spec, program.buffers, k, dev)
     extents = [max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in (*k.args, out)]
     ityp = "long long" if max(extents) >= 2**31 - 1 else "int"
     rank = len(out.shape)
@@ -284,15 +290,16 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     # one wave of blocks, each running column group after column group, where there is a prologue (a block computes
     # its rows once) or where a block a group would be more blocks than the GPU holds at once (by threads: see the
     # module's docstring); else one group a block. The launch bounds hold the registers to the wave's blocks an SM.
-    wave = pro or n_groups > SMS * _blocks_per_sm(warps, cap=SM_THREADS)  # (uncapped: all an SM's threads hold)
-    per_sm = _blocks_per_sm(warps, PROLOGUE_BLOCKS_PER_SM if pro else WAVE_BLOCKS_PER_SM)
+    sms = dev.multiprocessors
+    wave = pro or n_groups > sms * _blocks_per_sm(warps, dev, cap=dev.max_threads_per_multiprocessor)  # (uncapped)
+    per_sm = _blocks_per_sm(warps, dev, PROLOGUE_BLOCKS_PER_SM if pro else WAVE_BLOCKS_PER_SM)
     grid = n_groups
     if wave:
         # the groups shared out evenly: as few blocks as take the same number of rounds (the gate/up projection's
         # 1,120 groups: 224 blocks of five, where 264 blocks left 200 of them idle in the fifth round while 64 ran
         # it). Measured on the H100 (Qwen2.5-1.5B decode): 1.529 -> 1.505 ms at KV position 1024, 1.661 -> 1.641 ms
         # at 8192
-        grid = min(n_groups, SMS * per_sm)
+        grid = min(n_groups, sms * per_sm)
         grid = -(-n_groups // -(-n_groups // grid))
     head = [
         "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
@@ -309,6 +316,25 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
     # the module's docstring)
     ahead = preload and whole_row and grid < n_groups
 
+    head, lines = _gemv_loads(a_off=a_off, a_ptr=a_ptr, ahead=ahead, b=b, batch=batch, cpo=cpo, dt=dt, grid=grid,
+        groups=groups, head=head, ityp=ityp, kk=kk, lda=lda, ldw=ldw, lines=lines, m_rows=m_rows, n_groups=n_groups,
+        n_out=n_out, n_vec=n_vec, preload=preload, pro=pro, splits=splits, vec=vec, vectorized=vectorized, w_ptr=w_ptr,
+        warps=warps)
+    idx = {rank - 2: "m", rank - 1: "n"}
+
+    src = _gemv_tail(ahead=ahead, cpo=cpo, grid=grid, groups=groups, head=head, idx=idx, ityp=ityp, k=k, ldw=ldw,
+        lines=lines, m_rows=m_rows, n_groups=n_groups, n_out=n_out, names=names, od=od, out=out, per_sm=per_sm,
+        preload=preload, pro=pro, program=program, rank=rank, render_epilogue=render_epilogue, spec=spec, splits=splits,
+        text=text, warps=warps, wave=wave, whole_row=whole_row)
+    # with its weights loaded before the wait, it starts early (target._early_triggers)
+    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))],
+                       early=preload)
+
+
+def _gemv_loads(*, a_off, a_ptr, ahead, b, batch, cpo, dt, grid, groups, head, ityp, kk, lda, ldw, lines, m_rows,
+    n_groups, n_out, n_vec, preload, pro, splits, vec, vectorized, w_ptr, warps):
+    """A warp's loads of its weight rows: preloaded before the wait where it can, 16-byte vectors or scalars, split over
+    the column's warps."""
     def weight_row(n: str) -> str:
         return f"{b.offset} + (min({n}, ({ityp}){n_out - 1}) + ({ityp})grp * {n_out}) * {ldw}"
 
@@ -417,8 +443,12 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
             "    acc[m] = t;",
             "  }",
         ]
-    idx = {rank - 2: "m", rank - 1: "n"}
+    return head, lines
 
+
+def _gemv_tail(*, ahead, cpo, grid, groups, head, idx, ityp, k, ldw, lines, m_rows, n_groups, n_out, names, od, out,
+    per_sm, preload, pro, program, rank, render_epilogue, spec, splits, text, warps, wave, whole_row):
+    """The products of a block's rows, the combine of a column's warps and groups, the epilogue and the source."""
     def product(indent: str) -> list[str]:
         """`v` = alpha * the row's sum + beta * bias, at this warp's column of the product."""
         body = [f"{indent}float v = acc[m];"]
@@ -493,9 +523,7 @@ def gemv(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str,
                      *([] if preload and whole_row else _prefetch(k, program, ityp, ldw, splits, cpo)),
                      *(_prologue_prefetch(k, program) if pro else []),
                      *head, "  npu_wait_prior();", *lines, "}"]) + "\n"
-    # with its weights loaded before the wait, it starts early (target._early_triggers)
-    return src, Launch((grid, 1, 1), 32 * warps, [("out", 0)] + [("arg", i) for i in range(len(k.args))],
-                       early=preload)
+    return src
 
 
-__all__ = ["gemv", "gemv_applies", "gemv_fits", "prologue_applies", "GEMV_MAX_M"]
+__all__ = ["gemv", "gemv_applies", "gemv_fits", "prologue_applies", "prologue_bytes", "GEMV_MAX_M"]

@@ -40,9 +40,7 @@ from ...kernels import GemmKernel
 from ...program import BufferSpec, CompiledProgram, KernelCall
 from ..clike import Launch
 from .common import FAST_CUDA, PRELUDE, WAIT, storage, store_expr, wgmma_helpers
-from .gemv import SMS
 
-MIN_ARCH = 90  # wgmma and the tensor memory accelerator
 GROUPS = 2
 BM = 128  # rows a tile: two consumer warpgroups of 64
 BH = 128  # output columns a tile: each group's 128 product columns, one m64n256 product
@@ -60,14 +58,16 @@ _MMA = {"bfloat16": "bf16", "float16": "f16"}
 _ALIGN = 16  # bytes: a tensor map's base and row pitch
 
 
-def grouped_fits(call: KernelCall, buffers: Sequence[BufferSpec], arch: int) -> bool:
-    """Whether this kernel computes the column-group GEMM `call`: two groups, more rows than a GEMV takes (the caller
-    checks that one first), one batch, no bias or prologue, 16-bit operands and output of one dtype, the operand a
-    read row by row and the weight column by column (both with unit stride along K, rows 16-byte aligned: what a
-    tensor map copies), and an output of contiguous rows (stored 16 bytes at a time where they start on 16 bytes,
-    else element by element)."""
+def grouped_fits(call: KernelCall, buffers: Sequence[BufferSpec], dev) -> bool:
+    """Whether this kernel computes the column-group GEMM `call` on the device `dev` (a DeviceProfile with the warpgroup
+    MMA and the tensor memory accelerator, and shared memory for SMEM): two groups, more rows than a GEMV takes (the
+    caller checks that one first), one batch, no bias or prologue, 16-bit operands and output of one dtype, the operand
+    a read row by row and the weight column by column (both with unit stride along K, rows 16-byte aligned: what a
+    tensor map copies), and an output of contiguous rows (stored 16 bytes at a time where they start on 16 bytes, else
+    element by element)."""
     spec = call.spec
-    if arch < MIN_ARCH or not isinstance(spec, GemmKernel) or spec.acc_groups != GROUPS:
+    if not (dev.warpgroup_mma and dev.tma and SMEM <= dev.shared_memory_per_block_optin) \
+            or not isinstance(spec, GemmKernel) or spec.acc_groups != GROUPS:
         return False
     if spec.prologue is not None or spec.bias or spec.batch_count != 1 or spec.m < 1 or spec.k < 1:
         return False
@@ -129,9 +129,9 @@ __device__ __forceinline__ void gg_copy(unsigned dst, const void* map, int x, in
 """
 
 
-def grouped_gemm(k: KernelCall, program: CompiledProgram, render_epilogue) -> tuple[str, Launch]:
-    """The kernel (see the module's docstring) and its launch: a block an SM of a large GPU (`gemv.SMS`), the
-    address of its tensor maps first among its pointers."""
+def grouped_gemm(k: KernelCall, program: CompiledProgram, render_epilogue, dev) -> tuple[str, Launch]:
+    """The kernel (see the module's docstring) and its launch: a block an SM of the device `dev`, the address of its
+    tensor maps first among its pointers."""
     spec: GemmKernel = k.spec
     out = k.outs[0]
     od = program.dtype_of(out)
@@ -172,6 +172,16 @@ def grouped_gemm(k: KernelCall, program: CompiledProgram, render_epilogue) -> tu
           for (int j = 0; j < 8; ++j)
             if (col + j < {h})
               out0[{out.offset} + ({ityp})row * {h} + col + j] = {value_j};"""
+    src = _grouped_source(epi_fn=epi_fn, h=h, ksteps=ksteps, m=m, mma_t=mma_t, pack=pack, pair_t=pair_t, params=params,
+        scale=scale, st_t=st_t, store=store, tiles_h=tiles_h, tiles_m=tiles_m)
+    return src, Launch((min(tiles_m * tiles_h, dev.multiprocessors), 1, 1), THREADS,
+                       [("maps", 0), ("out", 0)] + [("arg", i) for i in range(len(k.args))], smem=SMEM,
+                       tensor_maps=tensor_maps(k, program))
+
+
+def _grouped_source(*, epi_fn, h, ksteps, m, mma_t, pack, pair_t, params, scale, st_t, store, tiles_h, tiles_m):
+    """The source: the producer's tensor-map copies into the stages, the consumers' warpgroup MMAs, the epilogue warps
+    over the staged tiles."""
     src = f"""{PRELUDE}{_HELPERS}{wgmma_helpers(mma_t, {"gg_mma": (2 * BH, False, False, True)})}{epi_fn}
 
 extern "C" __global__ void __launch_bounds__({THREADS}, 1) npu_kernel(const unsigned char* __restrict__ maps,
@@ -286,9 +296,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1) npu_kernel(const unsi
   }}
 }}
 """
-    return src, Launch((min(tiles_m * tiles_h, SMS), 1, 1), THREADS,
-                       [("maps", 0), ("out", 0)] + [("arg", i) for i in range(len(k.args))], smem=SMEM,
-                       tensor_maps=tensor_maps(k, program))
+    return src
 
 
-__all__ = ["grouped_fits", "grouped_gemm", "tensor_maps", "MIN_ARCH"]
+__all__ = ["grouped_fits", "grouped_gemm", "tensor_maps"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ...errors import NPUCompileError
 from ...expr import nodes as X
-from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import (
     ExprRenderer,
@@ -39,7 +39,6 @@ from .common import (
     max_extent,
     reg,
     round_expr,
-    storage,
     store_expr,
     valid_length_prologue,
 )
@@ -53,11 +52,11 @@ def _dt(program: CompiledProgram, ref: TensorRef) -> str:
 
 
 def _signature(k: KernelCall, program: CompiledProgram, block: int, names: list[str] | None = None,
-               min_blocks: int = 0, cluster_z: int = 0) -> str:
-    params = [f"{storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.outs)]
+               min_blocks: int = 0, cluster_z: int = 0, lang=CUDA) -> str:
+    params = [f"{lang.storage(_dt(program, o))}* out{i}" for i, o in enumerate(k.writes)]
     for i, a in enumerate(k.args):
         name = names[i] if names else f"a{i}"
-        params.append(f"const {storage(_dt(program, a))}* __restrict__ {name}")
+        params.append(f"const {lang.storage(_dt(program, a))}* __restrict__ {name}")
     bounds = f"{block}, {min_blocks}" if min_blocks else f"{block}"
     cluster = f"__cluster_dims__(1, 1, {cluster_z}) " if cluster_z else ""
     return f'extern "C" __global__ void {cluster}__launch_bounds__({bounds}) {KERNEL_NAME}({", ".join(params)})'
@@ -96,7 +95,7 @@ def conv_names(spec: Conv2dKernel, n_args: int) -> list[str]:
 
 
 def _conv_tiles(acc: str, x: TensorRef, w: TensorRef, geom: tuple[int, ...], names: tuple[str, str],
-                dts: tuple[str, str], m_total: int, ityp: str, wo: int, ho: int) -> str:
+                dts: tuple[str, str], m_total: int, ityp: str, wo: int, ho: int, lang=CUDA) -> str:
     """The K loop of the direct implicit GEMM into `acc` (4 x 4 a thread) over `x` (read as `names[0]`) and `w`:
     geom is (stride h, w, padding h, w, dilation h, w, input h, w)."""
     sh, sw, ph, pw, dh, dw, h, wd = geom
@@ -123,7 +122,7 @@ def _conv_tiles(acc: str, x: TensorRef, w: TensorRef, geom: tuple[int, ...], nam
         const {ityp} ih = oh * {sh} - {ph} + kr * {dh};
         const {ityp} iw = ow * {sw} - {pw} + ks * {dw};
         const {ityp} ci = ({ityp})grp * {cg} + cc;
-        if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) v = {load_expr(dts[0], names[0] + '[' + x_at + ']')};
+        if (ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) v = {lang.load_expr(dts[0], names[0] + '[' + x_at + ']')};
       }}
       As[kk][mm] = v;
     }}
@@ -138,7 +137,7 @@ def _conv_tiles(acc: str, x: TensorRef, w: TensorRef, geom: tuple[int, ...], nam
         const int ks = kidx % {kw}; const int t2 = kidx / {kw};
         const int kr = t2 % {kh}; const int cc = t2 / {kh};
         const {ityp} co = ({ityp})grp * {og} + nidx;
-        v = {load_expr(dts[1], names[1] + '[' + w_at + ']')};
+        v = {lang.load_expr(dts[1], names[1] + '[' + w_at + ']')};
       }}
       Bs[kk][nn] = v;
     }}
@@ -159,10 +158,11 @@ def _conv_tiles(acc: str, x: TensorRef, w: TensorRef, geom: tuple[int, ...], nam
   }}"""
 
 
-def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+def conv2d(k: KernelCall, program: CompiledProgram, lang=CUDA) -> tuple[str, Launch]:
     """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64x64x16 tiles
     through shared memory (im2col on the fly, zero padding by bounds checks); bias, residual and activation in the
-    epilogue, one rounding at the store. A side conv (one group) is a second such loop, into its own sums."""
+    epilogue, one rounding at the store. A side conv (one group) is a second such loop, into its own sums. Nothing
+    in it depends on the warp width: `lang` (CUDA, or the hip target's language) writes its types and prelude."""
     spec: Conv2dKernel = k.spec
     x, w = k.args[0], k.args[1]
     out = k.outs[0]
@@ -180,31 +180,31 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     names = conv_names(spec, len(k.args))
     o_at = affine([("nb", os_[0]), ("co", os_[1]), ("oh", os_[2]), ("ow", os_[3])], out.offset)
     loops = _conv_tiles("acc", x, w, (*spec.stride, *spec.padding, *spec.dilation, h, wd), ("x", "w"), (xd, wdt),
-                        m_total, ityp, wo, ho)
+                        m_total, ityp, wo, ho, lang)
     accs: str | list[str] = "accv"
     side_lines = []
     if spec.side_stride:
         x2, w2 = k.args[spec.side_first_arg], k.args[spec.side_first_arg + 1]
         loops += "\n" + _conv_tiles("acc2", x2, w2, (*spec.side_stride, 0, 0, 1, 1, *x2.shape[2:]), ("x2", "w2"),
-                                     (_dt(program, x2), _dt(program, w2)), m_total, ityp, wo, ho)
+                                     (_dt(program, x2), _dt(program, w2)), m_total, ityp, wo, ho, lang)
         side_lines.append("        float v2 = acc2[i][j];")
         if spec.side_bias:
             b2 = k.args[spec.side_first_arg + 2]
             b2_at = affine([("co", b2.strides[0])], b2.offset)
-            side_lines.append(f"        v2 += {load_expr(_dt(program, b2), 'bias2[' + b2_at + ']')};")
-        side_lines.append(f"        const float sidev = {round_expr('v2', od)};")
+            side_lines.append(f"        v2 += {lang.load_expr(_dt(program, b2), 'bias2[' + b2_at + ']')};")
+        side_lines.append(f"        const float sidev = {lang.round_expr('v2', od)};")
         accs = ["accv", "sidev"]
     epilogue = []
     if bias is not None:
         b_at = affine([("co", bias.strides[0])], bias.offset)
-        epilogue.append(f"        v += {load_expr(_dt(program, bias), 'bias[' + b_at + ']')};")
+        epilogue.append(f"        v += {lang.load_expr(_dt(program, bias), 'bias[' + b_at + ']')};")
     value = "v"
     if spec.epilogue is not None:
         # the epilogue reads the result as the unfused graph stored it: rounded to the output dtype
-        epilogue.append(f"        const float accv = {round_expr('v', od)};")
+        epilogue.append(f"        const float accv = {lang.round_expr('v', od)};")
         epilogue += side_lines
         epilogue.append(f"        const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
-        lines, value = render_epilogue(spec.epilogue, k, program, names, accs, ityp, "        ")
+        lines, value = render_epilogue(spec.epilogue, k, program, names, accs, ityp, "        ", lang)
         epilogue += lines
     value_dtype = spec.epilogue.dtype if spec.epilogue is not None else "float32"
     BM, BN, BK, T = CONV_BM, CONV_BN, CONV_BK, CONV_THREADS
@@ -214,9 +214,9 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
   for (int i = 0; i < 4; ++i)
     #pragma unroll
     for (int j = 0; j < 4; ++j) {a}[i][j] = 0.0f;""" for a in (("acc", "acc2") if spec.side_stride else ("acc",)))
-    src = f"""{PRELUDE}
-{_signature(k, program, T, names)} {{
-{WAIT}
+    src = f"""{lang.prelude}
+{_signature(k, program, T, names, lang=lang)} {{
+{lang.wait}
   // As[k][m]: im2col tile of the input; Bs[k][n]: weight tile (one padding column against bank conflicts)
   __shared__ float As[{BK}][{BM}];
   __shared__ float Bs[{BK}][{BN} + 1];
@@ -239,7 +239,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
         const {ityp} co = ({ityp})grp * {og} + nidx;
         float v = acc[i][j];
 {chr(10).join(epilogue)}
-        out0[{o_at}] = {store_expr(od, value, value_dtype)};
+        out0[{o_at}] = {lang.store_expr(od, value, value_dtype)};
       }}
     }}
   }}
@@ -251,9 +251,9 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch(grid, T, ptrs_of(k))
 
 
-def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90) -> list[tuple[str, Launch]]:
-    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on a GPU of compute capability
-    `arch` (its shared memory bounds the K step), or the direct conv (`conv_direct.py`) where that one fits."""
+def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+    """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on the device `dev` (a
+    DeviceProfile), or the direct conv (`conv_direct.py`) where that one fits."""
     spec: Conv2dKernel = k.spec
     names = conv_names(spec, len(k.args))
     ityp = _ityp(*k.args, k.outs[0])
@@ -261,18 +261,18 @@ def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, arch: int = 90)
     def signature(threads: int, min_blocks: int, cluster_z: int = 0) -> str:
         return _signature(k, program, threads, names, min_blocks, cluster_z)
 
-    if conv_direct.fits(k, program, arch):
-        return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names)
-    return conv2d_tc(k, program, render_epilogue, ityp, signature, names, arch)
+    if conv_direct.fits(k, program, dev):
+        return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names, dev)
+    return conv2d_tc(k, program, render_epilogue, ityp, signature, names, dev)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------------
 
 ATTN_WARPS = 8
-# Decode has a handful of query rows (one per head) for 132 SMs: give each row more warps, so the walk over the
-# cache is split finer, rather than leave the rows' blocks latency-bound on one key after another.
+# Decode has a handful of query rows (one per head), fewer than two an SM: give each row more warps, so the walk over
+# the cache is split finer, rather than leave the rows' blocks latency-bound on one key after another.
 ATTN_WARPS_FEW_ROWS = 16
-FEW_ROWS = 264
+FEW_ROWS_PER_SM = 2
 
 
 @dataclass
@@ -353,7 +353,7 @@ def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
                  v_at, o_at, valid, jmax, score)
 
 
-def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+def attention(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
     """softmax(q k^T * scale + mask) v, one block per query row, keys split over the warps, fp32 accumulation;
     GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
 
@@ -367,7 +367,8 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     b, h, t, group, q_at, v_at, o_at, valid, jmax, score = (a.b, a.h, a.t, a.group, a.q_at, a.v_at, a.o_at, a.valid,
                                                             a.jmax, a.score)
     qd = a.qd
-    nw = ATTN_WARPS_FEW_ROWS if math.prod(a.qs_shape[:3]) <= FEW_ROWS else ATTN_WARPS
+    few = FEW_ROWS_PER_SM * dev.multiprocessors
+    nw = ATTN_WARPS_FEW_ROWS if math.prod(a.qs_shape[:3]) <= few else ATTN_WARPS
     block = 32 * nw
     two_pass = pd in ("float16", "bfloat16")
     load_v = f"(dd < {dv} ? {load_expr(vd, f'a2[{v_at}]')} : 0.0f)"
@@ -481,13 +482,13 @@ def attention(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return src, Launch((grid, 1, 1), block, ptrs_of(k))
 
 
-def attention_tiles(k: KernelCall, program: CompiledProgram, arch: int = 0) -> list[tuple[str, Launch]]:
-    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies) for
-    compute capability `arch`."""
+def attention_tiles(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+    """Attention over many query rows on tensor cores (see flash_attention.py; the caller checked it applies) on the
+    device `dev`."""
     mask = [k.args[3]] if k.spec.mask != "none" else []
     return flash_attention(k, program, lambda block, min_blocks: _signature(k, program, block, min_blocks=min_blocks),
                            ptrs_of(k),
-                           _ityp(*k.args[:3], k.outs[0], *mask), arch)
+                           _ityp(*k.args[:3], k.outs[0], *mask), dev)
 
 
 SPLIT_WARPS = 4
@@ -510,10 +511,9 @@ def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, 
         # one block per (KV head, split) for the whole query-head group: each key and value row read once
         launches = grouped_decode(k, program, a, lambda block: _signature(k, program, block), ptrs_of(k))
         return launches + [_split_combine(k, program, a, online=k.spec.online)]
-    p: AttentionKernel = k.spec
     ityp, d, dv, dpl, vpl, vd, pd = a.ityp, a.d, a.dv, a.dpl, a.vpl, a.vd, a.pd
     rows = a.b * a.h * a.t
-    splits = p.splits
+    splits = plan_of(k).splits
     nw = SPLIT_WARPS
     block = 32 * nw
     stride = 2 + dv
@@ -608,8 +608,7 @@ def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn, online: bo
     splits' outputs are at their own max, unnormalised (decode_attention.py); each is weighed by exp(its max - the
     row's max) / the row's sum, the weights computed once a row into shared memory (a row none of whose keys is
     visible gives zeros)."""
-    p: AttentionKernel = k.spec
-    rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, p.splits, 2 + a.dv, a.ityp, a.dv, a.od
+    rows, splits, stride, ityp, dv, od = a.b * a.h * a.t, plan_of(k).splits, 2 + a.dv, a.ityp, a.dv, a.od
     nw, un = COMBINE_WARPS, COMBINE_UNROLL
     weights, weigh = "", ""
     if online:
@@ -661,7 +660,7 @@ def _split_combine(k: KernelCall, program: CompiledProgram, a: _Attn, online: bo
 # ---- gemm: what runs around cuBLAS, and the kernel for what cuBLAS cannot do ----------------------------------------
 
 
-def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+def gemm_bias_fill(k: KernelCall, program: CompiledProgram, dev, lang=CUDA) -> tuple[str, Launch] | None:
     """out = bias (its broadcast view); cuBLAS then adds alpha * A @ B with beta on it. The runtime skips this launch
     where cuBLASLt adds the bias in the GEMM's epilogue (`gemm._bias_epilogue`): cuBLAS rounds the product before
     adding C to it (measured: bf16 on the H100), the epilogue rounds once, as ATen's linear does."""
@@ -672,15 +671,15 @@ def gemm_bias_fill(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch
     bd, od = _dt(program, bias), _dt(program, out)
     load = X.Load(bd, 0, tuple(bias.strides), bias.offset)
     expr: X.Expr = X.Cast(od, load) if od != bd else load
-    return render_expression(CUDA, expr, [bd], [program.buffers[bias.buffer].numel], _store(out, od), tuple(out.shape),
-                             (), 0, [("out", 0), ("arg", 2)])
+    return render_expression(lang, expr, [bd], [program.buffers[bias.buffer].numel], _store(out, od), tuple(out.shape),
+                             (), 0, [("out", 0), ("arg", 2)], device=dev)
 
 
 def _store(out: TensorRef, dtype: str) -> Store:
     return Store(tuple(out.shape), tuple(out.strides), out.offset, dtype)
 
 
-def gemm_epilogue(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch] | None:
+def gemm_epilogue(k: KernelCall, program: CompiledProgram, dev, lang=CUDA) -> tuple[str, Launch] | None:
     """The epilogue after cuBLAS, in place: out = epilogue(out) with `Acc` read from the output (the product already
     rounded to the output dtype, as the unfused graph stores it before a residual add). Reads and writes `out`
     element by element: no `__restrict__` there."""
@@ -706,11 +705,11 @@ def gemm_epilogue(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]
     expr = X.substitute(spec.epilogue, rebind)
     dts = [od] + [_dt(program, k.args[a]) for a in used]
     extents = [program.buffers[out.buffer].numel] + [program.buffers[k.args[a].buffer].numel for a in used]
-    return render_expression(CUDA, expr, dts, extents, _store(out, od), tuple(out.shape), (), 0,
-                             [("out", 0), ("out", 0)] + [("arg", a) for a in used], restrict=False)
+    return render_expression(lang, expr, dts, extents, _store(out, od), tuple(out.shape), (), 0,
+                             [("out", 0), ("out", 0)] + [("arg", a) for a in used], restrict=False, device=dev)
 
 
-def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+def gemm_direct(k: KernelCall, program: CompiledProgram, lang=CUDA) -> tuple[str, Launch]:
     """A plain kernel (one thread per output element) for the GEMMs cuBLAS has no type for: integers (exact in
     int64, wrapping, as ATen), mixed operand dtypes; and for a GEMM over column groups that neither the GEMV nor the
     grouped kernel takes (a program compiled for a newer GPU: each thread sums every group's column of its output).
@@ -734,14 +733,14 @@ def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     def cvt(x: str, dt: str) -> str:
         return x if reg(dt) == acc_t else f"({acc_t})({x})"
 
-    av = cvt(load_expr(ad, "a0[" + a_at + "]"), ad)
+    av = cvt(lang.load_expr(ad, "a0[" + a_at + "]"), ad)
     body: list[str] = []
     accs = [f"acc{g}" for g in range(groups)]
     for g, acc in enumerate(accs):
         col = j if g == 0 else f"({j} + {g * width})"
         b_at = affine([(v, b.strides[d]) for d, v in enumerate(lead)] + [("kk", b.strides[-2]), (col, b.strides[-1])],
                       b.offset)
-        bv = cvt(load_expr(bd, "a1[" + b_at + "]"), bd)
+        bv = cvt(lang.load_expr(bd, "a1[" + b_at + "]"), bd)
         body += [f"    {acc_t} {acc} = {literal(0, acc_dt)};",
                  f"    for ({ityp} kk = 0; kk < {spec.k}; ++kk)",
                  f"      {acc} += {av} * {bv};"]
@@ -751,30 +750,26 @@ def gemm_direct(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             bias = k.args[2]
             at = affine([(f"o{d}", st) for d, st in enumerate(bias.strides)],
                         bias.offset + g * width * bias.strides[-1])
-            biv = cvt(load_expr(_dt(program, bias), f"a2[{at}]"), _dt(program, bias))
+            biv = cvt(lang.load_expr(_dt(program, bias), f"a2[{at}]"), _dt(program, bias))
             beta = f" * {literal(spec.beta, acc_dt)}" if spec.beta != 1.0 else ""
             body.append(f"    {acc} = {acc} + {biv}{beta};")
     value, value_dtype = "acc0", acc_dt
     if spec.epilogue is not None:
-        body += [f"    const {reg(od)} accv{g} = {_round_to(od, acc, acc_dt)};" for g, acc in enumerate(accs)]
+        body += [f"    const {reg(od)} accv{g} = {lang.cast(acc, acc_dt, od)};" for g, acc in enumerate(accs)]
         lines, value = render_epilogue(spec.epilogue, k, program, [f"a{q}" for q in range(len(k.args))],
-                                       "accv0" if groups == 1 else [f"accv{g}" for g in range(groups)], ityp, "    ")
+                                       "accv0" if groups == 1 else [f"accv{g}" for g in range(groups)], ityp, "    ",
+                                       lang)
         body += lines
         value_dtype = spec.epilogue.dtype
     body.append(f"    out0[{affine([(f'o{d}', s) for d, s in enumerate(out.strides)], out.offset)}] = "
-                f"{store_expr(od, value, value_dtype)};")
-    return _elementwise_shell(k, program, ityp, n_out, body)
-
-
-def _round_to(dtype: str, value: str, value_dtype: str) -> str:
-    """A register value rounded to `dtype` and held in that dtype's register type."""
-    return CUDA.cast(value, value_dtype, dtype)
+                f"{lang.store_expr(od, value, value_dtype)};")
+    return _elementwise_shell(k, program, ityp, n_out, body, lang=lang)
 
 
 def _elementwise_shell(k: KernelCall, program: CompiledProgram, ityp: str, n_out: int, body: list[str],
-                       block: int = 256) -> tuple[str, Launch]:
+                       block: int = 256, lang=CUDA) -> tuple[str, Launch]:
     out = k.outs[0]
-    lines = [PRELUDE, _signature(k, program, block) + " {", WAIT,
+    lines = [lang.prelude, _signature(k, program, block, lang=lang) + " {", lang.wait,
              f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}; "
              f"i += ({ityp})gridDim.x * blockDim.x) {{"]
     lines += [f"    {ln}" for ln in _decompose("i", tuple(out.shape), ityp)]

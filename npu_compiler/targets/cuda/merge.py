@@ -35,12 +35,13 @@ def _store(k: KernelCall, program: CompiledProgram) -> Store:
     return store
 
 
-def part_text(k: KernelCall, program: CompiledProgram, names: str = "", blocks: tuple[str, str] | None = None
-              ) -> tuple[KernelText, Launch]:
+def part_text(k: KernelCall, program: CompiledProgram, dev, names: str = "", blocks: tuple[str, str] | None = None,
+              lang=CUDA) -> tuple[KernelText, Launch]:
     """A generated kernel's text (its parameters named with the prefix `names`) and launch. The text depends on the
     expression, the arguments' dtypes and extents and the output's map only, so the kernels a model repeats layer
     after layer are rendered once (Qwen2.5-1.5B's prefill: 28 layers of the same RoPE and cache writes), the cache
-    keyed by a digest of the expression (`X.fingerprint`)."""
+    keyed by a digest of the expression (`X.fingerprint`), by the device (`dev`) the launch is shaped for and by the
+    language (`lang`: CUDA, or the hip target's)."""
     spec: GeneratedKernel = k.spec
     st = _store(k, program)
     dts = [program.dtype_of(a) for a in k.args]
@@ -52,16 +53,16 @@ def part_text(k: KernelCall, program: CompiledProgram, names: str = "", blocks: 
         side = (spec.side, Store(tuple(o1.shape), tuple(o1.strides), o1.offset, program.dtype_of(o1)))
     key = (X.fingerprint(spec.expr), tuple(dts), tuple(extents), st.shape, st.strides, st.offset, st.dtype,
            st.scatter_dim, None if st.scatter_index is None else X.fingerprint(st.scatter_index), st.scatter_size,
-           shape, reduce_shape, spec.row_dims, names, blocks,
+           shape, reduce_shape, spec.row_dims, names, blocks, dev, lang.name,
            None if side is None else (X.fingerprint(side[0]), side[1].shape, side[1].strides, side[1].offset,
                                       side[1].dtype))
     if key not in _TEXTS:
         if len(_TEXTS) >= MAX_CACHED_TEXTS:
             _TEXTS.clear()
         outs = [("out", 0)] + ([("out", 1)] if side is not None else [])
-        _TEXTS[key] = expression_text(CUDA, spec.expr, dts, extents, st, shape, reduce_shape, spec.row_dims,
+        _TEXTS[key] = expression_text(lang, spec.expr, dts, extents, st, shape, reduce_shape, spec.row_dims,
                                       outs + [("arg", i) for i in range(len(k.args))], names=names,
-                                      blocks=blocks, side=side)
+                                      blocks=blocks, side=side, device=dev)
     text, launch = _TEXTS[key]
     return replace(text, params=list(text.params), body=list(text.body), helpers=set(text.helpers),
                    shared=dict(text.shared)), launch
@@ -97,7 +98,7 @@ def _overlap(a: tuple, b: tuple) -> bool:
 
 def _independent(k: KernelCall, reads: list[tuple], writes: list[tuple], program: CompiledProgram) -> bool:
     kr = [_span(program, r) for r in k.args]
-    kw = [_span(program, r) for r in k.outs]
+    kw = [_span(program, r) for r in k.writes]
     return not any(_overlap(w, x) for w in kw for x in reads + writes) and \
         not any(_overlap(r, w) for r in kr for w in writes)
 
@@ -120,13 +121,13 @@ def groups(program: CompiledProgram, launches: Mapping[int, Launch]) -> list[lis
             reads, writes = [], []
         if run:
             reads += [_span(program, r) for r in k.args]
-            writes += [_span(program, r) for r in k.outs]
+            writes += [_span(program, r) for r in k.writes]
     if len(run) > 1:
         out.append(run)
     return out
 
 
-def merged(program: CompiledProgram, run: list[int], launches: Mapping[int, Launch]) -> tuple[str, Launch]:
+def merged(program: CompiledProgram, run: list[int], launches: Mapping[int, Launch], dev) -> tuple[str, Launch]:
     """One source and launch for the kernels `run`: block b runs the part whose range of blocks holds it."""
     params: list[tuple[str, str, bool]] = []
     helpers: set[str] = set()
@@ -137,11 +138,11 @@ def merged(program: CompiledProgram, run: list[int], launches: Mapping[int, Laun
     for p, i in enumerate(run):
         k = program.kernels[i]
         grid = launches[i].grid[0]
-        text, launch = part_text(k, program, f"p{p}_", (f"((int)blockIdx.x - {first})", str(grid)))
+        text, launch = part_text(k, program, dev, f"p{p}_", (f"((int)blockIdx.x - {first})", str(grid)))
         params += text.params
         helpers |= text.helpers
         restrict = restrict and text.restrict
-        ptrs += [("buffer", (k.outs if w == "out" else k.args)[j].buffer) for w, j in launch.ptrs]
+        ptrs += [("buffer", (k.writes if w == "out" else k.args)[j].buffer) for w, j in launch.ptrs]
         cond = f"blockIdx.x < {first + grid}" if p < len(run) - 1 else None
         body.append(("  " if p == 0 else "  } else ") + (f"if ({cond}) {{" if cond else "{"))
         body += ["  " + line for line in text.body]

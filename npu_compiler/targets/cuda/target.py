@@ -17,19 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, GemmKernel, GeneratedKernel
+from ...kernels import AttentionKernel, AttentionPlan, Conv2dKernel, GemmKernel, GeneratedKernel, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
 from ..codegen import CodegenTarget
-from .common import CUDA, EARLY_WAIT, WAIT
-from .conv_tc import MIN_ARCH as CONV_TC_MIN_ARCH
+from ..devices import DeviceProfile, get_profile, profile_for_arch
+from ..planning import decode_splits
+from .common import CUDA, EARLY_WAIT, WAIT, mma_sync_ok
 from .conv_tc import applies as conv_tc_applies
-from .conv_tc import convs_on_tensor_cores, side_fits
+from .conv_tc import convs_on_tensor_cores, plan_conv, side_fits
 from .decode_attention import scores_scratch
 from .flash_attention import applies as tiles_fit
-from .flash_attention import tile_splits, tile_table, tiles_apply
+from .flash_attention import plan_tiled_attention, tiles_apply, tiles_fit_call
 from .gemm import SUPPORTED, gemm_plan
-from .gemv import GEMV_MAX_M, PROLOGUE_BYTES, gemv, gemv_applies, gemv_fits, prologue_applies
+from .gemv import GEMV_MAX_M, gemv, gemv_applies, gemv_fits, prologue_applies, prologue_bytes
 from .grouped_gemm import grouped_fits, grouped_gemm
 from .library import (
     attention,
@@ -69,8 +70,8 @@ class RenderedProgram:
     merged_into: dict[int, int] = field(default_factory=dict)  # kernel -> the kernel whose launch runs it
 
 
-def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    text, launch = part_text(k, program)
+def render_generated(k: KernelCall, program: CompiledProgram, dev: DeviceProfile) -> tuple[str, Launch]:
+    text, launch = part_text(k, program, dev)
     return CUDA.kernel(text), launch
 
 
@@ -81,63 +82,79 @@ def _cublas_can(k: KernelCall, program: CompiledProgram) -> bool:
 
 class CudaTarget(CodegenTarget):
     name = "cuda"
+    default_device = "h100"
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
     gemm_im2col = True
-    decode_attention_blocks = 264  # two blocks per SM of a large GPU (132 SMs)
     attention_gemm_min_rows = 64  # prefill without tiled attention: QK^T and PV on tensor cores (cuBLAS)
     gemm_prologue_rows = GEMV_MAX_M  # decode's norms computed by the GEMV that reads them
     row_side_outputs = True
 
-    def __init__(self, arch: int = 90) -> None:
-        # the device's compute capability (major * 10 + minor): which tensor-core instructions the kernels may use.
-        # A compile assumes a current GPU; the runtime renders with its device's.
-        self.arch = arch
+    def __init__(self, device: DeviceProfile | str | int | None = None) -> None:
+        # the device the kernels are planned and rendered for (a DeviceProfile, a row of the chip table by name, or
+        # a compute capability: the table's row of it); default: the target's default chip. A compile plans for the
+        # device it is given; the runtime renders for the device present.
+        if device is None or isinstance(device, str):
+            device = get_profile(device or self.default_device)
+        elif isinstance(device, int):
+            device = profile_for_arch(device)
+        if device.vendor != "nvidia":
+            raise NPUCompileError(f"the cuda target renders for NVIDIA GPUs, not {device.title} ({device.arch})")
+        self.profile = device
+        self.arch = device.compute_capability  # which tensor-core instructions the kernels may use
+
 
     def gemm_epilogue_apart(self, m, batch, a_dtype, out_dtype) -> bool:
         # more rows than a GEMV takes: cuBLAS, then the epilogue as a launch of its own (`render_kernel`)
         return m > GEMV_MAX_M and (a_dtype, out_dtype) in SUPPORTED
 
     def attention_on_tensor_cores(self, dtypes, probs_dtype, q_len, head_dim, v_dim, refs) -> bool:
-        return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.arch)
+        return tiles_apply(dtypes, probs_dtype, q_len, head_dim, v_dim, refs, self.profile)
 
-    def attention_tile_splits(self, batch, heads, q_len, kv_len, may_skip, online=False) -> tuple[int, int]:
-        return tile_splits(batch, heads, q_len, kv_len, may_skip, online)
-
-    def attention_tile_table(self, batch, heads, q_len, kv_len) -> int:
-        return tile_table(batch, heads, q_len, kv_len)
-
-    def decode_attention_scratch(self, batch, heads, q_len, kv_len, online) -> int:
-        return scores_scratch(batch, heads, q_len, kv_len, online)
+    def plan(self, call, buffers):
+        """Attention: the tiled kernel's key splits, the flags they keep and the mask's tile table where it applies
+        (flash_attention.plan), else decode's key splits and the scores its second launch reads; a conv on the
+        implicit GEMM: its K splits (conv_tc.plan_conv)."""
+        spec, dev = call.spec, self.profile
+        if isinstance(spec, AttentionKernel):
+            if tiles_fit_call(call, buffers, dev):
+                return plan_tiled_attention(spec, dev)
+            splits = decode_splits(spec, dev)
+            extra = scores_scratch(spec.batch, spec.heads, spec.q_len, spec.kv_len, spec.online) if splits else 0
+            return AttentionPlan(splits, extra)
+        if isinstance(spec, Conv2dKernel):
+            return plan_conv(call, buffers, dev)
+        return None
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
-        return convs_on_tensor_cores(convs, self.arch)
+        return convs_on_tensor_cores(convs, self.profile)
 
     def gemm_prologue(self, m, k, batch, a_dtype, b, b_dtype, reduces) -> bool:
         # Norms only: every block computes the prologue for itself, and an elementwise producer then costs all
         # blocks together more than its own small kernel (measured on the H100: SiLU-times-up in the down
         # projection's prologue made it 31 us against about 12 us plus a 3 us kernel)
-        return reduces and prologue_applies(m, k, batch, a_dtype, b, b_dtype)
+        return reduces and prologue_applies(m, k, batch, a_dtype, b, b_dtype, self.profile)
 
     def conv_side(self, call, buffers) -> bool:
         # on tensor cores only (the direct kernel runs a side conv too, on a GPU without them: slower, not wrong)
-        return self.arch >= CONV_TC_MIN_ARCH and side_fits(call, buffers, self.arch)
+        return mma_sync_ok(self.profile) and side_fits(call, buffers, self.profile)
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # a decode step's gate/up projection with SiLU(gate) * up as its epilogue on the GEMV; a prefill's on the
         # tensor memory accelerator and warpgroup MMA (Hopper: grouped_gemm.py)
-        return gemv_fits(call, buffers) or (call.spec.m > GEMV_MAX_M and grouped_fits(call, buffers, self.arch))
+        dev = self.profile
+        return gemv_fits(call, buffers, dev) or (call.spec.m > GEMV_MAX_M and grouped_fits(call, buffers, dev))
 
     def render_kernel(self, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Any]]:
         """The steps of one kernel: ("launch", (source, Launch)) or ("cublas", plan)."""
-        spec = k.spec
+        spec, dev = k.spec, self.profile
         if isinstance(spec, GeneratedKernel):
-            return [("launch", render_generated(k, program))]
+            return [("launch", render_generated(k, program, dev))]
         if isinstance(spec, GemmKernel):
-            if gemv_applies(k, program):
-                return [("launch", gemv(k, program, render_epilogue))]
+            if gemv_applies(k, program, dev):
+                return [("launch", gemv(k, program, render_epilogue, dev))]
             if spec.acc_groups != 1:
-                if grouped_fits(k, program.buffers, self.arch):
-                    return [("launch", grouped_gemm(k, program, render_epilogue))]
+                if grouped_fits(k, program.buffers, dev):
+                    return [("launch", grouped_gemm(k, program, render_epilogue, dev))]
                 if spec.prologue is None:
                     # (a program compiled for a newer GPU than this one: correct, not fast)
                     return [("launch", gemm_direct(k, program))]
@@ -149,33 +166,32 @@ class CudaTarget(CodegenTarget):
                 raise NPUCompileError(f"kernel {k.name}: a gemm that computes its operand in a prologue runs on the "
                                       f"cuda target only as a GEMV (at most {GEMV_MAX_M} rows, one batch, a weight "
                                       f"of the operand's float dtype read along k, rows of at most "
-                                      f"{PROLOGUE_BYTES} bytes); this one is {spec.m} x {spec.k} x {spec.n}")
+                                      f"{prologue_bytes(dev)} bytes); this one is {spec.m} x {spec.k} x {spec.n}")
             if not _cublas_can(k, program):
                 return [("launch", gemm_direct(k, program))]
             steps: list[tuple[str, Any]] = []
-            fill = gemm_bias_fill(k, program)
+            fill = gemm_bias_fill(k, program, dev)
             if fill:
                 steps.append(("launch", fill))
             steps.append(("cublas", gemm_plan(k, program)))
-            post = gemm_epilogue(k, program)
+            post = gemm_epilogue(k, program, dev)
             if post:
                 steps.append(("launch", post))
             return steps
         if isinstance(spec, AttentionKernel):
-            if tiles_fit(k, program, self.arch):
-                return [("launch", launch) for launch in attention_tiles(k, program, self.arch)]
-            if spec.splits and len(k.outs) > 1:
+            if tiles_fit(k, program, dev):
+                return [("launch", launch) for launch in attention_tiles(k, program, dev)]
+            if plan_of(k).splits and k.scratch:
                 return [("launch", launch) for launch in attention_split(k, program)]
-            return [("launch", attention(k, program))]
+            return [("launch", attention(k, program, dev))]
         if spec.kind == "conv2d":
-            if conv_tc_applies(k, program, self.arch):
-                return [("launch", launch) for launch in conv2d_tensor_cores(k, program, self.arch)]
+            if conv_tc_applies(k, program, dev):
+                return [("launch", launch) for launch in conv2d_tensor_cores(k, program, dev)]
             return [("launch", conv2d(k, program))]
         raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{spec.kind}' kernel")
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
-        if program.target != self.name:
-            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        self.check_target(program)
         out = RenderedProgram()
         by_text: dict[str, str] = {}
 
@@ -189,13 +205,8 @@ class CudaTarget(CodegenTarget):
 
         alone: dict[int, Launch] = {}  # each generated kernel's launch, rendered alone
         for index, k in enumerate(program.kernels):
-            try:
+            with self.rendering(k):
                 rendered = self.render_kernel(k, program)
-            except NPUCompileError:
-                raise
-            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
-                raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for cuda: "
-                                      f"{type(e).__name__}: {e}") from e
             steps: list[Step] = []
             for kind, what in rendered:
                 if kind == "cublas":
@@ -207,7 +218,7 @@ class CudaTarget(CodegenTarget):
                     alone[index] = launch
             out.steps.append(steps)
         for run in merge_groups(program, alone):
-            src, launch = merged(program, run, alone)
+            src, launch = merged(program, run, alone, self.profile)
             out.steps[run[0]] = [SourceLaunch(source(src), launch)]
             for i in run[1:]:
                 out.steps[i] = []

@@ -147,7 +147,7 @@ def bind(params: list[Param], call: KernelCall, program: CompiledProgram, caps: 
     """Declarations and `ld_`/`st_` functions for the parameters, and the bindings the runtime makes for them."""
     groups: dict[int, list[Param]] = {}
     for p in params:
-        ref = (call.outs if p.ptr[0] == "out" else call.args)[p.ptr[1]]
+        ref = (call.writes if p.ptr[0] == "out" else call.args)[p.ptr[1]]
         groups.setdefault(ref.buffer, []).append(p)
     lines: list[str] = []
     bindings: list[Binding] = []

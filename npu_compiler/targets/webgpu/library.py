@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel
+from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, plan_of
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import (
     ExprRenderer,
@@ -36,7 +36,7 @@ def _dt(program: CompiledProgram, ref: TensorRef) -> str:
 
 
 def names_of(k: KernelCall) -> list[str]:
-    return [f"out{i}" for i in range(len(k.outs))] + [f"a{i}" for i in range(len(k.args))]
+    return [f"out{i}" for i in range(len(k.writes))] + [f"a{i}" for i in range(len(k.args))]
 
 
 def _check_extent(*refs: TensorRef) -> None:
@@ -478,9 +478,9 @@ def _conv_skinny(k: KernelCall, program: CompiledProgram, epi: str, x_at: str, w
 # ---- attention ---------------------------------------------------------------------------------------------------
 
 ATTN_THREADS = 64
-# A decode step has a handful of query rows (one per head): give each row's workgroup more invocations, so it walks
-# the cache in fewer, wider blocks of keys.
-ATTN_THREADS_FEW_ROWS, FEW_ROWS = 256, 264
+# A decode step has a handful of query rows (one per head, fewer than two a compute unit): give each row's workgroup
+# more invocations, so it walks the cache in fewer, wider blocks of keys.
+ATTN_THREADS_FEW_ROWS, FEW_ROWS_PER_UNIT = 256, 2
 
 
 @dataclass
@@ -507,13 +507,13 @@ class _Attn:
     shared: dict
 
 
-def _attention_setup(k: KernelCall, program: CompiledProgram) -> _Attn:
+def _attention_setup(k: KernelCall, program: CompiledProgram, dev) -> _Attn:
     p: AttentionKernel = k.spec
     g = attention_geometry(k, "webgpu")
     q, kk, v, out, mask, pos = g.q, g.k, g.v, g.out, g.mask, g.pos
     _check_extent(*k.args, out)
     b, h, t, d, lk, dv, group = g.b, g.h, g.t, g.d, g.kv_len, g.v_dim, g.group
-    T = ATTN_THREADS_FEW_ROWS if b * h * t <= FEW_ROWS else ATTN_THREADS
+    T = ATTN_THREADS_FEW_ROWS if b * h * t <= FEW_ROWS_PER_UNIT * dev.multiprocessors else ATTN_THREADS
     sd, pd = p.scores_dtype, p.probs_dtype
     qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
     q_at, k_at, v_at, o_at, m_at = g.q_at, g.k_at, g.v_at("jj"), g.o_at, g.m_at
@@ -617,7 +617,7 @@ def _attention_source(a: _Attn, body: str) -> str:
     return a.helpers + "\n" + entry_point(a.T, ["  npu_lid_p = npu_tid;", a.valid, body], a.shared)
 
 
-def attention(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+def attention(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
     """softmax(q k^T * scale + mask) v, one workgroup per query row (grid-stride over rows), the row's keys in blocks
     of 64 (256 for a few rows: decode), one key per invocation (its score), each invocation accumulating its share
     of the output dims; f32 accumulation; GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
@@ -628,9 +628,9 @@ def attention(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch
     accumulates. `valid_len`: the last argument holds the cache positions written this step; keys past the largest
     are masked anyway and are not read. A row with every key masked gives zeros. With `splits` the keys of each
     row are split across workgroups (`attention_split`)."""
-    if k.spec.splits and len(k.outs) > 1:
-        return attention_split(k, program)
-    a = _attention_setup(k, program)
+    if plan_of(k).splits and k.scratch:
+        return attention_split(k, program, dev)
+    a = _attention_setup(k, program, dev)
     decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
     if a.pd not in ("float16", "bfloat16"):
         passes = _stats_loop(a, "0", "jend", _accumulate(a, "pj", True))
@@ -663,15 +663,15 @@ def attention(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch
     return [(_attention_source(a, body), Launch(grid, a.T, ptrs_of(k)))]
 
 
-def attention_split(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
+def attention_split(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
     """Decode attention with the keys of each query row split across workgroups (flash-decoding): a decode step has
     one query row per head, too few to fill a GPU with one workgroup each. Three dispatches over the float32 scratch
     `outs[1]` ([rows, splits, 2 + v_dim]): (1) each (row, split) workgroup finds its keys' max and sum of
     exponentials; (2) each combines all splits' (max, sum) into the row's and accumulates its keys' probabilities
     (rounded to `probs_dtype` as the graph rounds them) times v; (3) one workgroup per row adds the splits' partial
     outputs. Scores are rounded exactly as in `attention`."""
-    a = _attention_setup(k, program)
-    S = k.spec.splits
+    a = _attention_setup(k, program, dev)
+    S = plan_of(k).splits
     stride = 2 + a.dv
     head = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
 {a.row_head}

@@ -9,17 +9,30 @@ into one compute pass and submitted once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, GeneratedKernel
+from ...kernels import (
+    AttentionKernel,
+    AttentionPlan,
+    Conv2dKernel,
+    Conv2dPlan,
+    GemmKernel,
+    GemmPlan,
+    GeneratedKernel,
+    GeneratedPlan,
+)
 from ...program import CompiledProgram, KernelCall
 from ..clike import Store, render_expression
 from ..codegen import CodegenTarget
+from ..devices import DeviceProfile, get_profile
+from ..planning import decode_splits
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
 from .intervals import narrow_int64
 from .language import WGSL
 from .library import attention, conv2d, gemm, names_of, skinny_groups_fit
+from .staging import passes
 
 
 @dataclass
@@ -60,13 +73,37 @@ def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, obje
     return src, launch, generated_params(ptrs)
 
 
+def _needs_scratch(k: KernelCall) -> bool:
+    """A folded record the target runs in passes that hand a value on through scratch."""
+    spec = k.spec
+    return ((isinstance(spec, GemmKernel) and spec.prologue is not None)
+            or (isinstance(spec, Conv2dKernel) and bool(spec.side_stride)))
+
+
 class WebGPUTarget(CodegenTarget):
     name = "webgpu"
+    default_device = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"})
-    decode_attention_blocks = 264  # a large GPU's workgroups in flight: split decode rows' keys until about this many
 
-    def __init__(self, caps: DeviceCaps | None = None) -> None:
+    def __init__(self, device: DeviceProfile | str | None = None, caps: DeviceCaps | None = None) -> None:
         self.caps = caps or DeviceCaps()
+        # the device the dispatches are sized for (its compute units: wgpu reports none, so a known product's or the
+        # `webgpu` row's); the caps say what the adapter allows
+        self.profile = device if isinstance(device, DeviceProfile) else get_profile(device or self.default_device)
+
+    def plan(self, call, buffers):
+        """An attention of few query rows: its keys split across workgroups until about two a compute unit run. A
+        folded record (a GEMM's prologue, a conv's side conv, a row kernel's side output): in passes (staging.py)."""
+        spec = call.spec
+        if isinstance(spec, AttentionKernel):
+            return AttentionPlan(decode_splits(spec, self.profile))
+        if isinstance(spec, GemmKernel) and spec.prologue is not None:
+            return GemmPlan(prologue_apart=True)
+        if isinstance(spec, Conv2dKernel) and spec.side_stride:
+            return Conv2dPlan(side_apart=True)
+        if isinstance(spec, GeneratedKernel) and spec.side is not None:
+            return GeneratedPlan(side_apart=True)
+        return None
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # the skinny GEMM of a decode step, each workgroup with every group of its columns
@@ -75,28 +112,22 @@ class WebGPUTarget(CodegenTarget):
     def render_kernel(self, index: int, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Dispatch]]:
         """The WGSL modules of kernel `index` and their dispatches, in order (their `source` still unnamed): one,
         or three for split decode attention."""
-        spec = k.spec
         where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
-        if isinstance(spec, GeneratedKernel) and spec.side is not None:
-            raise NPUCompileError(f"{where}: the webgpu target has no row kernel that stores a side output "
-                                  "(compile for webgpu: its lowering makes none)")
-        if isinstance(spec, GeneratedKernel):
-            src, launch, params = render_generated(k, program)
-            parts = [(src, launch, params)]
-        elif isinstance(spec, GemmKernel) and spec.prologue is not None:
-            raise NPUCompileError(f"{where}: the webgpu target has no gemm that computes its operand in a prologue")
-        elif isinstance(spec, Conv2dKernel) and spec.side_stride:
-            raise NPUCompileError(f"{where}: the webgpu target has no conv2d that computes a side conv")
-        elif isinstance(spec, GemmKernel | Conv2dKernel):
-            src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
-            parts = [(src, launch, params_of(launch.ptrs, names_of(k)))]
-        elif isinstance(spec, AttentionKernel):
-            parts = [(src, launch, params_of(launch.ptrs, names_of(k))) for src, launch in attention(k, program)]
-        else:
-            raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
+        if _needs_scratch(k) and not k.scratch:
+            raise NPUCompileError(f"{where}: the webgpu target runs this {k.kind} in passes, which need the scratch "
+                                  f"of a webgpu plan; this call has none (compile it for webgpu)")
+        parts = [part for call in passes(k) for part in self._parts(call, program, where)]
+        # every pass's buffers are the call's own: its bindings name them by an output or argument of the call
+        of_buffer: dict[int, tuple[str, int]] = {}
+        for tag, refs in (("arg", k.args), ("out", k.writes)):
+            for i, r in enumerate(refs):
+                of_buffer[r.buffer] = (tag, i)
         out = []
-        for src, launch, params in parts:
-            decls, bindings = bind(params, k, program, self.caps)
+        for src, launch, params, call in parts:
+            decls, bindings = bind(params, call, program, self.caps)
+            bindings = [dataclasses.replace(b, ptr=of_buffer[(call.writes if b.ptr[0] == "out" else call.args)
+                                                              [b.ptr[1]].buffer]) if b.ptr[0] in ("out", "arg") else b
+                        for b in bindings]
             text = finish_source(src, decls, bindings, index, self.caps.division, self.caps.products)
             if len(bindings) > self.caps.max_bindings:
                 raise NPUCompileError(f"{where}: needs {len(bindings)} storage bindings, the device allows "
@@ -104,19 +135,27 @@ class WebGPUTarget(CodegenTarget):
             out.append((text, Dispatch("", tuple(int(g) for g in launch.grid), bindings)))
         return out
 
+    def _parts(self, k: KernelCall, program: CompiledProgram, where: str) -> list[tuple]:
+        """The (source, launch, parameters, call) of each launch of one call whose record the target runs whole."""
+        spec = k.spec
+        if isinstance(spec, GeneratedKernel):
+            src, launch, params = render_generated(k, program)
+            return [(src, launch, params, k)]
+        if isinstance(spec, GemmKernel | Conv2dKernel):
+            src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
+            return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
+        if isinstance(spec, AttentionKernel):
+            return [(src, launch, params_of(launch.ptrs, names_of(k)), k)
+                    for src, launch in attention(k, program, self.profile)]
+        raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
+
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
-        if program.target != self.name:
-            raise NPUCompileError(f"program was compiled for target '{program.target}', not '{self.name}'")
+        self.check_target(program)
         out = RenderedProgram()
         by_text: dict[str, str] = {}
         for i, k in enumerate(program.kernels):
-            try:
+            with self.rendering(k):
                 rendered = self.render_kernel(i, k, program)
-            except NPUCompileError:
-                raise
-            except (KeyError, ValueError, IndexError, TypeError, ZeroDivisionError) as e:
-                raise NPUCompileError(f"kernel {k.name} ({k.kind}, nodes {k.nodes[:4]}): cannot render for webgpu: "
-                                      f"{type(e).__name__}: {e}") from e
             steps = []
             for text, dispatch in rendered:
                 name = by_text.get(text)
