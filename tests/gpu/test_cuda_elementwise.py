@@ -17,7 +17,7 @@ from npu_compiler.targets.clike import ELEMENTWISE_BLOCK, elementwise_ilp
 from npu_compiler.targets.cuda import CudaTarget
 from npu_compiler.targets.cuda.common import CUDA
 
-from .util import to_np
+from .util import rendered_for, to_np
 
 
 class BroadcastAdd(torch.nn.Module):
@@ -53,13 +53,14 @@ def test_large_elementwise_matches_torch(name, cuda_backend) -> None:
     (k,) = program.kernels
     n = int(np.prod(k.outs[0].shape))
     per = 8 if name.startswith("vector") else 1  # a vectorized kernel's loop runs over vectors of 8
-    assert elementwise_ilp(CUDA, n // per) > 1, "the case does not reach the unrolled loop"
-    src = CudaTarget().kernel_sources(k, program)[0]
+    dev = rendered_for(program, cuda_backend)  # the device whose resident threads size the grid
+    assert elementwise_ilp(CUDA, n // per, dev) > 1, "the case does not reach the unrolled loop"
+    src = CudaTarget(dev).kernel_sources(k, program)[0]
     vector = name.startswith("vector")
     assert ("g0 + e *" if vector else "i0 + e *") in src and CUDA.unroll_hint in src, src
     assert ("uint4" in src) == vector, src
     if name.startswith("broadcast"):
-        assert n > elementwise_ilp(CUDA, n) * ELEMENTWISE_BLOCK * CUDA.max_grid  # several passes of the grid
+        assert n > elementwise_ilp(CUDA, n, dev) * ELEMENTWISE_BLOCK * CUDA.max_grid  # several passes of the grid
     ex = cuda_backend.create_executor(program)
     feeds = {s.name: to_np(a) for s, a in zip(program.inputs, args, strict=True)}
     got = ex.run_numpy(feeds, {})[program.outputs[0].name]

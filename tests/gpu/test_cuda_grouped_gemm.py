@@ -41,6 +41,10 @@ def _case(m, k, n, act, swap, dtype):
     module = module.to(tdt).eval()
     args = [torch.randn((m, k), generator=gen).to(tdt)]
     program = npu_compiler.compile(ir_dict(module, args, "grouped_gemm"), "cuda", dtype=dtype)
+    if not (program.device.tma and program.device.warpgroup_mma) and len(program.kernels) > 1:
+        # planned for a GPU without the grouped kernel (`--npu-device a100`): the GEMM and its GLU stay apart
+        pytest.skip(f"the program was planned for {program.device.name}, which has no grouped kernel for a prefill's "
+                    "GEMM: the column epilogue is not folded")
     (gemm,) = program.kernels
     assert gemm.kind == "gemm" and gemm.spec.acc_groups == 2, [k.name for k in program.kernels]
     return module, args, program
