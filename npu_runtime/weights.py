@@ -20,6 +20,7 @@ prints each as one line) and are listed in `WeightReport`.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import warnings
 from collections import deque
@@ -333,13 +334,19 @@ def make_weight(spec: WeightSpec, src: TensorSource, report: WeightReport, allow
         if np.isnan(scale).any():
             raise WeightError(f"batch norm folded into {spec.name}: running_var {src.where(s['var'])} + eps is "
                               "negative or NaN for some channels (gamma / sqrt(var + eps) is NaN)")
-        w = fetch(s["weight"], spec.shape) if r.kind == "bn_fold_weight" else None
-        b = (fetch(s["bias"], (out_ch,)) if "bias" in s else np.zeros(out_ch, np.float32)) if w is None else None
-        if w is None and b is None:
-            return None
-        with np.errstate(all="ignore"):
-            made = (w * scale.reshape(-1, *([1] * (w.ndim - 1))) if w is not None
-                    else (b - mean) * scale + beta).astype(np.float32)
+        # a missing conv weight is reported missing (fetch), never folded as if it were the bias
+        if r.kind == "bn_fold_weight":
+            w = fetch(s["weight"], spec.shape)
+            if w is None:
+                return None
+            with np.errstate(all="ignore"):
+                made = (w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+        else:
+            b = fetch(s["bias"], (out_ch,)) if "bias" in s else np.zeros(out_ch, np.float32)
+            if b is None:
+                return None
+            with np.errstate(all="ignore"):
+                made = ((b - mean) * scale + beta).astype(np.float32)
         # finite inputs can still fold to an infinity (running_var + eps == 0) or overflow the device dtype
         return adapt(made, spec.dtype, f"weight '{spec.name}' (batch norm folded by its {r.kind} recipe)", report,
                      allow_nonfinite)
@@ -405,6 +412,10 @@ def load_weights(program: CompiledProgram, source, backend: Backend, *, strict: 
         used_keys.update(spec.recipe.fallback_keys)
         report.merge(one)
         if arr is not None:
+            if arr.size != math.prod(spec.shape):  # a recipe's result must fill the buffer the program gives it
+                raise WeightError(f"weight '{spec.name}': its {spec.recipe.kind} recipe made {arr.size} values from "
+                                  f"{sorted(spec.recipe.sources.values())}, the program's buffer holds "
+                                  f"{math.prod(spec.shape)} (shape {list(spec.shape)})")
             arr = arr.reshape(spec.shape)
             if spec.layout:
                 arr = arr.transpose(spec.layout)

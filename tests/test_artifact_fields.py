@@ -18,7 +18,7 @@ from safetensors.numpy import save_file
 import npu_compiler
 from npu_compiler.digest import weights_digest
 from npu_compiler.errors import ArtifactError
-from npu_compiler.program import MAGIC, CompiledProgram, pack_payload
+from npu_compiler.program import FORMAT_VERSION, MAGIC, CompiledProgram, pack_payload
 from npusim.cli import main
 
 
@@ -156,7 +156,7 @@ def test_an_acc_node_always_names_its_group(program):
 
 def test_the_payload_digest_is_sha256(program):
     blob = bytearray(program.to_bytes())
-    assert blob[:8] == MAGIC and struct.unpack_from("<I", blob, 8)[0] == 3
+    assert blob[:8] == MAGIC and struct.unpack_from("<I", blob, 8)[0] == FORMAT_VERSION
     import hashlib
 
     assert bytes(blob[20:52]) == hashlib.sha256(bytes(blob[52:])).digest()
@@ -169,7 +169,7 @@ def test_a_format_2_artifact_asks_to_be_recompiled(program, tmp_path, capsys):
     payload = msgpack.packb({**program.to_dict(), "format_version": 2}, use_bin_type=True)
     old = struct.pack("<8sIQI", MAGIC, 2, len(payload), zlib.crc32(payload)) + payload
     (tmp_path / "old.npubin").write_bytes(old)
-    with pytest.raises(ArtifactError, match=r"format version 2, this build reads version 3 \(written by an older "
+    with pytest.raises(ArtifactError, match=rf"format version 2, this build reads version {FORMAT_VERSION} \(written by an older "
                                             r"npusim.*recompile it .*npusim compile IR.json -o X.npubin"):
         CompiledProgram.load(tmp_path / "old.npubin")
     assert main(["describe", str(tmp_path / "old.npubin")]) == 1

@@ -175,6 +175,29 @@ def test_missing_and_misshaped_weights(small):
         npu_runtime.load_weights(prog, "/nonexistent/w.safetensors", be)
 
 
+class ConvBn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+def test_a_missing_conv_weight_under_a_folded_batch_norm_is_named_missing():
+    """The folded conv weight's recipe reads the conv weight and the norm's statistics; without the weight it is
+    reported missing by name (it was once folded as if it were the bias: 8 values for an [8, 3, 3, 3] buffer)."""
+    ir = export_ir(ConvBn, [((1, 3, 8, 8), torch.float32)], "convbn")
+    prog = npu_compiler.compile(ir, "cpu", dtype="float32")
+    assert any(w.recipe.kind == "bn_fold_weight" for w in prog.weights)
+    torch.manual_seed(0)
+    sd = state_dict_numpy(ConvBn().eval())
+    del sd["conv.weight"]
+    with pytest.raises(WeightError, match=r"missing 1: conv\.weight"):
+        npu_runtime.load_weights(prog, sd, npu_runtime.get_backend("cpu"))
+
+
 def test_corrupted_artifact(small, tmp_path):
     prog = npu_compiler.compile(small[0], "cpu")
     p = tmp_path / "m.npubin"
