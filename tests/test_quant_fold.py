@@ -110,7 +110,7 @@ def test_gpu_targets_compile_the_integer_kernels():
     from conftest import export_ir
 
     ir = export_ir(lambda: QConv(3, 4, 3), [torch.randn(1, 3, 6, 6)])
-    for target in ("webgpu",):
+    for target in ("cuda", "webgpu"):
         try:
             npu_compiler.targets.codegen.get_codegen_target(target)
         except npu_compiler.errors.NPUCompileError:

@@ -1,0 +1,55 @@
+"""The cuda target's integer kernels (`targets/cuda/int8_kernels.py`) render for every case of tests/int8_cases.py and
+for a PT2E-form model, and NVRTC compiles them for sm_80 (the A100 row: mma.sync m16n8k32 s8) and sm_90 (the H200
+row); ptxas, where installed, assembles them. Their results are checked on a GPU by tests/gpu/test_int8_cuda.py."""
+
+from __future__ import annotations
+
+import pytest
+from int8_cases import integer_cases, program_of, wgemm_cases
+
+from npu_compiler.targets.cuda import CudaTarget, nvrtc
+
+CASES = integer_cases() + wgemm_cases()
+
+
+def _sources(device: str) -> list[tuple[str, str]]:
+    target = CudaTarget(device)
+    out = []
+    for case in CASES:
+        program = program_of(case, "cuda")
+        for text in target.kernel_sources(program.kernels[0], program):
+            out.append((case.name, text))
+    return out
+
+
+def test_integer_kinds_render_on_tensor_cores() -> None:
+    texts = dict(_sources("h200"))
+    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in texts["qgemm plain"]
+    assert "mma.sync.aligned.m16n8k32" in texts["qconv2d 3x3 pad"]
+    assert "uint4" in texts["wgemm int4"]  # 16-byte loads of the packed codes
+
+
+def test_a_gpu_without_int8_tensor_cores_is_refused_by_name() -> None:
+    from helpers import turing_profile
+
+    from npu_compiler.errors import NPUCompileError
+
+    case = integer_cases()[0]
+    program = program_of(case, "cuda")
+    with pytest.raises(NPUCompileError, match="int8 tensor cores"):
+        CudaTarget(turing_profile()).kernel_sources(program.kernels[0], program)
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is absent (the project's cuda extra installs it)")
+@pytest.mark.parametrize("device,arch", [("a100", "80"), ("h200", "90")])
+def test_integer_kernels_compile_with_nvrtc(device: str, arch: str) -> None:
+    seen: set[str] = set()
+    ptxas = nvrtc.ptxas_path()
+    for name, text in _sources(device):
+        if text in seen:
+            continue
+        seen.add(text)
+        ptx = nvrtc.compile_source(text, f"compute_{arch}", name=f"{name}.cu")
+        assert b"mma.sync.aligned.m16n8k32" in ptx or not name.startswith(("qgemm", "qconv2d"))
+        if ptxas:
+            nvrtc.ptxas_check(ptx, f"sm_{arch}")
