@@ -182,3 +182,16 @@ def reference(case: Case) -> np.ndarray:
     from npu_runtime.cpu.backend import CpuBackend
 
     return run_case(CpuBackend(), case)
+
+
+def check_bit_exact(backend, case: Case) -> None:
+    """The backend's result of `case` equals the CPU reference's, dtype and bits."""
+    want = reference(case)
+    got = run_case(backend, case)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def check_weight_only(backend, case: Case) -> None:
+    """A wgemm within float32 summation-order error of the reference (docs/tolerances.md)."""
+    np.testing.assert_allclose(run_case(backend, case), reference(case), rtol=1e-5, atol=1e-5)

@@ -7,22 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from int8_cases import integer_cases, reference, run_case, wgemm_cases
+from int8_cases import check_bit_exact, check_weight_only, integer_cases, wgemm_cases
 
 CASES = integer_cases()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_integer_kernel_is_bit_exact(cuda_backend, case):
-    want = reference(case)
-    got = run_case(cuda_backend, case)
-    assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    check_bit_exact(cuda_backend, case)
 
 
 @pytest.mark.parametrize("case", wgemm_cases(), ids=[c.name for c in wgemm_cases()])
 def test_weight_only_gemm(cuda_backend, case):
-    np.testing.assert_allclose(run_case(cuda_backend, case), reference(case), rtol=1e-5, atol=1e-5)
+    check_weight_only(cuda_backend, case)
 
 
 def _big_conv():

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from int8_cases import integer_cases, qgemm_cases, reference, run_case, wgemm_cases
+from int8_cases import check_bit_exact, check_weight_only, integer_cases, qgemm_cases, reference, run_case, wgemm_cases
 
 CASES = integer_cases()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_integer_kernel_is_bit_exact(webgpu, case):
-    want = reference(case)
-    got = run_case(webgpu, case)
-    assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    check_bit_exact(webgpu, case)
 
 
 @pytest.mark.parametrize("case", qgemm_cases()[:4], ids=[c.name for c in qgemm_cases()[:4]])
@@ -50,7 +47,7 @@ def test_packed_path_is_taken_where_the_adapter_has_it(webgpu):
 
 @pytest.mark.parametrize("case", wgemm_cases(), ids=[c.name for c in wgemm_cases()])
 def test_weight_only_gemm(webgpu, case):
-    np.testing.assert_allclose(run_case(webgpu, case), reference(case), rtol=1e-5, atol=1e-5)
+    check_weight_only(webgpu, case)
 
 
 MODELS = [
