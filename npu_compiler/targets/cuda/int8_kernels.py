@@ -109,6 +109,7 @@ class _Gemm:
     flip: bool
     load_a: str
     load_b: str
+    rows_contiguous: bool = False  # A's neighbouring rows are neighbours in memory (a conv's pixels along W)
 
 
 def _gemm_setup(k: KernelCall, program: CompiledProgram, ityp: str) -> _Gemm:
@@ -143,7 +144,8 @@ def _gemm_setup(k: KernelCall, program: CompiledProgram, ityp: str) -> _Gemm:
               f"v = (int)a1[{at_w}]; }}")
     del n, c, og
     za = spec.x_zero_point - (128 if flip else 0)
-    return _Gemm(out.shape[0] * ho * wo, o, cg * kh * kw, za, 0, flip, load_a, load_b)
+    rows_contiguous = x.strides[3] == 1
+    return _Gemm(out.shape[0] * ho * wo, o, cg * kh * kw, za, 0, flip, load_a, load_b, rows_contiguous)
 
 
 def _epilogue(k: KernelCall, program: CompiledProgram, g: _Gemm, kpad: int, ityp: str) -> list[str]:
@@ -201,6 +203,12 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
     row_pad = MMA_K + 16  # bytes a shared row: 16 more than a K step, so the fragments' rows fall in other banks
     flip = " ^ 0x80" if g.flip else ""
     epi = _epilogue(k, program, g, kpad, ityp)
+    # neighbouring threads load neighbouring A elements along the operand's contiguous dim: K for a linear's rows,
+    # the output pixels for a conv over NCHW (a pixel's window is spread over channel planes)
+    if g.rows_contiguous:
+        a_row, a_k = f"e % {bm}", f"e / {bm}"
+    else:
+        a_row, a_k = f"e / {MMA_K}", f"e % {MMA_K}"
     src = f"""{PRELUDE}{INTEGER_HELPERS}
 {_signature(k, program, BLOCK)} {{
 {WAIT}
@@ -226,11 +234,12 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
       if (k0 == 0)
         for (int i = tid; i < {bm + bn}; i += {BLOCK}) {{ if (i < {bm}) npu_rs[i] = 0; else npu_cs[i - {bm}] = 0; }}
       for (int e = tid; e < {bm * MMA_K}; e += {BLOCK}) {{
-        const {ityp} r = m0 + e / {MMA_K};
-        const int kk = k0 + e % {MMA_K};
+        const int lr = {a_row}, lk = {a_k};
+        const {ityp} r = m0 + lr;
+        const int kk = k0 + lk;
         int v = {g.za}{' + 128' if g.flip else ''};  // the zero point: padding and K's tail add nothing
         if (r < {g.rows} && kk < {g.kdim}) {g.load_a}
-        npu_sa[e / {MMA_K}][e % {MMA_K}] = (unsigned char)(v{flip});
+        npu_sa[lr][lk] = (unsigned char)(v{flip});
       }}
       for (int e = tid; e < {bn * MMA_K}; e += {BLOCK}) {{
         const int cl = n0l + e / {MMA_K};
