@@ -25,6 +25,8 @@ HARNESS = r"""
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3_ { unsigned x = 0, y = 0, z = 0; };
 thread_local dim3_ threadIdx;
 dim3_ blockIdx, gridDim, blockDim;

@@ -111,6 +111,7 @@ def qconv_cases() -> list[Case]:
         ("stride 2 relu", (2, 8, 9, 9), (16, 3), (2, 1, 1, 1), -9, Requant(-2, -2, 127)),
         ("1x1", (1, 19, 5, 4), (7, 1), (1, 0, 1, 1), 0, Requant(3, -128, 127)),
         ("groups dilation", (1, 4, 8, 8), (6, 3), (1, 2, 2, 2), 12, Requant(0, -128, 127, "double")),
+        ("16-byte weight rows", (2, 16, 6, 5), (24, 3), (1, 1, 1, 1), -7, Requant(2, -128, 127)),
     ]:
         x = rng.integers(-128, 128, (n, c, h, w))
         wt = rng.integers(-127, 128, (o, c // groups, kh, kh))

@@ -17,7 +17,7 @@ from npu_compiler.targets.devices import get_profile
 pytestmark = pytest.mark.skipif(not available(), reason="g++ is absent")
 
 PICKED = {"qgemm uint8 acts, k%4", "qgemm odd tiles", "qgemm dequantize", "qconv2d stride 2 relu",
-          "qconv2d groups dilation", "qadd uint8 wide shift"}
+          "qconv2d groups dilation", "qconv2d 16-byte weight rows", "qadd uint8 wide shift"}
 CASES = [c for c in integer_cases() if c.name in PICKED]
 
 

@@ -27,6 +27,8 @@ def test_integer_kinds_render_on_tensor_cores() -> None:
     assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in texts["qgemm plain"]
     assert "mma.sync.aligned.m16n8k32" in texts["qconv2d 3x3 pad"]
     assert "uint4" in texts["wgemm int4"]  # 16-byte loads of the packed codes
+    assert "uint4" in texts["qgemm uint8 acts, k%4"] and "uint4" in texts["qconv2d 16-byte weight rows"]
+    assert "uint4" not in texts["qgemm b zero point"]  # K = 12: element loads
 
 
 def test_a_gpu_without_int8_tensor_cores_is_refused_by_name() -> None:

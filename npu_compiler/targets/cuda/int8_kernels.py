@@ -110,6 +110,10 @@ class _Gemm:
     load_a: str
     load_b: str
     rows_contiguous: bool = False  # A's neighbouring rows are neighbours in memory (a conv's pixels along W)
+    # where a row of A (a column of B) is contiguous along K in 16-byte aligned rows: the element index of its start
+    # (over `r`, `c`), loaded 16 bytes at a time
+    vec_a: str | None = None
+    vec_b: str | None = None
 
 
 def _gemm_setup(k: KernelCall, program: CompiledProgram, ityp: str) -> _Gemm:
@@ -122,7 +126,11 @@ def _gemm_setup(k: KernelCall, program: CompiledProgram, ityp: str) -> _Gemm:
         za = spec.a_zero_point - (128 if flip else 0)
         load_a = f"v = (int)a0[{affine([('r', a.strides[0]), ('kk', a.strides[1])], a.offset)}];"
         load_b = f"v = (int)a1[{affine([('kk', b.strides[0]), ('c', b.strides[1])], b.offset)}];"
-        return _Gemm(spec.m, spec.n, spec.k, za, spec.b_zero_point, flip, load_a, load_b)
+        vec_a = (affine([("r", a.strides[0])], a.offset)
+                 if _rows16(a.strides[1], a.strides[0], a.offset, spec.k) else None)
+        vec_b = (affine([("c", b.strides[1])], b.offset)
+                 if _rows16(b.strides[0], b.strides[1], b.offset, spec.k) else None)
+        return _Gemm(spec.m, spec.n, spec.k, za, spec.b_zero_point, flip, load_a, load_b, False, vec_a, vec_b)
     assert isinstance(spec, QConv2dKernel)
     x, w, out = a, b, k.outs[0]
     n, c, h, wd = x.shape
@@ -145,7 +153,15 @@ def _gemm_setup(k: KernelCall, program: CompiledProgram, ityp: str) -> _Gemm:
     del n, c, og
     za = spec.x_zero_point - (128 if flip else 0)
     rows_contiguous = x.strides[3] == 1
-    return _Gemm(out.shape[0] * ho * wo, o, cg * kh * kw, za, 0, flip, load_a, load_b, rows_contiguous)
+    kdim = cg * kh * kw
+    w_flat = tuple(w.strides) == (kdim, kh * kw, kw, 1)  # (channel, kh, kw) is the memory order along K
+    vec_b = affine([("c", kdim)], w.offset) if w_flat and _rows16(1, kdim, w.offset, kdim) else None
+    return _Gemm(out.shape[0] * ho * wo, o, kdim, za, 0, flip, load_a, load_b, rows_contiguous, None, vec_b)
+
+
+def _rows16(k_stride: int, row_stride: int, offset: int, kdim: int) -> bool:
+    """Rows contiguous along K, each starting on 16 bytes, K a multiple of 16 (whole 16-byte loads)."""
+    return k_stride == 1 and row_stride % 16 == 0 and offset % 16 == 0 and kdim % 16 == 0
 
 
 def _epilogue(k: KernelCall, program: CompiledProgram, g: _Gemm, kpad: int, ityp: str) -> list[str]:
@@ -183,6 +199,56 @@ def _epilogue(k: KernelCall, program: CompiledProgram, g: _Gemm, kpad: int, ityp
     return lines
 
 
+def _fill(byte: int) -> str:
+    return f"0x{(byte & 0xFF) * 0x01010101:08x}u"
+
+
+def _vector_tile(tile: str, rows: int, base: str, first: str, valid: str, kdim: int, fill: str, ptr: str,
+                 flip: bool) -> str:
+    """Statements loading a tile of `rows` x 32 bytes 16 bytes at a time (`base`: a row's start over `r`/`c`, set by
+    `first` from the tile row `e / 2`; `valid`: the row exists), K's tail and missing rows filled with `fill`."""
+    xor = "v.x ^= 0x80808080u; v.y ^= 0x80808080u; v.z ^= 0x80808080u; v.w ^= 0x80808080u; " if flip else ""
+    return f"""      for (int e = tid; e < {rows * 2}; e += {BLOCK}) {{
+        {first}
+        const int kk = k0 + (e & 1) * 16;
+        uint4 v = make_uint4({fill}, {fill}, {fill}, {fill});
+        if ({valid} && kk < {kdim}) {{ v = *(const uint4*)({ptr} + {base} + kk); {xor}}}
+        *(uint4*)&{tile}[e / 2][(e & 1) * 16] = v;
+      }}
+"""
+
+
+def _load_a(g: _Gemm, bm: int, a_row: str, a_k: str, ityp: str) -> str:
+    if g.vec_a is not None:
+        return _vector_tile("npu_sa", bm, g.vec_a, f"const {ityp} r = m0 + e / 2;", f"r < {g.rows}", g.kdim,
+                            _fill(g.za), "a0", g.flip)
+    flip = " ^ 0x80" if g.flip else ""
+    return f"""      for (int e = tid; e < {bm * MMA_K}; e += {BLOCK}) {{
+        const int lr = {a_row}, lk = {a_k};
+        const {ityp} r = m0 + lr;
+        const int kk = k0 + lk;
+        int v = {g.za}{' + 128' if g.flip else ''};  // the zero point: padding and K's tail add nothing
+        if (r < {g.rows} && kk < {g.kdim}) {g.load_a}
+        npu_sa[lr][lk] = (unsigned char)(v{flip});
+      }}
+"""
+
+
+def _load_b(g: _Gemm, bn: int, og: int) -> str:
+    first = f"const int cl = n0l + e / 2; const int c = npu_group * {og} + cl;"
+    if g.vec_b is not None:
+        return _vector_tile("npu_sb", bn, g.vec_b, first, f"cl < {og}", g.kdim, _fill(g.zb), "a1", False)
+    return f"""      for (int e = tid; e < {bn * MMA_K}; e += {BLOCK}) {{
+        const int cl = n0l + e / {MMA_K};
+        const int c = npu_group * {og} + cl;
+        const int kk = k0 + e % {MMA_K};
+        int v = {g.zb};
+        if (cl < {og} && kk < {g.kdim}) {g.load_b}
+        npu_sb[e / {MMA_K}][e % {MMA_K}] = (unsigned char)v;
+      }}
+"""
+
+
 def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
     """qgemm or qconv2d on int8 tensor cores (see the module's docstring)."""
     if not mma_sync_ok(dev):
@@ -201,7 +267,6 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
     tiles_n = groups * per_group
     tiles = -(-g.rows // bm) * tiles_n
     row_pad = MMA_K + 16  # bytes a shared row: 16 more than a K step, so the fragments' rows fall in other banks
-    flip = " ^ 0x80" if g.flip else ""
     epi = _epilogue(k, program, g, kpad, ityp)
     # neighbouring threads load neighbouring A elements along the operand's contiguous dim: K for a linear's rows,
     # the output pixels for a conv over NCHW (a pixel's window is spread over channel planes)
@@ -209,6 +274,7 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
         a_row, a_k = f"e % {bm}", f"e / {bm}"
     else:
         a_row, a_k = f"e / {MMA_K}", f"e % {MMA_K}"
+    load_tiles = _load_a(g, bm, a_row, a_k, ityp) + _load_b(g, bn, og)
     src = f"""{PRELUDE}{INTEGER_HELPERS}
 {_signature(k, program, BLOCK)} {{
 {WAIT}
@@ -233,22 +299,7 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
       __syncthreads();
       if (k0 == 0)
         for (int i = tid; i < {bm + bn}; i += {BLOCK}) {{ if (i < {bm}) npu_rs[i] = 0; else npu_cs[i - {bm}] = 0; }}
-      for (int e = tid; e < {bm * MMA_K}; e += {BLOCK}) {{
-        const int lr = {a_row}, lk = {a_k};
-        const {ityp} r = m0 + lr;
-        const int kk = k0 + lk;
-        int v = {g.za}{' + 128' if g.flip else ''};  // the zero point: padding and K's tail add nothing
-        if (r < {g.rows} && kk < {g.kdim}) {g.load_a}
-        npu_sa[lr][lk] = (unsigned char)(v{flip});
-      }}
-      for (int e = tid; e < {bn * MMA_K}; e += {BLOCK}) {{
-        const int cl = n0l + e / {MMA_K};
-        const int c = npu_group * {og} + cl;
-        const int kk = k0 + e % {MMA_K};
-        int v = {g.zb};
-        if (cl < {og} && kk < {g.kdim}) {g.load_b}
-        npu_sb[e / {MMA_K}][e % {MMA_K}] = (unsigned char)v;
-      }}
+{load_tiles}
       __syncthreads();
       for (int i = tid; i < {bm + bn}; i += {BLOCK}) {{
         const unsigned* row = (const unsigned*)(i < {bm} ? npu_sa[i] : npu_sb[i - {bm}]);
