@@ -55,3 +55,25 @@ def test_integer_kernels_compile_with_nvrtc(device: str, arch: str) -> None:
         assert b"mma.sync.aligned.m16n8k32" in ptx or not name.startswith(("qgemm", "qconv2d"))
         if ptxas:
             nvrtc.ptxas_check(ptx, f"sm_{arch}")
+
+
+def test_tiles_are_planned_from_the_device_profile() -> None:
+    """The tile is the largest that still gives every multiprocessor a block (an A100 and an L4 differ by their SM
+    counts); every NVIDIA row's plan fits the row's threads and its shared memory without opting in."""
+    import re
+
+    from npu_compiler.targets.cuda.int8_kernels import BLOCK, plan_int8
+    from npu_compiler.targets.devices import CHIPS
+
+    rows, cols = 64 * 56 * 56, 256  # ResNet-50 batch 64's first bottleneck 1x1
+    a100, l4 = plan_int8(rows, cols, CHIPS["a100"]), plan_int8(rows, cols, CHIPS["l4"])
+    assert (a100.bm, a100.bn) == (128, 64) and a100.grid != l4.grid
+    assert (plan_int8(32, 32, CHIPS["h200"]).bm, plan_int8(32, 32, CHIPS["h200"]).bn) == (32, 32)
+    case = next(c for c in integer_cases() if c.name == "qconv2d stride 2 relu")
+    program = program_of(case, "cuda")
+    for name, dev in CHIPS.items():
+        if dev.vendor != "nvidia" or dev.compute_capability < 80:
+            continue
+        (text,) = CudaTarget(name).kernel_sources(program.kernels[0], program)
+        shared = sum(int(a) * int(b) for a, b in re.findall(r"npu_s[ab]\[(\d+)\]\[(\d+)\]", text))
+        assert BLOCK <= dev.max_threads_per_block and shared < 48 * 1024, name
