@@ -3,7 +3,8 @@ one std::thread per CUDA thread of a block, `__syncthreads` a barrier, and `mma.
 from its lanes' fragments as the PTX ISA lays them out (a0..a3: rows g and g + 8, k 4t..4t+3 and + 16; b0, b1: k
 4t..4t+3 and + 16, column g; c0..c3: row g and g + 8, columns 2t and 2t + 1; g = lane / 4, t = lane % 4, the
 layouts of CuTe's SM80_16x8x32_S32S8S8S32_TN). It checks everything but the hardware: the tiles, the loaders, the
-zero-point sums and the epilogue. Blocks run one after another."""
+zero-point sums and the epilogue. A warp's shuffles go through an array and the warp's barrier. Blocks run one after
+another."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ HARNESS = r"""
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3_ { unsigned x = 0, y = 0, z = 0; };
@@ -46,6 +48,17 @@ inline int __dp4a(int a, int b, int c) {
   return c;
 }
 inline float __int2float_rn(int x) { return (float)x; }
+inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+static float shfl_[64][32];
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  shfl_[w][l] = v;
+  w_bar[w]->arrive_and_wait();
+  float r = shfl_[w][l ^ o];
+  w_bar[w]->arrive_and_wait();
+  return r;
+}
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static unsigned fragA[64][32][4], fragB[64][32][2];

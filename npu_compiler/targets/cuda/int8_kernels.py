@@ -14,8 +14,9 @@ The CPU reference is the spec: every integer result equals it bit for bit.
   `dequantize`, f32(sum) x scale + bias in the reference's two float32 roundings), then clamps (a fused ReLU or
   clamp) and stores int8.
 - `qadd` is elementwise, in the reference's 64-bit arithmetic (its products wrap modulo 2^64 as NumPy's int64 do).
-- `wgemm` is a GEMV: a warp per output column, every lane reading 16 bytes of int8 or packed int4 codes at a time
-  (vector loads, the weight read once), decoded to f32 in registers, the activations' rows in the same pass.
+- `wgemm` is a GEMV (wgemv.py) where codes and activations lie in 16-byte aligned rows: several weight rows a warp,
+  16-byte loads of both, decoded to f32 in registers, split along K where the columns are too few for the device.
+  Elsewhere (odd K, strided views) a warp per output column reads a code at a time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from ...kernels import QAddKernel, QConv2dKernel, QGemmKernel, WGemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine, max_extent, ptrs_of
 from .common import CUDA, PRELUDE, WAIT, index_type, load_expr, mma_sync_ok, storage, store_expr
+from .wgemv import WARPS as WGEMV_WARPS
+from .wgemv import wgemv, wgemv_applies
 
 # mma.sync m16n8k32 with 8-bit operands (PTX ISA): the instruction's shape, not a device size
 MMA_M, MMA_N, MMA_K = 16, 8, 32
@@ -391,8 +394,11 @@ def _wgemm_vector(spec: WGemmKernel, q: TensorRef) -> bool:
     return q.strides[1] == 1 and q.strides[0] % 16 == 0 and q.offset % 16 == 0 and row_bytes % 16 == 0
 
 
-def wgemm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
-    """A warp per output column (see the module's docstring)."""
+def wgemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
+    """The GEMV of wgemv.py where its rows are 16-byte aligned, else a warp per output column reading a code at a
+    time (see the module's docstring)."""
+    if wgemv_applies(k, program):
+        return wgemv(k, program, dev, _signature(k, program, 32 * WGEMV_WARPS))
     spec: WGemmKernel = k.spec
     if spec.batch:
         raise NPUCompileError(f"kernel {k.name}: the cuda target's wgemm takes no batch dims")
@@ -470,7 +476,7 @@ def render_integer(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, L
     if k.kind == "qadd":
         return qadd(k, program)
     if k.kind == "wgemm":
-        return wgemm(k, program)
+        return wgemm(k, program, dev)
     raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{k.kind}' kernel")
 
 
