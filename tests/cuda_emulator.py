@@ -43,6 +43,7 @@ static std::barrier<>* g_bar;
 static std::barrier<>* w_bar[64];
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void npu_wait_prior() {}
+inline void npu_prefetch_l2(const void*) {}
 inline int __dp4a(int a, int b, int c) {
   for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
   return c;

@@ -77,3 +77,12 @@ def test_tiles_are_planned_from_the_device_profile() -> None:
         (text,) = CudaTarget(name).kernel_sources(program.kernels[0], program)
         shared = sum(int(a) * int(b) for a, b in re.findall(r"npu_s[ab]\[(\d+)\]\[(\d+)\]", text))
         assert BLOCK <= dev.max_threads_per_block and shared < 48 * 1024, name
+
+
+def test_weight_only_gemv_prefetches_only_before_its_wait() -> None:
+    from helpers import assert_waits_first
+
+    texts = dict(_sources("h200"))
+    for name in ("wgemm int8", "wgemm int4", "wgemm int8 split k", "wgemm int4 row tail"):
+        assert "npu_prefetch_l2(" in texts[name] and "__shfl_xor_sync" in texts[name]
+        assert_waits_first(texts[name])

@@ -26,6 +26,11 @@ WARPS = 8  # a block's warps
 COLS = 2  # weight rows a warp streams at once (4 where a row is less than a warp of chunks: more loads in flight)
 ROWS = 4  # activation rows a warp keeps sums for (a prefill's longer operand is walked ROWS rows at a time)
 _FLOAT = ("bfloat16", "float16", "float32")
+PREFETCH_LINE = 128  # bytes an L2 prefetch brings (a cache line)
+HELPERS = """__device__ __forceinline__ void npu_prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+}
+"""
 
 
 def _aligned(ref: TensorRef, elems: int) -> bool:
@@ -131,6 +136,22 @@ def _finish(k: KernelCall, program: CompiledProgram, rows: int, splits: int, col
     return lines
 
 
+def _prefetch(spec: WGemmKernel, q: TensorRef, cols: int, groups: int, splits: int) -> list[str]:
+    """This warp's share of its first column group's code rows into L2 while the kernels before this one still run
+    (no kernel writes a weight, and a prefetch is a hint): decode alternates these weight streams with short
+    latency-bound kernels (norms, RoPE, attention), as the bf16 GEMV does (gemv.py)."""
+    row_bytes = spec.k * spec.bits // 8
+    row = affine([("(f0 + c)", q.strides[0])], q.offset)
+    return ["  {",
+            f"    const long long f0 = ((long long)blockIdx.x * {groups} + (threadIdx.x >> 5) / {splits}) * {cols};",
+            f"    for (int c = 0; c < {cols}; c++)",
+            f"      if (f0 + c < {spec.n})",
+            f"        for (int o = ((threadIdx.x >> 5) % {splits} * 32 + (threadIdx.x & 31)) * {PREFETCH_LINE}; "
+            f"o < {row_bytes}; o += {32 * splits * PREFETCH_LINE})",
+            f"          npu_prefetch_l2(reinterpret_cast<const char*>(a1 + {row}) + o);",
+            "  }"]
+
+
 def wgemv(k: KernelCall, program: CompiledProgram, dev, signature: str) -> tuple[str, Launch]:
     """The CUDA C of a wgemm that `wgemv_applies` to, sized for the device `dev` (see the module's docstring);
     `signature` is the kernel's declaration for a block of 32 * WARPS threads."""
@@ -145,7 +166,7 @@ def wgemv(k: KernelCall, program: CompiledProgram, dev, signature: str) -> tuple
     tiles = -(-spec.n // (cols * groups))
     blocks = max(1, min(WAVE_BLOCKS_PER_SM, dev.max_threads_per_multiprocessor // (32 * WARPS)))
     grid = min(tiles, dev.multiprocessors * blocks, CUDA.max_grid) if spec.n and spec.m else 0
-    src = [PRELUDE, signature + " {", WAIT,
+    src = [PRELUDE, HELPERS, signature + " {", *_prefetch(spec, k.args[1], cols, groups, splits), WAIT,
            f"  __shared__ float red_[{WARPS}][{rows * cols}];",
            "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
            f"  const int part = warp % {splits};  // this warp's share of the column's chunks",
