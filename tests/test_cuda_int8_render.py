@@ -4,12 +4,29 @@ row); ptxas, where installed, assembles them. Their results are checked on a GPU
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from int8_cases import integer_cases, program_of, wgemm_cases
+from int8_cases import Case, integer_cases, program_of, wgemm_cases
 
+from npu_compiler.kernels import WGemmKernel
 from npu_compiler.targets.cuda import CudaTarget, nvrtc
 
-CASES = integer_cases() + wgemm_cases()
+
+def _decode_wgemm(bits: int, m: int, n: int, k: int) -> Case:
+    """A bf16 decode step's weight-only projection (render only: the values are zeros)."""
+    g = 128 if bits == 4 else 0
+    ins = [("x", np.zeros((m, k), np.float32), "bfloat16"),
+           ("q", np.zeros((n, k if bits == 8 else k // 2), np.uint8), "int8" if bits == 8 else "uint8"),
+           ("s", np.zeros((n,) if bits == 8 else (n, k // g), np.float32), "float32")]
+    if bits == 4:
+        ins.append(("z", np.zeros((n, k // g), np.uint8), "uint8"))
+    ins.append(("bias", np.zeros(n, np.float32), "bfloat16"))
+    return Case(f"wgemm bf16 int{bits} {m}x{n}x{k}", WGemmKernel(m, n, k, (), bits, g, True), ins, (m, n), "bfloat16")
+
+
+# Qwen2.5-1.5B's q/k/v (concatenated), gate/up and down projections in bf16, as the decode step runs them
+DECODE = [_decode_wgemm(8, 1, 2048, 1536), _decode_wgemm(4, 1, 17920, 1536), _decode_wgemm(4, 3, 1536, 8960)]
+CASES = integer_cases() + wgemm_cases() + DECODE
 
 
 def _sources(device: str) -> list[tuple[str, str]]:
@@ -83,6 +100,6 @@ def test_weight_only_gemv_prefetches_only_before_its_wait() -> None:
     from helpers import assert_waits_first
 
     texts = dict(_sources("h200"))
-    for name in ("wgemm int8", "wgemm int4", "wgemm int8 split k", "wgemm int4 row tail"):
+    for name in ("wgemm int8", "wgemm int4", "wgemm int8 split k", "wgemm int4 row tail", *(c.name for c in DECODE)):
         assert "npu_prefetch_l2(" in texts[name] and "__shfl_xor_sync" in texts[name]
         assert_waits_first(texts[name])
