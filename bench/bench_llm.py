@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default=None,
                     help="comma-separated backends to run ours on (default: the best available one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--weights-dtype", default=None, choices=("int8", "int4"),
+                    help="ours with weight-only int8 (per channel) or int4 (group 128) projections and LM head "
+                         "(W8A16 / W4A16: compile(weights_dtype=...)); the peers stay bf16, the floor is our weight "
+                         "bytes")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
@@ -121,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         theta = exp.cache_map["rope"]["theta"]
         for backend in backends:
             t0 = time.perf_counter()
-            prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta)
+            prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta,
+                                        weights_dtype=args.weights_dtype)
             ws = npu_runtime.load_weights(prog, model_tensors(model), backend)
             specs = {s.name: s for s in prog.inputs}
             cache = {lay[kv]: backend.zeros(tuple(specs[lay[kv]].shape), specs[lay[kv]].device_dtype)
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                          "eager_ms": eager, "compile_ms": comp,
                          "floor_ms": floor_ms, "vs_eager": eager / ms, "vs_compile": comp / ms,
                          "fraction_of_floor": floor_ms / ms})
-    print(f"{args.config} bf16 decode ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}): "
+    fmt = {"int8": "W8A16", "int4": "W4A16"}.get(args.weights_dtype or "", "bf16")
+    print(f"{args.config} {fmt} decode ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}): "
           f"{len(prog.kernels)} kernels, weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bw:.0f} GB/s, "
           f"cache length {L}")
     for name, (be, _, _, t_ready) in ours_ex.items():
@@ -190,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['fraction_of_floor']:>9.1%}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"config": args.config, "backends": list(ours_ex), "kernels": len(prog.kernels),
+            json.dump({"config": args.config, "weights": fmt, "backends": list(ours_ex), "kernels": len(prog.kernels),
                        "copy_gbps": bw, "rows": rows}, f, indent=1)
     return 0
 

@@ -149,12 +149,18 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
     passes.append(f"compute_dtype({compute}{', ' + str(remap) if remap else ''})")
     _run_pass("constraints", check_constraints, graph, cfg)
     padding = _run_pass("channel_padding", plan_channel_padding, graph, cfg)
-    if weights_dtype is not None:  # after the dtype pass: the scales stay float32 whatever the compute dtype
-        n = _run_pass("weight_only", quantize_weights_only, graph, recipes, weights_dtype, DEFAULT_GROUP,
-                      lm_head_dtype)
-        head = f", lm head {lm_head_dtype}" if lm_head_dtype not in (None, weights_dtype) else ""
-        passes.append(f"weight_only({weights_dtype}{head}, {n})")
-    passes.extend(_fuse(graph, recipes, disable_passes))
+
+    def weight_only() -> None:
+        # after the dtype pass (the scales stay float32 whatever the compute dtype) and after concat_linears (q/k/v
+        # and gate/up quantized as one weight: one GEMV each, as the float program has), before the epilogue fusions
+        # that match float linears only
+        if weights_dtype is not None:
+            n = _run_pass("weight_only", quantize_weights_only, graph, recipes, weights_dtype, DEFAULT_GROUP,
+                          lm_head_dtype)
+            head = f", lm head {lm_head_dtype}" if lm_head_dtype not in (None, weights_dtype) else ""
+            passes.append(f"weight_only({weights_dtype}{head}, {n})")
+
+    passes.extend(_fuse(graph, recipes, disable_passes, weight_only))
 
     lowering = Lowering(graph, codegen, greedy_fusion="elementwise_fusion" not in disable_passes,
                         conv_im2col="conv_im2col" not in disable_passes,
@@ -229,8 +235,9 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
     return program
 
 
-def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str]) -> list[str]:
-    """The pattern fusions (after the dtype pass, so the dtypes they record are the compute dtypes)."""
+def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str], after_concat=None) -> list[str]:
+    """The pattern fusions (after the dtype pass, so the dtypes they record are the compute dtypes); `after_concat`
+    runs once the linears that share an input are one (the weight-only pass)."""
     from .fusion import patterns as P
 
     steps = [
@@ -244,10 +251,11 @@ def _fuse(graph: Graph, recipes: dict[str, Recipe], disabled: set[str]) -> list[
     ]
     done = []
     for name, run in steps:
-        if name in disabled:
-            continue
-        done.append(f"{name}({_run_pass(name, run)})")
-        graph.remove_dead()
+        if name not in disabled:
+            done.append(f"{name}({_run_pass(name, run)})")
+            graph.remove_dead()
+        if name == "concat_linears" and after_concat is not None:
+            after_concat()
     return done
 
 

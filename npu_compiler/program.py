@@ -590,7 +590,8 @@ class _Reader:
         # source gives it (quant/fold.py)
         per_tensor = set() if "weight_scale" in r.sources else {"weight_scale"}
         params = {"load": set(), "concat": {"axis", "shapes"}, "bn_fold_weight": {"eps"}, "bn_fold_bias": {"eps"},
-                  "rope_inv_freq": {"base", "dim"}, "wo_quantize": {"bits", "group", "part"},
+                  "rope_inv_freq": {"base", "dim"},
+                  "wo_quantize": {"bits", "group", "part"} | ({"rows"} if "rows" in p else set()),
                   "quantize_weight": {"quant_min", "quant_max"},
                   "quant_bias": {"input_scale", "output_scale"} | per_tensor,
                   "requant_scale": {"input_scale", "output_scale"} | per_tensor,
@@ -623,6 +624,7 @@ class _Reader:
                                 f"(qweight, scale, zero) and a weight source, got {_short(p)}")
             if bits == 4 and (group <= 0 or group % 2):
                 raise self.fail(f"{path}.params.group", f"{group} for int4 weights (an even number > 0)")
+            self.wo_parts(r, shape, path)
         elif r.kind in ("quantize_weight", "quant_bias", "requant_scale", "dequant_scale"):
             self.quant_recipe(r, shape, path)
         elif r.kind == "concat":
@@ -639,6 +641,20 @@ class _Reader:
             if set(r.sources) != {str(i) for i in range(len(parts))}:
                 raise self.fail(f"{path}.sources", f"a concat of {len(parts)} parts needs sources '0' to "
                                 f"'{len(parts) - 1}'")
+
+    def wo_parts(self, r: Recipe, shape: tuple[int, ...], path: str) -> None:
+        """A wo_quantize recipe's sources: "weight", or with `rows` (the linears of one input, concatenated) one
+        source a part ("weight", "weight1", ...) whose rows add up to the weight's."""
+        rows = r.params.get("rows")
+        if rows is None:
+            if set(r.sources) != {"weight"}:
+                raise self.fail(f"{path}.sources", f"a wo_quantize recipe reads 'weight', got {sorted(r.sources)}")
+            return
+        rows = self.ints(rows, f"{path}.params.rows", limit=4096)
+        names = {"weight" if i == 0 else f"weight{i}" for i in range(len(rows))}
+        if not rows or any(n <= 0 for n in rows) or not shape or sum(rows) != shape[0] or set(r.sources) != names:
+            raise self.fail(f"{path}.params.rows", f"{list(rows)} with sources {sorted(r.sources)} for a weight of "
+                            f"{list(shape)} (one source a part, 'weight', 'weight1', ..., the rows adding up)")
 
     def quant_recipe(self, r: Recipe, shape: tuple[int, ...], path: str) -> None:
         """The recipes of an integer program (quant/fold.py): scales finite and > 0, an int32 [C, 2] or [C] result."""

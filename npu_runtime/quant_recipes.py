@@ -58,11 +58,29 @@ def weight_only(w: np.ndarray, bits: int, group: int) -> dict[str, np.ndarray]:
     return {"qweight": packed, "scale": scale, "zero": zero.astype(np.uint8)}
 
 
+def _wo_weight(r, fetch) -> np.ndarray | None:
+    """A wo_quantize recipe's float weight: its checkpoint tensor, or its parts ("weight", "weight1", ...: linears that
+    read one input) concatenated along the rows, each [rows[i], K]."""
+    if "rows" not in r.params:
+        return fetch(r.sources["weight"], None, r.fallback_keys)
+    parts = []
+    for i, rows in enumerate(r.params["rows"]):
+        a = fetch(r.sources["weight" if i == 0 else f"weight{i}"], None)
+        if a is None:
+            return None
+        k = parts[0].shape[1] if parts else None
+        if a.ndim != 2 or a.shape[0] != rows or (k is not None and a.shape[1] != k):
+            raise WeightError(f"weight part {r.sources['weight' if i == 0 else f'weight{i}']} is {list(a.shape)}, "
+                              f"not {rows} rows of the first part's K")
+        parts.append(a)
+    return np.concatenate(parts, axis=0)
+
+
 def make_quant_weight(spec: WeightSpec, fetch: Fetch) -> np.ndarray | None:
     r = spec.recipe
     p = r.params
     if r.kind == "wo_quantize":
-        w = fetch(r.sources["weight"], None, r.fallback_keys)
+        w = _wo_weight(r, fetch)
         if w is None:
             return None
         bits, group = int(p["bits"]), int(p["group"])

@@ -126,7 +126,8 @@ def test_every_projection_and_the_lm_head_are_weight_only(llms):
     for wd, bits in (("int8", {8}), ("int4", {4}), ("int4+int8 head", {4, 8})):
         kernels = llms[wd].executors["decode"].program.kernels
         kinds = [k.kind for k in kernels]
-        assert kinds.count("wgemm") == 2 * 7 + 1 and "gemm" not in kinds, (wd, kinds)
+        # a layer's q/k/v and gate/up each one wgemm over their concatenated weights (as the float program's GEMMs)
+        assert kinds.count("wgemm") == 2 * 4 + 1 and "gemm" not in kinds, (wd, kinds)
         assert {k.spec.bits for k in kernels if k.kind == "wgemm"} == bits, wd
     head = [k for k in llms["int4+int8 head"].executors["decode"].program.kernels if k.kind == "wgemm"]
     assert [k.spec.bits for k in head].count(8) == 1  # the LM head alone
@@ -150,3 +151,15 @@ def test_weight_only_decoding_picks_bf16s_tokens(llms):
               f"{clear.sum()} clear leads")
         assert hits.mean() >= need, f"{wd} picks bf16's token on {hits.mean():.3f} of the steps"
         assert hits[clear].all(), f"{wd} misses bf16's token at {np.flatnonzero(clear & ~hits).tolist()}, clear leads"
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_codes_of_concatenated_linears_are_the_parts_codes(bits):
+    """q/k/v and gate/up are quantized as one concatenated weight (concat_linears runs before the weight-only pass):
+    every output channel has its own scales, so that weight's codes are the parts' codes, concatenated."""
+    rng = np.random.default_rng(5)
+    parts = [rng.standard_normal((n, 256)).astype(np.float32) * s for n, s in ((64, 1.0), (16, 0.01), (16, 30.0))]
+    whole = weight_only(np.concatenate(parts), bits, 128 if bits == 4 else 0)
+    each = [weight_only(p, bits, 128 if bits == 4 else 0) for p in parts]
+    for key, value in whole.items():
+        np.testing.assert_array_equal(value, np.concatenate([e[key] for e in each]))

@@ -20,9 +20,22 @@ HEAD_DTYPES = (*WEIGHTS_DTYPES, "float")
 DEFAULT_GROUP = 128
 
 
+def _sources(recipe: Recipe | None, key: str) -> tuple[dict[str, str], dict]:
+    """A wo_quantize recipe's sources and extra parameters: the checkpoint tensor `key`, or where the weight is the
+    concatenation of linears that read one input (concat_linears: q/k/v, gate/up) its parts in order ("weight",
+    "weight1", ...) and their rows. Each output channel is quantized on its own (int8 per channel, int4 in groups
+    along K), so the parts' codes concatenated are the concatenation's codes."""
+    if recipe is None or recipe.kind != "concat" or int(recipe.params["axis"]) != 0:
+        return {"weight": key}, {}
+    keys = [recipe.sources[str(i)] for i in range(len(recipe.params["shapes"]))]
+    return ({("weight" if i == 0 else f"weight{i}"): k for i, k in enumerate(keys)},
+            {"rows": [int(shape[0]) for shape in recipe.params["shapes"]]})
+
+
 def quantize_weights_only(graph: Graph, recipes: dict[str, Recipe], weights_dtype: str,
                           group: int = DEFAULT_GROUP, head_dtype: str | None = None) -> int:
-    """Rewrite the graph's linears (see the module's docstring); returns how many. A linear whose K is not a
+    """Rewrite the graph's linears (see the module's docstring), concatenated ones included; returns how many. A
+    linear whose K is not a
     multiple of the group (int4) keeps its float weight; the LM head takes `head_dtype` (default: `weights_dtype`)."""
     outputs = {v.name for v in graph.outputs}
     used = set(graph.weight_keys.values())
@@ -42,9 +55,11 @@ def quantize_weights_only(graph: Graph, recipes: dict[str, Recipe], weights_dtyp
         if bits == 4 and (k % group or group % 2):
             continue
         key = graph.weight_keys[w.name]
+        sources, params = _sources(recipes.get(w.name), key)
         # a tied LM head: the checkpoint may hold only the embedding, an unused tensor of the same shape
-        fallback = [c for c, shape in shapes.items() if c not in used and tuple(shape) == w.shape and c != key]
-        params = {"bits": bits, "group": group if bits == 4 else 0}
+        fallback = [] if "rows" in params else [c for c, shape in shapes.items()
+                                                 if c not in used and tuple(shape) == w.shape and c != key]
+        params |= {"bits": bits, "group": group if bits == 4 else 0}
         parts = [("qweight", (n, k) if bits == 8 else (n, k // 2), "int8" if bits == 8 else "uint8"),
                  ("scale", (n,) if bits == 8 else (n, k // group), "float32")]
         if bits == 4:
@@ -54,7 +69,7 @@ def quantize_weights_only(graph: Graph, recipes: dict[str, Recipe], weights_dtyp
             v = Value(f"{node.name}.{part}", TensorType(shape, dtype), "weight")
             graph.weights[v.name] = v
             graph.weight_keys[v.name] = f"{fmt}_{part}({key})"
-            recipes[v.name] = Recipe("wo_quantize", {"weight": key}, {**params, "part": part}, fallback)
+            recipes[v.name] = Recipe("wo_quantize", sources, {**params, "part": part}, fallback)
             made.append(v)
         new = Node(node.name, "npu.wlinear", [node.inputs[0], *made, *node.inputs[2:]], node.outputs,
                    {"bits": bits, "group": params["group"], "has_bias": len(node.inputs) > 2}, list(node.origin))

@@ -41,6 +41,7 @@ MAX_BINDING_ENV = "NPUSIM_WEBGPU_MAX_BINDING"
 F16_ENV = "NPUSIM_WEBGPU_F16"
 DIVISION_ENV = "NPUSIM_WEBGPU_DIVISION"
 PRODUCTS_ENV = "NPUSIM_WEBGPU_PRODUCTS"
+PACKED_ENV = "NPUSIM_WEBGPU_PACKED_DOT"
 INT32 = (-(2**31), 2**31)
 
 
@@ -205,6 +206,18 @@ class DeviceState:
             return "exact"
         return "fused" if self.fused_fma else "corrected"
 
+    @functools.cached_property
+    def packed_dot(self) -> bool:
+        """Does the device's WGSL compiler have the packed_4x8_integer_dot_product language feature, and does its
+        `dot4I8Packed` give signed byte products (measured; ${PACKED_ENV}=0 switches the integer kernels' packed path
+        off)?"""
+        if os.environ.get(PACKED_ENV, "1") == "0":
+            return False
+        try:
+            return _probe(self, PACKED_PROBE, (0.0, 0.0, 0.0)) == 8.0
+        except Exception:  # noqa: BLE001  (a WGSL compiler without the builtin refuses the module)
+            return False
+
     @property
     def f16_native(self) -> bool:
         return "shader-f16" in self.features and os.environ.get(F16_ENV, "1") != "0"
@@ -264,6 +277,15 @@ CONTRACTION_PROBE = """
 fn main() {
   let p = io[0] * io[1];
   io[3] = p + io[2];
+}
+"""
+
+
+PACKED_PROBE = """
+@group(0) @binding(0) var<storage, read_write> io: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+  io[3] = f32(dot4I8Packed(0x01020304u, 0xff010101u)) + io[0];
 }
 """
 

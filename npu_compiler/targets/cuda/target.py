@@ -32,6 +32,7 @@ from .flash_attention import plan_tiled_attention, tiles_apply, tiles_fit_call
 from .gemm import SUPPORTED, gemm_plan
 from .gemv import GEMV_MAX_M, gemv, gemv_applies, gemv_fits, prologue_applies, prologue_bytes
 from .grouped_gemm import grouped_fits, grouped_gemm
+from .int8_kernels import INTEGER_KERNELS, render_integer
 from .library import (
     attention,
     attention_split,
@@ -83,7 +84,7 @@ def _cublas_can(k: KernelCall, program: CompiledProgram) -> bool:
 class CudaTarget(CodegenTarget):
     name = "cuda"
     default_device = "h100"
-    library_kernels = frozenset({"gemm", "conv2d", "attention"})
+    library_kernels = frozenset({"gemm", "conv2d", "attention"}) | INTEGER_KERNELS
     gemm_im2col = True
     attention_gemm_min_rows = 64  # prefill without tiled attention: QK^T and PV on tensor cores (cuBLAS)
     gemm_prologue_rows = GEMV_MAX_M  # decode's norms computed by the GEMV that reads them
@@ -184,6 +185,8 @@ class CudaTarget(CodegenTarget):
             if plan_of(k).splits and k.scratch:
                 return [("launch", launch) for launch in attention_split(k, program)]
             return [("launch", attention(k, program, dev))]
+        if spec.kind in INTEGER_KERNELS:
+            return [("launch", render_integer(k, program, dev))]
         if spec.kind == "conv2d":
             if conv_tc_applies(k, program, dev):
                 return [("launch", launch) for launch in conv2d_tensor_cores(k, program, dev)]

@@ -45,6 +45,7 @@ class DeviceCaps:
     max_workgroup_storage: int = 16384
     division: str = "exact"  # f32 division: "exact" (the device's `/`), "corrected" or "fused" (language.py)
     products: str = "plain"  # how f32 products render: "plain", or "opaque" where the device fuses a*b + c
+    packed_dot: bool = False  # WGSL's packed_4x8_integer_dot_product language feature (dot4I8Packed)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,9 @@ def _accessors(p: Param, arrays: list[str], lay: _Layout, atomic: bool, per_chun
             out.append(f"    {label}: {{ return {_read(arr, lay, 'j', atomic)}; }}")
         out.append("  }")
     out.append("}")
+    if lay.per_word == 4 and len(arrays) == 1 and not atomic:
+        # the raw word of four 8-bit elements (the integer kernels' packed dot products: int8_kernels.py)
+        out.append(f"fn ldw_{p.name}(w: i32) -> u32 {{ return {arrays[0]}[w]; }}")
     if not p.written:
         return out
     out.append(f"fn st_{p.name}(i: i32, v: {r}) {{")

@@ -29,6 +29,7 @@ from ..codegen import CodegenTarget
 from ..devices import DeviceProfile, get_profile
 from ..planning import decode_splits
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
+from .int8_kernels import INTEGER_KERNELS, render_integer
 from .intervals import narrow_int64
 from .language import WGSL
 from .library import attention, conv2d, gemm, names_of, skinny_groups_fit
@@ -83,7 +84,7 @@ def _needs_scratch(k: KernelCall) -> bool:
 class WebGPUTarget(CodegenTarget):
     name = "webgpu"
     default_device = "webgpu"
-    library_kernels = frozenset({"gemm", "conv2d", "attention"})
+    library_kernels = frozenset({"gemm", "conv2d", "attention"}) | INTEGER_KERNELS
 
     def __init__(self, device: DeviceProfile | str | None = None, caps: DeviceCaps | None = None) -> None:
         self.caps = caps or DeviceCaps()
@@ -143,6 +144,9 @@ class WebGPUTarget(CodegenTarget):
             return [(src, launch, params, k)]
         if isinstance(spec, GemmKernel | Conv2dKernel):
             src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
+            return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
+        if spec.kind in INTEGER_KERNELS:
+            src, launch = render_integer(k, program, self.caps.packed_dot, self.caps.max_binding_bytes)
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
         if isinstance(spec, AttentionKernel):
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)

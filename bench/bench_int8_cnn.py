@@ -1,0 +1,155 @@
+"""ResNet int8 inference: ours on the integer kernels against ours in fp16 and PyTorch fp16 (eager and
+torch.compile, channels-last), in one process on one GPU.
+
+The model (random weights, BatchNorm statistics perturbed as `npu_export.resnet` makes them) is quantized by
+`npu_quant` (int8 weights per channel, activations per tensor, min-max over `--calibration` random images at batch
+1); the same scales quantize the graph of every batch size. Roof: the model's int8 MACs at the int8 GEMM rate
+measured in the same process (`torch._int_mm`, the best of five medians of 20 products of 8192 x 8192). Our int8
+output at batch 1 is checked bit for bit against the CPU reference's (the spec of the integer kernels; exit status 1
+if not)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_llm import _median_ms  # noqa: E402
+
+
+def int8_tops(device: str) -> float:
+    """The int8 GEMM rate (TOPS) measured here: torch._int_mm of 8192 x 8192 int8 matrices."""
+    if device != "cuda" or not hasattr(torch, "_int_mm"):
+        return float("nan")
+    n = 8192
+    a = torch.randint(-128, 127, (n, n), dtype=torch.int8, device="cuda")
+    b = torch.randint(-128, 127, (n, n), dtype=torch.int8, device="cuda")
+    ms = min(_median_ms(lambda: torch._int_mm(a, b), torch.cuda.synchronize, 20) for _ in range(5))
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def _ir(model_name: str, batch: int, size: int) -> dict:
+    import torch_ir
+
+    from npu_export import resnet
+    from npu_export.ir_io import ir_to_dict
+
+    with torch.device("meta"):
+        m = getattr(resnet, model_name)().eval()
+        x = torch.randn(batch, 3, size, size)
+    with torch.no_grad():
+        return ir_to_dict(torch_ir.extract_ir(m, (x,), model_name=model_name))
+
+
+def _int8_macs(program) -> int:
+    from npu_compiler.kernels import conv_flops
+
+    total = 0
+    for k in program.kernels:
+        if k.kind == "qconv2d":
+            total += conv_flops(k.outs[0].numel, *k.args[1].shape[1:]) // 2
+        elif k.kind == "qgemm":
+            total += k.spec.m * k.spec.n * k.spec.k
+    return total
+
+
+def _timed(backend, prog, weights, x: np.ndarray, iters: int) -> tuple[float, np.ndarray]:
+    import npu_runtime
+
+    ws = npu_runtime.load_weights(prog, weights, backend)
+    ex = backend.create_executor(prog)
+    spec, out_spec = prog.inputs[0], prog.outputs[0]
+    feeds = {spec.name: backend.upload(x, spec.device_dtype)}
+    out = ex.run(feeds, ws)[out_spec.name].to_numpy(out_spec).astype(np.float32)
+    return _median_ms(lambda: ex.run(feeds, ws), backend.synchronize, iters), out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--calibration", type=int, default=2, help="random calibration images (batch 1)")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--backend", default=None, help="the backend that runs ours (default: the best available)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import npu_compiler
+    import npu_runtime
+    from npu_export import resnet
+    from npu_export.cnn import model_tensors
+    from npu_quant import rewrite
+    from npu_quant.flow import quantize
+    from npu_quant.samples import random_samples
+    from npu_runtime.cpu.backend import CpuBackend
+
+    backend = npu_runtime.get_backend(args.backend)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    model = getattr(resnet, args.model)().eval()
+    weights = model_tensors(model)
+    ir1 = _ir(args.model, 1, args.image_size)
+    specs = npu_compiler.compile(ir1, "cpu", dtype="float32").inputs
+    q = quantize(ir1, weights, random_samples(specs, args.calibration))
+    peer = model.half().to(device).to(memory_format=torch.channels_last)
+    compiled = None if args.no_compile or device != "cuda" else torch.compile(peer, mode="reduce-overhead")
+    peak = int8_tops(device)
+    rows, exact = [], None
+    for batch in [int(b) for b in args.batches.split(",")]:
+        ir = _ir(args.model, batch, args.image_size)
+        qir, qweights = rewrite.apply(ir, weights, rewrite.plan(ir), q.qparams)
+        qprog = npu_compiler.compile(qir, backend.compile_target())
+        fprog = npu_compiler.compile(ir, backend.compile_target(), dtype="float16")
+        x = torch.randn(batch, 3, args.image_size, args.image_size)
+        int8_ms, got = _timed(backend, qprog, qweights, x.numpy(), args.iters)
+        fp16_ms, _ = _timed(backend, fprog, weights, x.numpy(), args.iters)
+        if batch == 1:
+            cpu = CpuBackend()
+            cprog = npu_compiler.compile(qir, "cpu")
+            _, want = _timed(cpu, cprog, qweights, x.numpy(), 1)
+            exact = bool(np.array_equal(got, want))
+        xt = x.half().to(device).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            eager = _median_ms(lambda xt=xt: peer(xt), sync, args.iters)
+            comp = float("nan")
+            if compiled is not None:
+                for _ in range(3):
+                    compiled(xt)
+                comp = _median_ms(lambda xt=xt: compiled(xt), sync, args.iters)
+        macs = _int8_macs(qprog)
+        integer = sum(k.kind in ("qconv2d", "qgemm", "qadd") for k in qprog.kernels)
+        rows.append({"batch": batch, "kernels": len(qprog.kernels), "integer_kernels": integer, "int8_ms": int8_ms,
+                     "fp16_ms": fp16_ms, "eager_ms": eager, "compile_ms": comp,
+                     "int8_img_s": batch / int8_ms * 1e3, "fp16_img_s": batch / fp16_ms * 1e3,
+                     "x_fp16": fp16_ms / int8_ms, "x_eager": eager / int8_ms, "x_compile": comp / int8_ms,
+                     "tops": 2 * macs / (int8_ms * 1e-3) / 1e12,
+                     "fraction_of_peak": 2 * macs / (int8_ms * 1e-3) / 1e12 / peak})
+    print(f"{args.model} int8 {args.image_size}px on {backend.name}: int8 GEMM rate measured {peak:.0f} TOPS; "
+          f"calibrated on {args.calibration} random images")
+    print(f"{'batch':>5} {'kernels':>8} {'int8 ms':>9} {'fp16 ms':>9} {'eager ms':>9} {'compile ms':>11} "
+          f"{'int8 img/s':>11} {'fp16 img/s':>11} {'x fp16':>7} {'x eager':>8} {'x compile':>10} {'TOPS':>7} "
+          f"{'of peak':>8}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['integer_kernels']:>3}/{r['kernels']:<4} {r['int8_ms']:>9.3f} {r['fp16_ms']:>9.3f} "
+              f"{r['eager_ms']:>9.3f} {r['compile_ms']:>11.3f} {r['int8_img_s']:>11.0f} {r['fp16_img_s']:>11.0f} "
+              f"{r['x_fp16']:>7.2f} {r['x_eager']:>8.2f} {r['x_compile']:>10.2f} {r['tops']:>7.1f} "
+              f"{r['fraction_of_peak']:>8.1%}")
+    if exact is not None:
+        print(f"batch 1: our int8 output {'equals' if exact else 'DIFFERS FROM'} the CPU reference's bit for bit")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "backend": backend.name, "int8_tops": peak, "bit_exact": exact,
+                       "rows": rows}, f, indent=1)
+    return 0 if exact in (None, True) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

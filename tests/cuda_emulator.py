@@ -1,0 +1,148 @@
+"""The cuda target's integer kernels run on the CPU, for CI (no GPU there): the rendered CUDA C compiled by g++ with
+one std::thread per CUDA thread of a block, `__syncthreads` a barrier, and `mma.sync.m16n8k32` s8 computed per warp
+from its lanes' fragments as the PTX ISA lays them out (a0..a3: rows g and g + 8, k 4t..4t+3 and + 16; b0, b1: k
+4t..4t+3 and + 16, column g; c0..c3: row g and g + 8, columns 2t and 2t + 1; g = lane / 4, t = lane % 4, the
+layouts of CuTe's SM80_16x8x32_S32S8S8S32_TN). It checks everything but the hardware: the tiles, the loaders, the
+zero-point sums and the epilogue. A warp's shuffles go through an array and the warp's barrier. Blocks run one after
+another."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from int8_cases import NP, Case, feeds, program_of
+
+from npu_compiler.targets.cuda import CudaTarget
+from npu_compiler.targets.cuda.int8_kernels import INTEGER_HELPERS, render_integer
+
+HARNESS = r"""
+#include <thread>
+#include <barrier>
+#include <vector>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+struct dim3_ { unsigned x = 0, y = 0, z = 0; };
+thread_local dim3_ threadIdx;
+dim3_ blockIdx, gridDim, blockDim;
+#define __global__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+static std::barrier<>* g_bar;
+static std::barrier<>* w_bar[64];
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline void npu_wait_prior() {}
+inline void npu_prefetch_l2(const void*) {}
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+  return c;
+}
+inline float __int2float_rn(int x) { return (float)x; }
+inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+static float shfl_[64][32];
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  shfl_[w][l] = v;
+  w_bar[w]->arrive_and_wait();
+  float r = shfl_[w][l ^ o];
+  w_bar[w]->arrive_and_wait();
+  return r;
+}
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static unsigned fragA[64][32][4], fragB[64][32][2];
+inline void npu_mma_s8(int* c, const unsigned* a, const unsigned* b) {
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  for (int i = 0; i < 4; i++) fragA[w][l][i] = a[i];
+  for (int i = 0; i < 2; i++) fragB[w][l][i] = b[i];
+  w_bar[w]->arrive_and_wait();
+  signed char A[16][32], B[32][8];
+  for (int L = 0; L < 32; L++) {
+    int g = L >> 2, t = L & 3;
+    for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++)
+      A[g + 8 * (i & 1)][t * 4 + j + 16 * (i >> 1)] = (signed char)(fragA[w][L][i] >> (8 * j));
+    for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++)
+      B[t * 4 + j + 16 * i][g] = (signed char)(fragB[w][L][i] >> (8 * j));
+  }
+  int g = l >> 2, t = l & 3;
+  for (int q = 0; q < 4; q++) {
+    int row = g + 8 * (q >> 1), col = t * 2 + (q & 1);
+    int s = 0;
+    for (int k = 0; k < 32; k++) s += (int)A[row][k] * (int)B[k][col];
+    c[q] += s;
+  }
+  w_bar[w]->arrive_and_wait();
+}
+"""
+
+
+
+MAIN = """
+std::vector<char> rd(const char* p) {
+  FILE* f = fopen(p, "rb"); std::vector<char> v; char buf[65536]; size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) v.insert(v.end(), buf, buf + n);
+  fclose(f); v.resize(v.size() + 64); return v;
+}
+int main(int argc, char** argv) {
+  @LOADS@
+  std::vector<char> o(@OUT_BYTES@ + 64, 0);
+  gridDim.x = @GRID@; blockDim.x = @THREADS@;
+  std::barrier<> bar(@THREADS@); g_bar = &bar;
+  for (int w = 0; w < @WARPS@; w++) w_bar[w] = new std::barrier<>(32);
+  for (unsigned b = 0; b < @GRID@; b++) {
+    blockIdx.x = b;
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < @THREADS@; t++) th.emplace_back([&, t] { threadIdx.x = t; npu_kernel(@ARGS@); });
+    for (auto& x : th) x.join();
+  }
+  FILE* f = fopen(argv[1], "wb"); fwrite(o.data(), 1, @OUT_BYTES@, f); fclose(f);
+}
+"""
+
+
+def available() -> bool:
+    return shutil.which("g++") is not None
+
+
+def _helpers() -> str:
+    h = re.sub(r"__device__ __forceinline__ void npu_mma_s8.*?\n}\n", "", INTEGER_HELPERS, flags=re.S)
+    h = re.sub(r"__device__ __forceinline__ int npu_bytesum.*?\n", "", h)
+    return h + "\ninline int npu_bytesum(unsigned w) { return __dp4a((int)w, 0x01010101, 0); }\n"
+
+
+def run_emulated(case: Case, device, folder: Path) -> np.ndarray:
+    """The cuda target's kernel of `case`, rendered for `device`, run on the CPU: its output."""
+    program = program_of(case, "cuda")
+    src, launch = render_integer(program.kernels[0], program, CudaTarget(device).profile)
+    body = src[src.index('extern "C"'):]
+    args = [np.ascontiguousarray(feeds(case)[n]) for n, _, _ in case.inputs]
+    sig = re.search(r"npu_kernel\((.*?)\)", body).group(1)
+    types = [p.rsplit("*", 1)[0].replace("const", "").strip() for p in sig.split(",")]
+    loads = []
+    for i, a in enumerate(args):
+        a.tofile(folder / f"a{i}.bin")
+        loads.append(f'std::vector<char> b{i} = rd("{folder / f"a{i}.bin"}");')
+    call = [f"({types[0]}*)o.data()"] + [f"({types[i + 1]}*)b{i}.data()" for i in range(len(args))]
+    out_bytes = int(np.prod(case.out_shape)) * np.dtype(NP[case.out_dtype]).itemsize
+    main = MAIN
+    for key, value in (("@LOADS@", "\n  ".join(loads)), ("@OUT_BYTES@", str(out_bytes)),
+                       ("@GRID@", str(launch.grid[0])), ("@THREADS@", str(launch.block)),
+                       ("@WARPS@", str(max(1, launch.block // 32))), ("@ARGS@", ", ".join(call))):
+        main = main.replace(key, value)
+    (folder / "k.cpp").write_text(HARNESS + _helpers() + body + main)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w", "-o", str(folder / "k"),
+                    str(folder / "k.cpp")], check=True, capture_output=True, text=True)
+    subprocess.run([str(folder / "k"), str(folder / "out.bin")], check=True)
+    return np.fromfile(folder / "out.bin", NP[case.out_dtype]).reshape(case.out_shape)

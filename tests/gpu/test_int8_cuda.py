@@ -1,0 +1,52 @@
+"""The integer kinds on cuda bit for bit against the CPU reference (the cases of tests/int8_cases.py: requantization
+edges, uint8 activations, zero points, K not a multiple of 32, odd shapes, groups), PT2E-form models run whole on
+the GPU, and the weight-only GEMM within float32 summation-order error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from int8_cases import check_bit_exact, check_weight_only, integer_cases, wgemm_cases
+
+CASES = integer_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_integer_kernel_is_bit_exact(cuda_backend, case):
+    check_bit_exact(cuda_backend, case)
+
+
+@pytest.mark.parametrize("case", wgemm_cases(), ids=[c.name for c in wgemm_cases()])
+def test_weight_only_gemm(cuda_backend, case):
+    check_weight_only(cuda_backend, case)
+
+
+def _big_conv():
+    from test_quant_fold import QConv
+
+    return QConv(64, 96, 3, padding=1, act="relu")
+
+
+MODELS = [
+    ("conv relu", lambda: __import__("test_quant_fold").QConv(3, 8, 3, padding=1, act="relu"), [(2, 3, 9, 9)]),
+    ("conv 64->96", _big_conv, [(2, 64, 14, 14)]),
+    ("conv uint8 groups", lambda: __import__("test_quant_fold").QConv(8, 6, 3, stride=2, padding=1, groups=2,
+                                                                      dt=torch.uint8, x_zp=128, out_zp=0),
+     [(2, 8, 6, 6)]),
+    ("linear", lambda: __import__("test_quant_fold").QConv(200, 130, 0, linear=True), [(3, 70, 200)]),
+    ("add relu", lambda: __import__("test_quant_fold").QAdd("relu"), [(2, 3, 4, 4), (2, 3, 4, 4)]),
+]
+
+
+@pytest.mark.parametrize("name,make,shapes", MODELS, ids=[m[0] for m in MODELS])
+def test_quantized_model_runs_whole_on_cuda(cuda_backend, name, make, shapes):
+    from conftest import run_module
+
+    from npu_runtime.cpu.backend import CpuBackend
+
+    inputs = [torch.randn(s) for s in shapes]
+    _, got, _ = run_module(cuda_backend, make, inputs)
+    _, want, _ = run_module(CpuBackend(), make, inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)

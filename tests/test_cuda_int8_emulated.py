@@ -1,0 +1,38 @@
+"""The cuda target's integer kernels give the CPU reference's integers, run on the CPU by tests/cuda_emulator.py (g++
+and threads; CI has no GPU): the tile loop, the loaders, the zero-point sums and the requantizing epilogue, on the
+H200's plan (small tiles for these sizes) and on a one-SM profile's (the largest tiles, one block walking them all).
+The hardware's own run is tests/gpu/test_int8_cuda.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from cuda_emulator import available, run_emulated
+from int8_cases import assert_weight_only, integer_cases, reference, wgemm_cases
+
+from npu_compiler.targets.devices import get_profile
+
+pytestmark = pytest.mark.skipif(not available(), reason="g++ is absent")
+
+PICKED = {"qgemm uint8 acts, k%4", "qgemm odd tiles", "qgemm dequantize", "qconv2d stride 2 relu",
+          "qconv2d groups dilation", "qconv2d 16-byte weight rows", "qadd uint8 wide shift"}
+CASES = [c for c in integer_cases() if c.name in PICKED]
+
+
+@pytest.mark.parametrize("device", ["h200", "one_sm"])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_emulated_cuda_kernel_is_bit_exact(case, device, tmp_path):
+    dev = dataclasses.replace(get_profile("a100"), multiprocessors=1) if device == "one_sm" else get_profile(device)
+    np.testing.assert_array_equal(run_emulated(case, dev, tmp_path), reference(case))
+
+
+WGEMM = [c for c in wgemm_cases() if c.name != "wgemm int8 odd k"]  # the 16-byte GEMV (wgemv.py); odd K reads codes
+
+
+@pytest.mark.parametrize("case", WGEMM, ids=[c.name for c in WGEMM])
+def test_emulated_cuda_wgemv_matches_reference(case, tmp_path):
+    """The weight-only GEMV on the H200's plan (split along K for the wide case; four rows at a time, a tail of
+    one, for the int4 case) within float32 summation-order error of the reference."""
+    assert_weight_only(run_emulated(case, get_profile("h200"), tmp_path), case)
