@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .decompose import DECOMPOSITIONS
 from .errors import NPUCompileError
 from .ir.schema import short_op
 from .lowering.lower import SUPPORTED_OPS
 from .lowering.registry import KERNELS_OF
-from .passes.normalize import STRUCTURAL_OPS
+from .passes.normalize import STRUCTURAL_OPS, random_dropout
 from .targets.codegen import get_codegen_target
 
 __all__ = [
@@ -36,9 +37,7 @@ def _canonical(op: str) -> str:
 def is_structural(op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
     """A no-op in an inference graph (metadata assert, getitem, alias, eval-mode dropout, ...)."""
     op = short_op(op_type)
-    if op not in STRUCTURAL_OPS:
-        return False
-    return not (op == "dropout.default" and (attrs or {}).get("train"))
+    return op in STRUCTURAL_OPS and random_dropout(op, attrs or {}) is None
 
 
 # Ops whose integer form has no primitive in the expression language (bitwise arithmetic): they lower for bool
@@ -55,10 +54,11 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     attrs = attrs or {}
     op = short_op(op_type)
     if op in STRUCTURAL_OPS:
-        if op == "dropout.default" and attrs.get("train"):
-            return "dropout with train=True is random; only eval-mode dropout (a no-op) is supported"
-        return None
+        return random_dropout(op, attrs)
     canon = _canonical(op)
+    entry = DECOMPOSITIONS.get(canon)
+    if entry is not None:
+        return entry.refusal(attrs) or _decomposed_reason(target, canon, entry.emits)
     if canon not in SUPPORTED_OPS:
         return f"no lowering for aten.{op} in the compiler"
     missing = [k for k in KERNELS_OF[canon] if k not in kernels]
@@ -78,6 +78,15 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     return None
 
 
+def _decomposed_reason(target: str, op: str, emits: Iterable[str]) -> str | None:
+    """A composite op runs where every op its decomposition may produce runs."""
+    for e in emits:
+        why = unsupported_reason(target, e)
+        if why:
+            return f"aten.{op} decomposes into aten.{e}: {why}"
+    return None
+
+
 def is_op_supported(target: str, op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
     """True when `target` runs `op_type` ("aten.add.Tensor" or "add.Tensor") with these attrs."""
     return unsupported_reason(target, op_type, attrs) is None
@@ -87,7 +96,7 @@ def supported_ops(target: str) -> frozenset[str]:
     """Every ATen op (short form, "add.Tensor") the target runs, structural no-ops and in-place forms included
     (the compiler's own `npu.*` ops are not ATen ops)."""
     ops = set(STRUCTURAL_OPS)
-    for op in SUPPORTED_OPS:
+    for op in SUPPORTED_OPS | set(DECOMPOSITIONS):
         if op.startswith("npu.") or unsupported_reason(target, op) is not None:
             continue
         ops.add(op)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from aten_reference import ReferenceError, resolve, run_node
 
+from npu_compiler.decompose import DECOMPOSED_OPS
 from npu_compiler.errors import ConstraintError, IRFormatError
 from npu_compiler.ir.infer import RULES, has_rule
 from npu_compiler.ir.reader import read_ir
@@ -27,7 +28,7 @@ INT64_MAX = 2**63 - 1
 def test_every_supported_op_has_a_rule() -> None:
     """An op the compiler lowers (or drops as structural) must have its outputs checked: add a rule with
     `@infers(op)` in npu_compiler/ir/infer.py."""
-    missing = sorted(op for op in SUPPORTED_OPS | (STRUCTURAL_OPS - {"getitem"}) if not has_rule(op))
+    missing = sorted(op for op in SUPPORTED_OPS | DECOMPOSED_OPS | (STRUCTURAL_OPS - {"getitem"}) if not has_rule(op))
     assert not missing, f"ops without a shape/dtype inference rule: {missing}"
 
 
@@ -621,6 +622,11 @@ def _topk(r):
     return [(s, _dt(r))], a
 
 
+def _one_dim_only(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": _dim(r, len(s))}
+
+
 def _one_dim(r):
     s = _shape(r)
     return [(s, _dt(r))], {"dim": _dim(r, len(s)), "keepdim": r.random() < 0.5}
@@ -714,6 +720,198 @@ def _avg_pool1d(r):
     return [(x, _dt(r, FLOATS + ["float64", "int64"]))], {
         "kernel_size": [k], "stride": r.choice([[], [1], [2]]), "padding": [r.randint(0, 1)],
         "ceil_mode": r.random() < 0.4, "count_include_pad": r.random() < 0.5}
+
+
+# ---- decomposed ops (npu_compiler/decompose/) and the no-op pass's ops ----------------------------------------------
+
+
+def _one_element(r):
+    return (), r.choice(FLOATS + ["bool", "int64"])
+
+
+def _asserts(op: str) -> Gen:
+    def gen(r):
+        a = {"assert_msg": "m"} if op != "_assert_async.default" else {}
+        if op.startswith("_functional"):
+            ins = [] if "scalar" in op else [_one_element(r) if r.random() < 0.9 else ((2,), "bool")]
+            ins.append(((r.choice([0, 1, 2]),), _dt(r)))
+            if "scalar" in op:
+                a["self"] = r.choice([True, 1, 2.5])
+            return ins, a
+        if op == "_assert_scalar.default":
+            return [], {**a, "self": r.choice([True, 1, 2.5, False, 0])}
+        return [_one_element(r) if r.random() < 0.9 else ((2,), "bool")], a
+    return gen
+
+
+def _eval_dropout(r):
+    return [(_shape(r), _dt(r, FLOATS))], {"p": r.choice([0.0, 0.5]), "train": False}
+
+
+def _clamp_tensor(r):
+    s = _shape(r)
+    ins = [(s, _dt(r))] + [(_bshape(r, s), _dt(r)) for _ in range(r.choice([1, 2, 2]))]
+    return ins, {}
+
+
+def _prelu(r):
+    s = _shape(r, r.randint(0, 4), lo=1)
+    dt = _dt(r, FLOATS + ["int64"])
+    c = s[1] if len(s) >= 2 else 1
+    w = r.choice([(c,), (1,), (), (c + 1,), (c, 1)])
+    return [(s, dt), (w, dt if r.random() < 0.9 else _dt(r, FLOATS))], {}
+
+
+def _fill_tensor(r):
+    return [(_shape(r), _dt(r)), (() if r.random() < 0.9 else (1,), _dt(r))], {}
+
+
+def _unflatten(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    d = r.randrange(len(s))
+    n = s[d]
+    sizes = r.choice([[n], [1, n], [n, 1], [-1, 1], [2, -1], [n, 2], []])
+    return [(s, _dt(r))], {"dim": r.choice([d, d - len(s)]), "sizes": sizes}
+
+
+def _expand_as(r):
+    s = _shape(r)
+    return [(s, _dt(r)), (_bshape(r, s) if r.random() < 0.3 else (r.choice([1, 2]),) + s, _dt(r))], {}
+
+
+def _meshgrid(indexing: bool) -> Gen:
+    def gen(r):
+        dt = _dt(r)
+        ins = [(r.choice([(), (1,), (2,), (3,), (2, 2)]), dt if r.random() < 0.95 else _dt(r))
+               for _ in range(r.randint(1, 3))]
+        a: dict = {"_tensor_list_sizes": [len(ins)]}
+        if indexing:
+            a["indexing"] = r.choice(["ij", "xy"])
+        return ins, a
+    return gen
+
+
+def _vector_norm(r):
+    ins, a = _opt_dim(True)(r)
+    ins = [(ins[0][0], _dt(r, FLOATS + ["float64", "int64"]))]
+    a["ord"] = r.choice([2, 1, 0, 3, 0.5, -1, float("inf"), float("-inf")])
+    if r.random() < 0.3:
+        a["dtype"] = "torch." + _dt(r, FLOATS + ["float64"])
+    return ins, a
+
+
+def _norm_except_dim(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    return [(s, _dt(r, FLOATS))], {"pow": 2, "dim": r.choice([-1, 0, len(s) - 1, r.randrange(len(s))])}
+
+
+def _weight_norm(interface: bool) -> Gen:
+    def gen(r):
+        s = _shape(r, r.randint(1, 3), lo=1)
+        d = r.choice([0, len(s) - 1, r.randrange(len(s))] + ([] if interface else [-1]))
+        g = () if d == -1 else tuple(n if i == d else 1 for i, n in enumerate(s))
+        dt = _dt(r, FLOATS)
+        return [(s, dt), (g, dt if r.random() < 0.85 else _dt(r, FLOATS))], {"dim": d}
+    return gen
+
+
+def _index_add(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    d = r.randrange(len(s))
+    n = r.randint(1, 3)
+    src = list(s)
+    src[d] = n if r.random() < 0.9 else n + 1
+    dt = _dt(r, FLOATS + ["int64", "int32"])
+    a = {"dim": r.choice([d, d - len(s)])}
+    if r.random() < 0.4:
+        a["alpha"] = r.choice([2, 0.5, -1])
+    return [(s, dt), ((n,), r.choice(["int64", "int32"])), (tuple(src), dt if r.random() < 0.9 else _dt(r))], a
+
+
+def _einsum(r):
+    eq, shapes = r.choice([
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(3, 3)]), ("ij,jk", [(2, 3), (3, 4)]),
+        ("...ij,...jk->...ik", [(2, 3, 4), (4, 1)]), ("i,j->ij", [(3,), (2,)]), ("ijk->", [(2, 3, 1)]),
+        ("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]), ("ij,ij->ij", [(3, 1), (1, 4)]), ("ij,jk->ik", [(2, 3), (4, 5)]),
+        ("ii", [(2, 3)]), ("i->ii", [(3,)]), ("a...b,c", [(2, 3, 4), (5,)]), ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 2)]),
+        ("iij->ji", [(3, 3, 2)]), ("ij->k", [(2, 3)]), ("Ab,ba", [(2, 3), (3, 2)])])
+    dt = _dt(r, FLOATS + ["float64", "int64"])
+    return [(sh, dt) for sh in shapes], {"equation": eq, "_tensor_list_sizes": [len(shapes)]}
+
+
+def _recurrent(kind: str) -> Gen:
+    gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[kind]
+
+    def gen(r):
+        t, b, i, h = r.randint(1, 3), r.randint(1, 2), r.randint(1, 3), r.randint(1, 3)
+        layers, dirs, bias = r.choice([1, 1, 2]), r.choice([1, 2]), r.random() < 0.6
+        proj = kind == "lstm" and r.random() < 0.3
+        out = h - 1 if proj and h > 1 else h
+        proj = proj and out < h
+        dt = _dt(r, FLOATS)
+        params = []
+        for layer in range(layers):
+            width = i if layer == 0 else dirs * out
+            for _ in range(dirs):
+                params += [((gates * h, width), dt), ((gates * h, out), dt)]
+                params += [((gates * h,), dt)] * (2 * bias)
+                params += [((out, h), dt)] if proj else []
+        if r.random() < 0.1:
+            params = params[:-1]
+        batch_first = r.random() < 0.3
+        x = (b, t, i) if batch_first else (t, b, i)
+        hx = [((layers * dirs, b, out), dt)] + ([((layers * dirs, b, h), dt)] if kind == "lstm" else [])
+        if r.random() < 0.1 and b > 1:  # (ATen broadcasts an input batch of 1 to the state's; nn.LSTM refuses)
+            hx[0] = ((layers * dirs, b + 1, out), dt)
+        a = {"has_biases": bias, "num_layers": layers, "dropout": 0.0, "train": False, "bidirectional": dirs == 2,
+             "batch_first": batch_first,
+             "_tensor_list_sizes": [len(hx), len(params)] if kind == "lstm" else [len(params)]}
+        return [(x, dt)] + hx + params, a
+    return gen
+
+
+def _cell(kind: str) -> Gen:
+    gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[kind]
+
+    def gen(r):
+        b, i, h = r.randint(1, 2), r.randint(1, 3), r.randint(1, 3)
+        dt = _dt(r, FLOATS)
+        hx = [((b, h), dt)] * (2 if kind == "lstm" else 1)
+        ws = [((gates * h, i), dt), ((gates * h, h if r.random() < 0.9 else h + 1), dt)]
+        ws += [((gates * h,), dt)] * r.choice([0, 2])
+        a = {"_tensor_list_sizes": [2]} if kind == "lstm" else {}
+        return [((b, i), dt)] + hx + ws, a
+    return gen
+
+
+DECOMPOSED_CASES: dict[str, Gen] = {
+    **{op: _asserts(op) for op in ("_assert_async.default", "_assert_async.msg", "_assert_scalar.default",
+                                   "_functional_assert_async.msg", "_functional_assert_scalar.default")},
+    **{op: _eval_dropout for op in ("feature_dropout.default", "alpha_dropout.default",
+                                    "feature_alpha_dropout.default", "native_dropout.default")},
+    "detach_copy.default": unary(),
+    "clamp_min.default": scalar_op("min"),
+    "clamp_max.default": scalar_op("max"),
+    "clamp_min.Tensor": binary(("self", "min")),
+    "clamp_max.Tensor": binary(("self", "max")),
+    "clamp.Tensor": _clamp_tensor,
+    "prelu.default": _prelu,
+    "fill.Tensor": _fill_tensor,
+    "unflatten.int": _unflatten,
+    "expand_as.default": _expand_as,
+    "unbind.int": _one_dim_only,
+    **{op: unary() for op in ("numpy_T.default", "mT.default", "mH.default", "adjoint.default", "matrix_H.default")},
+    "meshgrid.default": _meshgrid(False),
+    "meshgrid.indexing": _meshgrid(True),
+    "linalg_vector_norm.default": _vector_norm,
+    "norm_except_dim.default": _norm_except_dim,
+    "_weight_norm.default": _weight_norm(False),
+    "_weight_norm_interface.default": _weight_norm(True),
+    "index_add.default": _index_add,
+    "einsum.default": _einsum,
+    **{f"{k}.input": _recurrent(k) for k in ("lstm", "gru", "rnn_tanh", "rnn_relu")},
+    **{f"{k}_cell.default": _cell(k) for k in ("lstm", "gru", "rnn_tanh", "rnn_relu")},
+}
 
 
 ZOO_CASES: dict[str, Gen] = {
@@ -888,6 +1086,7 @@ CASES: dict[str, Gen] = {
     "arange.start_step": _arange("start_step"),
     "_assert_tensor_metadata.default": _assert,
     **ZOO_CASES,
+    **DECOMPOSED_CASES,
 }
 
 
@@ -908,6 +1107,10 @@ STRICTER = {
     # per-channel quantization broadcasts a channel dim of 1 to its scales in ATen; no quantizer writes that
     "quantized_decomposed.quantize_per_channel.default": "channels along axis",
     "quantized_decomposed.dequantize_per_channel.default": "channels along axis",
+    # torch_ir drops the absent bound of a one-bound clamp.Tensor: which bound is lost, so the reader refuses it
+    "clamp.Tensor": "does not say whether",
+    # ATen's result dtype for integer einsums depends on its contraction path
+    "einsum.default": "floating-point operands",
 }
 
 
@@ -915,7 +1118,8 @@ def _make(shape: tuple[int, ...], dtype: str, role: int, op: str) -> torch.Tenso
     dt = _TORCH[dtype]
     if op == "index_copy.default" and role == 1:
         return torch.arange(shape[0]).to(dt) if shape else torch.zeros((), dtype=dt)
-    if op in ("gather.default", "index_select.default", "index.Tensor") and role >= 1 and dt != torch.bool:
+    if op in ("gather.default", "index_select.default", "index.Tensor", "index_add.default") and role >= 1 \
+            and dt != torch.bool and (op != "index_add.default" or role == 1):
         return torch.zeros(shape, dtype=dt)  # position 0: in range wherever the indexed dim is not empty
     if op == "masked_fill.Tensor" and role == 2:
         return torch.ones(shape, dtype=dt)  # the value's data, which must fit self's dtype: the reader cannot see it

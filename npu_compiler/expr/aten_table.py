@@ -351,6 +351,19 @@ def _bitwise_not(ops: Operands, attrs: dict, out: str) -> Expr:
 
 
 _op("bitwise_not.default(Tensor self) -> Tensor", _bitwise_not)
+
+
+# Clamps with one bound, or with tensor bounds (max(x, lo) then min(., hi), as ATen's clamp kernels).
+def _clamp_tensors(ops: Operands, attrs: dict, out: str) -> Expr:
+    x = _bin("max", cast(ops[0], out), cast(ops[1], out), out)
+    return _bin("min", x, cast(ops[2], out), out)
+
+
+_op("clamp_min.default(Tensor self, Scalar min) -> Tensor", _clamp("min", "max"))
+_op("clamp_max.default(Tensor self, Scalar max) -> Tensor", _clamp("min", "max"))
+_op("clamp_min.Tensor(Tensor self, Tensor min) -> Tensor", _binary("max"))
+_op("clamp_max.Tensor(Tensor self, Tensor max) -> Tensor", _binary("min"))
+_op("clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", _clamp_tensors)
 _op("min.other(Tensor self, Tensor other) -> Tensor", _binary("min"))
 _op("max.other(Tensor self, Tensor other) -> Tensor", _binary("max"))
 

@@ -27,7 +27,7 @@ EXTRA_ATTRS = {"_tensor_list_sizes", "_tensor_list_none_masks"}
 
 # Number-valued arguments whose value is data (what to add, fill, compare with, clamp to): any number, infinities
 # and NaN included, as ATen computes with them. Every other float argument is structural and must be finite.
-VALUE_ARGS = {"other", "value", "fill_value", "min", "max", "min_val", "max_val", "exponent", "self", "s"}
+VALUE_ARGS = {"other", "value", "fill_value", "min", "max", "min_val", "max_val", "exponent", "self", "s", "ord"}
 # Number-valued arguments that take a bool as well (ATen's `Scalar`: `x == True`, `masked_fill(m, False)`).
 BOOL_OK = VALUE_ARGS | {"negative_slope"}
 

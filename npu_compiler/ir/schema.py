@@ -265,6 +265,42 @@ max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indi
 min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
 diagonal.default(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor
 fill.Scalar(Tensor self, Scalar value) -> Tensor
+feature_dropout.default(Tensor input, float p, bool train) -> Tensor
+alpha_dropout.default(Tensor input, float p, bool train) -> Tensor
+feature_alpha_dropout.default(Tensor input, float p, bool train) -> Tensor
+native_dropout.default(Tensor input, float p, bool? train) -> (Tensor, Tensor)
+detach_copy.default(Tensor self) -> Tensor
+_assert_async.default(Tensor self) -> ()
+_assert_async.msg(Tensor self, str assert_msg) -> ()
+_assert_scalar.default(Scalar self, str assert_msg) -> ()
+_functional_assert_async.msg(Tensor self, str assert_msg, Tensor dep_token) -> Tensor
+_functional_assert_scalar.default(Scalar self, str assert_msg, Tensor dep_token) -> Tensor
+unflatten.int(Tensor self, int dim, SymInt[] sizes) -> Tensor
+expand_as.default(Tensor self, Tensor other) -> Tensor
+unbind.int(Tensor self, int dim=0) -> Tensor[]
+numpy_T.default(Tensor self) -> Tensor
+mT.default(Tensor self) -> Tensor
+mH.default(Tensor self) -> Tensor
+adjoint.default(Tensor self) -> Tensor
+matrix_H.default(Tensor self) -> Tensor
+meshgrid.default(Tensor[] tensors) -> Tensor[]
+meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]
+fill.Tensor(Tensor self, Tensor value) -> Tensor
+prelu.default(Tensor self, Tensor weight) -> Tensor
+linalg_vector_norm.default(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+norm_except_dim.default(Tensor v, int pow=2, int dim=0) -> Tensor
+_weight_norm.default(Tensor v, Tensor g, int dim=0) -> Tensor
+_weight_norm_interface.default(Tensor v, Tensor g, int dim=0) -> (Tensor, Tensor)
+index_add.default(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor
+einsum.default(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor
+lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)
+gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+lstm_cell.default(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)
+gru_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+rnn_tanh_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+rnn_relu_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
 """
 
 # Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under

@@ -6,7 +6,17 @@ import math
 
 from ...dtypes import FLOAT_DTYPES
 from ..graph import Node, TensorType, Value
-from .core import InferError, _need_float, _same_dtypes, _same_shape, _scalar_fits, broadcast, infers, tensor
+from .core import (
+    InferError,
+    _need_float,
+    _same_dtypes,
+    _same_shape,
+    _scalar_fits,
+    broadcast,
+    infers,
+    tensor,
+    tensor_list,
+)
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -287,3 +297,19 @@ def _avg_pool1d(node: Node) -> list[TensorType]:
     if n <= 0:
         raise InferError(f"input {list(x.shape)} is smaller than the pooling window {k}")
     return _same_shape(x, x.shape[:-1] + (n,))
+
+
+@infers("einsum.default")
+def _einsum(node: Node) -> list[TensorType]:
+    from ..einsum import EinsumError, parse_einsum
+
+    xs = tensor_list(node, "einsum")
+    _same_dtypes(xs, "the operands")
+    if xs[0].dtype not in FLOAT_DTYPES:
+        # ATen's result dtype for integers depends on its contraction path (a sum gives int64, a bmm keeps int32)
+        raise InferError(f"einsum of {xs[0].dtype} tensors: the compiler takes floating-point operands")
+    try:
+        spec = parse_einsum(node.attrs["equation"], [v.shape for v in xs])
+    except EinsumError as e:
+        raise InferError(f"equation {node.attrs['equation']!r}: {e}") from None
+    return [TensorType(spec.out_shape, xs[0].dtype)]

@@ -108,6 +108,17 @@ def operand(node: Node, i: int, name: str) -> Operand:
     return v if isinstance(v, bool | int | float) else None
 
 
+def tensor_list(node: Node, what: str) -> list[Value]:
+    """The inputs of an op whose only tensor argument is a list (cat, stack, einsum, meshgrid): at least one, as many
+    as `_tensor_list_sizes` says where the IR gives it."""
+    if not node.inputs:
+        raise InferError(f"{what} needs at least one tensor")
+    sizes = node.attrs.get("_tensor_list_sizes")
+    if sizes is not None and sizes != [len(node.inputs)]:
+        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    return list(node.inputs)
+
+
 def tensor(node: Node, i: int, what: str = "") -> Value:
     if i >= len(node.inputs):
         raise InferError(f"needs a tensor input #{i}{f' ({what})' if what else ''}")

@@ -173,6 +173,49 @@ def _clamp(node: Node) -> list[TensorType]:
     return _same(x, dt)
 
 
+@infers("clamp_min.default", "clamp_max.default")
+def _clamp_one(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    name = "min" if node.op == "clamp_min.default" else "max"
+    dt = result_type(x, node.attrs[name])
+    if dt == "bool":
+        raise InferError("clamp of a bool tensor is not supported")
+    _scalar_fits(node, (name,), dt)
+    return _same(x, dt)
+
+
+@infers("clamp_min.Tensor", "clamp_max.Tensor", "clamp.Tensor")
+def _clamp_tensor(node: Node) -> list[TensorType]:
+    if node.op == "clamp.Tensor" and len(node.inputs) == 2:
+        # torch_ir drops the absent bound and shifts the other: `clamp(x, max=t)` and `clamp(x, min=t)` read alike
+        raise InferError("clamp.Tensor with one tensor bound: the IR does not say whether it is min or max (the "
+                         "absent one is dropped); use torch.clamp_min / torch.clamp_max (or give both bounds)")
+    x = tensor(node, 0)
+    bounds = node.inputs[1:]
+    if not bounds:
+        raise InferError("needs at least one tensor bound")
+    dt = result_type(x, *bounds)
+    if dt == "bool" and node.op == "clamp.Tensor":
+        raise InferError("clamp of bool tensors is not supported")
+    return [TensorType(broadcast(x.shape, *[b.shape for b in bounds]), dt)]
+
+
+@infers("prelu.default")
+def _prelu(node: Node) -> list[TensorType]:
+    x, w = tensor(node, 0, "self"), tensor(node, 1, "weight")
+    if x.dtype != w.dtype:
+        raise InferError(f"self is {x.dtype} and weight {w.dtype}; prelu takes one dtype")
+    _need_float(x)
+    if len(w.shape) > 1:
+        raise InferError(f"weight must be a scalar or a vector, got shape {list(w.shape)}")
+    if w.type.numel != 1:
+        channels = x.shape[1] if len(x.shape) >= 2 else 1
+        if not x.shape or w.type.numel != channels:
+            raise InferError(f"{w.type.numel} weights for an input of shape {list(x.shape)} ({channels} channel(s) "
+                             "along dim 1)")
+    return _same(x)
+
+
 @infers("eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar")
 def _compare_scalar(node: Node) -> list[TensorType]:
     return _same(tensor(node, 0), "bool")
@@ -225,10 +268,43 @@ def _type_as(node: Node) -> list[TensorType]:
     return _same(tensor(node, 0), tensor(node, 1, "other").dtype)
 
 
-@infers("clone.default", "alias.default", "detach.default", "contiguous.default", "lift_fresh_copy.default",
-        "dropout.default")
+@infers("clone.default", "alias.default", "detach.default", "detach_copy.default", "contiguous.default",
+        "lift_fresh_copy.default", "dropout.default", "feature_dropout.default", "alpha_dropout.default",
+        "feature_alpha_dropout.default")
 def _identity(node: Node) -> list[TensorType]:
     return _same(tensor(node, 0))
+
+
+@infers("native_dropout.default")
+def _native_dropout(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    # the mask is bool, except for an empty input (ATen returns an empty tensor of the input's dtype)
+    return [x.type, TensorType(x.shape, "bool" if x.type.numel else x.dtype)]
+
+
+def _static_assertion(node: Node) -> None:
+    """An assertion of a number: a static program asserts a constant, and a false one fails now."""
+    if "self" in node.attrs and not node.attrs["self"]:
+        raise InferError(f"the graph asserts {node.attrs['self']!r}: {node.attrs.get('assert_msg') or 'it fails'}")
+
+
+@infers("_assert_async.default", "_assert_async.msg", "_assert_scalar.default")
+def _assertion(node: Node) -> list[TensorType]:
+    _static_assertion(node)
+    if node.op.startswith("_assert_async"):
+        x = tensor(node, 0)
+        if x.type.numel != 1:
+            raise InferError(f"asserts a tensor of {x.type.numel} elements; it takes one")
+    return []
+
+
+@infers("_functional_assert_async.msg", "_functional_assert_scalar.default")
+def _functional_assertion(node: Node) -> list[TensorType]:
+    _static_assertion(node)
+    token = tensor(node, len(node.inputs) - 1, "dep_token")
+    if node.op.startswith("_functional_assert_async") and tensor(node, 0).type.numel != 1:
+        raise InferError("asserts a tensor of more than one element")
+    return _same(token)
 
 
 @infers("_assert_tensor_metadata.default")
@@ -356,6 +432,14 @@ def _masked_fill_tensor(node: Node) -> list[TensorType]:
 def _fill(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     _fill_fits(node.attrs["value"], x.dtype, x.type.numel, "value")
+    return _same(x)
+
+
+@infers("fill.Tensor")
+def _fill_tensor(node: Node) -> list[TensorType]:
+    x, value = tensor(node, 0, "self"), tensor(node, 1, "value")
+    if value.shape:
+        raise InferError(f"the value must be a 0-d tensor, got shape {list(value.shape)}")
     return _same(x)
 
 

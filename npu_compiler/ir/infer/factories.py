@@ -119,3 +119,28 @@ def _scalar_tensor(node: Node) -> list[TensorType]:
     _wrapped_scalar_fits(node.attrs["s"], dt, "s")
     return [TensorType((), dt)]
 
+
+
+@infers("index_add.default")
+def _index_add(node: Node) -> list[TensorType]:
+    x, index, src = tensor(node, 0, "self"), tensor(node, 1, "index"), tensor(node, 2, "source")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if index.dtype not in ("int64", "int32"):
+        raise InferError(f"index must be int64 or int32, got {index.dtype}")
+    if len(index.shape) > 1:
+        raise InferError(f"index must be a vector, got shape {list(index.shape)}")
+    if src.dtype != x.dtype:
+        raise InferError(f"source is {src.dtype}, self is {x.dtype}: they must match")
+    n = index.type.numel
+    want = list(x.shape)
+    if want:
+        want[d] = n
+    if (list(src.shape) != want and not (len(src.shape) <= 1 and len(x.shape) <= 1 and src.type.numel == n)):
+        raise InferError(f"source has shape {list(src.shape)}; {n} index entries along dim {d} of {list(x.shape)} "
+                         f"need {want}")
+    alpha = node.attrs.get("alpha", 1)
+    if isinstance(alpha, float) and x.dtype not in ("float16", "bfloat16", "float32", "float64") \
+            and alpha != int(alpha):
+        raise InferError(f"alpha {alpha!r} is not an integer, but self is {x.dtype}")
+    _wrapped_scalar_fits(alpha, x.dtype, "alpha")
+    return _same(x)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ...dtypes import FLOAT_DTYPES, INT_DTYPES
 from ..graph import Node, TensorType, Value
-from .core import InferError, _need_float, _same, infers, norm_dim, tensor
+from .core import InferError, _need_float, _same, broadcast, infers, norm_dim, result_type, tensor
 
 
 def _batch_norm_check(node: Node) -> Value:
@@ -206,3 +206,80 @@ def _group_norm(node: Node) -> list[TensorType]:
                              f"shape [{c}]")
     return _same(x)
 
+
+
+_NARROWER = {"float32": ("float16", "bfloat16"), "float64": ("float32", "float16", "bfloat16")}
+
+
+@infers("linalg_vector_norm.default")
+def _vector_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    dt = node.attrs.get("dtype") or x.dtype
+    if dt not in FLOAT_DTYPES or dt in _NARROWER.get(x.dtype, ()) or (x.dtype == "bfloat16" and dt == "float16") \
+            or (x.dtype == "float16" and dt == "bfloat16"):
+        raise InferError(f"a {x.dtype} input's norm cannot be computed in {dt} (a narrower or non-float dtype)")
+    ord_ = node.attrs["ord"]
+    if isinstance(ord_, bool) or ord_ != ord_:
+        raise InferError(f"ord must be a number, got {ord_!r}")
+    dims = node.attrs["dim"]
+    shape = _reduced(x, dims, node.attrs["keepdim"])
+    if ord_ < 0 or ord_ == float("inf"):
+        reduced = range(len(x.shape)) if not dims else {norm_dim(d, len(x.shape)) for d in
+                                                        (dims if isinstance(dims, list) else [dims])}
+        if any(x.shape[i] == 0 for i in reduced if x.shape) or (not dims and x.type.numel == 0):
+            raise InferError(f"the norm of order {ord_} over an empty dim has no value")
+    return [TensorType(shape, dt)]
+
+
+@infers("norm_except_dim.default")
+def _norm_except_dim(node: Node) -> list[TensorType]:
+    v = tensor(node, 0, "v")
+    _need_float(v)
+    dim = node.attrs["dim"]
+    if dim == -1:
+        return [TensorType((), v.dtype)]
+    d = norm_dim(dim, len(v.shape))
+    return [TensorType(tuple(n if i == d else 1 for i, n in enumerate(v.shape)), v.dtype)]
+
+
+def _weight_norm_operands(node: Node) -> tuple[Value, Value]:
+    v, g = tensor(node, 0, "v"), tensor(node, 1, "g")
+    _need_float(v)
+    _need_float(g, "g")
+    return v, g
+
+
+@infers("_weight_norm.default")
+def _weight_norm(node: Node) -> list[TensorType]:
+    v, g = _weight_norm_operands(node)
+    dim = node.attrs["dim"]
+    if dim in (0, len(v.shape) - 1):  # ATen's fused kernel (on the CPU for fp16 too)
+        if v.dtype != g.dtype:
+            raise InferError(f"v is {v.dtype} and g {g.dtype}: the fused kernel takes one dtype")
+        return _same(v)
+    # v * (g / norm_except_dim(v, 2, dim)), op by op with ATen's type promotion
+    norm = () if dim == -1 else tuple(n if i == norm_dim(dim, len(v.shape)) else 1 for i, n in enumerate(v.shape))
+    ratio = Value("g/norm", TensorType(broadcast(g.shape, norm), result_type(g, Value("norm", TensorType(norm, v.dtype),
+                                                                                      "node"))), "node")
+    return [TensorType(broadcast(v.shape, ratio.shape), result_type(v, ratio))]
+
+
+@infers("_weight_norm_interface.default")
+def _weight_norm_interface(node: Node) -> list[TensorType]:
+    v, g = _weight_norm_operands(node)
+    if v.dtype != g.dtype:
+        raise InferError(f"v is {v.dtype} and g {g.dtype}: they must match")
+    d = node.attrs["dim"]
+    if d not in (0, len(v.shape) - 1):
+        raise InferError(f"dim {d} must be the first or the last dim of v {list(v.shape)}")
+    keep = tuple(n if i == d else 1 for i, n in enumerate(v.shape))
+    if g.type.numel != v.shape[d]:
+        raise InferError(f"g has {g.type.numel} elements; dim {d} of v {list(v.shape)} needs {v.shape[d]}")
+    # The norm stays in the accumulation dtype: fp32 for bf16 (and for fp16 in ATen's CPU kernel, while the meta
+    # function torch.export traces with keeps fp16's own: either is taken as the IR declares it)
+    norm = "float32" if v.dtype == "bfloat16" else v.dtype
+    declared = node.outputs[1].dtype if len(node.outputs) > 1 else norm
+    if v.dtype == "float16" and declared in ("float16", "float32"):
+        norm = declared
+    return [v.type, TensorType(keep, norm)]

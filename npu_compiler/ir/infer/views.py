@@ -8,7 +8,18 @@ from collections.abc import Sequence
 from ...dtypes import INT_DTYPES
 from ...tensor import slice_bounds
 from ..graph import Node, TensorType, Value
-from .core import InferError, _representable, _same, _same_shape, broadcast, infers, norm_dim, result_type, tensor
+from .core import (
+    InferError,
+    _representable,
+    _same,
+    _same_shape,
+    broadcast,
+    infers,
+    norm_dim,
+    result_type,
+    tensor,
+    tensor_list,
+)
 
 
 def _infer_size(size: Sequence[int], numel: int) -> tuple[int, ...]:
@@ -192,11 +203,7 @@ def _chunk(node: Node) -> list[TensorType]:
 
 @infers("cat.default")
 def _cat(node: Node) -> list[TensorType]:
-    if not node.inputs:
-        raise InferError("cat needs at least one tensor")
-    sizes = node.attrs.get("_tensor_list_sizes")
-    if sizes is not None and sizes != [len(node.inputs)]:
-        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    tensor_list(node, "cat")
     # ATen skips legacy empty 1-D tensors ([0]) when the others have another rank
     shaped = [v for v in node.inputs if v.shape != (0,)] or [node.inputs[0]]
     ref = shaped[0].shape
@@ -355,11 +362,7 @@ def _repeat_interleave(node: Node) -> list[TensorType]:
 
 @infers("stack.default")
 def _stack(node: Node) -> list[TensorType]:
-    if not node.inputs:
-        raise InferError("stack needs at least one tensor")
-    sizes = node.attrs.get("_tensor_list_sizes")
-    if sizes is not None and sizes != [len(node.inputs)]:
-        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    tensor_list(node, "stack")
     ref = node.inputs[0].shape
     if any(v.shape != ref for v in node.inputs):
         raise InferError(f"stack takes tensors of one shape, got {', '.join(str(list(v.shape)) for v in node.inputs)}")
@@ -505,3 +508,75 @@ def _diagonal(node: Node) -> list[TensorType]:
     n = min(x.shape[a], x.shape[b] - off) if off >= 0 else min(x.shape[a] + off, x.shape[b])
     return _same_shape(x, tuple(s for i, s in enumerate(x.shape) if i not in (a, b)) + (max(n, 0),))
 
+
+
+@infers("unflatten.int")
+def _unflatten(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    sizes = list(node.attrs["sizes"])
+    if not sizes:
+        raise InferError("sizes must not be empty")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if not x.shape:
+        raise InferError("cannot unflatten a 0-d tensor")
+    inner = _infer_size(sizes, x.shape[d])
+    return _same_shape(x, x.shape[:d] + inner + x.shape[d + 1:])
+
+
+@infers("expand_as.default")
+def _expand_as(node: Node) -> list[TensorType]:
+    x, other = tensor(node, 0, "self"), tensor(node, 1, "other")
+    if broadcast(x.shape, other.shape) != other.shape:
+        raise InferError(f"cannot expand shape {list(x.shape)} to {list(other.shape)}")
+    return _same_shape(x, other.shape)
+
+
+@infers("unbind.int")
+def _unbind(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        raise InferError("cannot unbind a 0-d tensor")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    return [TensorType(x.shape[:d] + x.shape[d + 1:], x.dtype)] * x.shape[d]
+
+
+@infers("numpy_T.default")
+def _numpy_t(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same_shape(x, x.shape[::-1])
+
+
+@infers("mT.default", "mH.default", "adjoint.default")
+def _matrix_transpose(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        return _same(x)  # the identity on a 0-d tensor (deprecated in ATen)
+    if len(x.shape) < 2:
+        raise InferError(f"a matrix transpose needs a tensor of rank >= 2, got {list(x.shape)}")
+    return _same_shape(x, x.shape[:-2] + (x.shape[-1], x.shape[-2]))
+
+
+@infers("matrix_H.default")
+def _matrix_h(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        return _same(x)  # the identity on a 0-d tensor (deprecated in ATen)
+    if len(x.shape) != 2:
+        raise InferError(f"matrix_H takes a matrix (rank 2), got {list(x.shape)}")
+    return _same_shape(x, x.shape[::-1])
+
+
+@infers("meshgrid.default", "meshgrid.indexing")
+def _meshgrid(node: Node) -> list[TensorType]:
+    xs = tensor_list(node, "meshgrid")
+    if any(len(v.shape) > 1 for v in xs):
+        raise InferError(f"meshgrid takes 0-d or 1-d tensors, got {', '.join(str(list(v.shape)) for v in xs)}")
+    if len({v.dtype for v in xs}) > 1:
+        raise InferError(f"meshgrid takes tensors of one dtype, got {', '.join(v.dtype for v in xs)}")
+    indexing = node.attrs.get("indexing", "ij")
+    if indexing not in ("ij", "xy"):
+        raise InferError(f"indexing must be 'ij' or 'xy', got {indexing!r}")
+    shape = [v.type.numel for v in xs]
+    if indexing == "xy" and len(shape) >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+    return [TensorType(tuple(shape), v.dtype) for v in xs]

@@ -1,0 +1,17 @@
+"""Decompositions: composite ATen ops rewritten, before lowering, into ops the compiler lowers.
+
+One table (`DECOMPOSITIONS`, filled by `@decomposes` in the modules below) serves the whole compiler, the way torch's
+decomposition table serves torch.export: a composite op costs an entry, not a kernel, and every target that runs the
+ops an entry produces runs the composite op too (`op_support` asks the entry). The pass runs after normalisation
+(in-place forms are out-of-place by then: `index_add_`, `fill_`), on every program and every partition.
+
+Modules: `composite` (views under other names, PReLU, norms and weight norm, index_add, meshgrid, fills),
+`einsum`, `recurrent` (LSTM, GRU, RNN and their cells, unrolled over the static sequence length).
+"""
+
+from . import composite, einsum, recurrent  # noqa: F401  (registers their entries)
+from .registry import DECOMPOSITIONS, Decomposition, Rewriter, decompose, decomposes
+
+DECOMPOSED_OPS = frozenset(DECOMPOSITIONS)
+
+__all__ = ["DECOMPOSITIONS", "DECOMPOSED_OPS", "Decomposition", "Rewriter", "decompose", "decomposes"]
