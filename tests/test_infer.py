@@ -884,7 +884,66 @@ def _cell(kind: str) -> Gen:
     return gen
 
 
+def _select_scatter(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    d = r.randrange(len(s))
+    src = s[:d] + s[d + 1:]
+    if r.random() < 0.1:
+        src = src + (2,)
+    return [(s, _dt(r)), (src, _dt(r))], {"dim": r.choice([d, d - len(s)]), "index": r.randint(-s[d] - 1, s[d])}
+
+
+def _slice_scatter(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    d = r.randrange(len(s))
+    start, end, step = r.choice([None, 0, 1, -1]), r.choice([None, 2, -1, 9]), r.choice([1, 1, 2, 3])
+    from npu_compiler.tensor import slice_bounds
+
+    lo, hi = slice_bounds(start, end, s[d])
+    n = -(-(hi - lo) // step) + (1 if r.random() < 0.1 else 0)
+    return [(s, _dt(r)), (s[:d] + (n,) + s[d + 1:], _dt(r))], {"dim": d, "start": start, "end": end, "step": step}
+
+
+def _diagonal_scatter(r):
+    s = _shape(r, r.randint(2, 3), lo=1)
+    off, d1, d2 = r.randint(-2, 2), r.randrange(len(s)), r.randrange(len(s))
+    n = min(s[d1], s[d2] - off) if off >= 0 else min(s[d1] + off, s[d2])
+    rest = tuple(x for i, x in enumerate(s) if i not in (d1, d2))
+    return [(s, _dt(r)), (rest + (max(n, 0),), _dt(r))], {"offset": off, "dim1": d1, "dim2": d2}
+
+
+def _empty(strided: bool) -> Gen:
+    def gen(r):
+        size = [r.choice([0, 1, 2, 3]) for _ in range(r.randint(0, 3))]
+        a: dict = {"size": size}
+        if strided:
+            a["stride"] = [1] * (len(size) if r.random() < 0.9 else len(size) + 1)
+        if r.random() < 0.5:
+            a["dtype"] = _dtype_attr(r)
+        return [], a
+    return gen
+
+
+def _new_empty(strided: bool) -> Gen:
+    def gen(r):
+        ins, a = _empty(strided)(r)
+        return [(_shape(r), _dt(r))], a
+    return gen
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
+    "select_scatter.default": _select_scatter,
+    "slice_scatter.default": _slice_scatter,
+    "diagonal_scatter.default": _diagonal_scatter,
+    "zero.default": unary(),
+    "empty.memory_format": _empty(False),
+    "empty_strided.default": _empty(True),
+    "empty_like.default": _like(False),
+    "new_empty.default": _new_empty(False),
+    "new_empty_strided.default": _new_empty(True),
+    **{op: binary() for op in ("fmod.Tensor", "remainder.Tensor", "floor_divide.default")},
+    **{op: scalar_op("other") for op in ("fmod.Scalar", "remainder.Scalar", "floor_divide.Scalar")},
+    "remainder.Scalar_Tensor": lambda r: ([(_shape(r), _dt(r))], {"self": _scalar(r)}),
     **{op: _asserts(op) for op in ("_assert_async.default", "_assert_async.msg", "_assert_scalar.default",
                                    "_functional_assert_async.msg", "_functional_assert_scalar.default")},
     **{op: _eval_dropout for op in ("feature_dropout.default", "alpha_dropout.default",

@@ -1190,6 +1190,62 @@ case("rnn_cells", _Cells, lambda d: tuple(rnd(2, n, dt=d, lo=-1, hi=1) for n in 
      ("lstm_cell.default", "gru_cell.default", "rnn_tanh_cell.default", "rnn_relu_cell.default"), "accumulate",
      module=True)
 
+# In-place ops on views (slice assignment): functionalised into scatters into the view's base.
+def _assign_column(x, v):
+    y = x.clone()
+    y[:, 0] = v
+    return y * 1
+
+
+def _chained_views(x):
+    y = x.clone()
+    a = y[0]  # a view read after its base changes: it sees the change
+    y[1:3] += 1
+    y[::2, 1].mul_(-2)
+    y.view(2, -1)[1].relu_()
+    y.t()[2].zero_()
+    return y + 0, a * 1
+
+
+def _split_diag(x):
+    y = x.clone()
+    y.chunk(2, dim=1)[1].fill_(7)
+    y.diagonal(1).copy_(x[0, :3])
+    return y * 1
+
+
+case("inplace_view_select_copy", _assign_column, lambda d: (rnd(3, 4, dt=d), rnd(3, dt=d)),
+     ("select.int", "copy_.default"), "exact")
+case("inplace_view_chained", _chained_views, lambda d: (rnd(4, 4, dt=d),), ("slice.Tensor", "relu_.default"),
+     "exact")
+case("inplace_view_split_diagonal", _split_diag, lambda d: (rnd(4, 4, dt=d),), ("chunk.default", "diagonal.default"),
+     "exact", (F32, I64))
+case("select_scatter", lambda x, s: A.select_scatter(x, s, 1, -1), lambda d: (rnd(2, 3, 4, dt=d), rnd(2, 4, dt=d)),
+     "select_scatter.default", "exact")
+case("slice_scatter_step", lambda x, s: A.slice_scatter(x, s, 1, 1, None, 2),
+     lambda d: (rnd(2, 6, dt=d), rnd(2, 3, dt=d)), "slice_scatter.default", "exact")
+case("slice_scatter_unit", lambda x, s: A.slice_scatter(x, s, 0, 1, 3), lambda d: (rnd(5, 2, dt=d), rnd(2, 2, dt=d)),
+     "slice_scatter.default", "exact", (F32, I64))
+case("diagonal_scatter", lambda x, s: A.diagonal_scatter(x, s, -1, 0, 2),
+     lambda d: (rnd(4, 2, 3, dt=d), rnd(2, 3, dt=d)), "diagonal_scatter.default", "exact")
+case("fmod_remainder", lambda x, y: (torch.fmod(x, y), torch.remainder(x, y), torch.fmod(x, 1.5),
+                                     torch.remainder(x, -1.5)),
+     lambda d: (rnd(4, 7, dt=d, lo=-9, hi=9), torch.cat([pos(7, dt=d)[:4], -pos(3, dt=d)])),
+     ("fmod.Tensor", "remainder.Tensor", "fmod.Scalar", "remainder.Scalar"), "elementwise")
+case("fmod_remainder_int", lambda x, y: (torch.fmod(x, y), torch.remainder(x, y), x % 3, torch.floor_divide(x, y)),
+     lambda d: (rnd(4, 7, dt=d, lo=-20, hi=20), torch.tensor([3, -3, 7, -7, 2, 5, -1])),
+     ("fmod.Tensor", "remainder.Tensor", "remainder.Scalar", "floor_divide.default"), "exact", (I64,))
+case("floor_divide", lambda x, y: (torch.floor_divide(x, y), A.floor_divide.Scalar(x, 2.5)),
+     lambda d: (rnd(4, 7, dt=d), pos(7, dt=d)), ("floor_divide.default", "floor_divide.Scalar"), "exact")
+case("remainder_scalar_tensor", lambda y: A.remainder.Scalar_Tensor(5.5, y), lambda d: (pos(7, dt=d),),
+     "remainder.Scalar_Tensor", "elementwise")
+case("empty_filled", lambda x: (torch.empty_like(x).fill_(2) + x, x.new_empty((2, 3)).zero_() + 1,
+                                torch.empty(3, device=x.device).fill_(1.5), A.empty_strided([2], [1]).fill_(3)),
+     lambda d: (rnd(3, dt=d),), ("empty_like.default", "new_empty.default", "empty.memory_format",
+                                 "empty_strided.default", "zero_.default"), "exact", (F32,))
+case("new_empty_strided", lambda x: A.new_empty_strided(x, [2, 2], [2, 1]).fill_(1) * 2, lambda d: (rnd(3, dt=d),),
+     "new_empty_strided.default", "exact", (F32,))
+
 ZOO_CASES_TO = len(CASES)
 
 

@@ -57,9 +57,10 @@ def decomposes(*ops: str, emits: tuple[str, ...], refuses: Refuses | None = None
 class Rewriter:
     """Builds the nodes that replace one node. `op(...)` adds a node (its attributes checked and defaulted by the
     op's schema, its outputs typed by the op's rule) and returns its output, or its outputs for a multi-output op;
-    an op with a decomposition of its own is decomposed in turn."""
+    an op with a decomposition of its own is decomposed in turn. Without an `entry` (a pass that adds nodes of its
+    own: functionalisation's scatters) any op may be made."""
 
-    def __init__(self, graph: Graph, node: Node, entry: Decomposition) -> None:
+    def __init__(self, graph: Graph, node: Node, entry: Decomposition | None = None) -> None:
         self.graph, self.node = graph, node
         self.nodes: list[Node] = []
         self._entries = [entry]
@@ -74,7 +75,7 @@ class Rewriter:
 
     def ops(self, op: str, *inputs: Value, **attrs: Any) -> list[Value]:
         entry = self._entries[-1]
-        if op not in entry.emits:
+        if entry is not None and op not in entry.emits:
             raise self._bug(f"the decomposition of aten.{entry.op} made aten.{op}, which it does not declare")
         node = self._make(op, list(inputs), attrs)
         inner = DECOMPOSITIONS.get(op)
@@ -124,7 +125,8 @@ class Rewriter:
         return node
 
     def _bug(self, what: str) -> InternalError:
-        return InternalError(f"decomposing node '{self.node.name}' (aten.{self.node.op})", what)
+        doing = "decomposing" if self._entries[0] is not None else "rewriting"
+        return InternalError(f"{doing} node '{self.node.name}' (aten.{self.node.op})", what)
 
 
 def expand(rw: Rewriter, entry: Decomposition, node: Node) -> list[Value]:

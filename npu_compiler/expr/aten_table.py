@@ -517,6 +517,46 @@ def _elu(ops: Operands, attrs: dict, out: str) -> Expr:
 _op("elu.default(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor", _elu)
 
 
+def _fmod_parts(ops: Operands, attrs: dict, out: str, scalar_self: bool = False) -> tuple[Expr, Expr, Expr, str]:
+    """(a, b, fmod(a, b), the dtype computed in): C's fmod, the remainder of a division truncated toward zero, in
+    integer arithmetic for integers (exact) and in fp32 for floats (one rounding of the product, well inside the
+    elementwise tolerance while |a / b| stays far below 2^24)."""
+    f = _opmath(out) if is_float(out) else "int64"
+    a = const(round_scalar(attrs["self"], out), f) if scalar_self else cast(ops[0], f)
+    b = _operand(ops, attrs, 0 if scalar_self else 1, "other", f, round_to_dtype=is_float(out))
+    if not is_float(out):
+        return a, b, _bin("sub", a, _bin("mul", _bin("div", a, b, f), b, f), f), f
+    return a, b, _bin("sub", a, _bin("mul", _un("trunc", _bin("div", a, b, f)), b, f), f), f
+
+
+def _fmod(ops: Operands, attrs: dict, out: str) -> Expr:
+    return cast(_fmod_parts(ops, attrs, out)[2], out)
+
+
+def _remainder(scalar_self: bool = False) -> Builder:
+    """Python's %: fmod moved by b where it is nonzero and its sign differs from b's."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        a, b, r, f = _fmod_parts(ops, attrs, out, scalar_self)
+        zero = const(0, f)
+        move = _bin("and", _bin("ne", r, zero, "bool"), _bin("ne", _bin("lt", r, zero, "bool"),
+                                                              _bin("lt", b, zero, "bool"), "bool"), "bool")
+        return cast(Where(f, move, _bin("add", r, b, f), r), out)
+
+    return build
+
+
+_op("fmod.Tensor(Tensor self, Tensor other) -> Tensor", _fmod)
+_op("fmod.Scalar(Tensor self, Scalar other) -> Tensor", _fmod)
+_op("remainder.Tensor(Tensor self, Tensor other) -> Tensor", _remainder())
+_op("remainder.Scalar(Tensor self, Scalar other) -> Tensor", _remainder())
+_op("remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor", _remainder(scalar_self=True))
+_op("floor_divide.default(Tensor self, Tensor other) -> Tensor",
+    lambda ops, attrs, out: _div_mode(ops, {**attrs, "rounding_mode": "floor"}, out))
+_op("floor_divide.Scalar(Tensor self, Scalar other) -> Tensor",
+    lambda ops, attrs, out: _div_mode(ops, {**attrs, "rounding_mode": "floor"}, out))
+
+
 def build_elementwise(op: str, operands: Operands, attrs: dict, out_dtype: str) -> Expr:
     """The expression of one ATen op, its result rounded to the IR's output dtype."""
     e = cast(ELEMENTWISE[op](operands, attrs, out_dtype), out_dtype)

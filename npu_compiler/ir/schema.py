@@ -301,12 +301,22 @@ lstm_cell.default(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b
 gru_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
 rnn_tanh_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
 rnn_relu_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+select_scatter.default(Tensor self, Tensor src, int dim, SymInt index) -> Tensor
+slice_scatter.default(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor
+diagonal_scatter.default(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor
+zero.default(Tensor self) -> Tensor
+empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+empty_like.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+new_empty.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+empty_strided.default(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+new_empty_strided.default(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 """
 
 # Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under
 # the argument's name. Every other Tensor argument must be an input (ATen refuses a number there).
 SCALAR_OPERANDS: dict[str, tuple[str, ...]] = {op: ("other",) for op in ("add.Tensor", "sub.Tensor", "mul.Tensor",
-                                                                          "div.Tensor", "div.Tensor_mode")}
+                                                                          "div.Tensor", "div.Tensor_mode",
+                                                                          "floor_divide.default")}
 
 SCHEMAS: dict[str, OpSchema] = {}
 for _line in _DECLS.strip().splitlines():

@@ -173,6 +173,25 @@ def _clamp(node: Node) -> list[TensorType]:
     return _same(x, dt)
 
 
+@infers("fmod.Tensor", "fmod.Scalar", "remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor",
+        "floor_divide.default", "floor_divide.Scalar")
+def _modulo(node: Node) -> list[TensorType]:
+    if node.op == "remainder.Scalar_Tensor":
+        ops: list[Operand] = [node.attrs["self"], tensor(node, 0, "other")]
+    else:
+        ops = _binary_ops(node)
+    dt = result_type(*ops)
+    if dt == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of bool tensors is not supported")
+    divisor = ops[1]
+    if not isinstance(divisor, Value) and dt not in FLOAT_DTYPES:
+        if divisor == 0:
+            raise InferError("divides an integer tensor by zero")
+        if dt != "int64" and not -(2**31) <= divisor < 2**31:  # ATen's kernel takes the divisor as a C int
+            raise InferError(f"other {divisor!r} does not fit the {dt} kernel's int")
+    return [TensorType(_shape_of(*ops), dt)]
+
+
 @infers("clamp_min.default", "clamp_max.default")
 def _clamp_one(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
@@ -268,7 +287,7 @@ def _type_as(node: Node) -> list[TensorType]:
     return _same(tensor(node, 0), tensor(node, 1, "other").dtype)
 
 
-@infers("clone.default", "alias.default", "detach.default", "detach_copy.default", "contiguous.default",
+@infers("clone.default", "alias.default", "detach.default", "detach_copy.default", "contiguous.default", "zero.default",
         "lift_fresh_copy.default", "dropout.default", "feature_dropout.default", "alpha_dropout.default",
         "feature_alpha_dropout.default")
 def _identity(node: Node) -> list[TensorType]:

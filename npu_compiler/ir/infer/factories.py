@@ -66,8 +66,10 @@ def _full(node: Node) -> list[TensorType]:
     return [TensorType(size, dt)]
 
 
-@infers("zeros.default", "ones.default")
+@infers("zeros.default", "ones.default", "empty.memory_format", "empty_strided.default")
 def _zeros(node: Node) -> list[TensorType]:
+    if node.op == "empty_strided.default" and len(node.attrs["stride"]) != len(node.attrs["size"]):
+        raise InferError(f"stride {node.attrs['stride']} and size {node.attrs['size']} differ in length")
     return [TensorType(_factory_size(node), node.attrs.get("dtype") or DEFAULT_FLOAT)]
 
 
@@ -94,7 +96,7 @@ def _arange(node: Node) -> list[TensorType]:
     return [TensorType((n,), dt)]
 
 
-@infers("full_like.default", "zeros_like.default", "ones_like.default")
+@infers("full_like.default", "zeros_like.default", "ones_like.default", "empty_like.default")
 def _like(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     dt = node.attrs.get("dtype") or x.dtype
@@ -103,9 +105,11 @@ def _like(node: Node) -> list[TensorType]:
     return _same(x, dt)
 
 
-@infers("new_ones.default", "new_zeros.default", "new_full.default")
+@infers("new_ones.default", "new_zeros.default", "new_full.default", "new_empty.default", "new_empty_strided.default")
 def _new(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
+    if node.op == "new_empty_strided.default" and len(node.attrs["stride"]) != len(node.attrs["size"]):
+        raise InferError(f"stride {node.attrs['stride']} and size {node.attrs['size']} differ in length")
     dt = node.attrs.get("dtype") or x.dtype
     size = _factory_size(node)
     if node.op == "new_full.default":

@@ -495,9 +495,7 @@ def _diff(node: Node) -> list[TensorType]:
     return [TensorType(tuple(shape), dt)]
 
 
-@infers("diagonal.default")
-def _diagonal(node: Node) -> list[TensorType]:
-    x = tensor(node, 0)
+def _diagonal_shape(node: Node, x: Value) -> tuple[int, ...]:
     r = len(x.shape)
     if r < 2:
         raise InferError(f"diagonal needs a tensor of rank >= 2, got {list(x.shape)}")
@@ -506,7 +504,13 @@ def _diagonal(node: Node) -> list[TensorType]:
         raise InferError(f"dim1 and dim2 are both dim {a}")
     off = node.attrs["offset"]
     n = min(x.shape[a], x.shape[b] - off) if off >= 0 else min(x.shape[a] + off, x.shape[b])
-    return _same_shape(x, tuple(s for i, s in enumerate(x.shape) if i not in (a, b)) + (max(n, 0),))
+    return tuple(s for i, s in enumerate(x.shape) if i not in (a, b)) + (max(n, 0),)
+
+
+@infers("diagonal.default")
+def _diagonal(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same_shape(x, _diagonal_shape(node, x))
 
 
 
@@ -580,3 +584,41 @@ def _meshgrid(node: Node) -> list[TensorType]:
     if indexing == "xy" and len(shape) >= 2:
         shape[0], shape[1] = shape[1], shape[0]
     return [TensorType(tuple(shape), v.dtype) for v in xs]
+
+
+def _scatter_source(node: Node, view: Sequence[int]) -> TensorType:
+    x, src = tensor(node, 0, "self"), tensor(node, 1, "src")
+    if src.shape != tuple(view):
+        raise InferError(f"src has shape {list(src.shape)}; the elements it replaces have shape {list(view)}")
+    return x.type
+
+
+@infers("select_scatter.default")
+def _select_scatter(node: Node) -> list[TensorType]:
+    x = tensor(node, 0, "self")
+    if not x.shape:
+        raise InferError("cannot select from a 0-d tensor")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    i = node.attrs["index"]
+    if not -x.shape[d] <= i < x.shape[d]:
+        raise InferError(f"index {i} is out of range for dim {d} of size {x.shape[d]}")
+    return [_scatter_source(node, x.shape[:d] + x.shape[d + 1:])]
+
+
+@infers("slice_scatter.default")
+def _slice_scatter(node: Node) -> list[TensorType]:
+    x = tensor(node, 0, "self")
+    a = node.attrs
+    if not x.shape:
+        raise InferError("cannot slice a 0-d tensor")
+    d = norm_dim(a["dim"], len(x.shape))
+    if a["step"] <= 0:
+        raise InferError(f"step {a['step']} must be positive")
+    start, end = slice_bounds(a["start"], a["end"], x.shape[d])
+    n = -(-(end - start) // a["step"])
+    return [_scatter_source(node, x.shape[:d] + (n,) + x.shape[d + 1:])]
+
+
+@infers("diagonal_scatter.default")
+def _diagonal_scatter(node: Node) -> list[TensorType]:
+    return [_scatter_source(node, _diagonal_shape(node, tensor(node, 0, "self")))]
