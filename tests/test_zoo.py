@@ -83,7 +83,8 @@ def test_mixture_of_experts_reference_routes_without_ties() -> None:
 def test_the_zoo_covers_the_architectures_asked_for() -> None:
     wanted = {"bert", "distilbert", "t5-encoder", "gpt2", "opt", "llama", "mistral", "qwen2", "phi3", "gemma",
               "mixtral", "mamba", "whisper-encoder", "vit", "swin", "convnext", "resnet", "mobilenet-v2",
-              "efficientnet", "segformer"}
+              "efficientnet", "segformer", "albert", "falcon", "beit", "mobilevit", "wav2vec2", "siglip-vision",
+              "mtcnn-prelu", "lstm-tagger", "torch-transformer-encoder"}
     have = {n.removesuffix("-eager").removesuffix("-sdpa") for n in ZOO}
     assert wanted <= have, sorted(wanted - have)
     decoders = [n for n, z in ZOO.items() if z.family in ("decoder", "moe")]
