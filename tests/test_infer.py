@@ -932,6 +932,9 @@ def _new_empty(strided: bool) -> Gen:
 
 
 DECOMPOSED_CASES: dict[str, Gen] = {
+    **{f"{op}.default": unary() for op in ("atan", "asin", "acos", "tan", "sinh", "cosh", "asinh", "acosh", "atanh")},
+    "atan2.default": lambda r: (lambda c: ([i for i in c[0]] + ([(_shape(r), _dt(r))] if len(c[0]) == 1 else []),
+                                           {}))(binary()(r)),
     "select_scatter.default": _select_scatter,
     "slice_scatter.default": _slice_scatter,
     "diagonal_scatter.default": _diagonal_scatter,

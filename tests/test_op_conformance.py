@@ -1246,6 +1246,24 @@ case("empty_filled", lambda x: (torch.empty_like(x).fill_(2) + x, x.new_empty((2
 case("new_empty_strided", lambda x: A.new_empty_strided(x, [2, 2], [2, 1]).fill_(1) * 2, lambda d: (rnd(3, dt=d),),
      "new_empty_strided.default", "exact", (F32,))
 
+# Trigonometric and hyperbolic functions: compositions of the primitives (expr/aten_table.py).
+_SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-4, -3e-3]
+for _n, _f, _lo, _hi in (("atan", torch.atan, -30, 30), ("asin", torch.asin, -1, 1), ("acos", torch.acos, -1, 1),
+                         ("tan", torch.tan, -1.2, 1.2), ("sinh", torch.sinh, -30, 30), ("cosh", torch.cosh, -30, 30),
+                         ("asinh", torch.asinh, -30, 30), ("acosh", torch.acosh, 1, 30), ("atanh", torch.atanh, -1, 1)):
+    case(_n, _f, lambda d, lo=_lo, hi=_hi: (torch.cat([rnd(29, dt=d, lo=lo, hi=hi),
+                                                      torch.tensor(_SPECIAL).clamp(lo, hi).to(d)]),),
+         f"{_n}.default", "elementwise")
+case("trig_of_int", lambda i: (torch.atan(i), torch.sinh(i)), lambda d: (rnd(7, dt=d, lo=-5, hi=5),),
+     ("atan.default", "sinh.default"), "elementwise", (I64,))
+_INF = float("inf")
+case("atan2", torch.atan2, lambda d: (torch.tensor([1.0, -1.0, 0.0, -0.0, 0.0, -0.0, 2.0, -2.0, _INF, 3.0]).to(d),
+                                      torch.tensor([1.0, 1.0, 1.0, -1.0, -0.0, 0.0, -3.0, -0.5, _INF, -_INF]).to(d)),
+     "atan2.default", "elementwise")
+case("atan2_bcast", torch.atan2, lambda d: (rnd(4, 1, dt=d), rnd(5, dt=d)), "atan2.default", "elementwise")
+case("hyperbolic_large", lambda x: (torch.sinh(x), torch.cosh(x)), lambda d: (torch.tensor([85.0, -88.5, 40.0]),),
+     ("sinh.default", "cosh.default"), "elementwise", (F32,))
+
 ZOO_CASES_TO = len(CASES)
 
 

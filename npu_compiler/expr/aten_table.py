@@ -428,8 +428,10 @@ def _log1p(y: Expr) -> Expr:
     log1p is not a primitive of the expression language."""
     dt = y.dtype
     u = _bin("add", const(1, dt), y, dt)
+    # (u = inf: log1p(inf) is inf, where the correction would divide inf by inf)
     return Where(dt, _bin("eq", u, const(1, dt), "bool"), y,
-                 _bin("div", _bin("mul", _un("log", u), y, dt), _bin("sub", u, const(1, dt), dt), dt))
+                 Where(dt, _bin("eq", u, const(math.inf, dt), "bool"), u,
+                       _bin("div", _bin("mul", _un("log", u), y, dt), _bin("sub", u, const(1, dt), dt), dt)))
 
 
 def _softplus(ops: Operands, attrs: dict, out: str) -> Expr:
@@ -515,6 +517,122 @@ def _elu(ops: Operands, attrs: dict, out: str) -> Expr:
 
 
 _op("elu.default(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor", _elu)
+
+
+# ---- trigonometric and hyperbolic functions ----------------------------------------------------------------------
+# Compositions of the primitives in the opmath dtype (fp32 for halves), each within a few fp32 ulps: atan has no
+# primitive, so it is Cephes' atanf (range reduction to |x| <= tan(pi/8), a degree-9 odd polynomial: 2e-7
+# relative), and asin, acos and atan2 follow from it; sinh and cosh come from expm1 and exp with the large range
+# taken as exp(|x| - ln 2), where exp(|x|) alone would overflow first.
+
+_LN2 = math.log(2.0)
+
+
+def _c(v: float, x: Expr) -> Expr:
+    return const(v, x.dtype)
+
+
+def _atan(x: Expr) -> Expr:
+    dt = x.dtype
+    a = _un("abs", x)
+    big = _bin("gt", a, _c(2.414213562373095, x), "bool")  # tan(3 pi / 8)
+    mid = _bin("gt", a, _c(0.4142135623730950, x), "bool")  # tan(pi / 8)
+    r = Where(dt, big, _bin("div", _c(-1.0, x), a, dt),
+              Where(dt, mid, _bin("div", _bin("sub", a, _c(1.0, x), dt), _bin("add", a, _c(1.0, x), dt), dt), a))
+    y0 = Where(dt, big, _c(math.pi / 2, x), Where(dt, mid, _c(math.pi / 4, x), _c(0.0, x)))
+    z = _bin("mul", r, r, dt)
+    p = _c(8.05374449538e-2, x)
+    for k in (-1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1):
+        p = _bin("add", _bin("mul", p, z, dt), _c(k, x), dt)
+    y = _bin("add", y0, _bin("add", _bin("mul", _bin("mul", p, z, dt), r, dt), r, dt), dt)
+    return Where(dt, _bin("lt", x, _c(0.0, x), "bool"), _un("neg", y), y)
+
+
+def _negative(x: Expr) -> Expr:
+    """x < 0, or x is -0 (1 / -0 is -inf)."""
+    zero = _c(0.0, x)
+    return _bin("or", _bin("lt", x, zero, "bool"), _bin("and", _bin("eq", x, zero, "bool"),
+                                                         _bin("lt", _bin("div", _c(1.0, x), x, x.dtype), zero, "bool"),
+                                                         "bool"), "bool")
+
+
+def _atan2(y: Expr, x: Expr) -> Expr:
+    """atan(y / x) moved into x's half plane; the zeros and infinities as C's atan2 has them."""
+    dt = y.dtype
+    pi = _c(math.pi, y)
+    y_neg, x_neg = _negative(y), _negative(x)
+    q = _atan(_bin("div", y, x, dt))
+    r = Where(dt, x_neg, Where(dt, y_neg, _bin("sub", q, pi, dt), _bin("add", q, pi, dt)), q)
+    signed = lambda v: Where(dt, y_neg, _un("neg", v), v)  # noqa: E731
+    zero = _c(0.0, y)
+    inf = _c(math.inf, y)
+    both_zero = _bin("and", _bin("eq", y, zero, "bool"), _bin("eq", x, zero, "bool"), "bool")
+    both_inf = _bin("and", _bin("eq", _un("abs", y), inf, "bool"), _bin("eq", _un("abs", x), inf, "bool"), "bool")
+    r = Where(dt, both_zero, Where(dt, x_neg, signed(pi), y), r)
+    return Where(dt, both_inf, signed(Where(dt, x_neg, _c(3 * math.pi / 4, y), _c(math.pi / 4, y))), r)
+
+
+def _one_minus_square_root(x: Expr) -> Expr:
+    """sqrt(1 - x^2) as sqrt((1 - x)(1 + x)): no cancellation near |x| = 1."""
+    one = _c(1.0, x)
+    return _un("sqrt", _bin("mul", _bin("sub", one, x, x.dtype), _bin("add", one, x, x.dtype), x.dtype))
+
+
+def _sinh(x: Expr) -> Expr:
+    dt = x.dtype
+    a = _un("abs", x)
+    u = _expm1(a)
+    small = _bin("mul", _c(0.5, x), _bin("add", u, _bin("div", u, _bin("add", u, _c(1.0, x), dt), dt), dt), dt)
+    s = Where(dt, _bin("gt", a, _c(20.0, x), "bool"), _un("exp", _bin("sub", a, _c(_LN2, x), dt)), small)
+    return Where(dt, _bin("lt", x, _c(0.0, x), "bool"), _un("neg", s), s)
+
+
+def _cosh(x: Expr) -> Expr:
+    dt = x.dtype
+    a = _un("abs", x)
+    e = _un("exp", a)
+    small = _bin("mul", _c(0.5, x), _bin("add", e, _bin("div", _c(1.0, x), e, dt), dt), dt)
+    return Where(dt, _bin("gt", a, _c(20.0, x), "bool"), _un("exp", _bin("sub", a, _c(_LN2, x), dt)), small)
+
+
+def _asinh(x: Expr) -> Expr:
+    """log1p(a + a^2 / (1 + sqrt(1 + a^2))) for a = |x| (log(a) + ln 2 where a^2 would overflow), signed."""
+    dt = x.dtype
+    a = _un("abs", x)
+    one = _c(1.0, x)
+    a2 = _bin("mul", a, a, dt)
+    near = _log1p(_bin("add", a, _bin("div", a2, _bin("add", one, _un("sqrt", _bin("add", one, a2, dt)), dt), dt),
+                       dt))
+    r = Where(dt, _bin("gt", a, _c(2.0 ** 12, x), "bool"), _bin("add", _un("log", a), _c(_LN2, x), dt), near)
+    return Where(dt, _bin("lt", x, _c(0.0, x), "bool"), _un("neg", r), r)
+
+
+def _acosh(x: Expr) -> Expr:
+    """log1p(t + sqrt(t (t + 2))) for t = x - 1 (NaN below 1), log(x) + ln 2 for large x."""
+    dt = x.dtype
+    t = _bin("sub", x, _c(1.0, x), dt)
+    near = _log1p(_bin("add", t, _un("sqrt", _bin("mul", t, _bin("add", t, _c(2.0, x), dt), dt)), dt))
+    return Where(dt, _bin("gt", x, _c(2.0 ** 12, x), "bool"), _bin("add", _un("log", x), _c(_LN2, x), dt), near)
+
+
+def _atanh(x: Expr) -> Expr:
+    dt = x.dtype
+    return _bin("mul", _c(0.5, x), _log1p(_bin("div", _bin("mul", _c(2.0, x), x, dt),
+                                                _bin("sub", _c(1.0, x), x, dt), dt)), dt)
+
+
+_op("atan.default(Tensor self) -> Tensor", _float_unary(_atan))
+_op("asin.default(Tensor self) -> Tensor", _float_unary(lambda x: _atan2(x, _one_minus_square_root(x))))
+_op("acos.default(Tensor self) -> Tensor", _float_unary(lambda x: _atan2(_one_minus_square_root(x), x)))
+_op("tan.default(Tensor self) -> Tensor",
+    _float_unary(lambda x: _bin("div", _un("sin", x), _un("cos", x), x.dtype)))
+_op("sinh.default(Tensor self) -> Tensor", _float_unary(_sinh))
+_op("cosh.default(Tensor self) -> Tensor", _float_unary(_cosh))
+_op("asinh.default(Tensor self) -> Tensor", _float_unary(_asinh))
+_op("acosh.default(Tensor self) -> Tensor", _float_unary(_acosh))
+_op("atanh.default(Tensor self) -> Tensor", _float_unary(_atanh))
+_op("atan2.default(Tensor self, Tensor other) -> Tensor",
+    lambda ops, attrs, out: _atan2(cast(ops[0], _opmath(out)), cast(ops[1], _opmath(out))))
 
 
 def _fmod_parts(ops: Operands, attrs: dict, out: str, scalar_self: bool = False) -> tuple[Expr, Expr, Expr, str]:

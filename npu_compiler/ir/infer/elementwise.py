@@ -75,7 +75,7 @@ def _rsub_scalar(node: Node) -> list[TensorType]:
     return _same(x, dt)
 
 
-@infers("div.Tensor")
+@infers("div.Tensor", "atan2.default")
 def _div(node: Node) -> list[TensorType]:
     ops = _binary_ops(node)
     return [TensorType(_shape_of(*ops), _float_of(result_type(*ops)))]
@@ -132,7 +132,8 @@ def _same_non_bool(node: Node) -> list[TensorType]:
 
 @infers("rsqrt.default", "sqrt.default", "exp.default", "log.default", "sin.default", "cos.default", "tanh.default",
         "sigmoid.default", "erf.default", "reciprocal.default", "log1p.default", "expm1.default", "log2.default",
-        "log10.default")
+        "log10.default", "atan.default", "asin.default", "acos.default", "tan.default", "sinh.default", "cosh.default",
+        "asinh.default", "acosh.default", "atanh.default")
 def _floating_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     return _same(x, _float_of(x.dtype))
