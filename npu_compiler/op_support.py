@@ -58,15 +58,15 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     canon = _canonical(op)
     entry = DECOMPOSITIONS.get(canon)
     if entry is not None:
-        return entry.refusal(attrs) or _decomposed_reason(target, canon, entry.emits)
-    if canon not in SUPPORTED_OPS:
+        why = entry.refusal(attrs) or _decomposed_reason(target, canon, entry.emits)
+        if why or canon not in SUPPORTED_OPS:
+            return why  # (an op also lowered is decomposed for some attributes only: its lowering is checked too)
+    elif canon not in SUPPORTED_OPS:
         return f"no lowering for aten.{op} in the compiler"
     missing = [k for k in KERNELS_OF[canon] if k not in kernels]
     if missing:
         return f"target '{target}' provides no '{missing[0]}' library kernel"
     # Attribute values the lowering rejects (or that make the op non-deterministic).
-    if canon in ("batch_norm.default",) and attrs.get("training"):
-        return "batch_norm with training=True (batch statistics) is not supported; export in eval mode"
     if canon == "scaled_dot_product_attention.default" and float(attrs.get("dropout_p") or 0.0) > 0.0:
         return "scaled_dot_product_attention with dropout_p > 0 is random"
     dtypes = [str(d).removeprefix("torch.") for d in out_dtypes]

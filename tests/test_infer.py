@@ -931,7 +931,52 @@ def _new_empty(strided: bool) -> Gen:
     return gen
 
 
+def _native_layer_norm(r):
+    ins, a = _layer_norm(r)
+    while len(ins) == 2:  # (weight and bias are both given or both not: one alone is ambiguous in the IR)
+        ins, a = _layer_norm(r)
+    return ins, a
+
+
+def _native_group_norm(r):
+    n, g = r.randint(1, 2), r.choice([1, 2])
+    c = g * r.randint(1, 2)
+    s = (n, c) + _shape(r, r.randint(0, 2), lo=1)
+    hxw = math.prod(s[2:])
+    dt = _dt(r, FLOATS)
+    ins = [(s, dt)] + [((c,), dt)] * r.choice([0, 2])
+    return ins, {"N": n, "C": c if r.random() < 0.95 else c + 1, "HxW": hxw, "group": g, "eps": 1e-5}
+
+
+def _bn_legit(stats: bool) -> Gen:
+    def gen(r):
+        c = r.randint(1, 3)
+        x = (r.randint(1, 2), c, r.randint(1, 3), r.randint(1, 3))
+        dt = _dt(r, FLOATS)
+        p = ((c,), "float32" if dt != "float32" else dt)
+        ins = [(x, dt)] + [((c,), dt)] * r.choice([0, 2]) + ([p, p] if stats else [])
+        return ins, {"training": r.random() < 0.5 if stats else True, "momentum": 0.1, "eps": 1e-5}
+    return gen
+
+
+def _sort(stable: bool) -> Gen:
+    def gen(r):
+        a = {"dim": _dim(r, len(s := _shape(r))), "descending": r.random() < 0.5}
+        if stable:
+            a["stable"] = r.choice([None, True, False])
+        return [(s, _dt(r))], a
+    return gen
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
+    "native_layer_norm.default": _native_layer_norm,
+    "native_group_norm.default": _native_group_norm,
+    "_native_batch_norm_legit.default": _bn_legit(True),
+    "_native_batch_norm_legit.no_stats": _bn_legit(False),
+    "prod.default": _reduce(False, False),
+    "prod.dim_int": lambda r: (lambda c: (c[0], {**c[1], "dim": _dim(r, len(c[0][0][0]))}))(_reduce(False)(r)),
+    "sort.default": _sort(False),
+    "sort.stable": _sort(True),
     **{f"{op}.default": unary() for op in ("atan", "asin", "acos", "tan", "sinh", "cosh", "asinh", "acosh", "atanh")},
     "atan2.default": lambda r: (lambda c: ([i for i in c[0]] + ([(_shape(r), _dt(r))] if len(c[0]) == 1 else []),
                                            {}))(binary()(r)),

@@ -544,6 +544,27 @@ case("batch_norm_no_affine", lambda: _BN("2d", 3, affine=False), lambda d: (rnd(
 case("batch_norm_after_conv", lambda: _BN("2d", 3, conv=True), lambda d: (rnd(1, 3, 7, 5, dt=d),),
      ("conv2d.default", "batch_norm.default"), "accumulate", module=True)
 
+
+class _BatchStatsBN(torch.nn.Module):
+    """A BatchNorm without running statistics: in eval mode too it normalises with the batch's own."""
+
+    def __init__(self, affine: bool = True) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(3, track_running_stats=False, affine=affine)
+        if affine:
+            with torch.no_grad():
+                self.bn.weight.uniform_(0.5, 1.5)
+                self.bn.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(x)
+
+
+case("batch_norm_no_running_stats", _BatchStatsBN, lambda d: (rnd(2, 3, 5, 7, dt=d),), "batch_norm.default",
+     "accumulate", module=True)
+case("batch_norm_no_running_stats_no_affine", lambda: _BatchStatsBN(False), lambda d: (rnd(2, 3, 4, 4, dt=d),),
+     "batch_norm.default", "accumulate", module=True)
+
 # Factories inside forward.
 case("arange_int_out", lambda x: torch.arange(7, device=x.device), lambda d: (rnd(1, dt=d),), "arange.default",
      "exact", (F32,))
@@ -1264,6 +1285,28 @@ case("atan2_bcast", torch.atan2, lambda d: (rnd(4, 1, dt=d), rnd(5, dt=d)), "ata
 case("hyperbolic_large", lambda x: (torch.sinh(x), torch.cosh(x)), lambda d: (torch.tensor([85.0, -88.5, 40.0]),),
      ("sinh.default", "cosh.default"), "elementwise", (F32,))
 
+# Norms with their statistics, prod, sort (decompose/normalization.py). The statistics of a half input differ in dtype
+# between ATen's CPU kernels and the meta functions the export traces with: compared in float32 only.
+case("native_layer_norm", lambda x, w, b: A.native_layer_norm(x, [5], w, b, 1e-5),
+     lambda d: (rnd(2, 3, 5, dt=d), rnd(5, dt=d), rnd(5, dt=d)), "native_layer_norm.default", "accumulate", (F32,))
+case("native_layer_norm_half", lambda x: A.native_layer_norm(x, [3, 5], None, None, 1e-5)[0],
+     lambda d: (rnd(2, 3, 5, dt=d),), "native_layer_norm.default", "accumulate", (F16, BF16))
+case("native_group_norm", lambda x, w, b: A.native_group_norm(x, w, b, 2, 4, 6, 2, 1e-5),
+     lambda d: (rnd(2, 4, 2, 3, dt=d), rnd(4, dt=d), rnd(4, dt=d)), "native_group_norm.default", "accumulate", (F32,))
+case("native_group_norm_half", lambda x: A.native_group_norm(x, None, None, 2, 4, 6, 2, 1e-5)[0],
+     lambda d: (rnd(2, 4, 6, dt=d),), "native_group_norm.default", "accumulate", (F16, BF16))
+case("prod_dim", lambda x: (x.prod(1), x.prod(-1, keepdim=True)), lambda d: (rnd(3, 7, dt=d, lo=0.5, hi=1.5),),
+     "prod.dim_int", "accumulate")
+case("prod_all", lambda x: x.prod(), lambda d: (rnd(2, 5, dt=d, lo=0.6, hi=1.4),), "prod.default", "accumulate")
+case("prod_int", lambda x: (x.prod(0), x.prod(), (x > 0).prod(1)), lambda d: (rnd(4, 3, dt=d, lo=-3, hi=4),),
+     ("prod.dim_int", "prod.default"), "exact", (I64,))
+case("sort", lambda x: (*torch.sort(x, 1), *torch.sort(x, 0, descending=True)), lambda d: (_distinct(4, 6, dt=d),),
+     "sort.default", "exact")
+case("sort_stable_ties", lambda x: torch.sort(x, stable=True), lambda d: (torch.tensor([[3, 1, 3, 2, 1, 0]]).to(d),),
+     "sort.stable", "exact", (F32, I64))
+case("sort_bool", lambda m: torch.sort(m, descending=True, stable=True), lambda d: (mask(3, 5),), "sort.stable",
+     "exact", (BOOL,))
+
 ZOO_CASES_TO = len(CASES)
 
 
@@ -1349,19 +1392,23 @@ def _rewrite_op(old: str, new: str, attrs: Callable[[dict], dict]) -> Callable[[
     return rewrite
 
 
-def _native_batch_norm(ir: dict) -> None:
-    """batch_norm -> _native_batch_norm_legit_no_training (3 outputs) + getitem 0, as run_decompositions gives."""
+def _native_batch_norm(ir: dict, op: str = "_native_batch_norm_legit_no_training.default") -> None:
+    """batch_norm -> `op` (3 outputs: _native_batch_norm_legit_no_training, or _native_batch_norm_legit's two
+    overloads) + getitem 0, as run_decompositions gives."""
     nodes = []
     for n in ir["nodes"]:
         if n["op_type"] != "aten.batch_norm.default":
             nodes.append(n)
             continue
-        c = n["inputs"][3]["shape"]
+        c = [n["inputs"][0]["shape"][1]]
         outs = [{**n["outputs"][0], "name": f"{n['name']}_native_0"},
                 {"name": f"{n['name']}_native_1", "shape": c, "dtype": "float32"},
                 {"name": f"{n['name']}_native_2", "shape": c, "dtype": "float32"}]
-        native = {"name": f"{n['name']}_native", "op_type": "aten._native_batch_norm_legit_no_training.default",
-                  "inputs": n["inputs"], "outputs": outs, "attrs": {"momentum": 0.1, "eps": n["attrs"]["eps"]}}
+        attrs = {"momentum": 0.1, "eps": n["attrs"]["eps"]}
+        if op.startswith("_native_batch_norm_legit."):
+            attrs["training"] = n["attrs"]["training"]
+        native = {"name": f"{n['name']}_native", "op_type": f"aten.{op}", "inputs": n["inputs"], "outputs": outs,
+                  "attrs": attrs}
         getitem = {"name": n["name"], "op_type": "<built-in function getitem>",
                    "inputs": [{**o, "producer_node": native["name"], "producer_output_idx": i} for i, o in
                               enumerate(outs)],
@@ -1393,6 +1440,10 @@ REWRITTEN = [
               _rewrite_op("view.default", "_unsafe_view.default", lambda a: a)),
     Rewritten("_native_batch_norm_legit_no_training", "batch_norm_2d",
               "_native_batch_norm_legit_no_training.default", _native_batch_norm),
+    Rewritten("_native_batch_norm_legit", "batch_norm_2d", "_native_batch_norm_legit.default",
+              lambda ir: _native_batch_norm(ir, "_native_batch_norm_legit.default")),
+    Rewritten("_native_batch_norm_legit_no_stats", "batch_norm_no_running_stats", "_native_batch_norm_legit.no_stats",
+              lambda ir: _native_batch_norm(ir, "_native_batch_norm_legit.no_stats")),
 ]
 _BY_NAME = {c.name: c for c in CASES}
 
@@ -1435,18 +1486,24 @@ def _ir(f: Callable, *inputs: torch.Tensor, module: bool = False) -> dict:
     return export_ir(f if module else (lambda: Fn(f)), inputs)
 
 
-def test_batch_norm_training_is_refused(backend) -> None:
-    """BatchNorm that normalises with batch statistics (no running stats, or a graph exported in train mode) must
-    not compile to eval-mode BN."""
-    no_stats = _ir(lambda: torch.nn.BatchNorm2d(3, track_running_stats=False), rnd(2, 3, 4, 4), module=True)
-    with pytest.raises(UnsupportedOpError, match="batch statistics"):
-        npu_compiler.compile(no_stats, backend.compile_target(), dtype="float32")
-    train = _ir(lambda: torch.nn.BatchNorm2d(3), rnd(2, 3, 4, 4), module=True)
-    for n in train["nodes"]:
+def test_batch_norm_of_a_graph_in_training_mode(backend) -> None:
+    """Batch norm with training=True (a graph exported in train mode) normalises with the batch's statistics, as
+    F.batch_norm does in training; never as eval-mode BN with the running statistics."""
+    x = rnd(2, 3, 4, 4)
+    ir = _ir(lambda: torch.nn.BatchNorm2d(3), x, module=True)
+    for n in ir["nodes"]:
         if n["op_type"] == "aten.batch_norm.default":
             n["attrs"]["training"] = True
-    with pytest.raises(UnsupportedOpError, match="batch statistics"):
-        npu_compiler.compile(train, backend.compile_target(), dtype="float32")
+    prog = npu_compiler.compile(ir, backend.compile_target(), dtype="float32")
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(3)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-1, 1)
+        want = F.batch_norm(x, None, None, bn.weight, bn.bias, training=True)
+    ws = npu_runtime.load_weights(prog, {k: to_numpy(v) for k, v in bn.state_dict().items()}, backend)
+    got = backend.create_executor(prog).run_numpy({ir["graph_inputs"][0]["name"]: to_numpy(x)}, ws)
+    assert_close(got[ir["graph_outputs"][0]["name"]], want.numpy(), "float32", "accumulate", backend.name)
 
 
 def test_sdpa_dropout_is_refused(backend) -> None:

@@ -42,7 +42,8 @@ DECOMPOSITIONS: dict[str, Decomposition] = {}
 
 def decomposes(*ops: str, emits: tuple[str, ...], refuses: Refuses | None = None) -> Callable[[Rewrite], Rewrite]:
     """Register `fn(rewriter, node)` as the decomposition of `ops`; it returns the values that replace the node's
-    outputs, in order."""
+    outputs, in order, or None to keep the node as it is (an op the compiler also lowers, decomposed only for some
+    attributes: batch norm with batch statistics)."""
 
     def register(fn: Rewrite) -> Rewrite:
         for op in ops:
@@ -87,9 +88,13 @@ class Rewriter:
             raise self._bug(f"made aten.{op} with attributes its decomposition refuses ({why})")
         self._entries.append(inner)
         try:
-            return expand(self, inner, node)
+            got = expand(self, inner, node)
         finally:
             self._entries.pop()
+        if got is None:  # kept as it is
+            self.nodes.append(node)
+            return node.outputs
+        return got
 
     def constant(self, data: Any, dtype: str, shape: tuple[int, ...]) -> Value:
         """A constant tensor embedded in the program (nested lists of `shape`, or a scalar for a 0-d tensor)."""
@@ -129,13 +134,16 @@ class Rewriter:
         return InternalError(f"{doing} node '{self.node.name}' (aten.{self.node.op})", what)
 
 
-def expand(rw: Rewriter, entry: Decomposition, node: Node) -> list[Value]:
-    """Run `entry` on `node` into `rw`, and check that what replaces each output has its shape and dtype."""
+def expand(rw: Rewriter, entry: Decomposition, node: Node) -> list[Value] | None:
+    """Run `entry` on `node` into `rw`, and check that what replaces each output has its shape and dtype (None: the
+    entry keeps the node)."""
     saved, rw.node = rw.node, node
     try:
         got = entry.rewrite(rw, node)
     finally:
         rw.node = saved
+    if got is None:
+        return None
     results = [got] if isinstance(got, Value) else list(got)
     if len(results) != len(node.outputs) or any(r.type != o.type for r, o in zip(results, node.outputs)):
         raise rw._bug(f"the rewrite gives {', '.join(str(r.type) for r in results)} for "
@@ -161,6 +169,9 @@ def decompose(graph: Graph) -> int:
             raise UnsupportedOpError(node.name, f"aten.{node.op}", "any", why)
         rw = Rewriter(graph, node, entry)
         results = expand(rw, entry, node)
+        if results is None:
+            kept.append(node)
+            continue
         kept.extend(rw.nodes)
         for old, new in zip(node.outputs, results):
             new_for[id(old)] = new

@@ -14,9 +14,12 @@ def _batch_norm_check(node: Node) -> Value:
     _need_float(x)
     if len(x.shape) < 2:
         raise InferError(f"input of shape {list(x.shape)}: batch norm needs a batch and a channel dim")
-    if len(node.inputs) not in (3, 5):
+    no_stats = node.op == "_native_batch_norm_legit.no_stats" or (
+        node.op == "batch_norm.default" and node.attrs.get("training"))
+    if len(node.inputs) not in ((1, 3, 5) if no_stats else (3, 5)):
         raise InferError(f"takes (input, running_mean, running_var) or (input, weight, bias, running_mean, "
-                         f"running_var), got {len(node.inputs)} inputs")
+                         f"running_var){' or (input[, weight, bias]) with batch statistics' if no_stats else ''}, got "
+                         f"{len(node.inputs)} inputs")
     c = x.shape[1]
     for v in node.inputs[1:]:
         if v.shape != (c,):
@@ -40,6 +43,71 @@ def _native_batch_norm(node: Node) -> list[TensorType]:
     declared = [v.shape for v in node.outputs[1:3]]
     shapes = [s if s in ((0,), (x.shape[1],)) else (0,) for s in declared] + [(0,)] * (2 - len(declared))
     return [x.type, TensorType(shapes[0], stats), TensorType(shapes[1], stats)]
+
+
+def _statistics(node: Node, choices: list[TensorType]) -> TensorType:
+    """The type of a node's two statistics outputs: the first of `choices` unless the IR declares another of them
+    for the first (ATen's CPU kernels and the meta functions torch.export traces with differ in the dtype or shape
+    of these backward-only outputs); the second must match it."""
+    declared = node.outputs[1].type if len(node.outputs) > 1 else None
+    return declared if declared in choices else choices[0]
+
+
+@infers("_native_batch_norm_legit.default", "_native_batch_norm_legit.no_stats")
+def _native_batch_norm_legit(node: Node) -> list[TensorType]:
+    x = _batch_norm_check(node)
+    acc = "float32" if x.dtype in ("float16", "bfloat16") else x.dtype
+    c = x.shape[1]
+    if node.op.endswith("no_stats") and not node.attrs["training"]:
+        raise InferError("batch norm without running statistics needs training=True (batch statistics)")
+    if node.op.endswith("no_stats") or node.attrs["training"]:
+        choices = [TensorType((c,), acc), TensorType((c,), x.dtype)]
+    else:
+        choices = [TensorType((0,), acc), TensorType((c,), acc)]
+    return [x.type] + [_statistics(node, choices)] * 2
+
+
+@infers("native_layer_norm.default")
+def _native_layer_norm(node: Node) -> list[TensorType]:
+    x = _layer_norm(node)[0]
+    k = len(node.attrs["normalized_shape"])
+    shape = x.shape[:len(x.shape) - k] + (1,) * k
+    choices = [TensorType(shape, x.dtype), TensorType(shape, "float32")]
+    return [x] + [_statistics(node, choices)] * 2
+
+
+@infers("native_group_norm.default")
+def _native_group_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    a = node.attrs
+    _need_float(x)
+    if len(x.shape) < 2 or (a["N"], a["C"], a["HxW"]) != (x.shape[0], x.shape[1], x.type.numel // max(
+            x.shape[0] * x.shape[1], 1)):
+        raise InferError(f"N={a['N']}, C={a['C']}, HxW={a['HxW']} do not describe an input of shape {list(x.shape)}")
+    g = a["group"]
+    if g < 1 or x.shape[1] % g:
+        raise InferError(f"group={g} does not divide the {x.shape[1]} channels")
+    if len(node.inputs) > 3 or any(v.shape != (x.shape[1],) for v in node.inputs[1:]):
+        raise InferError("takes (input[, weight][, bias]) with per-channel parameters")
+    shape = (x.shape[0], g)
+    choices = [TensorType(shape, x.dtype), TensorType(shape, "float32")]
+    return [x.type] + [_statistics(node, choices)] * 2
+
+
+@infers("prod.default", "prod.dim_int")
+def _prod(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dt = node.attrs.get("dtype") or ("int64" if x.dtype in INT_DTYPES | {"bool"} else x.dtype)
+    if node.op == "prod.default":
+        return [TensorType((), dt)]
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
+
+
+@infers("sort.default", "sort.stable")
+def _sort(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    norm_dim(node.attrs["dim"], len(x.shape))
+    return [x.type, TensorType(x.shape, "int64")]
 
 
 @infers("layer_norm.default")
