@@ -78,10 +78,20 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     return None
 
 
-def _decomposed_reason(target: str, op: str, emits: Iterable[str]) -> str | None:
-    """A composite op runs where every op its decomposition may produce runs."""
+def _decomposed_reason(target: str, op: str, emits: Iterable[str], seen: frozenset[str] = frozenset()) -> str | None:
+    """A composite op runs where every op its decomposition may produce runs (an op its entry keeps as it is, or
+    that decomposes back into one on the way, is asked about once)."""
+    seen = seen | {op}
     for e in emits:
-        why = unsupported_reason(target, e)
+        if e in seen:
+            continue
+        entry = DECOMPOSITIONS.get(e)
+        if entry is not None:
+            why = _decomposed_reason(target, e, entry.emits, seen)
+            if why is None and e in SUPPORTED_OPS:
+                why = unsupported_reason(target, e)
+        else:
+            why = unsupported_reason(target, e)
         if why:
             return f"aten.{op} decomposes into aten.{e}: {why}"
     return None

@@ -968,7 +968,33 @@ def _sort(stable: bool) -> Gen:
     return gen
 
 
+def _pool3d(avg: bool) -> Gen:
+    def gen(r):
+        x = (r.randint(1, 2), r.randint(1, 2), r.randint(1, 4), r.randint(1, 5), r.randint(1, 5))
+        if r.random() < 0.2:
+            x = x[1:]
+        a = {"kernel_size": [r.randint(1, 3) for _ in range(3)], "stride": r.choice([[], [1, 1, 1], [2, 1, 2], [2]]),
+             "padding": [r.randint(0, 1) for _ in range(3)], "ceil_mode": r.random() < 0.4}
+        if avg:
+            a["count_include_pad"] = r.random() < 0.5
+        else:
+            a["dilation"] = [r.randint(1, 2)] * 3
+        return [(x, _dt(r, ["float32", "float64"] if avg else FLOATS + ["float64"]))], a
+    return gen
+
+
+def _adaptive3d(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 4), r.randint(1, 5), r.randint(1, 5))
+    return [(x if r.random() < 0.8 else x[1:], _dt(r, ["float32", "float64"]))], {
+        "output_size": [r.randint(1, 4) for _ in range(3)]}
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
+    "max_pool2d_with_indices.default": _pool(False),
+    "max_pool3d_with_indices.default": _pool3d(False),
+    "avg_pool3d.default": _pool3d(True),
+    "_adaptive_avg_pool3d.default": _adaptive3d,
+    "adaptive_avg_pool3d.default": _adaptive3d,
     "native_layer_norm.default": _native_layer_norm,
     "native_group_norm.default": _native_group_norm,
     "_native_batch_norm_legit.default": _bn_legit(True),

@@ -1307,6 +1307,30 @@ case("sort_stable_ties", lambda x: torch.sort(x, stable=True), lambda d: (torch.
 case("sort_bool", lambda m: torch.sort(m, descending=True, stable=True), lambda d: (mask(3, 5),), "sort.stable",
      "exact", (BOOL,))
 
+# Pooling with indices and 3-d pooling (decompose/pooling.py).
+case("max_pool2d_with_indices", lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+     lambda d: (_distinct(1, 2, 7, 6, dt=d),), "max_pool2d_with_indices.default", "exact")
+case("max_pool2d_with_indices_ceil_dil", lambda x: F.max_pool2d(x, 2, 2, 0, 2, ceil_mode=True, return_indices=True),
+     lambda d: (_distinct(2, 7, 8, dt=d),), "max_pool2d_with_indices.default", "exact", (F32,))
+case("max_pool2d_with_indices_nan_inf",
+     lambda x: F.max_pool2d(x, 2, 1, 1, return_indices=True),
+     lambda d: (torch.tensor([[[float("nan"), 1.0, float("-inf")], [2.0, float("nan"), -float("inf")],
+                               [-float("inf"), -float("inf"), 0.5]]]).to(d),), "max_pool2d_with_indices.default",
+     "exact", (F32,))
+case("max_pool2d_with_indices_int", lambda x: F.max_pool2d(x, 2, 1, 1, return_indices=True),
+     lambda d: (rnd(1, 2, 4, 5, dt=d, lo=-50, hi=50),), "max_pool2d_with_indices.default", "exact", (I64,))
+case("max_pool3d_with_indices", lambda x: F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), return_indices=True),
+     lambda d: (_distinct(1, 2, 3, 5, 4, dt=d),), "max_pool3d_with_indices.default", "exact")
+case("avg_pool3d", lambda x: (F.avg_pool3d(x, 2, 2, 1), F.avg_pool3d(x, 3, 2, 1, ceil_mode=True,
+                                                                    count_include_pad=False)),
+     lambda d: (rnd(1, 2, 5, 4, 6, dt=d),), "avg_pool3d.default", "accumulate", (F32,))  # (ATen's CPU: fp32 only)
+case("avg_pool3d_divisor", lambda x: F.avg_pool3d(x, (1, 2, 2), divisor_override=3),
+     lambda d: (rnd(2, 4, 4, 4, dt=d),), "avg_pool3d.default", "accumulate", (F32,))
+case("adaptive_avg_pool3d", lambda x: (F.adaptive_avg_pool3d(x, (2, 3, 1)), F.adaptive_avg_pool3d(x, 1)),
+     lambda d: (rnd(1, 2, 5, 4, 7, dt=d),), "adaptive_avg_pool3d.default", "accumulate")
+case("_adaptive_avg_pool3d", lambda x: A._adaptive_avg_pool3d(x, [3, 1, 2]), lambda d: (rnd(2, 4, 3, 5, dt=d),),
+     "_adaptive_avg_pool3d.default", "accumulate")
+
 ZOO_CASES_TO = len(CASES)
 
 

@@ -153,29 +153,50 @@ def _per_dim(attrs: dict, name: str, nd: int, empty_ok: bool = False) -> list[in
     return v
 
 
-def _pool_params(node: Node) -> tuple[Value, list[int], list[int], list[int], list[int]]:
+def _pool_params(node: Node, nd: int = 2) -> tuple[Value, list[int], list[int], list[int], list[int]]:
     x = tensor(node, 0)
     a = node.attrs
-    if len(x.shape) not in (3, 4):
-        raise InferError(f"2-d pooling takes an input of rank 3 or 4, got {list(x.shape)}")
+    if len(x.shape) not in (nd + 1, nd + 2):
+        raise InferError(f"{nd}-d pooling takes an input of rank {nd + 1} or {nd + 2}, got {list(x.shape)}")
     ks = list(a["kernel_size"])
     stride = list(a["stride"]) or ks
     pad = list(a["padding"])
-    dil = list(a.get("dilation", [1, 1]))
+    dil = list(a.get("dilation", [1] * nd))
     for k, p in zip(ks, pad):
         if p > k // 2:
             raise InferError(f"padding {pad} is more than half the kernel {ks}")
     return x, ks, stride, pad, dil
 
 
-def _pool_shape(node: Node, x: Value, ks, stride, pad, dil) -> tuple[int, ...]:
-    hw = []
-    for i in range(2):
-        n = _window_out(x.shape[-2 + i], ks[i], stride[i], pad[i], dil[i], bool(node.attrs["ceil_mode"]))
+def _pool_shape(node: Node, x: Value, ks, stride, pad, dil, nd: int = 2) -> tuple[int, ...]:
+    out = []
+    for i in range(nd):
+        n = _window_out(x.shape[i - nd], ks[i], stride[i], pad[i], dil[i], bool(node.attrs["ceil_mode"]))
         if n <= 0:
             raise InferError(f"input {list(x.shape)} is smaller than the pooling window {ks}")
-        hw.append(n)
-    return x.shape[:-2] + tuple(hw)
+        out.append(n)
+    return x.shape[:-nd] + tuple(out)
+
+
+@infers("max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
+def _max_pool_with_indices(node: Node) -> list[TensorType]:
+    nd = 3 if node.op.startswith("max_pool3d") else 2
+    x, ks, stride, pad, dil = _pool_params(node, nd)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of a bool tensor is not supported")
+    shape = _pool_shape(node, x, ks, stride, pad, dil, nd)
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+@infers("avg_pool3d.default")
+def _avg_pool3d(node: Node) -> list[TensorType]:
+    x, ks, stride, pad, _ = _pool_params(node, 3)
+    _need_float(x)
+    if any(n < k for n, k in zip(x.shape[-3:], ks)):
+        raise InferError(f"input volume {list(x.shape[-3:])} is smaller than the kernel {ks}")
+    return [TensorType(_pool_shape(node, x, ks, stride, pad, [1, 1, 1], 3), x.dtype)]
+
+
 
 
 @infers("max_pool2d.default")
@@ -193,14 +214,16 @@ def _avg_pool2d(node: Node) -> list[TensorType]:
     return [TensorType(_pool_shape(node, x, ks, stride, pad, [1, 1]), x.dtype)]
 
 
-@infers("adaptive_avg_pool2d.default", "_adaptive_avg_pool2d.default")
-def _adaptive_avg_pool2d(node: Node) -> list[TensorType]:
+@infers("adaptive_avg_pool2d.default", "_adaptive_avg_pool2d.default", "adaptive_avg_pool3d.default",
+        "_adaptive_avg_pool3d.default")
+def _adaptive_avg_pool(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
-    if len(x.shape) not in (3, 4) or any(d == 0 for d in x.shape[-2:]):
-        raise InferError(f"adaptive pooling takes an input of rank 3 or 4 with a non-empty image, got "
-                         f"{list(x.shape)}")
+    nd = 3 if "pool3d" in node.op else 2
+    if len(x.shape) not in (nd + 1, nd + 2) or any(d == 0 for d in x.shape[-nd:]):
+        raise InferError(f"{nd}-d adaptive pooling takes an input of rank {nd + 1} or {nd + 2} with a non-empty "
+                         f"{'volume' if nd == 3 else 'image'}, got {list(x.shape)}")
     _need_float(x)
-    return [TensorType(x.shape[:-2] + tuple(node.attrs["output_size"]), x.dtype)]
+    return [TensorType(x.shape[:-nd] + tuple(node.attrs["output_size"]), x.dtype)]
 
 
 @infers("scaled_dot_product_attention.default")
