@@ -989,7 +989,49 @@ def _adaptive3d(r):
         "output_size": [r.randint(1, 4) for _ in range(3)]}
 
 
+def _convolution(op: str) -> Gen:
+    nd = {"convolution.default": None, "conv3d.default": 3, "conv_transpose1d.default": 1,
+          "conv_transpose2d.input": 2, "conv_transpose3d.input": 3}[op]
+
+    def gen(r):
+        k = nd or r.randint(1, 3)
+        transposed = "transpose" in op or (op == "convolution.default" and r.random() < 0.5)
+        g = r.choice([1, 1, 2])
+        c, o = g * r.randint(1, 2), g * r.randint(1, 2)
+        x = (r.randint(1, 2), c) + tuple(r.randint(1, 4) for _ in range(k))
+        if op != "convolution.default" and r.random() < 0.2:
+            x = x[1:]
+        ks = tuple(r.randint(1, 3) for _ in range(k))
+        w = ((c, o // g) if transposed else (o, c // g if r.random() < 0.95 else c // g + 1)) + ks
+        dt = _dt(r, FLOATS + ["float64"])
+        ins = [(x, dt), (w, dt)] + ([((o,), dt)] if r.random() < 0.5 else [])
+        a = {"stride": [r.randint(1, 2) for _ in range(k)], "padding": [r.randint(0, 1) for _ in range(k)],
+             "dilation": [r.randint(1, 2) for _ in range(k)], "groups": g}
+        if transposed:
+            a["output_padding"] = [r.choice([0, 0, 1]) for _ in range(k)]
+        if op == "convolution.default":
+            a["transposed"] = transposed
+            a.setdefault("output_padding", [0] * k)
+        return ins, a
+    return gen
+
+
+def _col2im(r):
+    c, kh, kw = r.randint(1, 2), r.randint(1, 2), r.randint(1, 3)
+    h, w, s, p, d = r.randint(2, 5), r.randint(2, 5), [r.randint(1, 2), 1], [r.randint(0, 1), 0], [1, r.randint(1, 2)]
+    lh = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
+    lw = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
+    x = (c * kh * kw, max(lh, 1) * max(lw, 1) + (1 if r.random() < 0.1 else 0))
+    if r.random() < 0.7:
+        x = (r.randint(1, 2),) + x
+    return [(x, _dt(r, ["float32", "float64"]))], {"output_size": [h, w], "kernel_size": [kh, kw], "dilation": d,
+                                                   "padding": p, "stride": s}
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
+    **{op: _convolution(op) for op in ("convolution.default", "conv3d.default", "conv_transpose1d.default",
+                                       "conv_transpose2d.input", "conv_transpose3d.input")},
+    "col2im.default": _col2im,
     "max_pool2d_with_indices.default": _pool(False),
     "max_pool3d_with_indices.default": _pool3d(False),
     "avg_pool3d.default": _pool3d(True),
@@ -1244,6 +1286,9 @@ STRICTER = {
     "clamp.Tensor": "does not say whether",
     # ATen's result dtype for integer einsums depends on its contraction path
     "einsum.default": "floating-point operands",
+    # a transposed convolution with no output rows: some of ATen's kernels give an empty tensor, others refuse
+    **{op: "smaller than the kernel" for op in ("convolution.default", "conv_transpose1d.default",
+                                                "conv_transpose2d.input", "conv_transpose3d.input")},
 }
 
 

@@ -1331,6 +1331,35 @@ case("adaptive_avg_pool3d", lambda x: (F.adaptive_avg_pool3d(x, (2, 3, 1)), F.ad
 case("_adaptive_avg_pool3d", lambda x: A._adaptive_avg_pool3d(x, [3, 1, 2]), lambda d: (rnd(2, 4, 3, 5, dt=d),),
      "_adaptive_avg_pool3d.default", "accumulate")
 
+# Core ATen's convolution (1-3 d, transposed) and col2im (decompose/convolution.py).
+def _convolution(stride, padding, dilation, transposed, output_padding, groups):
+    return lambda x, w, *b: A.convolution(x, w, b[0] if b else None, stride, padding, dilation, transposed,
+                                          output_padding, groups)
+
+
+case("convolution_2d", _convolution([2, 1], [1, 0], [1, 2], False, [0, 0], 2),
+     lambda d: (rnd(1, 4, 7, 8, dt=d), rnd(6, 2, 3, 2, dt=d), rnd(6, dt=d)), "convolution.default", "accumulate")
+case("convolution_1d", _convolution([2], [1], [1], False, [0], 1),
+     lambda d: (rnd(2, 3, 9, dt=d), rnd(4, 3, 3, dt=d)), "convolution.default", "accumulate")
+case("convolution_3d", _convolution([1, 2, 1], [1, 0, 1], [2, 1, 1], False, [0, 0, 0], 1),
+     lambda d: (rnd(1, 2, 5, 6, 4, dt=d), rnd(3, 2, 2, 3, 3, dt=d), rnd(3, dt=d)), "convolution.default", "accumulate")
+case("conv_transpose2d", lambda: torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2),
+     lambda d: (rnd(1, 4, 3, 5, dt=d),), "conv_transpose2d.input", "accumulate", module=True)
+case("convolution_transposed_1d_dilated", _convolution([3], [2], [2], True, [1], 1),
+     lambda d: (rnd(2, 3, 5, dt=d), rnd(3, 2, 3, dt=d), rnd(2, dt=d)), "convolution.default", "accumulate")
+# (fp32 only: ATen's CPU transposed 3-d conv in fp16/bf16 is twice the rounding error of an fp32 accumulation away from
+# the exact result, outside the half tolerance itself; ours accumulates in fp32)
+case("convolution_transposed_3d", _convolution([2, 1, 2], [0, 1, 1], [1, 1, 1], True, [1, 0, 0], 1),
+     lambda d: (rnd(1, 2, 3, 3, 4, dt=d), rnd(2, 3, 2, 3, 3, dt=d)), "convolution.default", "accumulate", (F32,))
+case("col2im", lambda x: F.fold(x, (5, 6), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+     lambda d: (rnd(2, 12, 12, dt=d),), "col2im.default", "accumulate")
+case("conv3d_and_transposed_unbatched",
+     lambda x, w, y, wt: (F.conv3d(x, w, padding=1), F.conv_transpose1d(y, wt, stride=2)),
+     lambda d: (rnd(2, 3, 4, 5, dt=d), rnd(2, 2, 2, 3, 3, dt=d), rnd(3, 5, dt=d), rnd(3, 2, 2, dt=d)),
+     ("conv3d.default", "conv_transpose1d.default"), "accumulate")
+case("conv_transpose3d", lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 1)),
+     lambda d: (rnd(1, 2, 3, 2, 3, dt=d), rnd(2, 2, 2, 2, 2, dt=d)), "conv_transpose3d.input", "accumulate", (F32,))
+
 ZOO_CASES_TO = len(CASES)
 
 

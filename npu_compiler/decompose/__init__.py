@@ -6,13 +6,13 @@ ops an entry produces runs the composite op too (`op_support` asks the entry). T
 (in-place forms are out-of-place by then: `index_add_`, `fill_`), on every program and every partition.
 
 Modules: `composite` (views under other names, PReLU, norms and weight norm, index_add, meshgrid, fills),
-`einsum`, `normalization` (norms with their statistics, batch norm with batch statistics, prod, sort), `pooling`
-(max pooling with indices, 3-d average and adaptive pooling), `recurrent`
-(LSTM, GRU, RNN and their cells, unrolled over the static sequence length), `scatters` (a view's elements written
-back into its base: what functionalisation makes of an in-place op on a view).
+`convolution` (core ATen's convolution, 1-3 d, transposed; col2im), `einsum`, `normalization` (norms with their
+statistics, batch norm with batch statistics, prod, sort), `pooling` (max pooling with indices, 3-d average and
+adaptive pooling), `recurrent` (LSTM, GRU, RNN and their cells, unrolled over the static sequence length), `scatters`
+(a view's elements written back into its base: what functionalisation makes of an in-place op on a view).
 """
 
-from . import composite, einsum, normalization, pooling, recurrent, scatters  # noqa: F401  (registers their entries)
+from . import composite, convolution, einsum, normalization, pooling, recurrent, scatters  # noqa: F401
 from .registry import DECOMPOSITIONS, Decomposition, Rewriter, decompose, decomposes
 
 DECOMPOSED_OPS = frozenset(DECOMPOSITIONS)

@@ -336,3 +336,67 @@ def _einsum(node: Node) -> list[TensorType]:
     except EinsumError as e:
         raise InferError(f"equation {node.attrs['equation']!r}: {e}") from None
     return [TensorType(spec.out_shape, xs[0].dtype)]
+
+
+@infers("convolution.default", "conv3d.default", "conv_transpose1d.default", "conv_transpose2d.input",
+        "conv_transpose3d.input")
+def _convolution(node: Node) -> list[TensorType]:
+    """ATen's `convolution` (a batched input, 1 to 3 spatial dims, transposed or not) and the conv ops above it,
+    which take an unbatched input too."""
+    x, w = tensor(node, 0, "input"), tensor(node, 1, "weight")
+    a = node.attrs
+    nd = len(w.shape) - 2
+    unbatched = node.op != "convolution.default" and len(x.shape) == nd + 1
+    if unbatched:
+        x = Value(x.name, TensorType((1, *x.shape), x.dtype), "node")
+    if not 1 <= nd <= 3 or len(x.shape) != nd + 2 or (node.op != "convolution.default" and nd != int(
+            node.op[len("conv_transpose") if "transpose" in node.op else 4])):
+        raise InferError(f"takes a batched input [N, C, *spatial] and a weight of the same rank, got "
+                         f"{list(x.shape)} and {list(w.shape)}")
+    _same_dtypes(node.inputs, "input, weight and bias")
+    _need_float(x)
+    g = a["groups"]
+    stride, padding, dilation = (_per_dim(a, k, nd) for k in ("stride", "padding", "dilation"))
+    out_pad = (_per_dim(a, "output_padding", nd, empty_ok=True) if "output_padding" in a else []) or [0] * nd
+    if g < 1 or any(v <= 0 for v in stride + dilation) or any(v < 0 for v in padding + out_pad):
+        raise InferError(f"groups {g}, stride {stride}, padding {padding}, dilation {dilation} out of range")
+    c, ks = x.shape[1], w.shape[2:]
+    if a.get("transposed", node.op.startswith("conv_transpose")):
+        if w.shape[0] != c or c % g:
+            raise InferError(f"a transposed weight {list(w.shape)} with groups={g} does not fit {c} input channels")
+        o = w.shape[1] * g
+        if any(op >= max(s, d) for op, s, d in zip(out_pad, stride, dilation)):
+            raise InferError(f"output_padding {out_pad} must be smaller than the stride or the dilation")
+        spatial = [(n - 1) * s - 2 * p + d * (k - 1) + op + 1
+                   for n, s, p, d, k, op in zip(x.shape[2:], stride, padding, dilation, ks, out_pad)]
+    else:
+        o = w.shape[0]
+        if o % g or w.shape[1] * g != c:
+            raise InferError(f"weight {list(w.shape)} with groups={g} does not fit an input of {c} channels")
+        spatial = [_window_out(n, k, s, p, d, False)
+                   for n, k, s, p, d in zip(x.shape[2:], ks, stride, padding, dilation)]
+    if len(node.inputs) > 3 or (len(node.inputs) == 3 and node.inputs[2].shape != (o,)):
+        raise InferError(f"takes (input, weight[, bias of shape [{o}]])")
+    if any(n <= 0 for n in spatial):
+        raise InferError(f"input {list(x.shape)} is smaller than the kernel {list(ks)} (dilated, padded)")
+    return [TensorType((o, *spatial) if unbatched else (x.shape[0], o, *spatial), x.dtype)]
+
+
+@infers("col2im.default")
+def _col2im(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    a = node.attrs
+    (h, w), (kh, kw) = a["output_size"], a["kernel_size"]
+    (dh, dw), (ph, pw), (sh, sw) = a["dilation"], a["padding"], a["stride"]
+    if len(x.shape) not in (2, 3) or x.type.numel == 0:
+        raise InferError(f"takes a non-empty [N, C * kh * kw, L] (or unbatched) input, got {list(x.shape)}")
+    _need_float(x)
+    if min(kh, kw, dh, dw, sh, sw) <= 0 or min(ph, pw) < 0:
+        raise InferError("kernel_size, dilation and stride must be positive and padding >= 0")
+    lh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    lw = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    rows, length = x.shape[-2:]
+    if rows % (kh * kw) or lh <= 0 or lw <= 0 or length != lh * lw:
+        raise InferError(f"an input of shape {list(x.shape)} is not the columns of a {h}x{w} image with kernel "
+                         f"{kh}x{kw} ({lh}x{lw} blocks)")
+    return [TensorType(x.shape[:-2] + (rows // (kh * kw), h, w), x.dtype)]
