@@ -1028,7 +1028,66 @@ def _col2im(r):
                                                    "padding": p, "stride": s}
 
 
+def _scatter_op(kind: str) -> Gen:
+    def gen(r):
+        s = _shape(r, r.randint(1, 3), lo=1)
+        d = r.randrange(len(s))
+        ix = tuple(r.randint(1, n) if i != d else r.randint(1, 3) for i, n in enumerate(s))
+        if r.random() < 0.1:
+            ix = ix[:-1] + (ix[-1] + 1,)
+        dt = _dt(r, FLOATS + ["int64"])
+        ins = [(s, dt), (ix, "int64" if r.random() < 0.9 else "int32")]
+        a: dict = {"dim": r.choice([d, d - len(s)])}
+        if kind == "value":
+            a["value"] = r.choice([0.5, 2, -1])
+        else:
+            ins.append((tuple(n + r.choice([0, 0, 1]) for n in ix), dt if r.random() < 0.9 else _dt(r)))
+        if kind == "reduce":
+            a["reduce"] = r.choice(["sum", "prod", "mean", "amax", "amin", "max"])
+            a["include_self"] = r.random() < 0.5
+        return ins, a
+    return gen
+
+
+def _masked_scatter(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    dt = _dt(r)
+    m = _bshape(r, s) if r.random() < 0.3 else s
+    try:
+        n = math.prod(torch.broadcast_shapes(s, m))
+    except RuntimeError:
+        n = math.prod(s)
+    return [(s, dt), (m, r.choice(["bool", "bool", "int64"])), ((n + r.randint(0, 2),), dt if r.random() < 0.9 else
+                                                                  _dt(r))], {}
+
+
+def _index_put(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    dt = _dt(r, FLOATS + ["int64"])
+    if r.random() < 0.3:  # a bool mask and one value
+        return [(s, dt), (s, "bool"), ((), dt)], {"accumulate": r.random() < 0.5, "_tensor_list_sizes": [1]}
+    k = r.randint(1, len(s))
+    slots = [False] * k
+    if k > 1 and r.random() < 0.4:
+        slots[0] = True
+    n = r.randint(1, 3)
+    idx = [((n,), r.choice(["int64", "int32"])) for m in slots if not m]
+    rest = s[k:]
+    lead = [s[0]] if slots[0] else []
+    values = tuple(lead) + (n,) + tuple(rest) if r.random() < 0.8 else tuple(rest)
+    a = {"accumulate": r.random() < 0.5, "_tensor_list_sizes": [len(idx)]}
+    if any(slots):
+        a["_tensor_list_none_masks"] = [slots]
+    return [(s, dt)] + idx + [(values, dt)], a
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
+    "scatter.src": _scatter_op("src"),
+    "scatter.value": _scatter_op("value"),
+    "scatter_add.default": _scatter_op("add"),
+    "scatter_reduce.two": _scatter_op("reduce"),
+    "masked_scatter.default": _masked_scatter,
+    "index_put.default": _index_put,
     **{op: _convolution(op) for op in ("convolution.default", "conv3d.default", "conv_transpose1d.default",
                                        "conv_transpose2d.input", "conv_transpose3d.input")},
     "col2im.default": _col2im,
@@ -1296,8 +1355,10 @@ def _make(shape: tuple[int, ...], dtype: str, role: int, op: str) -> torch.Tenso
     dt = _TORCH[dtype]
     if op == "index_copy.default" and role == 1:
         return torch.arange(shape[0]).to(dt) if shape else torch.zeros((), dtype=dt)
-    if op in ("gather.default", "index_select.default", "index.Tensor", "index_add.default") and role >= 1 \
-            and dt != torch.bool and (op != "index_add.default" or role == 1):
+    if op in ("gather.default", "index_select.default", "index.Tensor", "index_add.default", "scatter.src",
+              "scatter.value", "scatter_add.default", "scatter_reduce.two", "index_put.default") and role >= 1 \
+            and dt != torch.bool and (op not in ("index_add.default", "scatter.src", "scatter_add.default",
+                                                 "scatter_reduce.two") or role == 1):
         return torch.zeros(shape, dtype=dt)  # position 0: in range wherever the indexed dim is not empty
     if op == "masked_fill.Tensor" and role == 2:
         return torch.ones(shape, dtype=dt)  # the value's data, which must fit self's dtype: the reader cannot see it

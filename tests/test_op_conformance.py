@@ -1360,6 +1360,38 @@ case("conv3d_and_transposed_unbatched",
 case("conv_transpose3d", lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 1)),
      lambda d: (rnd(1, 2, 3, 2, 3, dt=d), rnd(2, 2, 2, 2, 2, dt=d)), "conv_transpose3d.input", "accumulate", (F32,))
 
+# The scatters, masked_scatter and index_put (decompose/scatters.py): repeated indices, the index smaller than self.
+def _scatter_idx() -> torch.Tensor:
+    return torch.tensor([[0, 1, 3, 0, 1], [2, 1, 0, 0, 3]])
+
+
+case("scatter_src_value_add", lambda x, s, i: (A.scatter.src(x, 0, i, s), A.scatter.value(x, 1, i, 2.5),
+                                               A.scatter_add(x, 0, i[:, :4], s)),
+     lambda d: (rnd(4, 5, dt=d), rnd(2, 5, dt=d), _scatter_idx()),
+     ("scatter.src", "scatter.value", "scatter_add.default"), "accumulate")
+case("scatter_reduce", lambda x, s, i: tuple(A.scatter_reduce.two(x, 0, i, s, r, include_self=inc)
+                                             for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)),
+     lambda d: (rnd(4, 5, dt=d, lo=0.5, hi=1.5), rnd(2, 5, dt=d, lo=0.5, hi=1.5), _scatter_idx()),
+     "scatter_reduce.two", "accumulate", (F32, BF16))
+case("scatter_int", lambda x, s, i: (A.scatter_reduce.two(x, 1, i, s, "mean"), A.scatter_add(x, 1, i, s)),
+     lambda d: (rnd(2, 5, dt=d, lo=-9, hi=9), rnd(2, 5, dt=d, lo=-9, hi=9), _scatter_idx()),
+     ("scatter_reduce.two", "scatter_add.default"), "exact", (I64,))
+
+
+def _puts(x, m, i, v):
+    a, b, c = x.clone(), x.clone(), x.clone()
+    a[m] = 0.5  # a bool mask and one value
+    b[i] = v  # integer indices, one repeated: the last write wins
+    c[:, i[:2]] += 1.0
+    return a, b, c, A.masked_scatter(x, m, v.repeat(3, 1).reshape(-1)[:x.numel()].reshape(x.shape))
+
+
+case("index_put_masked_scatter", _puts,
+     lambda d: (rnd(3, 4, dt=d), mask(3, 4), torch.tensor([2, 0, 2]), rnd(3, 4, dt=d)),
+     ("index_put_.default", "masked_scatter.default"), "exact")
+case("index_put_accumulate", lambda x, i, v: A.index_put(x, [None, i], v, accumulate=True),
+     lambda d: (rnd(2, 5, dt=d), torch.tensor([4, 1, 4]), rnd(2, 3, dt=d)), "index_put.default", "accumulate")
+
 ZOO_CASES_TO = len(CASES)
 
 

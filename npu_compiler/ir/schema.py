@@ -305,6 +305,12 @@ select_scatter.default(Tensor self, Tensor src, int dim, SymInt index) -> Tensor
 slice_scatter.default(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor
 diagonal_scatter.default(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor
 zero.default(Tensor self) -> Tensor
+scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
+scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor
+scatter_add.default(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
+scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor
+masked_scatter.default(Tensor self, Tensor mask, Tensor source) -> Tensor
+index_put.default(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor
 convolution.default(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor
 col2im.default(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor
 conv3d.default(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=[1, 1, 1], SymInt[3] padding=[0, 0, 0], SymInt[3] dilation=[1, 1, 1], SymInt groups=1) -> Tensor

@@ -13,6 +13,7 @@ from .core import (
     _same,
     _scalar_dtype,
     _wrapped_scalar_fits,
+    broadcast,
     infers,
     norm_dim,
     tensor,
@@ -147,4 +148,62 @@ def _index_add(node: Node) -> list[TensorType]:
             and alpha != int(alpha):
         raise InferError(f"alpha {alpha!r} is not an integer, but self is {x.dtype}")
     _wrapped_scalar_fits(alpha, x.dtype, "alpha")
+    return _same(x)
+
+
+@infers("scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two")
+def _scatter(node: Node) -> list[TensorType]:
+    x, index = tensor(node, 0, "self"), tensor(node, 1, "index")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if index.dtype not in ("int64", "int32"):
+        raise InferError(f"index must be int64 or int32, got {index.dtype}")
+    src = tensor(node, 2, "src") if node.op != "scatter.value" else None
+    if node.op == "scatter_reduce.two" and node.attrs["reduce"] not in ("sum", "prod", "mean", "amax", "amin", "max",
+                                                                        "min"):
+        raise InferError(f"reduce {node.attrs['reduce']!r} is not one of sum, prod, mean, amax, amin")
+    if src is not None and src.dtype != x.dtype:
+        raise InferError(f"src is {src.dtype}, self is {x.dtype}: they must match")
+    if node.op == "scatter.value":
+        _wrapped_scalar_fits(node.attrs["value"], x.dtype, "value")
+    if index.type.numel:
+        xs, ix = x.shape or (1,), index.shape or (1,)
+        if len(ix) != len(xs) or (src is not None and len(src.shape or (1,)) != len(ix)):
+            raise InferError(f"index {list(index.shape)}, self {list(x.shape)} and src must have one rank")
+        if any(i != d and n > xs[i] for i, n in enumerate(ix)):
+            raise InferError(f"index of shape {list(index.shape)} is larger than self {list(x.shape)} outside dim {d}")
+        if src is not None and any(n > m for n, m in zip(ix, src.shape or (1,))):
+            raise InferError(f"index of shape {list(index.shape)} is larger than src {list(src.shape)}")
+    return _same(x)
+
+
+@infers("masked_scatter.default")
+def _masked_scatter(node: Node) -> list[TensorType]:
+    x, mask, src = tensor(node, 0, "self"), tensor(node, 1, "mask"), tensor(node, 2, "source")
+    if mask.dtype != "bool":
+        raise InferError(f"the mask must be a bool tensor, got {mask.dtype}")
+    if src.dtype != x.dtype:
+        raise InferError(f"source is {src.dtype}, self is {x.dtype}: they must match")
+    return [TensorType(broadcast(x.shape, mask.shape), x.dtype)]
+
+
+@infers("index_put.default")
+def _index_put(node: Node) -> list[TensorType]:
+    x, values = tensor(node, 0, "self"), node.inputs[-1]
+    idx = node.inputs[1:-1]
+    masks = node.attrs.get("_tensor_list_none_masks")
+    slots = list(masks[0]) if masks else [False] * len(idx)
+    if len(node.inputs) < 2 or sum(not m for m in slots) != len(idx):
+        raise InferError(f"the index list {slots} does not match the {len(idx)} index inputs")
+    sizes = node.attrs.get("_tensor_list_sizes")
+    if sizes is not None and sizes != [len(idx)]:
+        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(idx)} index inputs")
+    if values.dtype != x.dtype:
+        raise InferError(f"values are {values.dtype}, self is {x.dtype}: they must match")
+    used = len(slots)  # each entry indexes one dim; a mask of rank k indexes k
+    for v in idx:
+        if v.dtype not in ("int64", "int32", "bool", "uint8"):
+            raise InferError(f"index tensors must be int64, int32 or bool, got {v.dtype}")
+        used += len(v.shape) - 1 if v.dtype in ("bool", "uint8") else 0
+    if used > max(len(x.shape), 1) or not idx:
+        raise InferError(f"{used} indexed dims for a tensor of rank {len(x.shape)}")
     return _same(x)
