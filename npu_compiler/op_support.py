@@ -43,7 +43,8 @@ def is_structural(op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
 # Ops whose integer form has no primitive in the expression language (bitwise arithmetic): they lower for bool
 # tensors (masks) only.
 _BOOL_ONLY = frozenset(f"{p}{name}{s}" for name in ("and", "or", "xor")
-                       for p, s in (("bitwise_", ".Tensor"), ("__", "__.Tensor")))
+                       for p, s in (("bitwise_", ".Tensor"), ("__", "__.Tensor"), ("bitwise_", ".Scalar"),
+                                    ("__", "__.Scalar")))
 
 
 def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | None = None,

@@ -1081,7 +1081,58 @@ def _index_put(r):
     return [(s, dt)] + idx + [(values, dt)], a
 
 
+def _as_strided(r):
+    s = _shape(r, r.randint(0, 3), lo=1)
+    size = [r.randint(0, 3) for _ in range(r.randint(0, 3))]
+    a = {"size": size, "stride": [r.randint(0, 3) for _ in size]}
+    if r.random() < 0.4:
+        a["storage_offset"] = r.randint(0, 2)
+    return [(s, _dt(r))], a
+
+
+def _cdist(r):
+    m = r.randint(1, 3)
+    b = tuple(r.randint(1, 2) for _ in range(r.randint(0, 1)))
+    dt = _dt(r, FLOATS[:1] + ["float64"])
+    return [(b + (r.randint(1, 3), m), dt), (b + (r.randint(1, 3), m if r.random() < 0.9 else m + 1), dt)], {
+        "p": r.choice([0.0, 1.0, 2.0, 3.0])}
+
+
+def _pdist(r):
+    return [((r.randint(1, 4), r.randint(1, 3)), _dt(r, ["float32", "float64"]))], {"p": r.choice([1.0, 2.0, 0.5])}
+
+
+def _bag(op: str) -> Gen:
+    def gen(r):
+        n, b = r.randint(1, 5), r.randint(1, 3)
+        last = r.random() < 0.3
+        a = {"mode": r.choice([0, 1, 2]), "include_last_offset": last}
+        if op != "embedding_bag.default":
+            a.update(scale_grad_by_freq=False, sparse=False, padding_idx=r.choice([-1, 0, 1]))
+            if op == "embedding_bag.padding_idx" and r.random() < 0.3:
+                a["padding_idx"] = None
+        return [((6, 3), _dt(r, FLOATS[:1] + ["float64"])), ((n,), "int64"), ((b + last,), "int64")], a
+    return gen
+
+
+def _grid_sampler(r):
+    n, c = r.randint(1, 2), r.randint(1, 2)
+    dt = _dt(r, ["float32", "float64"])
+    return [((n, c, r.randint(1, 4), r.randint(1, 4)), dt), ((n, r.randint(1, 3), r.randint(1, 3), 2), dt)], {
+        "interpolation_mode": r.randint(0, 2), "padding_mode": r.randint(0, 2), "align_corners": r.random() < 0.5}
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
+    "as_strided.default": _as_strided,
+    "_cdist_forward.default": lambda r: (lambda c: (c[0], {**c[1], "compute_mode": None}))(_cdist(r)),
+    "cdist.default": _cdist,
+    "_pdist_forward.default": _pdist,
+    "pdist.default": _pdist,
+    **{op: _bag(op) for op in ("_embedding_bag.default", "embedding_bag.default", "embedding_bag.padding_idx")},
+    "grid_sampler_2d.default": _grid_sampler,
+    "grid_sampler.default": _grid_sampler,
+    **{op: scalar_op("other") for op in ("bitwise_and.Scalar", "bitwise_or.Scalar", "bitwise_xor.Scalar",
+                                          "__and__.Scalar", "__or__.Scalar", "__xor__.Scalar")},
     "scatter.src": _scatter_op("src"),
     "scatter.value": _scatter_op("value"),
     "scatter_add.default": _scatter_op("add"),

@@ -1392,6 +1392,52 @@ case("index_put_masked_scatter", _puts,
 case("index_put_accumulate", lambda x, i, v: A.index_put(x, [None, i], v, accumulate=True),
      lambda d: (rnd(2, 5, dt=d), torch.tensor([4, 1, 4]), rnd(2, 3, dt=d)), "index_put.default", "accumulate")
 
+# as_strided, distances, embedding bags, grid sampling, bitwise with a scalar (decompose/composite.py, sampling.py).
+# (grid_sample in fp32 only: ATen's CPU kernel computes a half input in the half dtype, rounding every product; ours
+# computes in fp32 and rounds once, several half ulps closer to the exact result)
+case("as_strided", lambda x: (x.as_strided((2, 3), (1, 2)), A.as_strided(x, [3, 2, 2], [3, 1, 2], 1) * 2),
+     lambda d: (rnd(3, 4, dt=d),), "as_strided.default", "exact")
+case("cdist", lambda a, b: (torch.cdist(a, b), torch.cdist(a, b, p=1), A._cdist_forward(a, b, 3.0, None)),
+     lambda d: (rnd(2, 4, 3, dt=d), rnd(1, 5, 3, dt=d)), ("cdist.default", "_cdist_forward.default"), "accumulate",
+     (F32,))
+case("pdist", lambda x: (torch.pdist(x), A._pdist_forward(x, 1.0)), lambda d: (rnd(5, 3, dt=d),),
+     ("pdist.default", "_pdist_forward.default"), "accumulate", (F32,))
+
+
+class _Bags(torch.nn.Module):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(10, 3, mode=mode, padding_idx=0)
+
+    def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.bag(ids, offsets)
+
+
+for _mode in ("sum", "mean", "max"):
+    case(f"embedding_bag_{_mode}", lambda m=_mode: _Bags(m),
+         lambda d: (torch.tensor([1, 2, 0, 4, 5, 0, 7, 3]), torch.tensor([0, 2, 2, 5])), "embedding_bag.padding_idx",
+         "accumulate", (F32, BF16), module=True)
+case("embedding_bag_default", lambda w, i, o: A.embedding_bag.default(w, i, o, False, 1)[0],
+     lambda d: (rnd(6, 4, dt=d), torch.tensor([5, 1, 1, 3]), torch.tensor([0, 3])), "embedding_bag.default",
+     "accumulate", (F32,))
+case("_embedding_bag_weights", lambda w, i, o, p: A._embedding_bag(w, i, o, False, 0, False, p, True)[0],
+     lambda d: (rnd(6, 4, dt=d), torch.tensor([5, 1, 1, 3]), torch.tensor([0, 1, 1, 4]), rnd(4, dt=d)),
+     "_embedding_bag.default", "accumulate")
+for _interp, _m in (("bilinear", 0), ("nearest", 1), ("bicubic", 2)):
+    for _pad in ("zeros", "border", "reflection"):
+        for _align in (False, True):
+            case(f"grid_sample_{_interp}_{_pad}_{int(_align)}",
+                 lambda x, g, i=_interp, p=_pad, al=_align: F.grid_sample(x, g, i, p, align_corners=al),
+                 lambda d: (rnd(2, 2, 4, 5, dt=d), rnd(2, 3, 4, 2, dt=d, lo=-1.3, hi=1.3)), "grid_sampler.default",
+                 "accumulate", (F32,))
+case("grid_sampler_2d", lambda x, g: A.grid_sampler_2d(x, g, 0, 2, False),
+     lambda d: (rnd(1, 2, 4, 5, dt=d), rnd(1, 3, 2, 2, dt=d, lo=-1.5, hi=1.5)), "grid_sampler_2d.default",
+     "accumulate", (F32,))
+case("bitwise_scalar_bool", lambda m: (m & True, m | False, m ^ True, A.bitwise_and.Scalar(m, False),
+                                       A.bitwise_or.Scalar(m, True), A.bitwise_xor.Scalar(m, True)),
+     lambda d: (mask(3, 4),), ("__and__.Scalar", "__or__.Scalar", "__xor__.Scalar", "bitwise_and.Scalar",
+                               "bitwise_or.Scalar", "bitwise_xor.Scalar"), "exact", (BOOL,))
+
 ZOO_CASES_TO = len(CASES)
 
 

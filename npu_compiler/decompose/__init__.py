@@ -8,11 +8,12 @@ ops an entry produces runs the composite op too (`op_support` asks the entry). T
 Modules: `composite` (views under other names, PReLU, norms and weight norm, index_add, meshgrid, fills),
 `convolution` (core ATen's convolution, 1-3 d, transposed; col2im), `einsum`, `normalization` (norms with their
 statistics, batch norm with batch statistics, prod, sort), `pooling` (max pooling with indices, 3-d average and
-adaptive pooling), `recurrent` (LSTM, GRU, RNN and their cells, unrolled over the static sequence length), `scatters`
-(a view's elements written back into its base: what functionalisation makes of an in-place op on a view).
+adaptive pooling), `recurrent` (LSTM, GRU, RNN and their cells, unrolled over the static sequence length), `sampling`
+(grid_sample), `scatters` (the scatters, index_put, masked_scatter, and a view's elements written back into its base:
+what functionalisation makes of an in-place op on a view).
 """
 
-from . import composite, convolution, einsum, normalization, pooling, recurrent, scatters  # noqa: F401
+from . import composite, convolution, einsum, normalization, pooling, recurrent, sampling, scatters  # noqa: F401
 from .registry import DECOMPOSITIONS, Decomposition, Rewriter, decompose, decomposes
 
 DECOMPOSED_OPS = frozenset(DECOMPOSITIONS)

@@ -234,3 +234,125 @@ def _index_add(rw: Rewriter, node: Node) -> Value:
         summed = rw.op("to.dtype", summed, dtype=x.dtype)
     result = rw.op("add.Tensor", x, summed)
     return rw.op("reshape.default", result, shape=list(out.shape)) if rank0 else result
+
+
+# ---- as_strided, distances, embedding bags --------------------------------------------------------------------------
+
+
+@decomposes("as_strided.default", emits=("reshape.default", "arange.default", "mul.Tensor", "add.Tensor",
+                                         "index_select.default", "full.default"))
+def _as_strided(rw: Rewriter, node: Node) -> Value:
+    """The input's elements (as its own contiguous storage) at offset + sum(i_k * stride_k): one gather."""
+    x, out = node.inputs[0], node.outputs[0]
+    size, stride = list(node.attrs["size"]), list(node.attrs["stride"])
+    offset = node.attrs.get("storage_offset") or 0
+    if out.type.numel == 0:
+        return rw.op("full.default", size=size, fill_value=0, dtype=x.dtype)
+    index = None
+    for k, (n, s) in enumerate(zip(size, stride)):
+        term = rw.op("mul.Tensor", rw.op("reshape.default", rw.op("arange.default", end=n, dtype="int64"),
+                                         shape=[n if i == k else 1 for i in range(len(size))]), other=s)
+        index = term if index is None else rw.op("add.Tensor", index, term)
+    if index is None:  # a 0-d result
+        index = rw.op("full.default", size=[], fill_value=0, dtype="int64")
+    if offset:
+        index = rw.op("add.Tensor", index, other=offset)
+    flat = rw.op("reshape.default", x, shape=[x.type.numel])
+    taken = rw.op("index_select.default", flat, rw.op("reshape.default", index, shape=[out.type.numel]), dim=0)
+    return rw.op("reshape.default", taken, shape=size)
+
+
+_DIST = (*_NORM_OPS, "unsqueeze.default", "sub.Tensor", "index_select.default", "linalg_vector_norm.default",
+         "full.default")
+
+
+@decomposes("_cdist_forward.default", "cdist.default", emits=_DIST)
+def _cdist(rw: Rewriter, node: Node) -> Value:
+    """The p-norm of every difference x1[.., i, :] - x2[.., j, :] (broadcast over the batch), fused into the norm's
+    reduction: exact differences, where ATen's matmul form for large p = 2 inputs loses digits to cancellation."""
+    x1, x2 = node.inputs
+    diff = rw.op("sub.Tensor", rw.op("unsqueeze.default", x1, dim=-2), rw.op("unsqueeze.default", x2, dim=-3))
+    return rw.op("linalg_vector_norm.default", diff, ord=float(node.attrs["p"]), dim=[-1], keepdim=False)
+
+
+@decomposes("_pdist_forward.default", "pdist.default", emits=_DIST)
+def _pdist(rw: Rewriter, node: Node) -> Value:
+    """The p-norm of x[i] - x[j] for every pair i < j, in row-major order of the pairs."""
+    x, out = node.inputs[0], node.outputs[0]
+    n = x.shape[0]
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    if not pairs:
+        return rw.op("full.default", size=list(out.shape), fill_value=0, dtype=out.dtype)
+    first = rw.constant([i for i, _ in pairs], "int64", (len(pairs),))
+    second = rw.constant([j for _, j in pairs], "int64", (len(pairs),))
+    diff = rw.op("sub.Tensor", rw.op("index_select.default", x, first, dim=0),
+                 rw.op("index_select.default", x, second, dim=0))
+    return rw.op("linalg_vector_norm.default", diff, ord=float(node.attrs["p"]), dim=[-1], keepdim=False)
+
+
+_BAG = ("embedding.default", "reshape.default", "arange.default", "ge.Tensor", "lt.Tensor", "ne.Scalar",
+        "logical_and.default", "unsqueeze.default", "where.ScalarOther", "sum.dim_IntList", "amax.default",
+        "amin.default", "mul.Tensor", "div.Tensor", "clamp.default", "gt.Scalar", "eq.Tensor", "where.self",
+        "index_select.default", "cat.default", "full.default", "zeros.default", "to.dtype", "slice.Tensor",
+        "sub.Scalar", "expand.default")
+
+
+@decomposes("_embedding_bag.default", "embedding_bag.default", "embedding_bag.padding_idx", emits=_BAG)
+def _embedding_bag(rw: Rewriter, node: Node) -> list[Value]:
+    """Bag b sums (mode 0), averages (1) or takes the max (2) of the weight rows its indices pick, indices[offsets[b] :
+    offsets[b + 1]], without the padding row; an empty bag gives zeros. Over a [bags, indices] membership the
+    lowering fuses into the reduction. The other outputs are ATen's CPU kernel's (bag of each index, bag sizes, the
+    rows that gave the maxima), in the shapes the IR declares."""
+    w, idx, offsets = node.inputs[:3]
+    psw = node.inputs[3] if len(node.inputs) > 3 else None
+    a = node.attrs
+    mode = int(a["mode"])
+    pad = -1 if a.get("padding_idx") is None else int(a["padding_idx"])
+    n, d = idx.type.numel, w.shape[1]
+    bags = offsets.shape[0] - (1 if a["include_last_offset"] else 0)
+    out_v = node.outputs[0]
+    acc = F32 if w.dtype in HALF_DTYPES else w.dtype
+    idx = rw.op("reshape.default", idx, shape=[n])
+    off = rw.op("to.dtype", offsets, dtype="int64") if offsets.dtype != "int64" else offsets
+    start = rw.op("slice.Tensor", off, dim=0, start=0, end=bags, step=1)
+    end = rw.op("cat.default", rw.op("slice.Tensor", off, dim=0, start=1, end=bags, step=1),
+                rw.op("full.default", size=[1], fill_value=n, dtype="int64"), dim=0) \
+        if not a["include_last_offset"] else rw.op("slice.Tensor", off, dim=0, start=1, end=bags + 1, step=1)
+    pos = rw.op("reshape.default", rw.op("arange.default", end=n, dtype="int64"), shape=[1, n])
+    member = rw.op("logical_and.default", rw.op("ge.Tensor", pos, rw.op("unsqueeze.default", start, dim=1)),
+                   rw.op("lt.Tensor", pos, rw.op("unsqueeze.default", end, dim=1)))  # [B, N]
+    if pad >= 0:
+        member = rw.op("logical_and.default", member,
+                       rw.op("unsqueeze.default", rw.op("ne.Scalar", idx, other=pad), dim=0))
+    count = rw.op("sum.dim_IntList", member, dim=[1], keepdim=False)  # [B] int64
+    rows = rw.op("embedding.default", w, idx)  # [N, D]
+    rows = rows if rows.dtype == acc else rw.op("to.dtype", rows, dtype=acc)
+    if psw is not None:
+        rows = rw.op("mul.Tensor", rows, rw.op("unsqueeze.default", rw.op("to.dtype", psw, dtype=acc)
+                                                if psw.dtype != acc else psw, dim=1))
+    m3 = rw.op("unsqueeze.default", member, dim=2)  # [B, N, 1]
+    r3 = rw.op("unsqueeze.default", rows, dim=0)  # [1, N, D]
+    some = rw.op("unsqueeze.default", rw.op("gt.Scalar", count, other=0), dim=1)  # [B, 1]
+    max_rows = None
+    if mode == 2:
+        best = rw.op("amax.default", rw.op("where.ScalarOther", m3, r3, other=-math.inf), dim=[1], keepdim=False)
+        out = rw.op("where.ScalarOther", some, best, other=0)
+        # the first index in the bag that holds the maximum: its weight row
+        hit = rw.op("logical_and.default", m3, rw.op("eq.Tensor", r3, rw.op("unsqueeze.default", best, dim=1)))
+        at = rw.op("reshape.default", rw.op("arange.default", end=n, dtype="int64"), shape=[1, n, 1])
+        first = rw.op("amin.default", rw.op("where.ScalarOther", hit, at, other=n), dim=[1], keepdim=False)
+        picked = rw.op("index_select.default", idx, rw.op("reshape.default", rw.op("clamp.default", first, min=0,
+                                                                                   max=max(n - 1, 0)),
+                                                          shape=[bags * d]), dim=0)
+        max_rows = rw.op("where.ScalarOther", some, rw.op("reshape.default", picked, shape=[bags, d]), other=0)
+    else:
+        out = rw.op("sum.dim_IntList", rw.op("where.ScalarOther", m3, r3, other=0), dim=[1], keepdim=False)
+        if mode == 1:
+            out = rw.op("div.Tensor", out, rw.op("unsqueeze.default", rw.op("clamp.default", count, min=1), dim=1))
+    out = out if out.dtype == out_v.dtype else rw.op("to.dtype", out, dtype=out_v.dtype)
+    started = rw.op("ge.Tensor", rw.op("reshape.default", pos, shape=[n, 1]), rw.op("unsqueeze.default", start, dim=0))
+    bag_of = rw.op("sub.Scalar", rw.op("sum.dim_IntList", started, dim=[1], keepdim=False), other=1)
+    sizes = count if mode else rw.op("zeros.default", size=[bags], dtype="int64")
+    extra = {0: sizes, 1: sizes, 2: max_rows}[mode]
+    return [out] + [v if v.shape == o.shape else rw.op("zeros.default", size=list(o.shape), dtype=o.dtype)
+                    for v, o in zip((bag_of, sizes, extra), node.outputs[1:])]

@@ -335,10 +335,23 @@ def _bitwise(op: str) -> Builder:
     return build
 
 
+def _bitwise_scalar(op: str) -> Builder:
+    """A bool mask with a bool number (`mask & True`); integers have no bitwise primitive, as for `_bitwise`."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        if out != "bool":
+            raise ValueError(f"bitwise {op} of {out} tensors has no primitive (only bool operands lower)")
+        return _bin("ne" if op == "xor" else op, cast(ops[0], "bool"), const(bool(attrs["other"]), "bool"), "bool")
+
+    return build
+
+
 for _name, _logic_op in (("and", "and"), ("or", "or"), ("xor", "xor")):
     _op(f"logical_{_name}.default(Tensor self, Tensor other) -> Tensor", _logic(_logic_op))
     _op(f"bitwise_{_name}.Tensor(Tensor self, Tensor other) -> Tensor", _bitwise(_logic_op))
     _op(f"__{_name}__.Tensor(Tensor self, Tensor other) -> Tensor", _bitwise(_logic_op))
+    _op(f"bitwise_{_name}.Scalar(Tensor self, Scalar other) -> Tensor", _bitwise_scalar(_logic_op))
+    _op(f"__{_name}__.Scalar(Tensor self, Scalar other) -> Tensor", _bitwise_scalar(_logic_op))
 
 
 def _bitwise_not(ops: Operands, attrs: dict, out: str) -> Expr:

@@ -305,6 +305,16 @@ select_scatter.default(Tensor self, Tensor src, int dim, SymInt index) -> Tensor
 slice_scatter.default(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor
 diagonal_scatter.default(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor
 zero.default(Tensor self) -> Tensor
+cdist.default(Tensor x1, Tensor x2, float p=2., int? compute_mode=None) -> Tensor
+pdist.default(Tensor self, float p=2.) -> Tensor
+embedding_bag.default(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)
+embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)
+grid_sampler.default(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor
+grid_sampler_2d.default(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor
+as_strided.default(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor
+_cdist_forward.default(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor
+_pdist_forward.default(Tensor self, float p=2.) -> Tensor
+_embedding_bag.default(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)
 scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
 scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor
 scatter_add.default(Tensor self, int dim, Tensor index, Tensor src) -> Tensor

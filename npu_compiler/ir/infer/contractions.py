@@ -400,3 +400,46 @@ def _col2im(node: Node) -> list[TensorType]:
         raise InferError(f"an input of shape {list(x.shape)} is not the columns of a {h}x{w} image with kernel "
                          f"{kh}x{kw} ({lh}x{lw} blocks)")
     return [TensorType(x.shape[:-2] + (rows // (kh * kw), h, w), x.dtype)]
+
+
+@infers("_cdist_forward.default", "cdist.default")
+def _cdist(node: Node) -> list[TensorType]:
+    x1, x2 = tensor(node, 0, "x1"), tensor(node, 1, "x2")
+    _need_float(x1, "x1")
+    _same_dtypes([x1, x2], "x1 and x2")
+    if len(x1.shape) < 2 or len(x2.shape) < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise InferError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [..., P, M] and [..., R, M]")
+    p = node.attrs["p"]
+    if p < 0 or p != p:
+        raise InferError(f"p must be a number >= 0, got {p!r}")
+    return [TensorType(broadcast(x1.shape[:-2], x2.shape[:-2]) + (x1.shape[-2], x2.shape[-2]), x1.dtype)]
+
+
+@infers("_pdist_forward.default", "pdist.default")
+def _pdist(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    if len(x.shape) != 2:
+        raise InferError(f"pdist takes a matrix [N, M], got {list(x.shape)}")
+    p = node.attrs["p"]
+    if p < 0 or p != p:
+        raise InferError(f"p must be a number >= 0, got {p!r}")
+    n = x.shape[0]
+    return [TensorType((n * (n - 1) // 2,), x.dtype)]
+
+
+@infers("grid_sampler_2d.default", "grid_sampler.default")
+def _grid_sampler(node: Node) -> list[TensorType]:
+    x, grid = tensor(node, 0, "input"), tensor(node, 1, "grid")
+    a = node.attrs
+    _need_float(x)
+    _same_dtypes([x, grid], "input and grid")
+    if len(x.shape) != 4 or len(grid.shape) != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
+        raise InferError(f"2-d grid sampling takes an input [N, C, H, W] and a grid [N, H_out, W_out, 2], got "
+                         f"{list(x.shape)} and {list(grid.shape)}")
+    if a["interpolation_mode"] not in (0, 1, 2) or a["padding_mode"] not in (0, 1, 2):
+        raise InferError(f"interpolation_mode {a['interpolation_mode']} or padding_mode {a['padding_mode']} out of "
+                         "range (0-2)")
+    if any(n == 0 for n in x.shape[2:]):
+        raise InferError(f"input {list(x.shape)} has an empty image")
+    return [TensorType((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)]

@@ -371,7 +371,8 @@ def _logical(node: Node) -> list[TensorType]:
 
 
 @infers("bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "__and__.Tensor", "__or__.Tensor",
-        "__xor__.Tensor")
+        "__xor__.Tensor", "bitwise_and.Scalar", "bitwise_or.Scalar", "bitwise_xor.Scalar", "__and__.Scalar",
+        "__or__.Scalar", "__xor__.Scalar")
 def _bitwise(node: Node) -> list[TensorType]:
     ops = _binary_ops(node)
     dt = result_type(*ops)

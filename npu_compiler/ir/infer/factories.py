@@ -207,3 +207,35 @@ def _index_put(node: Node) -> list[TensorType]:
     if used > max(len(x.shape), 1) or not idx:
         raise InferError(f"{used} indexed dims for a tensor of rank {len(x.shape)}")
     return _same(x)
+
+
+@infers("_embedding_bag.default", "embedding_bag.default", "embedding_bag.padding_idx")
+def _embedding_bag(node: Node) -> list[TensorType]:
+    w, idx, offsets = tensor(node, 0, "weight"), tensor(node, 1, "indices"), tensor(node, 2, "offsets")
+    a = node.attrs
+    if len(w.shape) != 2 or w.dtype not in ("float32", "float16", "bfloat16", "float64"):
+        raise InferError(f"the weight must be a floating-point matrix, got {w.dtype}{list(w.shape)}")
+    if idx.dtype not in ("int64", "int32") or offsets.dtype not in ("int64", "int32") or len(idx.shape) != 1 \
+            or len(offsets.shape) != 1:
+        raise InferError("indices and offsets must be integer vectors")
+    mode = a["mode"]
+    if mode not in (0, 1, 2):
+        raise InferError(f"mode {mode} is not 0 (sum), 1 (mean) or 2 (max)")
+    if len(node.inputs) > 3:
+        psw = node.inputs[3]
+        if mode != 0 or psw.shape != idx.shape or psw.dtype != w.dtype:
+            raise InferError("per_sample_weights go with mode 0 (sum), one per index, in the weight's dtype")
+    bags = offsets.shape[0] - (1 if a["include_last_offset"] else 0)
+    if bags < 0:
+        raise InferError("include_last_offset needs at least one offset")
+    n, d = idx.shape[0], w.shape[1]
+    # the other outputs exist for a backward pass; their shapes differ between ATen's CPU kernel and the meta
+    # function torch.export traces with: each is taken as declared among the two
+    declared = [v.type.shape for v in node.outputs[1:4]] + [()] * 3
+
+    def pick(i: int, choices: list[tuple[int, ...]]) -> TensorType:
+        return TensorType(declared[i] if declared[i] in choices else choices[0], "int64")
+
+    k = offsets.shape[0]
+    extra = [(bags, d)] if mode == 2 else [(bags,), (k,), (0,)]
+    return [TensorType((bags, d), w.dtype), pick(0, [(n,), (0,)]), pick(1, [(bags,), (k,)]), pick(2, extra)]

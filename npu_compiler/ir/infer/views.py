@@ -622,3 +622,17 @@ def _slice_scatter(node: Node) -> list[TensorType]:
 @infers("diagonal_scatter.default")
 def _diagonal_scatter(node: Node) -> list[TensorType]:
     return [_scatter_source(node, _diagonal_shape(node, tensor(node, 0, "self")))]
+
+
+@infers("as_strided.default")
+def _as_strided(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    size, stride = list(node.attrs["size"]), list(node.attrs["stride"])
+    offset = node.attrs.get("storage_offset") or 0
+    if len(size) != len(stride) or any(n < 0 for n in size) or any(s < 0 for s in stride) or offset < 0:
+        raise InferError(f"size {size}, stride {stride} and storage_offset {offset} must be non-negative, one stride "
+                         "per dim")
+    if math.prod(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= x.type.numel:
+        raise InferError(f"size {size} with stride {stride} from offset {offset} reaches past the {x.type.numel} "
+                         "elements of the input")
+    return _same_shape(x, size)
