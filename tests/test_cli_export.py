@@ -285,8 +285,8 @@ NEXT_MODELS = textwrap.dedent('''
 @pytest.mark.parametrize("factory", ["ConvPRelu", "WithFallback"])
 def test_export_suggests_commands_that_work(tmp_path, monkeypatch, capsys, factory):
     """Every command `npusim export` prints under next: runs as printed (the comment after it aside), for a model
-    the target runs whole (compile, run the artifact; and the half dtype it suggests) and for one with an op that
-    falls back (the partition report, run and verify on the IR)."""
+    the target runs whole and for one with an op that falls back (compiled into one artifact with a CPU segment,
+    which describe shows), and verify in the half dtype it suggests."""
     import shlex
 
     (tmp_path / "nextmodels.py").write_text(NEXT_MODELS)
@@ -297,8 +297,9 @@ def test_export_suggests_commands_that_work(tmp_path, monkeypatch, capsys, facto
     out = capsys.readouterr().out
     lines = [ln.strip() for ln in out.split("next:\n", 1)[1].splitlines()]
     commands = [shlex.split(ln.split("     (")[0]) for ln in lines if ln.startswith("npusim ")]
-    assert commands[0][0:2] == ["npusim", "verify"]
-    assert (["partition"] if factory == "WithFallback" else ["compile"]) == [c[1] for c in commands[1:2]]
+    assert [c[1] for c in commands] == ["verify", "compile"] + (["describe"] if factory == "WithFallback" else []) + [
+        "run"]
+    assert ("lgamma" in out) == (factory == "WithFallback")
     half = [ln for ln in lines if "add --dtype" in ln]
     if half:
         commands.append(commands[0] + ["--dtype", half[0].split("--dtype ")[1].split()[0]])

@@ -160,8 +160,8 @@ def _print_result(res, what: str, weights_note: str) -> None:
 
 def next_steps(res) -> list[str]:
     """The commands that work for this export on this machine: for the backend `run` and `verify` pick by default,
-    the target to compile for and the compute dtype it will get (and the half dtype to try), or, where some ops have
-    no lowering for that target, the partition report and the commands that take the partition path."""
+    the target to compile for and the compute dtype it will get (and the half dtype to try); where some ops have no
+    lowering for that target, which ones (they run on the CPU in the same artifact) and where to see why."""
     import npu_runtime
     from npu_compiler.errors import NPUSimError
     from npu_compiler.ir.reader import read_ir
@@ -183,16 +183,14 @@ def next_steps(res) -> list[str]:
         return [f"npusim verify {ir} --weights {weights}     (compile, run, compare with PyTorch)",
                 f"(the graph does not compile for '{target}' as it is: {e})"]
     steps = [f"npusim verify {ir} --weights {weights}     (compile for {target}, run on {backend.name}, compare with "
-             "PyTorch)"]
+             "PyTorch)",
+             f"npusim compile {ir} -o {art} --target {target}     (compute dtype {choice.dtype}, {choice.reason})"]
     if fallback:
         ops = sorted({f.op for f in fallback})
-        steps += [f"npusim partition {ir} --target {target}     ({len(fallback)} node(s) have no lowering for "
-                  f"'{target}': {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}; they run on the CPU through "
-                  "PyTorch)",
-                  f"npusim run {ir} --weights {weights}     (inputs generated; {own_inputs} for your own)"]
-        return steps
-    steps += [f"npusim compile {ir} -o {art} --target {target}     (compute dtype {choice.dtype}, {choice.reason})",
-              f"npusim run {art} --weights {weights}     (inputs generated; {own_inputs} for your own)"]
+        steps.append(f"npusim describe {art}     ({len(fallback)} node(s) have no lowering for '{target}' and run on "
+                     f"the CPU in the same artifact: {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}; this "
+                     "says where and why)")
+    steps.append(f"npusim run {art} --weights {weights}     (inputs generated; {own_inputs} for your own)")
     half = "float16" if has_convolutions(graph) else "bfloat16"
     if choice.dtype == "float32" and half in default_config(target).compute_dtypes:
         steps.append(f"in {half}, the precision an NPU computes in: add --dtype {half} to verify and compile")
