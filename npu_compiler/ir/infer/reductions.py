@@ -94,15 +94,6 @@ def _native_group_norm(node: Node) -> list[TensorType]:
     return [x.type] + [_statistics(node, choices)] * 2
 
 
-@infers("prod.default", "prod.dim_int")
-def _prod(node: Node) -> list[TensorType]:
-    x = tensor(node, 0)
-    dt = node.attrs.get("dtype") or ("int64" if x.dtype in INT_DTYPES | {"bool"} else x.dtype)
-    if node.op == "prod.default":
-        return [TensorType((), dt)]
-    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
-
-
 @infers("sort.default", "sort.stable")
 def _sort(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
@@ -148,11 +139,11 @@ def _mean(node: Node) -> list[TensorType]:
     return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
 
 
-@infers("sum.default", "sum.dim_IntList")
+@infers("sum.default", "sum.dim_IntList", "prod.default", "prod.dim_int")
 def _sum(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     dt = node.attrs.get("dtype") or ("int64" if x.dtype in INT_DTYPES | {"bool"} else x.dtype)
-    if node.op == "sum.default":
+    if node.op in ("sum.default", "prod.default"):
         return [TensorType((), dt)]
     return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), dt)]
 
