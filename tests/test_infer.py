@@ -15,6 +15,7 @@ from aten_reference import ReferenceError, resolve, run_node
 
 from npu_compiler.decompose import DECOMPOSED_OPS
 from npu_compiler.errors import ConstraintError, IRFormatError
+from npu_compiler.ir.aliases import ALIASES
 from npu_compiler.ir.infer import RULES, has_rule
 from npu_compiler.ir.reader import read_ir
 from npu_compiler.lowering.lower import SUPPORTED_OPS
@@ -1122,6 +1123,193 @@ def _grid_sampler(r):
         "interpolation_mode": r.randint(0, 2), "padding_mode": r.randint(0, 2), "align_corners": r.random() < 0.5}
 
 
+# ---- composite ops of real models: views, reductions, activations, resampling (decompose/views.py, reductions.py,
+# pooling.py, normalization.py, aliases.py; expr/aten_table.py) ------------------------------------------------------
+
+
+def _movedim(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"source": _dim(r, len(s)), "destination": _dim(r, len(s))}
+
+
+def _narrow(r):
+    s = _shape(r, r.randint(0, 3))
+    n = s[-1] if s else 0
+    return [(s, _dt(r))], {"dim": _dim(r, len(s)), "start": r.randint(-n - 1, n + 1), "length": r.randint(-1, 3)}
+
+
+def _as_other(r):
+    s = _shape(r, lo=1)
+    other = r.choice([s, (math.prod(s),), tuple(reversed(s)), (math.prod(s) + 1,)])
+    return [(s, _dt(r)), (other, _dt(r))], {}
+
+
+def _image(r, rank_lo: int = 3) -> tuple[int, ...]:
+    return tuple(r.choice([1, 2, 3, 4, 6, 8]) for _ in range(r.randint(rank_lo - 1, 5)))
+
+
+def _factor(name: str) -> Gen:
+    return lambda r: ([(_image(r), _dt(r))], {name: r.choice([1, 2, 3, 0])})
+
+
+def _triangle(r):
+    return [(_shape(r, r.randint(1, 4)), _dt(r))], {"diagonal": r.randint(-3, 3)}
+
+
+def _count_nonzero(listed: bool) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        if listed:
+            return [(s, _dt(r))], {"dim": r.choice([[], [_dim(r, len(s))], [_dim(r, len(s)), _dim(r, len(s))]])}
+        return [(s, _dt(r))], {"dim": r.choice([None, _dim(r, len(s))])}
+    return gen
+
+
+def _aminmax(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": r.choice([None, _dim(r, len(s))]), "keepdim": r.random() < 0.5}
+
+
+def _logsumexp(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": r.choice([[], [_dim(r, len(s))], [_dim(r, len(s)), _dim(r, len(s))]]),
+                           "keepdim": r.random() < 0.5}
+
+
+def _argsort(stable: bool) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        a = {"dim": _dim(r, len(s)), "descending": r.random() < 0.5}
+        if stable:
+            a["stable"] = r.random() < 0.5
+        return [(s, _dt(r))], a
+    return gen
+
+
+def _glu(r):
+    s = _shape(r)
+    return [(s, _dt(r))], {"dim": _dim(r, len(s))}
+
+
+def _rms_norm(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    k = r.randint(1, len(s))
+    ns = list(s[len(s) - k:]) if r.random() < 0.85 else [s[-1] + 1]
+    ins = [(s, _dt(r, FLOATS + ["float64", "int64"]))]
+    if r.random() < 0.6:
+        ins.append((tuple(ns), ins[0][1] if r.random() < 0.8 else _dt(r, FLOATS)))
+    a: dict = {"normalized_shape": ns}
+    if r.random() < 0.5:
+        a["eps"] = r.choice([1e-6, 1e-5])
+    return ins, a
+
+
+def _instance_norm(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 4), r.randint(1, 3))[:r.randint(3, 4)]
+    dt = _dt(r, FLOATS + ["float64"])
+    c = x[1]
+    stats = r.random() < 0.5  # (with weight and bias: three inputs with the running statistics are read positionally)
+    ins = [(x, dt)] + [((c,), dt)] * (2 if r.random() < 0.5 or stats else 0) + [((c,), dt)] * (2 if stats else 0)
+    return ins, {"use_input_stats": not stats or r.random() < 0.5, "momentum": 0.1, "eps": 1e-5,
+                 "cudnn_enabled": False}
+
+
+def _one_hot(r):
+    s = _shape(r)
+    return [(s, r.choice(["int64", "int64", "int32"]))], {"num_classes": r.choice([2, 3, 5])}  # (the data are 1s)
+
+
+def _pair_of_floats(r):
+    s = _shape(r, r.randint(1, 3), lo=1)
+    dt = _dt(r, FLOATS + ["float64"])
+    return [(s, dt), (_bshape(r, s), dt if r.random() < 0.9 else _dt(r, FLOATS))], {}
+
+
+def _cosine_similarity(r):
+    ins, _ = _pair_of_floats(r)
+    return ins, {"dim": _dim(r, len(ins[0][0])), "eps": 1e-8}
+
+
+def _pairwise_distance(r):
+    ins, _ = _pair_of_floats(r)
+    return ins, {"p": r.choice([2.0, 1.0, 3.0]), "eps": 1e-6, "keepdim": r.random() < 0.5}
+
+
+def _outer(r):
+    return [((r.randint(0, 4),), _dt(r)), ((r.randint(0, 4),) if r.random() < 0.9 else (2, 2), _dt(r))], {}
+
+
+def _max_pool1d(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 8))
+    if r.random() < 0.2:
+        x = x[1:]
+    k = r.randint(1, 3)
+    return [(x, _dt(r, FLOATS + ["int64"]))], {
+        "kernel_size": [k], "stride": r.choice([[], [1], [2]]), "padding": [r.randint(0, 1)],
+        "dilation": [r.randint(1, 2)], "ceil_mode": r.random() < 0.4}
+
+
+def _adaptive_max(nd: int) -> Gen:
+    def gen(r):
+        x = (r.randint(1, 2), r.randint(1, 3)) + tuple(r.randint(1, 6) for _ in range(nd))
+        if r.random() < 0.2:
+            x = x[1:]
+        return [(x, _dt(r, FLOATS + ["int64"]))], {"output_size": [r.randint(1, 4) for _ in range(nd)]}
+    return gen
+
+
+def _upsample_nd(nd: int, linear: bool = False) -> Gen:
+    def gen(r):
+        x = (r.randint(1, 2), r.randint(1, 3)) + tuple(r.randint(1, 5) for _ in range(nd))
+        if r.random() < 0.1:
+            x = x[1:]
+        a: dict = {}
+        if linear:
+            a["align_corners"] = r.random() < 0.5
+        if r.random() < 0.5:
+            a["output_size"], a["scale_factors"] = [r.choice([1, 3, 8]) for _ in range(nd)], None
+        else:
+            a["output_size"], a["scale_factors"] = None, [r.choice([0.5, 1.0, 2.0, 1.7]) for _ in range(nd)]
+        return [(x, _dt(r, FLOATS + ["float64", "uint8"]))], a
+    return gen
+
+
+def _im2col(r):
+    x = (r.randint(1, 2), r.randint(1, 3), r.randint(1, 6), r.randint(1, 6))
+    if r.random() < 0.2:
+        x = x[1:]
+    return [(x, _dt(r, FLOATS + ["int64"]))], {
+        "kernel_size": [r.randint(1, 3), r.randint(1, 3)], "dilation": [r.randint(1, 2)] * 2,
+        "padding": [r.randint(0, 1)] * 2, "stride": [r.randint(1, 2), r.randint(1, 2)]}
+
+
+def _addc(r):
+    s = _shape(r)
+    ins = [(s, _dt(r)), (_bshape(r, s), _dt(r)), (_bshape(r, s), _dt(r))]
+    return ins, ({"value": r.choice([1, 0.5, -2])} if r.random() < 0.5 else {})
+
+
+def _lerp(tensor_weight: bool) -> Gen:
+    def gen(r):
+        s = _shape(r)
+        dt = _dt(r)
+        ins = [(s, dt), (_bshape(r, s), dt if r.random() < 0.9 else _dt(r))]
+        if tensor_weight:
+            return ins + [(_bshape(r, s), dt)], {}
+        return ins, {"weight": r.choice([0.3, 0.7, 2])}
+    return gen
+
+
+def _threshold(r):
+    return [(_shape(r), _dt(r))], {"threshold": r.choice([0, 0.5, -1, 300]), "value": r.choice([0, 2.5, -7, 1e5])}
+
+
+def _as_alias(gen: Gen, names: dict[str, str]) -> Gen:
+    """An alias op's operands: its target's, the attributes under the alias's names."""
+    back = {v: k for k, v in names.items()}
+    return lambda r: (lambda c: (c[0], {back.get(k, k): v for k, v in c[1].items()}))(gen(r))
+
+
 DECOMPOSED_CASES: dict[str, Gen] = {
     "as_strided.default": _as_strided,
     "_cdist_forward.default": lambda r: (lambda c: (c[0], {**c[1], "compute_mode": None}))(_cdist(r)),
@@ -1196,6 +1384,65 @@ DECOMPOSED_CASES: dict[str, Gen] = {
     "einsum.default": _einsum,
     **{f"{k}.input": _recurrent(k) for k in ("lstm", "gru", "rnn_tanh", "rnn_relu")},
     **{f"{k}_cell.default": _cell(k) for k in ("lstm", "gru", "rnn_tanh", "rnn_relu")},
+    "movedim.int": _movedim,
+    "narrow.default": _narrow,
+    "view_as.default": _as_other,
+    "reshape_as.default": _as_other,
+    "ravel.default": unary(),
+    "positive.default": unary(),
+    "square.default": unary(),
+    "pixel_shuffle.default": _factor("upscale_factor"),
+    "pixel_unshuffle.default": _factor("downscale_factor"),
+    "channel_shuffle.default": _factor("groups"),
+    "tril.default": _triangle,
+    "triu.default": _triangle,
+    "all.default": unary(),
+    "all.dim": _one_dim,
+    "all.dims": _opt_dim(True),
+    "max.default": unary(),
+    "min.default": unary(),
+    "aminmax.default": _aminmax,
+    "logsumexp.default": _logsumexp,
+    "std.correction": _var("correction"),
+    "std.dim": _var("dim"),
+    "var_mean.correction": _var("correction"),
+    "var_mean.dim": _var("dim"),
+    "std_mean.correction": _var("correction"),
+    "std_mean.dim": _var("dim"),
+    "count_nonzero.default": _count_nonzero(False),
+    "count_nonzero.dim_IntList": _count_nonzero(True),
+    "argsort.default": _argsort(False),
+    "argsort.stable": _argsort(True),
+    "glu.default": _glu,
+    "rms_norm.default": _rms_norm,
+    "instance_norm.default": _instance_norm,
+    "one_hot.default": _one_hot,
+    "cosine_similarity.default": _cosine_similarity,
+    "pairwise_distance.default": _pairwise_distance,
+    "outer.default": _outer,
+    "max_pool1d.default": _max_pool1d,
+    "adaptive_max_pool1d.default": _adaptive_max(1),
+    "adaptive_max_pool2d.default": _adaptive_max(2),
+    "upsample_nearest1d.vec": _upsample_nd(1),
+    "upsample_nearest3d.vec": _upsample_nd(3),
+    "_upsample_nearest_exact1d.vec": _upsample_nd(1),
+    "_upsample_nearest_exact2d.vec": _upsample_nd(2),
+    "_upsample_nearest_exact3d.vec": _upsample_nd(3),
+    "upsample_linear1d.vec": _upsample_nd(1, True),
+    "im2col.default": _im2col,
+    **{op: unary() for op in ("hardswish.default", "hardsigmoid.default", "relu6.default", "mish.default",
+                              "selu.default", "log_sigmoid.default", "nan_to_num.default", "exp2.default")},
+    "celu.default": unary(alpha=lambda r: r.choice([1.0, 0.5, 2.0])),
+    "hardshrink.default": unary(lambd=lambda r: r.choice([0.5, 1.0, 0.0])),
+    "softshrink.default": unary(lambd=lambda r: r.choice([0.5, 1.0, 0.0])),
+    "logit.default": unary(eps=lambda r: r.choice([None, 1e-6, 0.1])),
+    "threshold.default": _threshold,
+    "addcmul.default": _addc,
+    "addcdiv.default": _addc,
+    "lerp.Scalar": _lerp(False),
+    "lerp.Tensor": _lerp(True),
+    "hypot.default": binary(),
+    "xlogy.Tensor": binary(),
 }
 
 
@@ -1374,6 +1621,8 @@ CASES: dict[str, Gen] = {
     **DECOMPOSED_CASES,
 }
 
+CASES.update({alias: _as_alias(CASES[target], names) for alias, (target, names) in ALIASES.items()})
+
 
 # ---- the reference: ATen, arguments bound by name from PyTorch's own schema ------------------------------------
 
@@ -1396,6 +1645,8 @@ STRICTER = {
     "clamp.Tensor": "does not say whether",
     # ATen's result dtype for integer einsums depends on its contraction path
     "einsum.default": "floating-point operands",
+    # ATen multiplies by a weight of another dtype, rounding the product to the input's (an export never mixes them)
+    "rms_norm.default": "the input",
     # a transposed convolution with no output rows: some of ATen's kernels give an empty tensor, others refuse
     **{op: "smaller than the kernel" for op in ("convolution.default", "conv_transpose1d.default",
                                                 "conv_transpose2d.input", "conv_transpose3d.input")},

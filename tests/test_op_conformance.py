@@ -1441,6 +1441,140 @@ case("bitwise_scalar_bool", lambda m: (m & True, m | False, m ^ True, A.bitwise_
      lambda d: (mask(3, 4),), ("__and__.Scalar", "__or__.Scalar", "__xor__.Scalar", "bitwise_and.Scalar",
                                "bitwise_or.Scalar", "bitwise_xor.Scalar"), "exact", (BOOL,))
 
+# Composite ops of real models (decompose/views.py, reductions.py, pooling.py, normalization.py, aliases.py) and the
+# activations of expr/aten_table.py, grouped so that each case is one export.
+case("aliases", lambda x, y: (torch.multiply(x, y), torch.divide(x, y), torch.true_divide(x, 2.0), torch.subtract(x, y),
+                              torch.negative(x), torch.absolute(x), torch.clip(x, -1, 1), torch.greater(x, y),
+                              torch.greater_equal(x, 0.5), torch.less(x, y), torch.less_equal(x, 0.5),
+                              torch.not_equal(x, y), torch.arctan(x), torch.arctan2(x, y), torch.swapaxes(x, 0, 1),
+                              torch.swapdims(x, 1, 0), torch.moveaxis(x, 0, 1), torch.sgn(x), torch.fix(x),
+                              torch.greater(x, 0.2), torch.less(x, 0.2), torch.not_equal(x, 0.2),
+                              torch.multiply(x, 2.0), torch.subtract(x, 1.5)),
+     lambda d: (rnd(3, 4, dt=d), pos(3, 4, dt=d)),
+     ("multiply.Tensor", "divide.Tensor", "true_divide.Tensor", "subtract.Tensor", "negative.default",
+      "absolute.default", "clip.default", "greater.Tensor", "greater_equal.Scalar", "less.Tensor", "less_equal.Scalar",
+      "not_equal.Tensor", "arctan.default", "arctan2.default", "swapaxes.default", "swapdims.default", "moveaxis.int",
+      "sgn.default", "fix.default", "greater.Scalar", "less.Scalar", "not_equal.Scalar"), "elementwise", (F32, F16))
+case("aliases_inverse_trig", lambda x, y: (torch.arcsin(x), torch.arccos(x), torch.arctanh(x), torch.arcsinh(y),
+                                           torch.arccosh(y + 1), torch.greater_equal(x, y), torch.less_equal(x, y),
+                                           torch.not_equal(x, 0.5)),
+     lambda d: (rnd(3, 4, dt=d, lo=-0.9, hi=0.9), pos(3, 4, dt=d)),
+     ("arcsin.default", "arccos.default", "arctanh.default", "arcsinh.default", "arccosh.default",
+      "greater_equal.Tensor", "less_equal.Tensor"), "elementwise", (F32,))
+case("activations", lambda x: (F.hardswish(x), F.hardsigmoid(x), F.mish(x), F.selu(x), F.celu(x, 0.7),
+                               F.logsigmoid(x), F.hardshrink(x, 0.6), F.softshrink(x, 0.4), F.threshold(x, 0.3, -2.0),
+                               torch.exp2(x)),
+     lambda d: (torch.cat([rnd(57, dt=d, lo=-8, hi=8), torch.tensor([0.0, -0.0, 3.0, -3.0, 0.6, -0.4, 0.3,
+                                                                    40.0, -40.0]).to(d)]),),
+     ("hardswish.default", "hardsigmoid.default", "mish.default", "selu.default", "celu.default",
+      "log_sigmoid.default", "hardshrink.default", "softshrink.default", "threshold.default", "exp2.default"))
+case("relu6_threshold_int", lambda i: (A.relu6(i), F.threshold(i, 2, -5), torch.exp2(i)),
+     lambda d: (rnd(13, dt=d, lo=-9, hi=9),), ("relu6.default", "threshold.default", "exp2.default"), "elementwise",
+     (I64,))
+case("relu6", lambda x: A.relu6(x), lambda d: (rnd(33, dt=d, lo=-9, hi=9),), "relu6.default", "exact")
+case("pointwise_composites", lambda x, y, z: (torch.addcmul(x, y, z, value=0.5), torch.addcdiv(x, y, z, value=-2),
+                                              torch.lerp(x, y, 0.3), torch.lerp(x, y, z / 8), torch.hypot(x, y),
+                                              torch.xlogy(x, z), torch.logit(z / 5), torch.logit(z / 5, 0.1)),
+     lambda d: (rnd(3, 5, dt=d), rnd(5, dt=d), pos(3, 1, dt=d)),
+     ("addcmul.default", "addcdiv.default", "lerp.Scalar", "lerp.Tensor", "hypot.default", "xlogy.Tensor",
+      "logit.default"))
+case("pointwise_composites_special", lambda x, y: (torch.nan_to_num(x), torch.nan_to_num(x, 1.0, 100.0, -100.0),
+                                                   torch.hypot(x, y), torch.xlogy(y, x)),
+     lambda d: (special(d)[0], special(d)[0].flip(0)), ("nan_to_num.default", "hypot.default", "xlogy.Tensor"),
+     "elementwise", (F32,))
+case("addcmul_int", lambda i, j: (torch.addcmul(i, i, j, value=3), torch.nan_to_num(j)),
+     lambda d: (rnd(7, dt=d, lo=-9, hi=9), rnd(7, dt=d, lo=-9, hi=9)), ("addcmul.default", "nan_to_num.default"),
+     "exact", (I64,))
+def _view_composites(x, y):
+    return (x.movedim(0, -1), x.narrow(1, 1, 2), x.narrow(-1, -3, 2), x.view_as(y), x.reshape_as(y), x.ravel(), +x,
+            x.square(), F.pixel_shuffle(x.reshape(2, 4, 3, 1), 2), F.pixel_unshuffle(x.reshape(1, 2, 4, 3), 1),
+            F.channel_shuffle(x.reshape(1, 4, 2, 3), 2), x.tril(), x.triu(1), x.tril(-1))
+
+
+case("view_composites", _view_composites,
+     lambda d: (rnd(2, 4, 3, dt=d), rnd(6, 4, dt=d)),
+     ("movedim.int", "narrow.default", "view_as.default", "reshape_as.default", "ravel.default", "positive.default",
+      "square.default", "pixel_shuffle.default", "pixel_unshuffle.default", "channel_shuffle.default", "tril.default",
+      "triu.default"), "exact")
+case("view_composites_int", lambda i, m: (i.square(), m.square(), m.tril(), i.triu(-1), F.pixel_unshuffle(
+    i.reshape(1, 1, 4, 4), 2), torch.all(m), torch.all(m, 1), A.all.dims(i, [0, 1], True), i.max(), m.min(),
+    torch.count_nonzero(i), torch.count_nonzero(m, 0), A.count_nonzero.dim_IntList(i, [1])),
+     lambda d: (rnd(4, 4, dt=d, lo=-3, hi=3), mask(4, 4)),
+     ("square.default", "tril.default", "triu.default", "pixel_unshuffle.default", "all.default", "all.dim",
+      "all.dims", "max.default", "min.default", "count_nonzero.default", "count_nonzero.dim_IntList"), "exact",
+     (I64,))
+case("reduction_composites", lambda x: (x.max(), x.min(), *torch.aminmax(x), *torch.aminmax(x, dim=1, keepdim=True),
+                                        (x > 0).all(), (x > 0).all(-1), torch.count_nonzero(x > 0.5, -1),
+                                        x.argsort(-1), x.argsort(0, descending=True),
+                                        A.argsort.stable(x, stable=True, dim=1), F.one_hot(x.argmax(-1), 6)),
+     lambda d: (_distinct(4, 6, dt=d),),
+     ("max.default", "min.default", "aminmax.default", "all.default", "all.dim", "count_nonzero.default",
+      "argsort.default", "argsort.stable", "one_hot.default"), "exact")
+case("logsumexp_std", lambda x: (x.logsumexp(-1), x.logsumexp([0, 2], keepdim=True), x.std(1), x.std(-1, correction=0),
+                                 A.std.correction(x, [0, 1], correction=2, keepdim=True), *torch.var_mean(x, 2),
+                                 *torch.std_mean(x, [0, 2]), *A.var_mean.correction(x, None, correction=0),
+                                 *A.std_mean.correction(x, [1], keepdim=True)),
+     lambda d: (rnd(3, 4, 5, dt=d),),
+     ("logsumexp.default", "std.dim", "std.correction", "var_mean.dim", "std_mean.dim", "var_mean.correction",
+      "std_mean.correction"), "accumulate")
+case("logsumexp_special", lambda x: (x.logsumexp(-1), torch.logsumexp(x.clamp(-9, 9).int(), 0)),
+     lambda d: (torch.tensor([[0.0, 1.0, float("inf")], [float("-inf"), float("-inf"), float("-inf")],
+                              [1e30, 2.0, -3.0]]).to(d),), "logsumexp.default", "accumulate", (F32,))
+case("glu_cosine_outer", lambda x, y: (F.glu(x), F.glu(x, 0), F.cosine_similarity(x, y, -1),
+                                       F.cosine_similarity(x, y[:1], 0), F.pairwise_distance(x, y),
+                                       F.pairwise_distance(x, y, 1.0, keepdim=True), torch.outer(x[0], y[1])),
+     lambda d: (rnd(4, 6, dt=d), rnd(4, 6, dt=d)),
+     ("glu.default", "cosine_similarity.default", "pairwise_distance.default", "outer.default"), "accumulate")
+case("outer_int", lambda i, j: torch.outer(i, j), lambda d: (rnd(4, dt=d, lo=-9, hi=9), rnd(3, dt=d, lo=-9, hi=9)),
+     "outer.default", "exact", (I64,))
+
+
+class _RmsInstanceNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rms = torch.nn.RMSNorm(6)
+        self.rms_noeps = torch.nn.RMSNorm([3, 6], eps=None, elementwise_affine=False)
+        self.inorm = torch.nn.InstanceNorm1d(3, affine=True)
+        self.inorm_stats = torch.nn.InstanceNorm1d(3, track_running_stats=True)
+        self.inorm2d = torch.nn.InstanceNorm2d(3)
+        with torch.no_grad():
+            for p in [self.rms.weight, self.inorm.weight, self.inorm.bias, self.inorm_stats.running_mean]:
+                p.uniform_(-1, 1)
+            self.inorm_stats.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.rms(x), self.rms_noeps(x), self.inorm(x), self.inorm_stats(x),
+                self.inorm2d(x.reshape(2, 3, 2, 3)))
+
+
+case("rms_instance_norm", _RmsInstanceNorm, lambda d: (rnd(2, 3, 6, dt=d),), ("rms_norm.default",
+                                                                               "instance_norm.default"),
+     "accumulate", module=True)
+def _max_pools(x):
+    return (F.max_pool1d(x.flatten(2), 3, 2, 1), F.max_pool1d(x[0, 0], 2, ceil_mode=True),
+            *F.adaptive_max_pool2d(x, (2, 3), return_indices=True),
+            *F.adaptive_max_pool2d(x, (3, 2), return_indices=True),
+            *F.adaptive_max_pool1d(x.flatten(2), 5, return_indices=True), F.adaptive_max_pool1d(x[0], 1))
+
+
+case("pooling_1d_adaptive_max", _max_pools, lambda d: (_distinct(2, 3, 4, 6, dt=d),),
+     ("max_pool1d.default", "adaptive_max_pool2d.default", "adaptive_max_pool1d.default"), "exact")
+def _resamples(x):
+    v = x.flatten(2)
+    return (F.interpolate(v, scale_factor=2.0), F.interpolate(v, size=7),
+            F.interpolate(x.unsqueeze(2), scale_factor=(1.0, 1.5, 2.0)),
+            F.interpolate(x, size=(5, 3), mode="nearest-exact"), A._upsample_nearest_exact1d.vec(v, None, [1.7]),
+            A._upsample_nearest_exact3d.vec(x.unsqueeze(2), [2, 3, 5], None),
+            F.interpolate(v, scale_factor=1.5, mode="linear"),
+            F.interpolate(v, size=9, mode="linear", align_corners=True))
+
+
+case("resample_nearest_linear", _resamples, lambda d: (rnd(2, 3, 2, 3, dt=d),),
+     ("upsample_nearest1d.vec", "upsample_nearest3d.vec", "_upsample_nearest_exact2d.vec",
+      "_upsample_nearest_exact1d.vec", "_upsample_nearest_exact3d.vec", "upsample_linear1d.vec"), "accumulate")
+case("im2col", lambda x: (F.unfold(x, 2), F.unfold(x, (3, 2), dilation=(1, 2), padding=1, stride=(2, 1)),
+                          F.unfold(x[0], (1, 3))), lambda d: (rnd(2, 3, 4, 5, dt=d),), "im2col.default", "exact")
+
 ZOO_CASES_TO = len(CASES)
 
 

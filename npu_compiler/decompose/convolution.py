@@ -142,3 +142,25 @@ def _col2im(rw: Rewriter, node: Node) -> Value:
     total = rw.op("slice.Tensor", rw.op("slice.Tensor", total, dim=-2, start=ph, end=ph + h, step=1), dim=-1,
                   start=pw, end=pw + w, step=1)
     return total if total.dtype == out.dtype else rw.op("to.dtype", total, dtype=out.dtype)
+
+
+@decomposes("im2col.default", emits=("constant_pad_nd.default", "slice.Tensor", "stack.default", "reshape.default"))
+def _im2col(rw: Rewriter, node: Node) -> Value:
+    """`F.unfold`: the input padded, one strided slice per kernel position, stacked after the channels (row c * kh *
+    kw + i * kw + j of the result), the blocks flattened."""
+    x, a = node.inputs[0], node.attrs
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = ([v[0], v[0]] if len(v) == 1 else list(v) for v in (
+        a["kernel_size"], a["dilation"], a["padding"], a["stride"]))
+    h, w = x.shape[-2:]
+    lh, lw = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if ph or pw:
+        x = rw.op("constant_pad_nd.default", x, pad=[pw, pw, ph, ph], value=0)
+    rank = len(x.shape)
+    blocks = []
+    for i in range(kh):
+        rows = rw.op("slice.Tensor", x, dim=rank - 2, start=i * dh, end=i * dh + (lh - 1) * sh + 1, step=sh)
+        for j in range(kw):
+            blocks.append(rw.op("slice.Tensor", rows, dim=rank - 1, start=j * dw, end=j * dw + (lw - 1) * sw + 1,
+                                step=sw))
+    y = rw.op("stack.default", *blocks, dim=rank - 2)  # [.., C, kh * kw, LH, LW]
+    return rw.op("reshape.default", y, shape=list(node.outputs[0].shape))

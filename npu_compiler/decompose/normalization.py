@@ -161,3 +161,37 @@ def _sort(rw: Rewriter, node: Node) -> list[Value]:
     values, indices = rw.ops("topk.default", _as(rw, x, "int64" if x.dtype == "bool" else x.dtype), k=n,
                              dim=node.attrs["dim"], largest=bool(node.attrs["descending"]), sorted=True)
     return [_as(rw, values, x.dtype), indices]
+
+
+# ---- RMS norm and instance norm -------------------------------------------------------------------------------------
+
+
+@decomposes("rms_norm.default", emits=("to.dtype", "pow.Tensor_Scalar", "mean.dim", "add.Tensor", "rsqrt.default",
+                                       "mul.Tensor"))
+def _rms_norm(rw: Rewriter, node: Node) -> Value:
+    """ATen's composite: x * rsqrt(mean(x^2) + eps) in fp32 for a half input, rounded, then times the weight (eps by
+    default the opmath type's machine epsilon)."""
+    x = node.inputs[0]
+    k = len(node.attrs["normalized_shape"])
+    comp = F32 if x.dtype in HALF_DTYPES else x.dtype
+    eps = node.attrs.get("eps")
+    if eps is None:
+        eps = 2.220446049250313e-16 if comp == "float64" else 1.1920928955078125e-07
+    xf = _as(rw, x, comp)
+    dims = list(range(len(x.shape) - k, len(x.shape)))
+    ms = rw.op("mean.dim", rw.op("pow.Tensor_Scalar", xf, exponent=2), dim=dims, keepdim=True)
+    y = _as(rw, rw.op("mul.Tensor", xf, rw.op("rsqrt.default", rw.op("add.Tensor", ms, other=eps))), x.dtype)
+    return rw.op("mul.Tensor", y, node.inputs[1]) if len(node.inputs) > 1 else y
+
+
+@decomposes("instance_norm.default", emits=_STATS)
+def _instance_norm(rw: Rewriter, node: Node) -> Value:
+    """With the input's statistics: group norm with one group per channel (statistics per sample and channel); with
+    the running statistics: eval batch norm."""
+    x, extra = node.inputs[0], node.inputs[1:]
+    a = node.attrs
+    if not a["use_input_stats"]:
+        return rw.op("batch_norm.default", x, *extra, training=False, momentum=a["momentum"], eps=a["eps"],
+                     cudnn_enabled=False)
+    affine = extra[:2] if len(extra) == 4 or (len(extra) == 2 and not _running_stats(rw, list(extra))) else []
+    return rw.op("group_norm.default", x, *affine, num_groups=x.shape[1], eps=a["eps"])

@@ -175,3 +175,102 @@ def _adaptive_avg_pool3d(rw: Rewriter, node: Node) -> Value:
     y = rw.op("matmul.default", rw.constant(_averaging(d, od), F32, (od, d)), y)  # [.., OD, OH * OW]
     y = rw.op("reshape.default", y, shape=list(out_v.shape[:-3]) + [od, oh, ow])
     return y if y.dtype == out_v.dtype else rw.op("to.dtype", y, dtype=out_v.dtype)
+
+
+# ---- 1-d max pooling and adaptive max pooling ----------------------------------------------------------------------
+
+
+@decomposes("max_pool1d.default", emits=("unsqueeze.default", "max_pool2d.default", "squeeze.dim"))
+def _max_pool1d(rw: Rewriter, node: Node) -> Value:
+    """A 2-d max pooling over a height of one."""
+    x, a = node.inputs[0], node.attrs
+    k, s, p, d = _params(node, 1)
+    y = rw.op("max_pool2d.default", rw.op("unsqueeze.default", x, dim=-2), kernel_size=[1, k[0]], stride=[1, s[0]],
+              padding=[0, p[0]], dilation=[1, d[0]], ceil_mode=bool(a["ceil_mode"]))
+    return rw.op("squeeze.dim", y, dim=-2)
+
+
+def _adaptive_max_dim(rw: Rewriter, x: Value, d: int, out: int) -> tuple[Value, Value]:
+    """Adaptive max pooling along dim d: (values, the index along d of each maximum). Cell i covers
+    [floor(i n / out), ceil((i + 1) n / out)); equal cells are one reshaped `max`, unequal ones a `max` per cell."""
+    n = x.shape[d]
+    if n % out == 0:
+        k = n // out
+        shape = list(x.shape[:d]) + [out, k] + list(x.shape[d + 1:])
+        v, i = rw.ops("max.dim", rw.op("reshape.default", x, shape=shape), dim=d + 1, keepdim=False)
+        if k == 1:
+            return v, i
+        base = rw.op("mul.Tensor", rw.op("arange.default", end=out, dtype="int64"), other=k)
+        base = rw.op("reshape.default", base, shape=[out] + [1] * (len(x.shape) - d - 1))
+        return v, rw.op("add.Tensor", i, base)
+    values, indices = [], []
+    for c in range(out):
+        lo, hi = (c * n) // out, -(-((c + 1) * n) // out)
+        v, i = rw.ops("max.dim", rw.op("slice.Tensor", x, dim=d, start=lo, end=hi, step=1), dim=d, keepdim=True)
+        values.append(v)
+        indices.append(rw.op("add.Tensor", i, other=lo) if lo else i)
+    return rw.op("cat.default", *values, dim=d), rw.op("cat.default", *indices, dim=d)
+
+
+@decomposes("adaptive_max_pool1d.default", "adaptive_max_pool2d.default",
+            emits=("reshape.default", "max.dim", "arange.default", "mul.Tensor", "add.Tensor", "slice.Tensor",
+                   "cat.default", "gather.default", "zeros.default"))
+def _adaptive_max_pool(rw: Rewriter, node: Node) -> list[Value]:
+    """Separable: the maximum over each cell's rows, then over its columns, and the flat index of the winner (row *
+    W + column). Among equal maxima the first column wins, then the first row in it (ATen's kernel takes the first in
+    row-major order: the two differ only on ties)."""
+    x, (out_v, out_i) = node.inputs[0], node.outputs
+    if out_v.type.numel == 0:
+        return [rw.op("zeros.default", size=list(t.shape), dtype=t.dtype) for t in (out_v, out_i)]
+    rank = len(x.shape)
+    if node.op.startswith("adaptive_max_pool1d"):
+        return list(_adaptive_max_dim(rw, x, rank - 1, out_v.shape[-1]))
+    oh, ow = out_v.shape[-2:]
+    rows_v, rows_i = _adaptive_max_dim(rw, x, rank - 2, oh)  # [.., OH, W]
+    v, col = _adaptive_max_dim(rw, rows_v, rank - 1, ow)  # [.., OH, OW]
+    row = rw.op("gather.default", rows_i, col, dim=rank - 1)
+    return [v, rw.op("add.Tensor", rw.op("mul.Tensor", row, other=x.shape[-1]), col)]
+
+
+# ---- resampling: nearest in 1 and 3 dims, "nearest-exact", 1-d linear -----------------------------------------------
+
+_NEAREST = {"upsample_nearest1d.vec": (1, False), "upsample_nearest3d.vec": (3, False),
+            "_upsample_nearest_exact1d.vec": (1, True), "_upsample_nearest_exact2d.vec": (2, True),
+            "_upsample_nearest_exact3d.vec": (3, True)}
+
+
+def _nearest_sources(n_in: int, n_out: int, scale: float | None, exact: bool) -> list[int]:
+    """ATen's nearest_idx / nearest_exact_idx (UpSample.h): the scale and the product in fp32."""
+    from ..lowering.resample import _f32, _scale_value
+
+    if not exact and n_out == n_in:
+        return list(range(n_out))
+    if not exact and n_out == 2 * n_in:
+        return [i >> 1 for i in range(n_out)]
+    s = _scale_value(scale, n_in, n_out)
+    return [min(math.floor(_f32(_f32(i + 0.5 if exact else float(i)) * s)), n_in - 1) for i in range(n_out)]
+
+
+@decomposes(*_NEAREST, emits=("index_select.default",))
+def _upsample_nearest(rw: Rewriter, node: Node) -> Value:
+    """One gather per spatial dim, at the source indices ATen computes (a constant table)."""
+    nd, exact = _NEAREST[node.op]
+    x, out = node.inputs[0], node.outputs[0]
+    scales = node.attrs.get("scale_factors") or [None] * nd
+    for i in range(nd):
+        d = 2 + i
+        src = _nearest_sources(x.shape[d], out.shape[d], scales[i], exact)
+        if src != list(range(x.shape[d])):
+            x = rw.op("index_select.default", x, rw.constant(src, "int64", (len(src),)), dim=d)
+    return x
+
+
+@decomposes("upsample_linear1d.vec", emits=("unsqueeze.default", "upsample_bilinear2d.vec", "squeeze.dim"))
+def _upsample_linear1d(rw: Rewriter, node: Node) -> Value:
+    """Bilinear upsampling over a height of one (its vertical weights are 1 and 0)."""
+    x, a = node.inputs[0], node.attrs
+    sf = a.get("scale_factors")
+    y = rw.op("upsample_bilinear2d.vec", rw.op("unsqueeze.default", x, dim=2),
+              output_size=None if sf else [1, node.outputs[0].shape[-1]], align_corners=bool(a["align_corners"]),
+              scale_factors=[1.0, sf[0]] if sf else None)
+    return rw.op("squeeze.dim", y, dim=2)

@@ -648,6 +648,160 @@ _op("atan2.default(Tensor self, Tensor other) -> Tensor",
     lambda ops, attrs, out: _atan2(cast(ops[0], _opmath(out)), cast(ops[1], _opmath(out))))
 
 
+# ---- activations and small arithmetic composites ------------------------------------------------------------------
+# ATen's own formulas (aten/src/ATen/native/cpu/Activation.cpp, PointwiseOpsKernel.cpp), in the opmath dtype.
+
+
+def _opmath_build(fn: Callable[..., Expr], n: int = 1) -> Builder:
+    """`fn(*operands, attrs)` on the first n operands cast to the opmath dtype, rounded to the result."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out) if is_float(out) else out
+        return fn(*[cast(ops[i], f) for i in range(n)], attrs)
+
+    return build
+
+
+def _relu_n(x: Expr, lo: float, hi: float) -> Expr:
+    return _bin("min", _bin("max", x, _c(lo, x), x.dtype), _c(hi, x), x.dtype)
+
+
+def _hardswish(x: Expr, attrs: dict) -> Expr:
+    return _bin("div", _bin("mul", x, _relu_n(_bin("add", x, _c(3.0, x), x.dtype), 0.0, 6.0), x.dtype),
+                _c(6.0, x), x.dtype)
+
+
+def _mish(x: Expr, attrs: dict) -> Expr:
+    return _bin("mul", x, _un("tanh", _log1p(_un("exp", x))), x.dtype)
+
+
+def _log_sigmoid(x: Expr, attrs: dict) -> Expr:
+    """min(x, 0) - log1p(exp(-|x|)): no overflow either way."""
+    dt = x.dtype
+    return _bin("sub", _bin("min", x, _c(0.0, x), dt), _log1p(_un("exp", _un("neg", _un("abs", x)))), dt)
+
+
+def _shrink(hard: bool) -> Builder:
+    """hardshrink takes lambda in the input's dtype (a half input's 0.6 is 0.60009765625), softshrink in fp32."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out)
+        lam = float(attrs.get("lambd", 0.5))
+        x, lam = cast(ops[0], f), float(round_scalar(lam, out)) if hard else lam
+        low, high = _bin("lt", x, _c(-lam, x), "bool"), _bin("gt", x, _c(lam, x), "bool")
+        if hard:
+            return Where(f, _bin("or", low, high, "bool"), x, _c(0.0, x))
+        return Where(f, high, _bin("sub", x, _c(lam, x), f), Where(f, low, _bin("add", x, _c(lam, x), f),
+                                                                 _c(0.0, x)))
+    return build
+
+
+def _hypot(a: Expr, b: Expr, attrs: dict) -> Expr:
+    """max * sqrt(1 + (min / max)^2), as C's hypot avoids overflow; inf where either is infinite."""
+    dt = a.dtype
+    aa, bb = _un("abs", a), _un("abs", b)
+    hi, lo = _bin("max", aa, bb, dt), _bin("min", aa, bb, dt)
+    r = _bin("div", lo, hi, dt)
+    v = Where(dt, _bin("eq", hi, _c(0.0, a), "bool"), _c(0.0, a),
+              _bin("mul", hi, _un("sqrt", _bin("add", _c(1.0, a), _bin("mul", r, r, dt), dt)), dt))
+    inf = _bin("or", _bin("eq", aa, _c(math.inf, a), "bool"), _bin("eq", bb, _c(math.inf, a), "bool"), "bool")
+    return Where(dt, inf, _c(math.inf, a), v)
+
+
+def _xlogy(x: Expr, y: Expr, attrs: dict) -> Expr:
+    dt = x.dtype
+    return Where(dt, _bin("ne", y, y, "bool"), y, Where(dt, _bin("eq", x, _c(0.0, x), "bool"), _c(0.0, x),
+                                                        _bin("mul", x, _un("log", y), dt)))
+
+
+def _lerp(self: Expr, end: Expr, w: Expr, attrs: dict) -> Expr:
+    """ATen's lerp: from self for a weight below 0.5, from end otherwise (exact at both ends)."""
+    dt = self.dtype
+    diff = _bin("sub", end, self, dt)
+    return Where(dt, _bin("lt", _un("abs", w), _c(0.5, w), "bool"), _bin("add", self, _bin("mul", w, diff, dt), dt),
+                 _bin("sub", end, _bin("mul", diff, _bin("sub", _c(1.0, w), w, dt), dt), dt))
+
+
+def _finite_max(dtype: str) -> float:
+    return {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}.get(dtype, 3.4028234663852886e38)
+
+
+def _nan_to_num(ops: Operands, attrs: dict, out: str) -> Expr:
+    x = cast(ops[0], out)
+    if not is_float(out):
+        return x
+    big = _finite_max(out)
+    nan = attrs.get("nan") if attrs.get("nan") is not None else 0.0
+    pos = attrs.get("posinf") if attrs.get("posinf") is not None else big
+    neg = attrs.get("neginf") if attrs.get("neginf") is not None else -big
+    v = Where(out, _bin("eq", x, const(math.inf, out), "bool"), const(pos, out), x)
+    v = Where(out, _bin("eq", x, const(-math.inf, out), "bool"), const(neg, out), v)
+    return Where(out, _bin("ne", x, x, "bool"), const(nan, out), v)
+
+
+def _logit(ops: Operands, attrs: dict, out: str) -> Expr:
+    """ATen's kernel computes in the input's dtype, each step rounded to it: log(x / (1 - x)), x clamped to
+    [eps, 1 - eps] first where eps is given."""
+    f = _opmath(out)
+
+    def step(op: str, a: Expr, b: Expr | None = None) -> Expr:
+        v = _un(op, cast(a, f)) if b is None else _bin(op, cast(a, f), cast(b, f), f)
+        return cast(v, out)
+
+    x, one = cast(ops[0], out), const(1.0, out)
+    eps = attrs.get("eps")
+    if eps is not None:
+        lo = const(round_scalar(float(eps), out), out)
+        hi = step("sub", one, lo)
+        x = Where(out, _bin("lt", x, lo, "bool"), lo, Where(out, _bin("gt", x, hi, "bool"), hi, x))
+    return step("log", step("div", x, step("sub", one, x)))
+
+
+def _addc(op: str) -> Builder:
+    """self + value * t1 * t2 (addcmul) or self + value * (t1 / t2) (addcdiv)."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out) if is_float(out) else out
+        s, a, b = (cast(ops[i], f) for i in range(3))
+        v = const(attrs.get("value", 1), f)
+        term = _bin("mul", _bin("mul", v, a, f), b, f) if op == "mul" else _bin("mul", v, _bin("div", a, b, f), f)
+        return _bin("add", s, term, f)
+
+    return build
+
+
+_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+_op("hardswish.default(Tensor self) -> Tensor", _opmath_build(_hardswish))
+_op("hardsigmoid.default(Tensor self) -> Tensor",
+    _opmath_build(lambda x, a: _bin("div", _relu_n(_bin("add", x, _c(3.0, x), x.dtype), 0.0, 6.0), _c(6.0, x),
+                                    x.dtype)))
+_op("relu6.default(Tensor self) -> Tensor", _opmath_build(lambda x, a: _relu_n(x, 0.0, 6.0)))
+_op("mish.default(Tensor self) -> Tensor", _opmath_build(_mish))
+_op("selu.default(Tensor self) -> Tensor",
+    lambda ops, attrs, out: _elu(ops, {"alpha": _SELU[0], "scale": _SELU[1], "input_scale": 1}, out))
+_op("celu.default(Tensor self, Scalar alpha=1.) -> Tensor",
+    lambda ops, attrs, out: _elu(ops, {"alpha": attrs.get("alpha", 1.0), "scale": 1,
+                                       "input_scale": 1.0 / float(attrs.get("alpha", 1.0))}, out))
+_op("log_sigmoid.default(Tensor self) -> Tensor", _opmath_build(_log_sigmoid))
+_op("hardshrink.default(Tensor self, Scalar lambd=0.5) -> Tensor", _shrink(True))
+_op("softshrink.default(Tensor self, Scalar lambd=0.5) -> Tensor", _shrink(False))
+_op("threshold.default(Tensor self, Scalar threshold, Scalar value) -> Tensor",
+    lambda ops, attrs, out: Where(out, _bin("le", cast(ops[0], out), const(attrs["threshold"], out), "bool"),
+                                  const(attrs["value"], out), cast(ops[0], out)))
+_op("nan_to_num.default(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor", _nan_to_num)
+_op("addcmul.default(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", _addc("mul"))
+_op("addcdiv.default(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", _addc("div"))
+_op("lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor",
+    lambda ops, attrs, out: _lerp(cast(ops[0], _opmath(out)), cast(ops[1], _opmath(out)),
+                                  const(attrs["weight"], _opmath(out)), attrs))
+_op("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", _opmath_build(_lerp, 3))
+_op("logit.default(Tensor self, float? eps=None) -> Tensor", _logit)
+_op("hypot.default(Tensor self, Tensor other) -> Tensor", _opmath_build(_hypot, 2))
+_op("xlogy.Tensor(Tensor self, Tensor other) -> Tensor", _opmath_build(_xlogy, 2))
+_op("exp2.default(Tensor self) -> Tensor",
+    _opmath_build(lambda x, a: _bin("pow", _c(2.0, x), x, x.dtype)))
+
+
 def _fmod_parts(ops: Operands, attrs: dict, out: str, scalar_self: bool = False) -> tuple[Expr, Expr, Expr, str]:
     """(a, b, fmod(a, b), the dtype computed in): C's fmod, the remainder of a division truncated toward zero, in
     integer arithmetic for integers (exact) and in fp32 for floats (one rounding of the product, well inside the

@@ -71,7 +71,8 @@ RANGES: dict[str, Check] = {
 # Where an op gives a name another meaning: (op, name) -> its range, in place of RANGES[name].
 OP_RANGES: dict[tuple[str, str], Check] = {
     **{(op, "p"): lambda v: None if v >= 0 else f"is a norm's order >= 0, got {v!r}"
-       for op in ("_cdist_forward.default", "cdist.default", "_pdist_forward.default", "pdist.default")},
+       for op in ("_cdist_forward.default", "cdist.default", "_pdist_forward.default", "pdist.default",
+                  "pairwise_distance.default")},
     ("as_strided.default", "stride"): _NON_NEGATIVE,  # (a stride of 0 repeats an element)
 }
 

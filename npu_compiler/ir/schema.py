@@ -345,6 +345,52 @@ empty_like.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, 
 new_empty.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 empty_strided.default(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 new_empty_strided.default(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+movedim.int(Tensor self, int source, int destination) -> Tensor
+narrow.default(Tensor self, int dim, int start, int length) -> Tensor
+view_as.default(Tensor self, Tensor other) -> Tensor
+reshape_as.default(Tensor self, Tensor other) -> Tensor
+ravel.default(Tensor self) -> Tensor
+positive.default(Tensor self) -> Tensor
+square.default(Tensor self) -> Tensor
+glu.default(Tensor self, int dim=-1) -> Tensor
+rms_norm.default(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor
+instance_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor
+std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor
+std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor
+logsumexp.default(Tensor self, int[1] dim, bool keepdim=False) -> Tensor
+tril.default(Tensor self, int diagonal=0) -> Tensor
+triu.default(Tensor self, int diagonal=0) -> Tensor
+all.default(Tensor self) -> Tensor
+all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor
+all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor
+max.default(Tensor self) -> Tensor
+min.default(Tensor self) -> Tensor
+argsort.default(Tensor self, int dim=-1, bool descending=False) -> Tensor
+argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor
+one_hot.default(Tensor self, int num_classes=-1) -> Tensor
+pixel_shuffle.default(Tensor self, int upscale_factor) -> Tensor
+pixel_unshuffle.default(Tensor self, int downscale_factor) -> Tensor
+channel_shuffle.default(Tensor self, int groups) -> Tensor
+im2col.default(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor
+count_nonzero.default(Tensor self, int? dim=None) -> Tensor
+count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor
+cosine_similarity.default(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor
+pairwise_distance.default(Tensor x1, Tensor x2, float p=2., float eps=9.9999999999999995e-07, bool keepdim=False) -> Tensor
+outer.default(Tensor self, Tensor vec2) -> Tensor
+var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)
+var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)
+std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)
+std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)
+aminmax.default(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)
+upsample_nearest1d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+upsample_nearest3d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+_upsample_nearest_exact1d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+_upsample_nearest_exact2d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+_upsample_nearest_exact3d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+upsample_linear1d.vec(Tensor input, int[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor
+max_pool1d.default(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], int[1] dilation=[1], bool ceil_mode=False) -> Tensor
+adaptive_max_pool2d.default(Tensor self, int[2] output_size) -> (Tensor, Tensor)
+adaptive_max_pool1d.default(Tensor self, int[1] output_size) -> (Tensor, Tensor)
 """
 
 # Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under
@@ -383,6 +429,17 @@ def _declare_quantized() -> None:
 _declare_quantized()
 
 
+def _declare_aliases() -> None:
+    from .aliases import ALIAS_DECLS
+
+    for line in ALIAS_DECLS.strip().splitlines():
+        s = parse_schema(line.strip())
+        SCHEMAS.setdefault(s.op, s)
+
+
+_declare_aliases()
+
+
 def short_op(op_type: str) -> str:
     """'aten.add.Tensor' -> 'add.Tensor'; 'getitem' and '<built-in function getitem>' -> 'getitem'."""
     if "getitem" in op_type:
@@ -395,8 +452,15 @@ def short_op(op_type: str) -> str:
 
 def scalar_operands(op: str) -> tuple[str, ...]:
     """The Tensor arguments of `op` that may be a number in attrs (an in-place overload has its base op's)."""
+    from .aliases import ALIASES
+
     base, dot, overload = op.partition(".")
-    return SCALAR_OPERANDS.get(op) or SCALAR_OPERANDS.get(f"{base.rstrip('_')}{dot}{overload}", ())
+    base_op = f"{base.rstrip('_')}{dot}{overload}"
+    if base_op in ALIASES:  # `multiply(x, 2)`: the alias takes numbers where its target does
+        target, names = ALIASES[base_op]
+        back = {v: k for k, v in names.items()}
+        return tuple(back.get(n, n) for n in scalar_operands(target))
+    return SCALAR_OPERANDS.get(op) or SCALAR_OPERANDS.get(base_op, ())
 
 
 def lookup(op_type: str) -> OpSchema | None:

@@ -24,6 +24,8 @@ from . import (  # noqa: F401  (registers their rules)
     reductions,
     views,
 )
-from .core import RULES, InferError, broadcast, check_node, has_rule, infers, promote, result_type
+from .core import RULES, InferError, broadcast, check_node, has_rule, infers, promote, register_aliases, result_type
+
+register_aliases()
 
 __all__ = ["RULES", "InferError", "broadcast", "check_node", "has_rule", "infers", "promote", "result_type"]

@@ -14,6 +14,8 @@ from .core import (
     _scalar_fits,
     broadcast,
     infers,
+    norm_dim,
+    result_type,
     tensor,
     tensor_list,
 )
@@ -273,21 +275,28 @@ def _baddbmm(node: Node) -> list[TensorType]:
 @infers("upsample_bilinear2d.vec", "upsample_nearest2d.vec", "upsample_bilinear2d.default",
         "upsample_nearest2d.default")
 def _upsample(node: Node) -> list[TensorType]:
+    return _resampled(node, 2, uint8=True)
+
+
+def _resampled(node: Node, nd: int, uint8: bool) -> list[TensorType]:
+    """An nd-d resampling's output: [N, C, *output_size], the size given or the input's times the scale factors
+    (floored); a `.vec` overload takes exactly one of them."""
     x = tensor(node, 0)
-    if len(x.shape) != 4:
-        raise InferError(f"2-d upsampling takes an input of rank 4, got {list(x.shape)}")
-    if x.dtype not in FLOAT_DTYPES and x.dtype != "uint8":
-        raise InferError(f"upsampling of a {x.dtype} tensor is not supported (it takes floats and uint8)")
+    if len(x.shape) != nd + 2:
+        raise InferError(f"{nd}-d upsampling takes an input of rank {nd + 2}, got {list(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES and not (uint8 and x.dtype == "uint8"):
+        raise InferError(f"upsampling of a {x.dtype} tensor is not supported (it takes floats"
+                         f"{' and uint8' if uint8 else ''})")
     size, scales = node.attrs["output_size"], node.attrs.get("scale_factors")
     if node.op.endswith(".vec"):
         if (size is None) == (scales is None):
             raise InferError("give exactly one of output_size and scale_factors")
         if size is None:
-            if len(scales) != 2:
-                raise InferError(f"scale_factors {scales} must have 2 entries")
+            if len(scales) != nd:
+                raise InferError(f"scale_factors {scales} must have {nd} entries")
             size = [math.floor(n * s) if math.isfinite(n * s) else -1 for n, s in zip(x.shape[2:], scales)]
-    if len(size) != 2:
-        raise InferError(f"output_size {size} must have 2 entries")
+    if len(size) != nd:
+        raise InferError(f"output_size {size} must have {nd} entries")
     if any(n <= 0 for n in list(size) + list(x.shape[1:])):
         raise InferError(f"input {list(x.shape)} and output size {list(size)} must be greater than 0")
     return _same_shape(x, x.shape[:2] + tuple(size))
@@ -443,3 +452,91 @@ def _grid_sampler(node: Node) -> list[TensorType]:
     if any(n == 0 for n in x.shape[2:]):
         raise InferError(f"input {list(x.shape)} has an empty image")
     return [TensorType((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)]
+
+
+@infers("max_pool1d.default")
+def _max_pool1d(node: Node) -> list[TensorType]:
+    x, ks, stride, pad, dil = _pool_params(node, 1)
+    _need_float(x)
+    if x.shape[-2] == 0 and len(x.shape) == 3 or x.shape[-1] == 0:
+        raise InferError(f"max_pool1d of an empty input {list(x.shape)}")
+    ks, stride, pad, dil = (_per_dim({"v": v}, "v", 1) for v in (ks, stride, pad, dil))
+    if min(ks[0], stride[0], dil[0]) <= 0 or pad[0] < 0:
+        raise InferError("kernel_size, stride and dilation must be positive and padding >= 0")
+    return [TensorType(_pool_shape(node, x, ks, stride, pad, dil, 1), x.dtype)]
+
+
+@infers("adaptive_max_pool1d.default", "adaptive_max_pool2d.default")
+def _adaptive_max_pool(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    nd = 1 if "pool1d" in node.op else 2
+    size = _per_dim(node.attrs, "output_size", nd)
+    if len(x.shape) not in (nd + 1, nd + 2) or any(d == 0 for d in x.shape[1:]):
+        raise InferError(f"{nd}-d adaptive pooling takes an input of rank {nd + 1} or {nd + 2} with non-empty dims "
+                         f"after the first, got {list(x.shape)}")
+    if x.dtype == "bool" or (nd == 1 and x.dtype not in FLOAT_DTYPES):
+        raise InferError(f"{node.op.partition('.')[0]} of a {x.dtype} tensor is not supported")
+    if any(n < 0 for n in size):
+        raise InferError(f"output_size {size} must not be negative")
+    shape = x.shape[:-nd] + tuple(size)
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+# spatial dims of the resampling ops besides 2-d bilinear and nearest (decomposed: decompose/pooling.py)
+_RESAMPLE_DIMS = {"upsample_nearest1d.vec": 1, "upsample_nearest3d.vec": 3, "_upsample_nearest_exact1d.vec": 1,
+                  "_upsample_nearest_exact2d.vec": 2, "_upsample_nearest_exact3d.vec": 3, "upsample_linear1d.vec": 1}
+
+
+@infers(*_RESAMPLE_DIMS)
+def _upsample_nd(node: Node) -> list[TensorType]:
+    return _resampled(node, _RESAMPLE_DIMS[node.op], uint8="linear" not in node.op)
+
+
+@infers("im2col.default")
+def _im2col(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    a = node.attrs
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (_per_dim(a, k, 2) for k in ("kernel_size", "dilation", "padding",
+                                                                           "stride"))
+    if len(x.shape) not in (3, 4) or any(d == 0 for d in x.shape[-3:]):
+        raise InferError(f"takes a non-empty [N, C, H, W] (or unbatched) input, got {list(x.shape)}")
+    _need_float(x)
+    if min(kh, kw, dh, dw, sh, sw) <= 0 or min(ph, pw) < 0:
+        raise InferError("kernel_size, dilation and stride must be positive and padding >= 0")
+    c, h, w = x.shape[-3:]
+    lh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    lw = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if lh <= 0 or lw <= 0:
+        raise InferError(f"input {list(x.shape)} is smaller than the kernel {kh}x{kw} (dilated, padded)")
+    return [TensorType(x.shape[:-3] + (c * kh * kw, lh * lw), x.dtype)]
+
+
+@infers("outer.default")
+def _outer(node: Node) -> list[TensorType]:
+    a, b = tensor(node, 0, "self"), tensor(node, 1, "vec2")
+    if len(a.shape) != 1 or len(b.shape) != 1:
+        raise InferError(f"outer takes two vectors, got {list(a.shape)} and {list(b.shape)}")
+    return [TensorType((a.shape[0], b.shape[0]), result_type(a, b))]
+
+
+def _float_pair(node: Node) -> tuple[tuple[int, ...], str]:
+    x1, x2 = tensor(node, 0, "x1"), tensor(node, 1, "x2")
+    dt = result_type(x1, x2)
+    if dt not in FLOAT_DTYPES:
+        raise InferError(f"x1 and x2 are {x1.dtype} and {x2.dtype}; the op takes floating-point tensors")
+    return broadcast(x1.shape, x2.shape), dt
+
+
+@infers("cosine_similarity.default")
+def _cosine_similarity(node: Node) -> list[TensorType]:
+    shape, dt = _float_pair(node)
+    d = norm_dim(node.attrs["dim"], len(shape))
+    return [TensorType(shape[:d] + shape[d + 1:], dt)]
+
+
+@infers("pairwise_distance.default")
+def _pairwise_distance(node: Node) -> list[TensorType]:
+    shape, dt = _float_pair(node)
+    if not shape:
+        return [TensorType((), dt)]
+    return [TensorType(shape[:-1] + ((1,) if node.attrs["keepdim"] else ()), dt)]

@@ -280,3 +280,26 @@ def _wrapped_scalar_fits(v: bool | int | float, dtype: str, what: str) -> None:
     if dtype not in ("float16", "bfloat16"):
         _representable(v, dtype, what)
 
+
+
+def _alias_rule(alias: str) -> Rule:
+    from ..aliases import ALIASES, renamed
+
+    target, names = ALIASES[alias]
+
+    def rule(node: Node) -> list[TensorType]:
+        as_target = Node(node.name, target, list(node.inputs), list(node.outputs), renamed(node.attrs, names))
+        fn = _rule(target)
+        if fn is None:
+            raise InferError(f"{alias} stands for {target}, which has no rule")
+        return fn(as_target)
+
+    return rule
+
+
+def register_aliases() -> None:
+    """Each alias op checked by its target's rule (under the target's argument names)."""
+    from ..aliases import ALIASES
+
+    for alias in ALIASES:
+        infers(alias)(_alias_rule(alias))

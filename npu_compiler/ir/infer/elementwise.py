@@ -122,7 +122,7 @@ def _neg(node: Node) -> list[TensorType]:
     return _same(x)
 
 
-@infers("abs.default", "relu.default")
+@infers("abs.default", "relu.default", "positive.default")
 def _same_non_bool(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if x.dtype == "bool":
@@ -133,7 +133,7 @@ def _same_non_bool(node: Node) -> list[TensorType]:
 @infers("rsqrt.default", "sqrt.default", "exp.default", "log.default", "sin.default", "cos.default", "tanh.default",
         "sigmoid.default", "erf.default", "reciprocal.default", "log1p.default", "expm1.default", "log2.default",
         "log10.default", "atan.default", "asin.default", "acos.default", "tan.default", "sinh.default", "cosh.default",
-        "asinh.default", "acosh.default", "atanh.default")
+        "asinh.default", "acosh.default", "atanh.default", "logit.default", "exp2.default")
 def _floating_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     return _same(x, _float_of(x.dtype))
@@ -159,6 +159,69 @@ def _float_only_unary(node: Node) -> list[TensorType]:
     # leaky_relu computes in the accumulation type: fp32 for halves and fp32, fp64 for fp64
     _scalar_fits(node, ("negative_slope",), "float64" if x.dtype == "float64" else "float32")
     return _same(x)
+
+
+@infers("hardswish.default", "hardsigmoid.default", "mish.default", "selu.default", "celu.default",
+        "log_sigmoid.default", "hardshrink.default", "softshrink.default")
+def _activation(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    return _same(x)
+
+
+@infers("relu6.default", "threshold.default")
+def _threshold(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op} of a bool tensor is not supported")
+    _scalar_fits(node, ("threshold", "value"), x.dtype)
+    return _same(x)
+
+
+@infers("square.default")
+def _square(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same(x, "int64" if x.dtype == "bool" else x.dtype)
+
+
+@infers("nan_to_num.default")
+def _nan_to_num(node: Node) -> list[TensorType]:
+    return _same(tensor(node, 0))
+
+
+@infers("addcmul.default", "addcdiv.default")
+def _addc(node: Node) -> list[TensorType]:
+    ops = [tensor(node, i, n) for i, n in enumerate(("self", "tensor1", "tensor2"))]
+    dt = result_type(*ops)
+    if dt == "bool":
+        raise InferError(f"{node.op} of bool tensors is not supported")
+    if node.op == "addcdiv.default" and not (set(v.dtype for v in ops[1:]) & FLOAT_DTYPES):
+        raise InferError("addcdiv of integer tensors is not supported (ATen no longer divides integers here)")
+    _scalar_fits(node, ("value",), dt)
+    return [TensorType(_shape_of(*ops), dt)]
+
+
+@infers("lerp.Scalar", "lerp.Tensor")
+def _lerp(node: Node) -> list[TensorType]:
+    names = ("self", "end", "weight") if node.op == "lerp.Tensor" else ("self", "end")
+    ops = [tensor(node, i, n) for i, n in enumerate(names)]
+    for v, n in zip(ops[1:], names[1:]):
+        if v.dtype != ops[0].dtype:
+            raise InferError(f"self is {ops[0].dtype} and {n} {v.dtype}; lerp takes one dtype")
+    _need_float(ops[0])
+    return [TensorType(_shape_of(*ops), ops[0].dtype)]
+
+
+@infers("hypot.default", "xlogy.Tensor")
+def _float_binary(node: Node) -> list[TensorType]:
+    ops = _binary_ops(node)
+    dt = result_type(*ops)
+    if node.op == "hypot.default":
+        if dt not in FLOAT_DTYPES:
+            raise InferError(f"hypot of {dt} tensors is not supported")
+    else:
+        dt = _float_of(dt)
+    return [TensorType(_shape_of(*ops), dt)]
 
 
 @infers("clamp.default")

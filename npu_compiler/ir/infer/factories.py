@@ -239,3 +239,17 @@ def _embedding_bag(node: Node) -> list[TensorType]:
     k = offsets.shape[0]
     extra = [(bags, d)] if mode == 2 else [(bags,), (k,), (0,)]
     return [TensorType((bags, d), w.dtype), pick(0, [(n,), (0,)]), pick(1, [(bags,), (k,)]), pick(2, extra)]
+
+
+@infers("one_hot.default")
+def _one_hot(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    n = node.attrs["num_classes"]
+    if x.dtype != "int64":
+        raise InferError(f"one_hot takes an int64 tensor of class indices, got {x.dtype}")
+    if n == -1:
+        raise InferError("num_classes=-1 takes the number of classes from the data (its largest index): give "
+                         "num_classes")
+    if n < 1 and not (n == 0 and x.type.numel == 0):
+        raise InferError(f"num_classes {n} must be positive")
+    return [TensorType(x.shape + (n,), "int64")]

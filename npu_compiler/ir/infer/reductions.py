@@ -6,7 +6,7 @@ from typing import Any
 
 from ...dtypes import FLOAT_DTYPES, INT_DTYPES
 from ..graph import Node, TensorType, Value
-from .core import InferError, _need_float, _same, broadcast, infers, norm_dim, result_type, tensor
+from .core import InferError, _float_of, _need_float, _same, broadcast, infers, norm_dim, result_type, tensor
 
 
 def _batch_norm_check(node: Node) -> Value:
@@ -105,13 +105,18 @@ def _sort(node: Node) -> list[TensorType]:
 def _layer_norm(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     _need_float(x)
+    _normalized_shape(node, x)
+    return _same(x)
+
+
+def _normalized_shape(node: Node, x: Value) -> None:
+    """A layer norm's normalized_shape: the input's trailing dims, and the shape of its weight and bias."""
     ns = tuple(node.attrs["normalized_shape"])
     if not ns or len(ns) > len(x.shape) or x.shape[len(x.shape) - len(ns):] != ns:
         raise InferError(f"normalized_shape {list(ns)} is not the trailing shape of the input {list(x.shape)}")
     for v in node.inputs[1:]:
         if v.shape != ns:
             raise InferError(f"'{v.name}' has shape {list(v.shape)}, normalized_shape is {list(ns)}")
-    return _same(x)
 
 
 def _reduced(x: Value, dims: Any, keepdim: bool) -> tuple[int, ...]:
@@ -202,23 +207,25 @@ def _topk(node: Node) -> list[TensorType]:
     return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
 
 
-@infers("any.default", "any.dim", "any.dims")
+@infers("any.default", "any.dim", "any.dims", "all.default", "all.dim", "all.dims")
 def _any(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     dt = "uint8" if x.dtype == "uint8" else "bool"
-    if node.op == "any.default":
+    if node.op in ("any.default", "all.default"):
         return [TensorType((), dt)]
     dim = node.attrs["dim"]
-    if node.op == "any.dims" and dim == []:  # an empty list reduces nothing here (unlike sum's)
+    if node.op in ("any.dims", "all.dims") and dim == []:  # an empty list reduces nothing here (unlike sum's)
         return _same(x, dt)
     return [TensorType(_reduced(x, dim, node.attrs["keepdim"]), dt)]
 
 
-@infers("var.correction", "var.dim")
+@infers("var.correction", "var.dim", "std.correction", "std.dim")
 def _var(node: Node) -> list[TensorType]:
+    """var and std; var_mean and std_mean give two of these."""
     x = tensor(node, 0)
     if x.dtype not in FLOAT_DTYPES:
-        raise InferError(f"var of a {x.dtype} tensor is not supported (it takes floating-point tensors)")
+        raise InferError(f"{node.op.partition('.')[0]} of a {x.dtype} tensor is not supported (it takes "
+                         "floating-point tensors)")
     return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), x.dtype)]
 
 
@@ -342,3 +349,95 @@ def _weight_norm_interface(node: Node) -> list[TensorType]:
     if v.dtype == "float16" and declared in ("float16", "float32"):
         norm = declared
     return [v.type, TensorType(keep, norm)]
+
+
+@infers("var_mean.correction", "var_mean.dim", "std_mean.correction", "std_mean.dim")
+def _var_mean(node: Node) -> list[TensorType]:
+    return _var(node) * 2
+
+
+@infers("max.default", "min.default")
+def _max_all(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.type.numel == 0:
+        raise InferError(f"{node.op.partition('.')[0]}() of an empty tensor: give a dim")
+    return [TensorType((), x.dtype)]
+
+
+@infers("aminmax.default")
+def _aminmax(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dim, keep = node.attrs["dim"], node.attrs["keepdim"]
+    if dim is None:
+        if x.type.numel == 0:
+            raise InferError("aminmax of an empty tensor without a dim")
+        shape: tuple[int, ...] = (1,) * len(x.shape) if keep else ()
+    else:
+        d = norm_dim(dim, len(x.shape))
+        if x.shape and x.shape[d] == 0:
+            raise InferError(f"aminmax over the empty dim {d} of {list(x.shape)}")
+        shape = _reduced(x, dim, keep)
+    return [TensorType(shape, x.dtype), TensorType(shape, x.dtype)]
+
+
+@infers("logsumexp.default")
+def _logsumexp(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not node.attrs["dim"] and not node.attrs["keepdim"] and x.type.numel and x.shape:
+        # ATen reduces every dim for dim=[], then fails to drop them (its result has the input's rank)
+        raise InferError("logsumexp over dim=[] without keepdim is refused by ATen: list the dims")
+    return [TensorType(_reduced(x, node.attrs["dim"], node.attrs["keepdim"]), _float_of(x.dtype))]
+
+
+@infers("count_nonzero.default", "count_nonzero.dim_IntList")
+def _count_nonzero(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    dim = node.attrs["dim"]
+    return [TensorType(_reduced(x, [] if dim is None else dim, False), "int64")]
+
+
+@infers("argsort.default", "argsort.stable")
+def _argsort(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    norm_dim(node.attrs["dim"], len(x.shape))
+    return [TensorType(x.shape, "int64")]
+
+
+@infers("glu.default")
+def _glu(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    if not x.shape:
+        raise InferError("glu does not take a 0-d tensor")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if x.shape[d] % 2:
+        raise InferError(f"glu halves dim {d}, of odd size {x.shape[d]}")
+    return [TensorType(x.shape[:d] + (x.shape[d] // 2,) + x.shape[d + 1:], x.dtype)]
+
+
+@infers("rms_norm.default")
+def _rms_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    _normalized_shape(node, x)
+    for v in node.inputs[1:]:
+        if v.dtype != x.dtype:
+            raise InferError(f"weight is {v.dtype} and the input {x.dtype}")
+    return _same(x)
+
+
+@infers("instance_norm.default")
+def _instance_norm(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    if len(x.shape) < 2:
+        raise InferError(f"input of shape {list(x.shape)}: instance norm needs a batch and a channel dim")
+    if len(node.inputs) not in (1, 3, 5):
+        raise InferError(f"takes the input with its weight and bias and/or its running statistics, got "
+                         f"{len(node.inputs)} inputs")
+    for v in node.inputs[1:]:
+        if v.shape != (x.shape[1],):
+            raise InferError(f"'{v.name}' has shape {list(v.shape)}, expected [{x.shape[1]}] (one per channel)")
+    if not node.attrs["use_input_stats"] and len(node.inputs) == 1:
+        raise InferError("use_input_stats=False needs the running mean and variance")
+    return _same(x)

@@ -636,3 +636,80 @@ def _as_strided(node: Node) -> list[TensorType]:
         raise InferError(f"size {size} with stride {stride} from offset {offset} reaches past the {x.type.numel} "
                          "elements of the input")
     return _same_shape(x, size)
+
+
+@infers("movedim.int")
+def _movedim(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    r = len(x.shape)
+    src, dst = norm_dim(node.attrs["source"], r, "source"), norm_dim(node.attrs["destination"], r, "destination")
+    order = [d for d in range(r) if d != src]
+    order.insert(dst, src)
+    return _same_shape(x, tuple(x.shape[d] for d in order[:r]))
+
+
+@infers("narrow.default")
+def _narrow(node: Node) -> list[TensorType]:
+    x, d = _input_and_dim(node, "narrow")
+    n, start, length = x.shape[d], node.attrs["start"], node.attrs["length"]
+    if not -n <= start <= n:
+        raise InferError(f"start {start} is out of range for dim {d} of size {n}")
+    start += n if start < 0 else 0
+    if length < 0 or start + length > n:
+        raise InferError(f"start {start} + length {length} exceeds dim {d} of size {n}")
+    return _same_shape(x, x.shape[:d] + (length,) + x.shape[d + 1:])
+
+
+@infers("view_as.default", "reshape_as.default")
+def _view_as(node: Node) -> list[TensorType]:
+    x, other = tensor(node, 0, "self"), tensor(node, 1, "other")
+    if x.type.numel != other.type.numel:
+        raise InferError(f"shape {list(other.shape)} is invalid for an input of {x.type.numel} elements")
+    return _same_shape(x, other.shape)
+
+
+@infers("ravel.default")
+def _ravel(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same_shape(x, (x.type.numel,))
+
+
+def _image_like(node: Node, fn: str) -> Value:
+    x = tensor(node, 0)
+    if len(x.shape) < 3:
+        raise InferError(f"{fn} needs an input of rank >= 3, got {list(x.shape)}")
+    return x
+
+
+@infers("pixel_shuffle.default")
+def _pixel_shuffle(node: Node) -> list[TensorType]:
+    x, f = _image_like(node, "pixel_shuffle"), node.attrs["upscale_factor"]
+    *lead, c, h, w = x.shape
+    if f <= 0 or c % (f * f):
+        raise InferError(f"upscale_factor {f}: its square must divide the {c} channels")
+    return _same_shape(x, (*lead, c // (f * f), h * f, w * f))
+
+
+@infers("pixel_unshuffle.default")
+def _pixel_unshuffle(node: Node) -> list[TensorType]:
+    x, f = _image_like(node, "pixel_unshuffle"), node.attrs["downscale_factor"]
+    *lead, c, h, w = x.shape
+    if f <= 0 or h % f or w % f:
+        raise InferError(f"downscale_factor {f} must divide the height {h} and width {w}")
+    return _same_shape(x, (*lead, c * f * f, h // f, w // f))
+
+
+@infers("channel_shuffle.default")
+def _channel_shuffle(node: Node) -> list[TensorType]:
+    x, g = _image_like(node, "channel_shuffle"), node.attrs["groups"]
+    if g <= 0 or x.shape[1] % g:
+        raise InferError(f"groups {g} must divide the {x.shape[1]} channels")
+    return _same(x)
+
+
+@infers("tril.default", "triu.default")
+def _triangle(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) < 2:
+        raise InferError(f"{node.op.partition('.')[0]} needs a tensor of rank >= 2, got {list(x.shape)}")
+    return _same(x)
