@@ -1155,20 +1155,25 @@ case("native_dropout_eval", lambda x: A.native_dropout(x, 0.5, False), lambda d:
 
 
 class _Dropouts(torch.nn.Module):
-    """Every dropout in eval mode (the no-op pass removes them), in place and not."""
+    """Every dropout in eval mode, in place and not, detach and a metadata assertion between them, on a graph input
+    and on an intermediate: the no-op pass removes them all (the in-place forms change nothing to remove)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.mods = torch.nn.Sequential(torch.nn.Dropout(0.3), torch.nn.Dropout2d(0.3), torch.nn.AlphaDropout(0.3),
-                                        torch.nn.FeatureAlphaDropout(0.3), torch.nn.Dropout(0.3, inplace=True))
+                                        torch.nn.FeatureAlphaDropout(0.3), torch.nn.Dropout(0.3, inplace=True),
+                                        torch.nn.Dropout2d(0.3, inplace=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mods(x * 2)
+        y = F.alpha_dropout(self.mods(x * 2), 0.3, False, inplace=True)
+        y = F.feature_alpha_dropout(y, 0.3, False, inplace=True).detach().to(x.dtype, copy=False)
+        return y - x.detach()
 
 
 case("dropouts_eval", _Dropouts, lambda d: (rnd(2, 3, 4, dt=d),),
      ("dropout.default", "feature_dropout.default", "alpha_dropout.default", "feature_alpha_dropout.default",
-      "dropout_.default"), "exact", module=True)
+      "dropout_.default", "feature_dropout_.default", "alpha_dropout_.default", "feature_alpha_dropout_.default",
+      "detach.default", "_assert_tensor_metadata.default"), "exact", module=True)
 
 
 class _Recurrent(torch.nn.Module):
