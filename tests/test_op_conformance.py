@@ -1446,7 +1446,8 @@ def _grid_inputs(d: torch.dtype, x: tuple[int, ...], g: tuple[int, ...], lim: fl
 
 for _interp, _m in (("bilinear", 0), ("nearest", 1), ("bicubic", 2)):
     for _k, _pad in enumerate(("zeros", "border", "reflection")):
-        for _align in ((False, True) if _pad == "reflection" else ((_m + _k) % 2 == 1,)):
+        # (reflection in both alignments for bilinear and nearest; bicubic reflects with the same code: one of them)
+        for _align in ((False, True) if _pad == "reflection" and _m < 2 else ((_m + _k) % 2 == 1,)):
             case(f"grid_sample_{_interp}_{_pad}_{int(_align)}",
                  lambda x, g, i=_interp, p=_pad, al=_align: F.grid_sample(x, g, i, p, align_corners=al),
                  lambda d: _grid_inputs(d, (2, 2, 4, 5), (2, 3, 4, 2), 1.3), "grid_sampler.default",
