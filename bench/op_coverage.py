@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from npu_compiler.decompose import DECOMPOSITIONS  # noqa: E402
 from npu_compiler.expr.aten_table import ELEMENTWISE  # noqa: E402
 from npu_compiler.ir.schema import short_op  # noqa: E402
 from npu_compiler.lowering.lower import SUPPORTED_OPS, VIEW_OPS  # noqa: E402
@@ -24,9 +25,35 @@ from npu_compiler.lowering.registry import KERNELS_OF, LOWERINGS  # noqa: E402
 from npu_compiler.op_support import STRUCTURAL_OPS, unsupported_reason  # noqa: E402
 from npu_compiler.targets.codegen import TARGET_MODULES  # noqa: E402
 
+# Core ATen ops that have no place in an inference graph of static shapes, each with the reason (by rule where one
+# covers a family, so that a new op of the family is classified without an entry here).
+_EXCLUDED = {
+    "_local_scalar_dense.default": "reads a tensor's value into Python (`.item()`): data-dependent control flow, "
+                                   "not a tensor result",
+    "nonzero.default": "its output's size depends on the input's values (a data-dependent shape)",
+    "_fft_r2c.default": "complex tensors (the compiler has no complex dtype)",
+    "_fft_c2r.default": "complex tensors (the compiler has no complex dtype)",
+    "resize_.default": "changes a tensor's storage size in place: a functional graph of static shapes has none",
+    "atan2.out": "an `out=` overload: torch.export functionalises it into `atan2.default` (which runs)",
+}
+
+
+def excluded_reason(op: str) -> str | None:
+    """Why a core ATen op cannot appear in an inference graph (None where it can)."""
+    base = op.partition(".")[0]
+    if base.endswith("_backward"):
+        return "a backward (gradient) op"
+    if base in ("rand", "randn", "randperm", "bernoulli", "normal", "uniform"):
+        return "random: no two runs agree, and nothing in an inference graph draws numbers"
+    if base.startswith("sym_"):
+        return "a symbolic-size query: every size is static here"
+    return _EXCLUDED.get(op)
+
 
 def core_aten_ops() -> list[str]:
-    """PyTorch's core ATen op set: every registered aten overload that torch tags `core`."""
+    """PyTorch's core ATen op set: every registered aten overload that torch tags `core` (torch._C's list of
+    registered operators, each resolved through torch.ops.aten and kept where `torch.Tag.core` is among its
+    tags)."""
     import torch
 
     out = set()
@@ -45,9 +72,12 @@ def how(op: str) -> str:
     """How the compiler runs an op: a no-op, a generated (expression) kernel, or library kernels, and where."""
     if op in STRUCTURAL_OPS:
         return "no-op (removed by normalisation)"
-    canon = op if op in SUPPORTED_OPS else op.replace("_.", ".", 1)
-    if canon not in LOWERINGS:
+    canon = op if op in SUPPORTED_OPS or op in DECOMPOSITIONS else op.replace("_.", ".", 1)
+    if canon not in LOWERINGS and canon not in DECOMPOSITIONS:
         return ""
+    if canon in DECOMPOSITIONS and canon not in LOWERINGS:
+        module = DECOMPOSITIONS[canon].rewrite.__module__.removeprefix("npu_compiler.").replace(".", "/") + ".py"
+        return f"decomposition into lowered ops (`{module}`)"
     if canon in VIEW_OPS:
         return "view: a strided alias, a copy only where a kernel needs the layout (`lowering/views.py`)"
     if canon in ELEMENTWISE:
@@ -123,23 +153,41 @@ def render(models: list[str]) -> str:
     if skipped:
         lines += ["", "Not in this run (the installed transformers lacks them): " + "; ".join(skipped) + "."]
     supported = {t: [op for op in core if unsupported_reason(t, op) is None] for t in targets}
+    inference = [op for op in core if excluded_reason(op) is None]
     lines += [
         "",
         f"## PyTorch's core ATen op set ({len(core)} overloads)",
         "",
-        "The ops torch tags `torch.Tag.core` (the decomposed op set a backend is expected to cover after "
-        "`run_decompositions()`). The compiler reads pre-dispatch graphs (torch_ir's export does not decompose), "
-        "so several core ops reach it only from decomposed exports; backward ops, random ops and symbolic-size "
-        "queries have no place in an inference graph.",
+        "The overloads torch tags `torch.Tag.core` (the decomposed op set a backend is expected to cover after "
+        "`run_decompositions()`), read from torch itself: every operator in `torch._C._dispatch_get_all_op_names()` "
+        "resolved through `torch.ops.aten` and kept where `torch.Tag.core` is among its tags. The compiler reads "
+        "pre-dispatch graphs (torch_ir's export does not decompose), so several core ops reach it only from "
+        "decomposed exports. Composite ops are rewritten into lowered ones by one table "
+        "(`npu_compiler/decompose/`).",
         "",
-        "| target | core ops run | share |",
+        f"{len(inference)} of them can appear in an inference graph of static shapes; the rest are listed below "
+        "with the reason.",
+        "",
+        "| target | inference core ops run | share |",
         "| --- | ---: | ---: |",
     ]
     for t in targets:
-        lines.append(f"| {t} | {len(supported[t])} | {100 * len(supported[t]) / len(core):.0f}% |")
-    lines += ["", "| core op | " + " | ".join(targets) + " |", "| --- | " + " | ".join("---" for _ in targets) + " |"]
+        n = sum(op in supported[t] for op in inference)
+        lines.append(f"| {t} | {n} of {len(inference)} | {100 * n / len(inference):.0f}% |")
+    lines += ["", "| core op | " + " | ".join(targets) + " | how |",
+              "| --- | " + " | ".join("---" for _ in targets) + " | --- |"]
+    for op in inference:
+        lines.append(f"| `{op}` | " + " | ".join("yes" if op in supported[t] else "no" for t in targets)
+                     + f" | {how(op)} |")
+    lines += ["", "Not in an inference graph:", "", "| core op | why |", "| --- | --- |"]
     for op in core:
-        lines.append(f"| `{op}` | " + " | ".join("yes" if op in supported[t] else "no" for t in targets) + " |")
+        why = excluded_reason(op)
+        if why is not None:
+            lines.append(f"| `{op}` | {why} |")
+    decomposed = sorted(op for op in DECOMPOSITIONS if op not in core)
+    lines += ["", f"## Composite ops rewritten before lowering ({len(decomposed)} beyond the core set)", "",
+              "The non-core ops `torch_ir` leaves in real models, each an entry of the decomposition table "
+              "(`npu_compiler/decompose/`): " + ", ".join(f"`{op}`" for op in decomposed) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .collector import collector_paused
+from .decompose import decompose
 from .dtypes import INT_DTYPES
 from .errors import ConstraintError, InternalError, NPUCompileError, NPUSimError, UnsupportedOpError, entry_point
 from .ir.graph import Graph
@@ -118,6 +119,12 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
     passes.append(f"remove_noops({n})")
     n = _run_pass("inplace_to_outofplace", inplace_to_outofplace, graph)
     passes.append(f"inplace_to_outofplace({n})")
+    n = _run_pass("decompose", decompose, graph)
+    if n:
+        passes.append(f"decompose({n})")
+        n = _run_pass("remove_noops", remove_noops, graph)  # what the rewrites made of no-ops (a same-type cast)
+        if n:
+            passes.append(f"remove_noops({n})")
     n = _run_pass("conv_padding", canonicalize_conv_padding, graph)
     if n:
         passes.append(f"conv_padding({n})")

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .decompose import DECOMPOSITIONS
 from .errors import NPUCompileError
 from .ir.schema import short_op
 from .lowering.lower import SUPPORTED_OPS
 from .lowering.registry import KERNELS_OF
-from .passes.normalize import STRUCTURAL_OPS
+from .passes.normalize import STRUCTURAL_OPS, random_dropout
 from .targets.codegen import target_class
 
 __all__ = [
@@ -36,15 +37,14 @@ def _canonical(op: str) -> str:
 def is_structural(op_type: str, attrs: Mapping[str, Any] | None = None) -> bool:
     """A no-op in an inference graph (metadata assert, getitem, alias, eval-mode dropout, ...)."""
     op = short_op(op_type)
-    if op not in STRUCTURAL_OPS:
-        return False
-    return not (op == "dropout.default" and (attrs or {}).get("train"))
+    return op in STRUCTURAL_OPS and random_dropout(op, attrs or {}) is None
 
 
 # Ops whose integer form has no primitive in the expression language (bitwise arithmetic): they lower for bool
 # tensors (masks) only.
 _BOOL_ONLY = frozenset(f"{p}{name}{s}" for name in ("and", "or", "xor")
-                       for p, s in (("bitwise_", ".Tensor"), ("__", "__.Tensor")))
+                       for p, s in (("bitwise_", ".Tensor"), ("__", "__.Tensor"), ("bitwise_", ".Scalar"),
+                                    ("__", "__.Scalar")))
 
 
 def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | None = None,
@@ -55,18 +55,19 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     attrs = attrs or {}
     op = short_op(op_type)
     if op in STRUCTURAL_OPS:
-        if op == "dropout.default" and attrs.get("train"):
-            return "dropout with train=True is random; only eval-mode dropout (a no-op) is supported"
-        return None
+        return random_dropout(op, attrs)
     canon = _canonical(op)
-    if canon not in SUPPORTED_OPS:
+    entry = DECOMPOSITIONS.get(canon)
+    if entry is not None:
+        why = entry.refusal(attrs) or _decomposed_reason(target, canon, entry.emits)
+        if why or canon not in SUPPORTED_OPS:
+            return why  # (an op also lowered is decomposed for some attributes only: its lowering is checked too)
+    elif canon not in SUPPORTED_OPS:
         return f"no lowering for aten.{op} in the compiler"
     missing = [k for k in KERNELS_OF[canon] if k not in kernels]
     if missing:
         return f"target '{target}' provides no '{missing[0]}' library kernel"
     # Attribute values the lowering rejects (or that make the op non-deterministic).
-    if canon in ("batch_norm.default",) and attrs.get("training"):
-        return "batch_norm with training=True (batch statistics) is not supported; export in eval mode"
     if canon == "scaled_dot_product_attention.default" and float(attrs.get("dropout_p") or 0.0) > 0.0:
         return "scaled_dot_product_attention with dropout_p > 0 is random"
     dtypes = [str(d).removeprefix("torch.") for d in out_dtypes]
@@ -75,6 +76,25 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     if canon == "bitwise_not.default" and any(d not in ("bool", "int64", "int32", "int16", "int8", "uint8")
                                               for d in dtypes):
         return f"bitwise_not of {dtypes[0]} tensors"
+    return None
+
+
+def _decomposed_reason(target: str, op: str, emits: Iterable[str], seen: frozenset[str] = frozenset()) -> str | None:
+    """A composite op runs where every op its decomposition may produce runs (an op its entry keeps as it is, or
+    that decomposes back into one on the way, is asked about once)."""
+    seen = seen | {op}
+    for e in emits:
+        if e in seen:
+            continue
+        entry = DECOMPOSITIONS.get(e)
+        if entry is not None:
+            why = _decomposed_reason(target, e, entry.emits, seen)
+            if why is None and e in SUPPORTED_OPS:
+                why = unsupported_reason(target, e)
+        else:
+            why = unsupported_reason(target, e)
+        if why:
+            return f"aten.{op} decomposes into aten.{e}: {why}"
     return None
 
 
@@ -87,7 +107,7 @@ def supported_ops(target: str) -> frozenset[str]:
     """Every ATen op (short form, "add.Tensor") the target runs, structural no-ops and in-place forms included
     (the compiler's own `npu.*` ops are not ATen ops)."""
     ops = set(STRUCTURAL_OPS)
-    for op in SUPPORTED_OPS:
+    for op in SUPPORTED_OPS | set(DECOMPOSITIONS):
         if op.startswith("npu.") or unsupported_reason(target, op) is not None:
             continue
         ops.add(op)

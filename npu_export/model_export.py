@@ -178,6 +178,12 @@ def export_model(
         real = model if cast is None else copy.deepcopy(model).to(cast)
         example_real = tuple(torch.zeros(s.shape, dtype=s.dtype or float_dtype) for s in specs)
         tensors.update(lifted_constants(real, example_real, missing))
+        # a constant with no elements has no value to recover (BART's empty cache placeholders, which the real
+        # export numbers differently from the meta one): the shape and dtype the graph declares are all of it
+        for w in ir.weights:
+            dt = TORCH_DTYPES.get(str(w.dtype).removeprefix("torch."))
+            if w.name not in tensors and 0 in tuple(w.shape) and dt is not None:
+                tensors[w.name] = torch.empty(tuple(w.shape), dtype=dt)
     with atomic_path(weights_path) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt", "model_name": name})
     ir_path = save_ir_json(ir, out / f"{name}.json")

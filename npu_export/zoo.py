@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import zoo_nn
 from ._meta import lifted_constants, meta_clone
 from ._quiet import quiet_transformers
 from .ir_io import ir_to_dict
@@ -40,6 +41,7 @@ FAMILIES = {
     "audio": "audio encoder (Whisper): conv1d front end, then a transformer encoder",
     "vit": "vision transformers: patch embedding conv, layer_norm, windows (Swin: roll, pad)",
     "cnn": "convolutional networks: conv/BN/activation blocks, depthwise convs, squeeze-excite, upsampling",
+    "recurrent": "recurrent sequence models: LSTM/GRU layers and cells, unrolled over the sequence",
 }
 
 
@@ -62,10 +64,11 @@ class ZooModel:
     input_names: tuple[str, ...] = ("input_ids",)
     submodule: str | None = None  # export this attribute of the model (Whisper's encoder)
     seed: int = 0  # weights and inputs
+    build: Callable[[], nn.Module] | None = None  # a model of torch.nn modules alone (config and model unused)
 
     @property
     def requires(self) -> tuple[str, ...]:
-        return (self.config, self.model)
+        return () if self.build is not None else (self.config, self.model)
 
 
 # ---- inputs --------------------------------------------------------------------------------------------------------
@@ -92,6 +95,16 @@ def _audio(cfg: Any) -> tuple[torch.Tensor, ...]:
     return (torch.randn(1, cfg.num_mel_bins, 2 * cfg.max_source_positions),)
 
 
+def _waveform(cfg: Any) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(1, 400),)
+
+
+def _nn(name: str, family: str, build: Callable[[], nn.Module], inputs: Callable[[], tuple[torch.Tensor, ...]]
+        ) -> ZooModel:
+    """An entry made of torch.nn modules alone."""
+    return ZooModel(name, family, "", "", {}, lambda cfg: inputs(), build=build)
+
+
 # ---- the entries ---------------------------------------------------------------------------------------------------
 
 _LM = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -115,6 +128,11 @@ def _decoders() -> list[ZooModel]:
         ("gemma", "GemmaConfig", "GemmaForCausalLM", dict(_LM, head_dim=16), {}),
         ("mixtral", "MixtralConfig", "MixtralForCausalLM",
          dict(_LM, num_local_experts=4, num_experts_per_tok=2), {"experts_implementation": "batched_mm"}),
+        # multi-query attention, attention and MLP in parallel off one layer norm
+        ("falcon", "FalconConfig", "FalconForCausalLM",
+         dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, multi_query=True,
+              parallel_attn=True, bias=False, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+              eos_token_id=2), {}),
     ]
     out = []
     for name, cfg, model, kw, fkw in specs:
@@ -174,6 +192,31 @@ ZOO_MODELS: list[ZooModel] = [
              dict(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
                   patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
                   decoder_hidden_size=32, num_labels=4), _image, "logits", input_names=("pixel_values",)),
+    # one layer's weights shared by every layer
+    ZooModel("albert", "encoder", "AlbertConfig", "AlbertModel", dict(_ENC, embedding_size=32), _ids_and_mask,
+             "last_hidden_state", attn="eager", input_names=("input_ids", "attention_mask")),
+    # relative position bias tables, layer scale, mean pooling
+    ZooModel("beit", "vit", "BeitConfig", "BeitModel",
+             dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=IMAGE,
+                  patch_size=8, num_channels=3, use_relative_position_bias=True, use_mean_pooling=True),
+             _image, "last_hidden_state", input_names=("pixel_values",)),
+    ZooModel("siglip-vision", "vit", "SiglipVisionConfig", "SiglipVisionModel",
+             dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=IMAGE,
+                  patch_size=8, num_channels=3), _image, "last_hidden_state", input_names=("pixel_values",)),
+    # inverted residuals with transformer blocks over unfolded patches
+    ZooModel("mobilevit", "cnn", "MobileViTConfig", "MobileViTModel",
+             dict(num_channels=3, image_size=IMAGE, patch_size=2, hidden_sizes=[32, 40, 48],
+                  neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_attention_heads=2, mlp_ratio=2.0),
+             _image, "last_hidden_state", input_names=("pixel_values",)),
+    # a conv feature encoder over the waveform (group norm), a weight-normed positional conv, a transformer
+    ZooModel("wav2vec2", "audio", "Wav2Vec2Config", "Wav2Vec2Model",
+             dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16, 16),
+                  conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                  num_conv_pos_embedding_groups=4, vocab_size=32), _waveform, "last_hidden_state",
+             input_names=("input_values",)),
+    _nn("mtcnn-prelu", "cnn", zoo_nn.PReluCNN, zoo_nn.prelu_cnn_inputs),
+    _nn("lstm-tagger", "recurrent", zoo_nn.LSTMTagger, zoo_nn.steps_inputs),
+    _nn("torch-transformer-encoder", "encoder", zoo_nn.TorchTransformerEncoder, zoo_nn.ids_and_mask_inputs),
 ]
 ZOO: dict[str, ZooModel] = {m.name: m for m in ZOO_MODELS}
 
@@ -260,6 +303,12 @@ def build_zoo_model(name: str, seed: int | None = None) -> tuple[nn.Module, tupl
         raise KeyError(f"no zoo model '{name}'; known: {', '.join(ZOO)}")
     z = ZOO[name]
     seed = z.seed if seed is None else seed
+    if z.build is not None:
+        torch.manual_seed(seed)
+        model = z.build()
+        _randomize(model, seed)
+        torch.manual_seed(seed + 1)
+        return model.eval(), z.inputs(None)
     cfg_cls = _transformers_class(z.config, name)
     model_cls = _transformers_class(z.model, name)
     torch.manual_seed(seed)
@@ -349,6 +398,8 @@ ZOO_TOLERANCE: dict[tuple[str, str], ZooTolerance] = {
     ("ssm", "bfloat16"): ZooTolerance(0.999, 5e-2, "as the decoders; the scan's state is kept in fp32 by the model"),
     ("cnn", "float16"): ZooTolerance(0.9999, 1e-2, "a few fp16 ulps (2^-11 relative) of the largest output; about "
                                                    "1.5e-3 measured"),
+    ("recurrent", "bfloat16"): ZooTolerance(0.999, 5e-2, "as the decoders: a step's bf16 rounding is carried by the "
+                                                         "hidden state into the next steps"),
 }
 
 

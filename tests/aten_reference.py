@@ -94,19 +94,32 @@ def run_node(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, A
         # weight and bias dropped; with running statistics required in eval, that is the only reading
         arguments = [a for a in arguments if a.name not in ("weight", "bias")]
         kwargs.update(weight=None, bias=None)
-    for arg in arguments:
+    def is_list(a) -> bool:
+        return "Tensor" in str(a.type) and ("[]" in str(a.type) or "List" in str(a.type))
+
+    list_sizes = list(attrs.get("_tensor_list_sizes") or [])
+    for k, arg in enumerate(arguments):
         typ = str(arg.type)
-        if "Tensor" in typ and ("[]" in typ or "List" in typ):
-            rest = list(inputs[i:])
+        if is_list(arg):
+            if any("Tensor" in str(a.type) for a in arguments[k + 1:]):
+                # a list before other tensors (lstm's hx and params, index_put's indices): `_tensor_list_sizes`
+                # splits them
+                if not list_sizes:
+                    raise ReferenceError(f"no _tensor_list_sizes to split the inputs of list argument '{arg.name}'")
+                n = list_sizes.pop(0)
+            else:
+                n = len(inputs) - i
+            rest = list(inputs[i:i + n])
+            i += n
             masks = attrs.get("_tensor_list_none_masks")
-            if masks:  # `x[:, idx]`: a None in the list is a full slice, the IR lists only the tensors
+            if masks and ("?" in typ or "Optional" in typ):  # `x[:, idx]`: a None is a full slice, the IR lists only
+                # the tensors
                 if len(masks) != 1 or sum(not m for m in masks[0]) != len(rest):
                     raise ReferenceError(f"_tensor_list_none_masks {masks} does not fit {len(rest)} inputs")
                 rest.reverse()
                 kwargs[arg.name] = [None if is_none else rest.pop() for is_none in masks[0]]
             else:
                 kwargs[arg.name] = rest
-            i = len(inputs)
         elif "Tensor" in typ:
             if i < len(inputs):
                 kwargs[arg.name] = inputs[i]

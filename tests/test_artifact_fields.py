@@ -169,8 +169,9 @@ def test_a_format_2_artifact_asks_to_be_recompiled(program, tmp_path, capsys):
     payload = msgpack.packb({**program.to_dict(), "format_version": 2}, use_bin_type=True)
     old = struct.pack("<8sIQI", MAGIC, 2, len(payload), zlib.crc32(payload)) + payload
     (tmp_path / "old.npubin").write_bytes(old)
-    with pytest.raises(ArtifactError, match=rf"format version 2, this build reads version {FORMAT_VERSION} \(written by an older "
-                                            r"npusim.*recompile it .*npusim compile IR.json -o X.npubin"):
+    with pytest.raises(ArtifactError, match=rf"format version 2, this build reads version {FORMAT_VERSION} "
+                                            r"\(written by an older npusim.*recompile it "
+                                            r".*npusim compile IR.json -o X.npubin"):
         CompiledProgram.load(tmp_path / "old.npubin")
     assert main(["describe", str(tmp_path / "old.npubin")]) == 1
     assert "recompile it" in capsys.readouterr().err

@@ -254,3 +254,57 @@ def test_contract_inputs_are_consistent(random_llm):
     ids = np.array([[7]], dtype=np.int64)
     arrays, _ = contract.generate(specs, {"input_ids": ids}, np.random.default_rng(0))
     assert "input_ids" not in arrays
+
+
+NEXT_MODELS = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    class ConvPRelu(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.act = nn.Conv2d(3, 4, 3), nn.PReLU(4)
+
+        def forward(self, x):
+            return self.act(self.conv(x))
+
+
+    class WithFallback(nn.Module):
+        """lgamma has no lowering: the partition path runs it on the CPU."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(torch.lgamma(x.abs() + 1.0))
+''')
+
+
+@pytest.mark.parametrize("factory", ["ConvPRelu", "WithFallback"])
+def test_export_suggests_commands_that_work(tmp_path, monkeypatch, capsys, factory):
+    """Every command `npusim export` prints under next: runs as printed (the comment after it aside), for a model
+    the target runs whole and for one with an op that falls back (compiled into one artifact with a CPU segment,
+    which describe shows), and verify in the half dtype it suggests."""
+    import shlex
+
+    (tmp_path / "nextmodels.py").write_text(NEXT_MODELS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shape = "1,3,8,8" if factory == "ConvPRelu" else "2,3"
+    assert main(["export", f"nextmodels:{factory}", "--input-shape", shape, "-o", "out"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln.strip() for ln in out.split("next:\n", 1)[1].splitlines()]
+    commands = [shlex.split(ln.split("     (")[0]) for ln in lines if ln.startswith("npusim ")]
+    assert [c[1] for c in commands] == ["verify", "compile"] + (["describe"] if factory == "WithFallback" else []) + [
+        "run"]
+    assert ("lgamma" in out) == (factory == "WithFallback")
+    half = [ln for ln in lines if "add --dtype" in ln]
+    if half:
+        commands.append(commands[0] + ["--dtype", half[0].split("--dtype ")[1].split()[0]])
+    for argv in commands:
+        if argv[1] in ("run", "verify"):
+            argv += ["--quiet"] if argv[1] == "verify" else ["--iters", "1", "--warmup", "0"]
+        assert main(argv[1:]) == 0, argv
+    capsys.readouterr()

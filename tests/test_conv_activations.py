@@ -135,7 +135,8 @@ def test_every_cuda_conv_kernel_renders_an_activation_epilogue():
             target = CudaTarget(arch)  # the chip table's row of that compute capability
             for k in convs:
                 src = target.kernel_sources(k, prog)[0]
-                renderers.add("conv_direct" if conv_direct.fits(k, prog, target.profile) else "wgmma" if "wgmma.mma_async" in src
+                renderers.add("conv_direct" if conv_direct.fits(k, prog, target.profile)
+                              else "wgmma" if "wgmma.mma_async" in src
                               else "mma.sync" if "tc_mma(" in src else "library direct")
                 sources[f"{name}_sm{arch}_{k.name}"] = src
     assert renderers == {"conv_direct", "wgmma", "mma.sync", "library direct"}, renderers

@@ -490,3 +490,62 @@ def test_gemm_prologue_lowering(tiny_qwen, kind, pos, disabled, monkeypatch):
     a = run(fused, {k: v.copy() for k, v in inputs.items()}, hf)
     b = run(plain, {k: v.copy() for k, v in inputs.items()}, hf)
     _assert_agree(a, b, dtype, "gemm prologues vs unfused")
+
+
+# ---- parameters read by several nodes ---------------------------------------------------------------------------
+
+
+class _SharedBlocks(torch.nn.Module):
+    """One attention block, one gated MLP and one conv + BatchNorm, each applied twice with the same weights (ALBERT's
+    shared layers, a CNN that reuses a stage), and an output projection tied to the embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16) for _ in range(3))
+        self.gate, self.up = torch.nn.Linear(16, 24, bias=False), torch.nn.Linear(16, 24, bias=False)
+        self.down = torch.nn.Linear(24, 16)
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def layer(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = (m(x).view(b, t, 2, 8).transpose(1, 2) for m in (self.q, self.k, self.v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, 16)
+        x = x + a
+        return x + self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+    def forward(self, ids: torch.Tensor, img: torch.Tensor):
+        x = self.layer(self.layer(self.emb(ids)))
+        logits = torch.nn.functional.linear(x, self.emb.weight)
+        y = torch.relu(self.bn(self.conv(torch.relu(self.bn(self.conv(img)))))) + img
+        return logits, y
+
+
+@pytest.mark.parametrize("disabled", [None, *FUSION_PASSES, "bn_fold"])
+def test_shared_parameters_through_every_fusion(disabled):
+    """A weight read by several nodes works through every pass (ALBERT failed with a KeyError in the fused q/k/v
+    projection: each layer's group made its own concatenated weight under one name); and a derived weight is made
+    once however many groups ask for it."""
+    from helpers import export_ir
+
+    torch.manual_seed(0)
+    m = _SharedBlocks().eval()
+    ids, img = torch.randint(0, 32, (1, 5)), torch.randn(1, 4, 6, 6)
+    ir = export_ir(_SharedBlocks, [((1, 5), torch.int64), ((1, 4, 6, 6), torch.float32)])
+    prog = npu_compiler.compile(ir, "cpu", dtype="float32", disable_passes=[disabled] if disabled else [])
+    sd = {k: v.numpy() for k, v in {**m.state_dict(), **dict(m.named_buffers())}.items()}
+    names = [t["name"] for t in ir["graph_inputs"]]
+    out = run(prog, dict(zip(names, (ids.numpy(), img.numpy()))), sd)
+    with torch.no_grad():
+        want = m(ids, img)
+    for t, w in zip(ir["graph_outputs"], want):
+        assert_close(out[t["name"]], w.numpy(), "float32", "accumulate", what=f"{t['name']} with {disabled} off")
+    derived = [w for w in prog.weights if w.recipe.kind != "load"]
+    assert len({w.name for w in derived}) == len(derived)
+    if disabled is None:
+        assert sum(w.recipe.kind == "concat" for w in prog.weights) == 3  # q|k|v, their biases, gate|up: once each
+        assert sum(w.recipe.kind == "bn_fold_weight" for w in prog.weights) == 1

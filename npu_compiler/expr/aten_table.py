@@ -335,10 +335,23 @@ def _bitwise(op: str) -> Builder:
     return build
 
 
+def _bitwise_scalar(op: str) -> Builder:
+    """A bool mask with a bool number (`mask & True`); integers have no bitwise primitive, as for `_bitwise`."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        if out != "bool":
+            raise ValueError(f"bitwise {op} of {out} tensors has no primitive (only bool operands lower)")
+        return _bin("ne" if op == "xor" else op, cast(ops[0], "bool"), const(bool(attrs["other"]), "bool"), "bool")
+
+    return build
+
+
 for _name, _logic_op in (("and", "and"), ("or", "or"), ("xor", "xor")):
     _op(f"logical_{_name}.default(Tensor self, Tensor other) -> Tensor", _logic(_logic_op))
     _op(f"bitwise_{_name}.Tensor(Tensor self, Tensor other) -> Tensor", _bitwise(_logic_op))
     _op(f"__{_name}__.Tensor(Tensor self, Tensor other) -> Tensor", _bitwise(_logic_op))
+    _op(f"bitwise_{_name}.Scalar(Tensor self, Scalar other) -> Tensor", _bitwise_scalar(_logic_op))
+    _op(f"__{_name}__.Scalar(Tensor self, Scalar other) -> Tensor", _bitwise_scalar(_logic_op))
 
 
 def _bitwise_not(ops: Operands, attrs: dict, out: str) -> Expr:
@@ -351,6 +364,19 @@ def _bitwise_not(ops: Operands, attrs: dict, out: str) -> Expr:
 
 
 _op("bitwise_not.default(Tensor self) -> Tensor", _bitwise_not)
+
+
+# Clamps with one bound, or with tensor bounds (max(x, lo) then min(., hi), as ATen's clamp kernels).
+def _clamp_tensors(ops: Operands, attrs: dict, out: str) -> Expr:
+    x = _bin("max", cast(ops[0], out), cast(ops[1], out), out)
+    return _bin("min", x, cast(ops[2], out), out)
+
+
+_op("clamp_min.default(Tensor self, Scalar min) -> Tensor", _clamp("min", "max"))
+_op("clamp_max.default(Tensor self, Scalar max) -> Tensor", _clamp("min", "max"))
+_op("clamp_min.Tensor(Tensor self, Tensor min) -> Tensor", _binary("max"))
+_op("clamp_max.Tensor(Tensor self, Tensor max) -> Tensor", _binary("min"))
+_op("clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", _clamp_tensors)
 _op("min.other(Tensor self, Tensor other) -> Tensor", _binary("min"))
 _op("max.other(Tensor self, Tensor other) -> Tensor", _binary("max"))
 
@@ -415,8 +441,10 @@ def _log1p(y: Expr) -> Expr:
     log1p is not a primitive of the expression language."""
     dt = y.dtype
     u = _bin("add", const(1, dt), y, dt)
+    # (u = inf: log1p(inf) is inf, where the correction would divide inf by inf)
     return Where(dt, _bin("eq", u, const(1, dt), "bool"), y,
-                 _bin("div", _bin("mul", _un("log", u), y, dt), _bin("sub", u, const(1, dt), dt), dt))
+                 Where(dt, _bin("eq", u, const(math.inf, dt), "bool"), u,
+                       _bin("div", _bin("mul", _un("log", u), y, dt), _bin("sub", u, const(1, dt), dt), dt)))
 
 
 def _softplus(ops: Operands, attrs: dict, out: str) -> Expr:
@@ -502,6 +530,316 @@ def _elu(ops: Operands, attrs: dict, out: str) -> Expr:
 
 
 _op("elu.default(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor", _elu)
+
+
+# ---- trigonometric and hyperbolic functions ----------------------------------------------------------------------
+# Compositions of the primitives in the opmath dtype (fp32 for halves), each within a few fp32 ulps: atan has no
+# primitive, so it is Cephes' atanf (range reduction to |x| <= tan(pi/8), a degree-9 odd polynomial: 2e-7
+# relative), and asin, acos and atan2 follow from it; sinh and cosh come from expm1 and exp with the large range
+# taken as exp(|x| - ln 2), where exp(|x|) alone would overflow first.
+
+_LN2 = math.log(2.0)
+
+
+def _c(v: float, x: Expr) -> Expr:
+    return const(v, x.dtype)
+
+
+def _atan(x: Expr) -> Expr:
+    dt = x.dtype
+    a = _un("abs", x)
+    big = _bin("gt", a, _c(2.414213562373095, x), "bool")  # tan(3 pi / 8)
+    mid = _bin("gt", a, _c(0.4142135623730950, x), "bool")  # tan(pi / 8)
+    r = Where(dt, big, _bin("div", _c(-1.0, x), a, dt),
+              Where(dt, mid, _bin("div", _bin("sub", a, _c(1.0, x), dt), _bin("add", a, _c(1.0, x), dt), dt), a))
+    y0 = Where(dt, big, _c(math.pi / 2, x), Where(dt, mid, _c(math.pi / 4, x), _c(0.0, x)))
+    z = _bin("mul", r, r, dt)
+    p = _c(8.05374449538e-2, x)
+    for k in (-1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1):
+        p = _bin("add", _bin("mul", p, z, dt), _c(k, x), dt)
+    y = _bin("add", y0, _bin("add", _bin("mul", _bin("mul", p, z, dt), r, dt), r, dt), dt)
+    return Where(dt, _bin("lt", x, _c(0.0, x), "bool"), _un("neg", y), y)
+
+
+def _negative(x: Expr) -> Expr:
+    """x < 0, or x is -0 (1 / -0 is -inf)."""
+    zero = _c(0.0, x)
+    return _bin("or", _bin("lt", x, zero, "bool"), _bin("and", _bin("eq", x, zero, "bool"),
+                                                         _bin("lt", _bin("div", _c(1.0, x), x, x.dtype), zero, "bool"),
+                                                         "bool"), "bool")
+
+
+def _atan2(y: Expr, x: Expr) -> Expr:
+    """atan(y / x) moved into x's half plane; the zeros and infinities as C's atan2 has them."""
+    dt = y.dtype
+    pi = _c(math.pi, y)
+    y_neg, x_neg = _negative(y), _negative(x)
+    q = _atan(_bin("div", y, x, dt))
+    r = Where(dt, x_neg, Where(dt, y_neg, _bin("sub", q, pi, dt), _bin("add", q, pi, dt)), q)
+    signed = lambda v: Where(dt, y_neg, _un("neg", v), v)  # noqa: E731
+    zero = _c(0.0, y)
+    inf = _c(math.inf, y)
+    both_zero = _bin("and", _bin("eq", y, zero, "bool"), _bin("eq", x, zero, "bool"), "bool")
+    both_inf = _bin("and", _bin("eq", _un("abs", y), inf, "bool"), _bin("eq", _un("abs", x), inf, "bool"), "bool")
+    r = Where(dt, both_zero, Where(dt, x_neg, signed(pi), y), r)
+    return Where(dt, both_inf, signed(Where(dt, x_neg, _c(3 * math.pi / 4, y), _c(math.pi / 4, y))), r)
+
+
+def _one_minus_square_root(x: Expr) -> Expr:
+    """sqrt(1 - x^2) as sqrt((1 - x)(1 + x)): no cancellation near |x| = 1."""
+    one = _c(1.0, x)
+    return _un("sqrt", _bin("mul", _bin("sub", one, x, x.dtype), _bin("add", one, x, x.dtype), x.dtype))
+
+
+def _sinh(x: Expr) -> Expr:
+    dt = x.dtype
+    a = _un("abs", x)
+    u = _expm1(a)
+    small = _bin("mul", _c(0.5, x), _bin("add", u, _bin("div", u, _bin("add", u, _c(1.0, x), dt), dt), dt), dt)
+    s = Where(dt, _bin("gt", a, _c(20.0, x), "bool"), _un("exp", _bin("sub", a, _c(_LN2, x), dt)), small)
+    return Where(dt, _bin("lt", x, _c(0.0, x), "bool"), _un("neg", s), s)
+
+
+def _cosh(x: Expr) -> Expr:
+    dt = x.dtype
+    a = _un("abs", x)
+    e = _un("exp", a)
+    small = _bin("mul", _c(0.5, x), _bin("add", e, _bin("div", _c(1.0, x), e, dt), dt), dt)
+    return Where(dt, _bin("gt", a, _c(20.0, x), "bool"), _un("exp", _bin("sub", a, _c(_LN2, x), dt)), small)
+
+
+def _asinh(x: Expr) -> Expr:
+    """log1p(a + a^2 / (1 + sqrt(1 + a^2))) for a = |x| (log(a) + ln 2 where a^2 would overflow), signed."""
+    dt = x.dtype
+    a = _un("abs", x)
+    one = _c(1.0, x)
+    a2 = _bin("mul", a, a, dt)
+    near = _log1p(_bin("add", a, _bin("div", a2, _bin("add", one, _un("sqrt", _bin("add", one, a2, dt)), dt), dt),
+                       dt))
+    r = Where(dt, _bin("gt", a, _c(2.0 ** 12, x), "bool"), _bin("add", _un("log", a), _c(_LN2, x), dt), near)
+    return Where(dt, _bin("lt", x, _c(0.0, x), "bool"), _un("neg", r), r)
+
+
+def _acosh(x: Expr) -> Expr:
+    """log1p(t + sqrt(t (t + 2))) for t = x - 1 (NaN below 1), log(x) + ln 2 for large x."""
+    dt = x.dtype
+    t = _bin("sub", x, _c(1.0, x), dt)
+    near = _log1p(_bin("add", t, _un("sqrt", _bin("mul", t, _bin("add", t, _c(2.0, x), dt), dt)), dt))
+    return Where(dt, _bin("gt", x, _c(2.0 ** 12, x), "bool"), _bin("add", _un("log", x), _c(_LN2, x), dt), near)
+
+
+def _atanh(x: Expr) -> Expr:
+    dt = x.dtype
+    return _bin("mul", _c(0.5, x), _log1p(_bin("div", _bin("mul", _c(2.0, x), x, dt),
+                                                _bin("sub", _c(1.0, x), x, dt), dt)), dt)
+
+
+_op("atan.default(Tensor self) -> Tensor", _float_unary(_atan))
+_op("asin.default(Tensor self) -> Tensor", _float_unary(lambda x: _atan2(x, _one_minus_square_root(x))))
+_op("acos.default(Tensor self) -> Tensor", _float_unary(lambda x: _atan2(_one_minus_square_root(x), x)))
+_op("tan.default(Tensor self) -> Tensor",
+    _float_unary(lambda x: _bin("div", _un("sin", x), _un("cos", x), x.dtype)))
+_op("sinh.default(Tensor self) -> Tensor", _float_unary(_sinh))
+_op("cosh.default(Tensor self) -> Tensor", _float_unary(_cosh))
+_op("asinh.default(Tensor self) -> Tensor", _float_unary(_asinh))
+_op("acosh.default(Tensor self) -> Tensor", _float_unary(_acosh))
+_op("atanh.default(Tensor self) -> Tensor", _float_unary(_atanh))
+_op("atan2.default(Tensor self, Tensor other) -> Tensor",
+    lambda ops, attrs, out: _atan2(cast(ops[0], _opmath(out)), cast(ops[1], _opmath(out))))
+
+
+# ---- activations and small arithmetic composites ------------------------------------------------------------------
+# ATen's own formulas (aten/src/ATen/native/cpu/Activation.cpp, PointwiseOpsKernel.cpp), in the opmath dtype.
+
+
+def _opmath_build(fn: Callable[..., Expr], n: int = 1) -> Builder:
+    """`fn(*operands, attrs)` on the first n operands cast to the opmath dtype, rounded to the result."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out) if is_float(out) else out
+        return fn(*[cast(ops[i], f) for i in range(n)], attrs)
+
+    return build
+
+
+def _relu_n(x: Expr, lo: float, hi: float) -> Expr:
+    return _bin("min", _bin("max", x, _c(lo, x), x.dtype), _c(hi, x), x.dtype)
+
+
+def _hardswish(x: Expr, attrs: dict) -> Expr:
+    return _bin("div", _bin("mul", x, _relu_n(_bin("add", x, _c(3.0, x), x.dtype), 0.0, 6.0), x.dtype),
+                _c(6.0, x), x.dtype)
+
+
+def _mish(x: Expr, attrs: dict) -> Expr:
+    return _bin("mul", x, _un("tanh", _log1p(_un("exp", x))), x.dtype)
+
+
+def _log_sigmoid(x: Expr, attrs: dict) -> Expr:
+    """min(x, 0) - log1p(exp(-|x|)): no overflow either way."""
+    dt = x.dtype
+    return _bin("sub", _bin("min", x, _c(0.0, x), dt), _log1p(_un("exp", _un("neg", _un("abs", x)))), dt)
+
+
+def _shrink(hard: bool) -> Builder:
+    """hardshrink takes lambda in the input's dtype (a half input's 0.6 is 0.60009765625), softshrink in fp32."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out)
+        lam = float(attrs.get("lambd", 0.5))
+        x, lam = cast(ops[0], f), float(round_scalar(lam, out)) if hard else lam
+        low, high = _bin("lt", x, _c(-lam, x), "bool"), _bin("gt", x, _c(lam, x), "bool")
+        if hard:
+            return Where(f, _bin("or", low, high, "bool"), x, _c(0.0, x))
+        return Where(f, high, _bin("sub", x, _c(lam, x), f), Where(f, low, _bin("add", x, _c(lam, x), f),
+                                                                 _c(0.0, x)))
+    return build
+
+
+def _hypot(a: Expr, b: Expr, attrs: dict) -> Expr:
+    """max * sqrt(1 + (min / max)^2), as C's hypot avoids overflow; inf where either is infinite."""
+    dt = a.dtype
+    aa, bb = _un("abs", a), _un("abs", b)
+    hi, lo = _bin("max", aa, bb, dt), _bin("min", aa, bb, dt)
+    r = _bin("div", lo, hi, dt)
+    v = Where(dt, _bin("eq", hi, _c(0.0, a), "bool"), _c(0.0, a),
+              _bin("mul", hi, _un("sqrt", _bin("add", _c(1.0, a), _bin("mul", r, r, dt), dt)), dt))
+    inf = _bin("or", _bin("eq", aa, _c(math.inf, a), "bool"), _bin("eq", bb, _c(math.inf, a), "bool"), "bool")
+    return Where(dt, inf, _c(math.inf, a), v)
+
+
+def _xlogy(x: Expr, y: Expr, attrs: dict) -> Expr:
+    dt = x.dtype
+    return Where(dt, _bin("ne", y, y, "bool"), y, Where(dt, _bin("eq", x, _c(0.0, x), "bool"), _c(0.0, x),
+                                                        _bin("mul", x, _un("log", y), dt)))
+
+
+def _lerp(self: Expr, end: Expr, w: Expr, attrs: dict) -> Expr:
+    """ATen's lerp: from self for a weight below 0.5, from end otherwise (exact at both ends)."""
+    dt = self.dtype
+    diff = _bin("sub", end, self, dt)
+    return Where(dt, _bin("lt", _un("abs", w), _c(0.5, w), "bool"), _bin("add", self, _bin("mul", w, diff, dt), dt),
+                 _bin("sub", end, _bin("mul", diff, _bin("sub", _c(1.0, w), w, dt), dt), dt))
+
+
+def _finite_max(dtype: str) -> float:
+    return {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}.get(dtype, 3.4028234663852886e38)
+
+
+def _nan_to_num(ops: Operands, attrs: dict, out: str) -> Expr:
+    x = cast(ops[0], out)
+    if not is_float(out):
+        return x
+    big = _finite_max(out)
+    nan = attrs.get("nan") if attrs.get("nan") is not None else 0.0
+    pos = attrs.get("posinf") if attrs.get("posinf") is not None else big
+    neg = attrs.get("neginf") if attrs.get("neginf") is not None else -big
+    v = Where(out, _bin("eq", x, const(math.inf, out), "bool"), const(pos, out), x)
+    v = Where(out, _bin("eq", x, const(-math.inf, out), "bool"), const(neg, out), v)
+    return Where(out, _bin("ne", x, x, "bool"), const(nan, out), v)
+
+
+def _logit(ops: Operands, attrs: dict, out: str) -> Expr:
+    """ATen's kernel computes in the input's dtype, each step rounded to it: log(x / (1 - x)), x clamped to
+    [eps, 1 - eps] first where eps is given."""
+    f = _opmath(out)
+
+    def step(op: str, a: Expr, b: Expr | None = None) -> Expr:
+        v = _un(op, cast(a, f)) if b is None else _bin(op, cast(a, f), cast(b, f), f)
+        return cast(v, out)
+
+    x, one = cast(ops[0], out), const(1.0, out)
+    eps = attrs.get("eps")
+    if eps is not None:
+        lo = const(round_scalar(float(eps), out), out)
+        hi = step("sub", one, lo)
+        x = Where(out, _bin("lt", x, lo, "bool"), lo, Where(out, _bin("gt", x, hi, "bool"), hi, x))
+    return step("log", step("div", x, step("sub", one, x)))
+
+
+def _addc(op: str) -> Builder:
+    """self + value * t1 * t2 (addcmul) or self + value * (t1 / t2) (addcdiv)."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        f = _opmath(out) if is_float(out) else out
+        s, a, b = (cast(ops[i], f) for i in range(3))
+        v = const(attrs.get("value", 1), f)
+        term = _bin("mul", _bin("mul", v, a, f), b, f) if op == "mul" else _bin("mul", v, _bin("div", a, b, f), f)
+        return _bin("add", s, term, f)
+
+    return build
+
+
+_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+_op("hardswish.default(Tensor self) -> Tensor", _opmath_build(_hardswish))
+_op("hardsigmoid.default(Tensor self) -> Tensor",
+    _opmath_build(lambda x, a: _bin("div", _relu_n(_bin("add", x, _c(3.0, x), x.dtype), 0.0, 6.0), _c(6.0, x),
+                                    x.dtype)))
+_op("relu6.default(Tensor self) -> Tensor", _opmath_build(lambda x, a: _relu_n(x, 0.0, 6.0)))
+_op("mish.default(Tensor self) -> Tensor", _opmath_build(_mish))
+_op("selu.default(Tensor self) -> Tensor",
+    lambda ops, attrs, out: _elu(ops, {"alpha": _SELU[0], "scale": _SELU[1], "input_scale": 1}, out))
+_op("celu.default(Tensor self, Scalar alpha=1.) -> Tensor",
+    lambda ops, attrs, out: _elu(ops, {"alpha": attrs.get("alpha", 1.0), "scale": 1,
+                                       "input_scale": 1.0 / float(attrs.get("alpha", 1.0))}, out))
+_op("log_sigmoid.default(Tensor self) -> Tensor", _opmath_build(_log_sigmoid))
+_op("hardshrink.default(Tensor self, Scalar lambd=0.5) -> Tensor", _shrink(True))
+_op("softshrink.default(Tensor self, Scalar lambd=0.5) -> Tensor", _shrink(False))
+_op("threshold.default(Tensor self, Scalar threshold, Scalar value) -> Tensor",
+    lambda ops, attrs, out: Where(out, _bin("le", cast(ops[0], out), const(attrs["threshold"], out), "bool"),
+                                  const(attrs["value"], out), cast(ops[0], out)))
+_op("nan_to_num.default(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor", _nan_to_num)
+_op("addcmul.default(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", _addc("mul"))
+_op("addcdiv.default(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", _addc("div"))
+_op("lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor",
+    lambda ops, attrs, out: _lerp(cast(ops[0], _opmath(out)), cast(ops[1], _opmath(out)),
+                                  const(attrs["weight"], _opmath(out)), attrs))
+_op("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", _opmath_build(_lerp, 3))
+_op("logit.default(Tensor self, float? eps=None) -> Tensor", _logit)
+_op("hypot.default(Tensor self, Tensor other) -> Tensor", _opmath_build(_hypot, 2))
+_op("xlogy.Tensor(Tensor self, Tensor other) -> Tensor", _opmath_build(_xlogy, 2))
+_op("exp2.default(Tensor self) -> Tensor",
+    _opmath_build(lambda x, a: _bin("pow", _c(2.0, x), x, x.dtype)))
+
+
+def _fmod_parts(ops: Operands, attrs: dict, out: str, scalar_self: bool = False) -> tuple[Expr, Expr, Expr, str]:
+    """(a, b, fmod(a, b), the dtype computed in): C's fmod, the remainder of a division truncated toward zero, in
+    integer arithmetic for integers (exact) and in fp32 for floats (one rounding of the product, well inside the
+    elementwise tolerance while |a / b| stays far below 2^24)."""
+    f = _opmath(out) if is_float(out) else "int64"
+    a = const(round_scalar(attrs["self"], out), f) if scalar_self else cast(ops[0], f)
+    b = _operand(ops, attrs, 0 if scalar_self else 1, "other", f, round_to_dtype=is_float(out))
+    if not is_float(out):
+        return a, b, _bin("sub", a, _bin("mul", _bin("div", a, b, f), b, f), f), f
+    return a, b, _bin("sub", a, _bin("mul", _un("trunc", _bin("div", a, b, f)), b, f), f), f
+
+
+def _fmod(ops: Operands, attrs: dict, out: str) -> Expr:
+    return cast(_fmod_parts(ops, attrs, out)[2], out)
+
+
+def _remainder(scalar_self: bool = False) -> Builder:
+    """Python's %: fmod moved by b where it is nonzero and its sign differs from b's."""
+
+    def build(ops: Operands, attrs: dict, out: str) -> Expr:
+        a, b, r, f = _fmod_parts(ops, attrs, out, scalar_self)
+        zero = const(0, f)
+        move = _bin("and", _bin("ne", r, zero, "bool"), _bin("ne", _bin("lt", r, zero, "bool"),
+                                                              _bin("lt", b, zero, "bool"), "bool"), "bool")
+        return cast(Where(f, move, _bin("add", r, b, f), r), out)
+
+    return build
+
+
+_op("fmod.Tensor(Tensor self, Tensor other) -> Tensor", _fmod)
+_op("fmod.Scalar(Tensor self, Scalar other) -> Tensor", _fmod)
+_op("remainder.Tensor(Tensor self, Tensor other) -> Tensor", _remainder())
+_op("remainder.Scalar(Tensor self, Scalar other) -> Tensor", _remainder())
+_op("remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor", _remainder(scalar_self=True))
+_op("floor_divide.default(Tensor self, Tensor other) -> Tensor",
+    lambda ops, attrs, out: _div_mode(ops, {**attrs, "rounding_mode": "floor"}, out))
+_op("floor_divide.Scalar(Tensor self, Scalar other) -> Tensor",
+    lambda ops, attrs, out: _div_mode(ops, {**attrs, "rounding_mode": "floor"}, out))
 
 
 def build_elementwise(op: str, operands: Operands, attrs: dict, out_dtype: str) -> Expr:

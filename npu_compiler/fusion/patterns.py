@@ -11,6 +11,7 @@ import math
 
 from ..dtypes import FLOAT_DTYPES
 from ..ir.graph import Graph, Node, TensorType, Value
+from ..passes.derived_weights import derived_weight, is_checkpoint_weight
 from ..program import Recipe
 from .match import GraphIndex, other_input, scalar_operand
 
@@ -358,7 +359,8 @@ def concat_linears(graph: Graph, recipes: dict[str, Recipe]) -> int:
     count = 0
     by_input: dict[int, list[Node]] = {}
     for n in graph.nodes:
-        if n.op == "linear.default" and n.inputs[1].kind == "weight" and len(n.inputs[1].shape) == 2:
+        if (n.op == "linear.default" and is_checkpoint_weight(graph, n.inputs[1], recipes)
+                and len(n.inputs[1].shape) == 2):
             by_input.setdefault(id(n.inputs[0]), []).append(n)
     # every group's new nodes first, then one pass over the graph for all of them (a pass per group made this
     # quadratic in the number of layers)
@@ -369,7 +371,7 @@ def concat_linears(graph: Graph, recipes: dict[str, Recipe]) -> int:
     for members in by_input.values():
         for has_bias in (True, False):
             group = [m for m in members if (len(m.inputs) > 2) == has_bias
-                     and (not has_bias or m.inputs[2].kind == "weight")
+                     and (not has_bias or is_checkpoint_weight(graph, m.inputs[2], recipes))
                      and m.inputs[1].dtype == members[0].inputs[1].dtype]
             if len(group) < 2:
                 continue
@@ -389,15 +391,13 @@ def concat_linears(graph: Graph, recipes: dict[str, Recipe]) -> int:
 
 
 def _concat_value(graph: Graph, parts: list[Value], recipes: dict[str, Recipe]) -> Value:
+    """The parts concatenated along rows at load time: one value for every group over the same parts (ALBERT's
+    layers all read one layer's q/k/v)."""
     keys = [graph.weight_keys[p.name] for p in parts]
-    name = "concat(" + ",".join(keys) + ")"
     shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-    v = Value(name, TensorType(shape, parts[0].dtype), "weight")
-    graph.weights[name] = v
-    graph.weight_keys[name] = name
-    recipes[name] = Recipe("concat", {str(i): k for i, k in enumerate(keys)},
-                           {"axis": 0, "shapes": [list(p.shape) for p in parts]})
-    return v
+    recipe = Recipe("concat", {str(i): k for i, k in enumerate(keys)},
+                    {"axis": 0, "shapes": [list(p.shape) for p in parts]})
+    return derived_weight(graph, recipes, "concat(" + ",".join(keys) + ")", TensorType(shape, parts[0].dtype), recipe)
 
 
 def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict[str, Recipe],

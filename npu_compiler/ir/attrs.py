@@ -27,7 +27,7 @@ EXTRA_ATTRS = {"_tensor_list_sizes", "_tensor_list_none_masks"}
 
 # Number-valued arguments whose value is data (what to add, fill, compare with, clamp to): any number, infinities
 # and NaN included, as ATen computes with them. Every other float argument is structural and must be finite.
-VALUE_ARGS = {"other", "value", "fill_value", "min", "max", "min_val", "max_val", "exponent", "self", "s"}
+VALUE_ARGS = {"other", "value", "fill_value", "min", "max", "min_val", "max_val", "exponent", "self", "s", "ord"}
 # Number-valued arguments that take a bool as well (ATen's `Scalar`: `x == True`, `masked_fill(m, False)`).
 BOOL_OK = VALUE_ARGS | {"negative_slope"}
 
@@ -67,6 +67,13 @@ RANGES: dict[str, Check] = {
     "rounding_mode": lambda v: None if v in (None, "trunc", "floor") else f"is None, 'trunc' or 'floor', got {v!r}",
     "size": _each(lambda x: x >= -1, "holds sizes >= 0 (or -1 for 'infer')"),
     "shape": _each(lambda x: x >= -1, "holds sizes >= 0 (or -1 for 'infer')"),
+}
+# Where an op gives a name another meaning: (op, name) -> its range, in place of RANGES[name].
+OP_RANGES: dict[tuple[str, str], Check] = {
+    **{(op, "p"): lambda v: None if v >= 0 else f"is a norm's order >= 0, got {v!r}"
+       for op in ("_cdist_forward.default", "cdist.default", "_pdist_forward.default", "pdist.default",
+                  "pairwise_distance.default")},
+    ("as_strided.default", "stride"): _NON_NEGATIVE,  # (a stride of 0 repeats an element)
 }
 
 
@@ -153,7 +160,7 @@ def _opaque_name(v: Any, where: str, name: str, base: str) -> str | int:
 NO_REPEAT = {"output_size"}
 
 
-def check_value(arg: Arg, value: Any, where: str) -> Any:
+def check_value(arg: Arg, value: Any, where: str, op: str = "") -> Any:
     """One attribute against its argument's type and range; returns it normalised (an `int[2]` given as one int
     becomes two, a dtype name becomes its canonical name)."""
     name, typ = arg.name, arg.type
@@ -193,7 +200,7 @@ def check_value(arg: Arg, value: Any, where: str) -> Any:
         out = _opaque_name(value, where, name, base)
     else:  # a type the table does not use yet: refuse rather than pass something unchecked on
         raise _bad(where, name, f"has ATen type {typ}, which the reader cannot check")
-    rng = RANGES.get(name)
+    rng = OP_RANGES.get((op, name), RANGES.get(name))
     if rng is not None and out is not None:
         problem = rng(out)
         if problem:
@@ -217,7 +224,7 @@ def check_attrs(schema: OpSchema, attrs: dict[str, Any], n_inputs: int, where: s
                                 f"{', '.join(a.name for a in schema.args)})")
         if arg.is_tensor_list:
             raise _bad(where, key, "is a list of tensors; they belong in the node's inputs")
-        out[key] = check_value(arg, value, where)
+        out[key] = check_value(arg, value, where, schema.op)
     for arg in schema.attr_args:
         if arg.name in out:
             continue

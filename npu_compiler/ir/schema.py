@@ -265,12 +265,139 @@ max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indi
 min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
 diagonal.default(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor
 fill.Scalar(Tensor self, Scalar value) -> Tensor
+feature_dropout.default(Tensor input, float p, bool train) -> Tensor
+alpha_dropout.default(Tensor input, float p, bool train) -> Tensor
+feature_alpha_dropout.default(Tensor input, float p, bool train) -> Tensor
+native_dropout.default(Tensor input, float p, bool? train) -> (Tensor, Tensor)
+detach_copy.default(Tensor self) -> Tensor
+_assert_async.default(Tensor self) -> ()
+_assert_async.msg(Tensor self, str assert_msg) -> ()
+_assert_scalar.default(Scalar self, str assert_msg) -> ()
+_functional_assert_async.msg(Tensor self, str assert_msg, Tensor dep_token) -> Tensor
+_functional_assert_scalar.default(Scalar self, str assert_msg, Tensor dep_token) -> Tensor
+unflatten.int(Tensor self, int dim, SymInt[] sizes) -> Tensor
+expand_as.default(Tensor self, Tensor other) -> Tensor
+unbind.int(Tensor self, int dim=0) -> Tensor[]
+numpy_T.default(Tensor self) -> Tensor
+mT.default(Tensor self) -> Tensor
+mH.default(Tensor self) -> Tensor
+adjoint.default(Tensor self) -> Tensor
+matrix_H.default(Tensor self) -> Tensor
+meshgrid.default(Tensor[] tensors) -> Tensor[]
+meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]
+fill.Tensor(Tensor self, Tensor value) -> Tensor
+prelu.default(Tensor self, Tensor weight) -> Tensor
+linalg_vector_norm.default(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+norm_except_dim.default(Tensor v, int pow=2, int dim=0) -> Tensor
+_weight_norm.default(Tensor v, Tensor g, int dim=0) -> Tensor
+_weight_norm_interface.default(Tensor v, Tensor g, int dim=0) -> (Tensor, Tensor)
+index_add.default(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor
+einsum.default(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor
+lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)
+gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+lstm_cell.default(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)
+gru_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+rnn_tanh_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+rnn_relu_cell.default(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+select_scatter.default(Tensor self, Tensor src, int dim, SymInt index) -> Tensor
+slice_scatter.default(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor
+diagonal_scatter.default(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor
+zero.default(Tensor self) -> Tensor
+cdist.default(Tensor x1, Tensor x2, float p=2., int? compute_mode=None) -> Tensor
+pdist.default(Tensor self, float p=2.) -> Tensor
+embedding_bag.default(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)
+embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)
+grid_sampler.default(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor
+grid_sampler_2d.default(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor
+as_strided.default(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor
+_cdist_forward.default(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor
+_pdist_forward.default(Tensor self, float p=2.) -> Tensor
+_embedding_bag.default(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)
+scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
+scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor
+scatter_add.default(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
+scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor
+masked_scatter.default(Tensor self, Tensor mask, Tensor source) -> Tensor
+index_put.default(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor
+convolution.default(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor
+col2im.default(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor
+conv3d.default(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=[1, 1, 1], SymInt[3] padding=[0, 0, 0], SymInt[3] dilation=[1, 1, 1], SymInt groups=1) -> Tensor
+conv_transpose1d.default(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=[1], SymInt[1] padding=[0], SymInt[1] output_padding=[0], SymInt groups=1, SymInt[1] dilation=[1]) -> Tensor
+conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=[1, 1], SymInt[2] padding=[0, 0], SymInt[2] output_padding=[0, 0], SymInt groups=1, SymInt[2] dilation=[1, 1]) -> Tensor
+conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=[1, 1, 1], SymInt[3] padding=[0, 0, 0], SymInt[3] output_padding=[0, 0, 0], SymInt groups=1, SymInt[3] dilation=[1, 1, 1]) -> Tensor
+max_pool2d_with_indices.default(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)
+max_pool3d_with_indices.default(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)
+avg_pool3d.default(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor
+_adaptive_avg_pool3d.default(Tensor self, SymInt[3] output_size) -> Tensor
+adaptive_avg_pool3d.default(Tensor self, SymInt[3] output_size) -> Tensor
+native_layer_norm.default(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)
+native_group_norm.default(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)
+_native_batch_norm_legit.default(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)
+_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)
+prod.default(Tensor self, *, ScalarType? dtype=None) -> Tensor
+prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+sort.default(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)
+sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)
+empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+empty_like.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+new_empty.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+empty_strided.default(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+new_empty_strided.default(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+movedim.int(Tensor self, int source, int destination) -> Tensor
+narrow.default(Tensor self, int dim, int start, int length) -> Tensor
+view_as.default(Tensor self, Tensor other) -> Tensor
+reshape_as.default(Tensor self, Tensor other) -> Tensor
+ravel.default(Tensor self) -> Tensor
+positive.default(Tensor self) -> Tensor
+square.default(Tensor self) -> Tensor
+glu.default(Tensor self, int dim=-1) -> Tensor
+rms_norm.default(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor
+instance_norm.default(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor
+std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor
+std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor
+logsumexp.default(Tensor self, int[1] dim, bool keepdim=False) -> Tensor
+tril.default(Tensor self, int diagonal=0) -> Tensor
+triu.default(Tensor self, int diagonal=0) -> Tensor
+all.default(Tensor self) -> Tensor
+all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor
+all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor
+max.default(Tensor self) -> Tensor
+min.default(Tensor self) -> Tensor
+argsort.default(Tensor self, int dim=-1, bool descending=False) -> Tensor
+argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor
+one_hot.default(Tensor self, int num_classes=-1) -> Tensor
+pixel_shuffle.default(Tensor self, int upscale_factor) -> Tensor
+pixel_unshuffle.default(Tensor self, int downscale_factor) -> Tensor
+channel_shuffle.default(Tensor self, int groups) -> Tensor
+im2col.default(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor
+count_nonzero.default(Tensor self, int? dim=None) -> Tensor
+count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor
+cosine_similarity.default(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor
+pairwise_distance.default(Tensor x1, Tensor x2, float p=2., float eps=9.9999999999999995e-07, bool keepdim=False) -> Tensor
+outer.default(Tensor self, Tensor vec2) -> Tensor
+var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)
+var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)
+std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)
+std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)
+aminmax.default(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)
+upsample_nearest1d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+upsample_nearest3d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+_upsample_nearest_exact1d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+_upsample_nearest_exact2d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+_upsample_nearest_exact3d.vec(Tensor input, int[]? output_size, float[]? scale_factors) -> Tensor
+upsample_linear1d.vec(Tensor input, int[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor
+max_pool1d.default(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], int[1] dilation=[1], bool ceil_mode=False) -> Tensor
+adaptive_max_pool2d.default(Tensor self, int[2] output_size) -> (Tensor, Tensor)
+adaptive_max_pool1d.default(Tensor self, int[1] output_size) -> (Tensor, Tensor)
 """
 
 # Tensor arguments for which ATen takes a Python number (`x + 0.5`): the IR then records the number in attrs under
 # the argument's name. Every other Tensor argument must be an input (ATen refuses a number there).
 SCALAR_OPERANDS: dict[str, tuple[str, ...]] = {op: ("other",) for op in ("add.Tensor", "sub.Tensor", "mul.Tensor",
-                                                                          "div.Tensor", "div.Tensor_mode")}
+                                                                          "div.Tensor", "div.Tensor_mode",
+                                                                          "floor_divide.default")}
 
 SCHEMAS: dict[str, OpSchema] = {}
 for _line in _DECLS.strip().splitlines():
@@ -302,6 +429,17 @@ def _declare_quantized() -> None:
 _declare_quantized()
 
 
+def _declare_aliases() -> None:
+    from .aliases import ALIAS_DECLS
+
+    for line in ALIAS_DECLS.strip().splitlines():
+        s = parse_schema(line.strip())
+        SCHEMAS.setdefault(s.op, s)
+
+
+_declare_aliases()
+
+
 def short_op(op_type: str) -> str:
     """'aten.add.Tensor' -> 'add.Tensor'; 'getitem' and '<built-in function getitem>' -> 'getitem'."""
     if "getitem" in op_type:
@@ -314,8 +452,15 @@ def short_op(op_type: str) -> str:
 
 def scalar_operands(op: str) -> tuple[str, ...]:
     """The Tensor arguments of `op` that may be a number in attrs (an in-place overload has its base op's)."""
+    from .aliases import ALIASES
+
     base, dot, overload = op.partition(".")
-    return SCALAR_OPERANDS.get(op) or SCALAR_OPERANDS.get(f"{base.rstrip('_')}{dot}{overload}", ())
+    base_op = f"{base.rstrip('_')}{dot}{overload}"
+    if base_op in ALIASES:  # `multiply(x, 2)`: the alias takes numbers where its target does
+        target, names = ALIASES[base_op]
+        back = {v: k for k, v in names.items()}
+        return tuple(back.get(n, n) for n in scalar_operands(target))
+    return SCALAR_OPERANDS.get(op) or SCALAR_OPERANDS.get(base_op, ())
 
 
 def lookup(op_type: str) -> OpSchema | None:

@@ -283,8 +283,10 @@ def cat(L: Lowering, node: Node) -> None:
 
 
 # Tensors of one value: the shape and dtype are the IR's output's (a `_like` or `new_` op reads nothing of its input).
+# An `empty` tensor's elements are undefined until written: zeros are as good as any (and deterministic).
 _FILLS = {"zeros.default": 0, "ones.default": 1, "zeros_like.default": 0, "ones_like.default": 1,
-          "new_zeros.default": 0, "new_ones.default": 1}
+          "new_zeros.default": 0, "new_ones.default": 1, "zero.default": 0, "empty.memory_format": 0,
+          "empty_like.default": 0, "new_empty.default": 0, "empty_strided.default": 0, "new_empty_strided.default": 0}
 _FILLED = {"full.default": "fill_value", "full_like.default": "fill_value", "new_full.default": "fill_value",
            "scalar_tensor.default": "s", "fill.Scalar": "value"}
 

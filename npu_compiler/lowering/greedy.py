@@ -22,6 +22,10 @@ from ..ir.graph import Node
 from ..program import contiguous_strides
 
 MAX_INLINE_NODES = 64  # past this a shared subexpression is cheaper to write once than to recompute
+# A pending result read twice by the next one (`best = where(v > best, v, best)` over a pooling window) doubles its
+# tree at each step while its distinct nodes grow by a few: past this many tree nodes it is written out, so that no
+# kernel's expression tree (what the checks and the reference interpreter walk) outgrows expr.check.MAX_NODES.
+MAX_INLINE_TREE = 1024
 # transcendentals (many instructions each on a GPU: cosf's range reduction, an accurate expf) ...
 COSTLY_UNARY = frozenset({"exp", "log", "sin", "cos", "tanh", "erf"})
 # ... recomputed for each read of a consumer that broadcasts them over at least this many elements cost more than a
@@ -39,11 +43,17 @@ class Pending:
     node: Node
     reduce_shape: tuple[int, ...] = ()  # a row result: reductions over its last dim (row_dims 1)
     reads: set[int] = field(default_factory=set)
-    size: int = 0
+    size: int = 0  # distinct nodes
+    tree: int = 0  # nodes of the expression as a tree (each shared node counted at every use)
 
     def __post_init__(self) -> None:
         self.reads = {r.arg for r in X.reads(self.expr)}
-        self.size = sum(1 for _ in X.walk(self.expr))
+        self.size = 0
+        trees: dict[int, int] = {}
+        for n in X.walk(self.expr):
+            self.size += 1
+            trees[id(n)] = min(1 + sum(trees[id(c)] for c in X.children(n)), 1 << 30)
+        self.tree = trees[id(self.expr)]
         # Index and Gather tie the value to its own index space: it cannot be re-indexed by a consumer's map.
         self.has_index = any(isinstance(n, X.Index | X.Gather) for n in X.walk(self.expr))
 
@@ -73,6 +83,8 @@ def compose(p: Pending, strides: tuple[int, ...], offset: int, sizes: tuple[int,
     the first `n_out` of them output dims, the rest reduction dims), or None when the access is not affine in
     p's index space. A row result composes only into a GEMM `prologue`, whose last dim is p's row, read whole and
     in order, and whose reductions run along it."""
+    if p.tree > MAX_INLINE_TREE:
+        return None
     shape = p.shape
     rows = bool(p.reduce_shape)
     if rows and not (prologue and n_out == len(sizes) and sizes and shape and sizes[-1] == shape[-1]

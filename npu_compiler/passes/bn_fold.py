@@ -3,8 +3,9 @@ by recipes from the checkpoint's conv weight (and bias) and the BN statistics.""
 
 from __future__ import annotations
 
-from ..ir.graph import Graph, Value
+from ..ir.graph import Graph, TensorType
 from ..program import Recipe
+from .derived_weights import derived_weight, is_checkpoint_weight
 
 _BN = {"batch_norm.default", "_native_batch_norm_legit_no_training.default"}
 
@@ -22,27 +23,26 @@ def fold_batchnorm(graph: Graph, recipes: dict[str, Recipe]) -> int:
         conv = by_output.get(id(x))
         if conv is None or conv.op != "conv2d.default" or len(users.get(id(x), [])) != 1 or id(x) in outputs:
             continue
-        if len(bn.inputs) != 5 or not all(v.kind == "weight" for v in bn.inputs[1:]):
+        if len(bn.inputs) != 5 or not all(is_checkpoint_weight(graph, v, recipes) for v in bn.inputs[1:]):
             continue  # affine-less BN (fewer inputs) stays an elementwise kernel
         w = conv.inputs[1]
-        if w.kind != "weight":
+        if not is_checkpoint_weight(graph, w, recipes):
             continue
         gamma, beta, mean, var = (graph.weight_keys[v.name] for v in bn.inputs[1:])
         conv_b = conv.inputs[2] if len(conv.inputs) > 2 else None
-        if conv_b is not None and conv_b.kind != "weight":
+        if conv_b is not None and not is_checkpoint_weight(graph, conv_b, recipes):
             continue
         eps = float(bn.attrs["eps"])
         src = {"weight": graph.weight_keys[w.name], "gamma": gamma, "beta": beta, "mean": mean, "var": var}
         if conv_b is not None:
             src["bias"] = graph.weight_keys[conv_b.name]
-        fw = Value(f"{conv.name}.bn_folded_weight", w.type, "weight")
+        # Named by their sources: a conv and BN pair applied twice (shared modules) folds into one weight.
+        what = ",".join(f"{k}={v}" for k, v in src.items()) + f",eps={eps!r}"
+        fw = derived_weight(graph, recipes, f"bn_fold_weight({what})", w.type, Recipe("bn_fold_weight", src,
+                                                                                      {"eps": eps}))
         # The bias exists even when the conv had none: the folded bias is beta - mean * gamma / sqrt(var + eps).
-        fb = Value(f"{conv.name}.bn_folded_bias", type(w.type)((w.shape[0],), w.dtype), "weight")
-        recipes[fw.name] = Recipe("bn_fold_weight", src, {"eps": eps})
-        recipes[fb.name] = Recipe("bn_fold_bias", src, {"eps": eps})
-        graph.weights[fw.name], graph.weights[fb.name] = fw, fb
-        graph.weight_keys[fw.name] = f"bn_fold({src['weight']}, {bn.name})"
-        graph.weight_keys[fb.name] = f"bn_fold_bias({bn.name})"
+        fb = derived_weight(graph, recipes, f"bn_fold_bias({what})", TensorType((w.shape[0],), w.dtype),
+                            Recipe("bn_fold_bias", src, {"eps": eps}))
         conv.inputs = [conv.inputs[0], fw, fb]
         conv.origin = conv.origin + bn.origin
         graph.replace_uses(bn.outputs[0], conv.outputs[0])

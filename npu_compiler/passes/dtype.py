@@ -40,7 +40,7 @@ def weight_float_dtype(graph: Graph) -> str | None:
     return max(count, key=count.__getitem__) if count else None
 
 
-def _has_conv(graph: Graph) -> bool:
+def has_convolutions(graph: Graph) -> bool:
     return any(n.op.startswith(("conv1d.", "conv2d.")) for n in graph.nodes)
 
 
@@ -65,9 +65,9 @@ def explain_compute_dtype(graph: Graph, config: TargetConfig, requested: str | N
         source, whose = "float32", "no float weights or inputs: the default is"
     if source in config.compute_dtypes:
         return DtypeChoice(source, f"auto: {whose} {source}, which target config '{config.name}' computes")
-    for dt in _nearest(source, _has_conv(graph)):
+    for dt in _nearest(source, has_convolutions(graph)):
         if dt in config.compute_dtypes:
-            why = "a model with convolutions" if source == "float32" and _has_conv(graph) else "the nearest"
+            why = "a model with convolutions" if source == "float32" and has_convolutions(graph) else "the nearest"
             return DtypeChoice(dt, f"auto: {whose} {source}, which target config '{config.name}' does not compute; "
                                    f"{dt} for {why}")
     raise ConstraintError(f"target config '{config.name}' computes none of {', '.join(FLOATS)}")

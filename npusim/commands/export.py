@@ -155,12 +155,46 @@ def _print_result(res, what: str, weights_note: str) -> None:
         print(f"  input  {name:<16} {dtype}{shape}")
     for name, shape, dtype in res.outputs:
         print(f"  output {name:<16} {dtype}{shape}")
-    art = os.path.splitext(str(res.ir_path))[0] + ".npubin"
-    print("next:\n"
-          f"  npusim verify {res.ir_path} --weights {res.weights_path}     (compile, run, compare with PyTorch)\n"
-          f"  npusim compile {res.ir_path} -o {art}\n"
-          f"  npusim run {art} --weights {res.weights_path} "
-          + " ".join(f"--input {name}=FILE.npy" for name, _, _ in res.inputs))
+    print("next:\n" + "\n".join(f"  {line}" for line in next_steps(res)))
+
+
+def next_steps(res) -> list[str]:
+    """The commands that work for this export on this machine: for the backend `run` and `verify` pick by default,
+    the target to compile for and the compute dtype it will get (and the half dtype to try); where some ops have no
+    lowering for that target, which ones (they run on the CPU in the same artifact) and where to see why."""
+    import npu_runtime
+    from npu_compiler.errors import NPUSimError
+    from npu_compiler.ir.reader import read_ir
+    from npu_compiler.op_support import support_predicate
+    from npu_compiler.partition import partition
+    from npu_compiler.passes.dtype import explain_compute_dtype, has_convolutions
+    from npu_compiler.targets.config import default_config
+
+    ir, weights = str(res.ir_path), str(res.weights_path)
+    art = os.path.splitext(ir)[0] + ".npubin"
+    own_inputs = " ".join(f"--input {name}=FILE.npy" for name, _, _ in res.inputs)
+    backend = npu_runtime.get_backend()
+    target = backend.compile_target()
+    try:
+        graph = read_ir(ir)
+        fallback = partition(ir, support_predicate(target)).fallback
+        choice = explain_compute_dtype(graph, default_config(target), None)
+    except NPUSimError as e:  # the export itself is fine; say why no more can be suggested
+        return [f"npusim verify {ir} --weights {weights}     (compile, run, compare with PyTorch)",
+                f"(the graph does not compile for '{target}' as it is: {e})"]
+    steps = [f"npusim verify {ir} --weights {weights}     (compile for {target}, run on {backend.name}, compare with "
+             "PyTorch)",
+             f"npusim compile {ir} -o {art} --target {target}     (compute dtype {choice.dtype}, {choice.reason})"]
+    if fallback:
+        ops = sorted({f.op for f in fallback})
+        steps.append(f"npusim describe {art}     ({len(fallback)} node(s) have no lowering for '{target}' and run on "
+                     f"the CPU in the same artifact: {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}; this "
+                     "says where and why)")
+    steps.append(f"npusim run {art} --weights {weights}     (inputs generated; {own_inputs} for your own)")
+    half = "float16" if has_convolutions(graph) else "bfloat16"
+    if choice.dtype == "float32" and half in default_config(target).compute_dtypes:
+        steps.append(f"in {half}, the precision an NPU computes in: add --dtype {half} to verify and compile")
+    return steps
 
 
 def _export_module(args: argparse.Namespace) -> int:

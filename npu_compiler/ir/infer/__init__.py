@@ -11,10 +11,21 @@ tensors, and fails for an op in `SUPPORTED_OPS` that has no rule. An op without 
 compiler does not fail on it; that test does).
 
 The rules live by family: `core` (the registry, operands, promotion and shared helpers), `elementwise`,
-`reductions`, `views`, `contractions`, `factories` and `quantized`; importing the package registers them all.
+`reductions`, `views`, `contractions`, `factories`, `quantized` and `recurrent`; importing the package registers them
+all.
 """
 
-from . import contractions, elementwise, factories, quantized, reductions, views  # noqa: F401  (registers their rules)
-from .core import RULES, InferError, broadcast, check_node, has_rule, infers, promote, result_type
+from . import (  # noqa: F401  (registers their rules)
+    contractions,
+    elementwise,
+    factories,
+    quantized,
+    recurrent,
+    reductions,
+    views,
+)
+from .core import RULES, InferError, broadcast, check_node, has_rule, infers, promote, register_aliases, result_type
+
+register_aliases()
 
 __all__ = ["RULES", "InferError", "broadcast", "check_node", "has_rule", "infers", "promote", "result_type"]

@@ -108,6 +108,17 @@ def operand(node: Node, i: int, name: str) -> Operand:
     return v if isinstance(v, bool | int | float) else None
 
 
+def tensor_list(node: Node, what: str) -> list[Value]:
+    """The inputs of an op whose only tensor argument is a list (cat, stack, einsum, meshgrid): at least one, as many
+    as `_tensor_list_sizes` says where the IR gives it."""
+    if not node.inputs:
+        raise InferError(f"{what} needs at least one tensor")
+    sizes = node.attrs.get("_tensor_list_sizes")
+    if sizes is not None and sizes != [len(node.inputs)]:
+        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    return list(node.inputs)
+
+
 def tensor(node: Node, i: int, what: str = "") -> Value:
     if i >= len(node.inputs):
         raise InferError(f"needs a tensor input #{i}{f' ({what})' if what else ''}")
@@ -269,3 +280,26 @@ def _wrapped_scalar_fits(v: bool | int | float, dtype: str, what: str) -> None:
     if dtype not in ("float16", "bfloat16"):
         _representable(v, dtype, what)
 
+
+
+def _alias_rule(alias: str) -> Rule:
+    from ..aliases import ALIASES, renamed
+
+    target, names = ALIASES[alias]
+
+    def rule(node: Node) -> list[TensorType]:
+        as_target = Node(node.name, target, list(node.inputs), list(node.outputs), renamed(node.attrs, names))
+        fn = _rule(target)
+        if fn is None:
+            raise InferError(f"{alias} stands for {target}, which has no rule")
+        return fn(as_target)
+
+    return rule
+
+
+def register_aliases() -> None:
+    """Each alias op checked by its target's rule (under the target's argument names)."""
+    from ..aliases import ALIASES
+
+    for alias in ALIASES:
+        infers(alias)(_alias_rule(alias))

@@ -75,7 +75,7 @@ def _rsub_scalar(node: Node) -> list[TensorType]:
     return _same(x, dt)
 
 
-@infers("div.Tensor")
+@infers("div.Tensor", "atan2.default")
 def _div(node: Node) -> list[TensorType]:
     ops = _binary_ops(node)
     return [TensorType(_shape_of(*ops), _float_of(result_type(*ops)))]
@@ -122,7 +122,7 @@ def _neg(node: Node) -> list[TensorType]:
     return _same(x)
 
 
-@infers("abs.default", "relu.default")
+@infers("abs.default", "relu.default", "positive.default")
 def _same_non_bool(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     if x.dtype == "bool":
@@ -132,7 +132,8 @@ def _same_non_bool(node: Node) -> list[TensorType]:
 
 @infers("rsqrt.default", "sqrt.default", "exp.default", "log.default", "sin.default", "cos.default", "tanh.default",
         "sigmoid.default", "erf.default", "reciprocal.default", "log1p.default", "expm1.default", "log2.default",
-        "log10.default")
+        "log10.default", "atan.default", "asin.default", "acos.default", "tan.default", "sinh.default", "cosh.default",
+        "asinh.default", "acosh.default", "atanh.default", "logit.default", "exp2.default")
 def _floating_unary(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     return _same(x, _float_of(x.dtype))
@@ -160,6 +161,69 @@ def _float_only_unary(node: Node) -> list[TensorType]:
     return _same(x)
 
 
+@infers("hardswish.default", "hardsigmoid.default", "mish.default", "selu.default", "celu.default",
+        "log_sigmoid.default", "hardshrink.default", "softshrink.default")
+def _activation(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    _need_float(x)
+    return _same(x)
+
+
+@infers("relu6.default", "threshold.default")
+def _threshold(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if x.dtype == "bool":
+        raise InferError(f"{node.op} of a bool tensor is not supported")
+    _scalar_fits(node, ("threshold", "value"), x.dtype)
+    return _same(x)
+
+
+@infers("square.default")
+def _square(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same(x, "int64" if x.dtype == "bool" else x.dtype)
+
+
+@infers("nan_to_num.default")
+def _nan_to_num(node: Node) -> list[TensorType]:
+    return _same(tensor(node, 0))
+
+
+@infers("addcmul.default", "addcdiv.default")
+def _addc(node: Node) -> list[TensorType]:
+    ops = [tensor(node, i, n) for i, n in enumerate(("self", "tensor1", "tensor2"))]
+    dt = result_type(*ops)
+    if dt == "bool":
+        raise InferError(f"{node.op} of bool tensors is not supported")
+    if node.op == "addcdiv.default" and not (set(v.dtype for v in ops[1:]) & FLOAT_DTYPES):
+        raise InferError("addcdiv of integer tensors is not supported (ATen no longer divides integers here)")
+    _scalar_fits(node, ("value",), dt)
+    return [TensorType(_shape_of(*ops), dt)]
+
+
+@infers("lerp.Scalar", "lerp.Tensor")
+def _lerp(node: Node) -> list[TensorType]:
+    names = ("self", "end", "weight") if node.op == "lerp.Tensor" else ("self", "end")
+    ops = [tensor(node, i, n) for i, n in enumerate(names)]
+    for v, n in zip(ops[1:], names[1:]):
+        if v.dtype != ops[0].dtype:
+            raise InferError(f"self is {ops[0].dtype} and {n} {v.dtype}; lerp takes one dtype")
+    _need_float(ops[0])
+    return [TensorType(_shape_of(*ops), ops[0].dtype)]
+
+
+@infers("hypot.default", "xlogy.Tensor")
+def _float_binary(node: Node) -> list[TensorType]:
+    ops = _binary_ops(node)
+    dt = result_type(*ops)
+    if node.op == "hypot.default":
+        if dt not in FLOAT_DTYPES:
+            raise InferError(f"hypot of {dt} tensors is not supported")
+    else:
+        dt = _float_of(dt)
+    return [TensorType(_shape_of(*ops), dt)]
+
+
 @infers("clamp.default")
 def _clamp(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
@@ -171,6 +235,68 @@ def _clamp(node: Node) -> list[TensorType]:
         raise InferError("clamp of a bool tensor is not supported")
     _scalar_fits(node, ("min", "max"), dt)
     return _same(x, dt)
+
+
+@infers("fmod.Tensor", "fmod.Scalar", "remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor",
+        "floor_divide.default", "floor_divide.Scalar")
+def _modulo(node: Node) -> list[TensorType]:
+    if node.op == "remainder.Scalar_Tensor":
+        ops: list[Operand] = [node.attrs["self"], tensor(node, 0, "other")]
+    else:
+        ops = _binary_ops(node)
+    dt = result_type(*ops)
+    if dt == "bool":
+        raise InferError(f"{node.op.partition('.')[0]} of bool tensors is not supported")
+    divisor = ops[1]
+    if not isinstance(divisor, Value) and dt not in FLOAT_DTYPES:
+        if divisor == 0:
+            raise InferError("divides an integer tensor by zero")
+        if dt != "int64" and not -(2**31) <= divisor < 2**31:  # ATen's kernel takes the divisor as a C int
+            raise InferError(f"other {divisor!r} does not fit the {dt} kernel's int")
+    return [TensorType(_shape_of(*ops), dt)]
+
+
+@infers("clamp_min.default", "clamp_max.default")
+def _clamp_one(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    name = "min" if node.op == "clamp_min.default" else "max"
+    dt = result_type(x, node.attrs[name])
+    if dt == "bool":
+        raise InferError("clamp of a bool tensor is not supported")
+    _scalar_fits(node, (name,), dt)
+    return _same(x, dt)
+
+
+@infers("clamp_min.Tensor", "clamp_max.Tensor", "clamp.Tensor")
+def _clamp_tensor(node: Node) -> list[TensorType]:
+    if node.op == "clamp.Tensor" and len(node.inputs) == 2:
+        # torch_ir drops the absent bound and shifts the other: `clamp(x, max=t)` and `clamp(x, min=t)` read alike
+        raise InferError("clamp.Tensor with one tensor bound: the IR does not say whether it is min or max (the "
+                         "absent one is dropped); use torch.clamp_min / torch.clamp_max (or give both bounds)")
+    x = tensor(node, 0)
+    bounds = node.inputs[1:]
+    if not bounds:
+        raise InferError("needs at least one tensor bound")
+    dt = result_type(x, *bounds)
+    if dt == "bool" and node.op == "clamp.Tensor":
+        raise InferError("clamp of bool tensors is not supported")
+    return [TensorType(broadcast(x.shape, *[b.shape for b in bounds]), dt)]
+
+
+@infers("prelu.default")
+def _prelu(node: Node) -> list[TensorType]:
+    x, w = tensor(node, 0, "self"), tensor(node, 1, "weight")
+    if x.dtype != w.dtype:
+        raise InferError(f"self is {x.dtype} and weight {w.dtype}; prelu takes one dtype")
+    _need_float(x)
+    if len(w.shape) > 1:
+        raise InferError(f"weight must be a scalar or a vector, got shape {list(w.shape)}")
+    if w.type.numel != 1:
+        channels = x.shape[1] if len(x.shape) >= 2 else 1
+        if not x.shape or w.type.numel != channels:
+            raise InferError(f"{w.type.numel} weights for an input of shape {list(x.shape)} ({channels} channel(s) "
+                             "along dim 1)")
+    return _same(x)
 
 
 @infers("eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar")
@@ -225,10 +351,43 @@ def _type_as(node: Node) -> list[TensorType]:
     return _same(tensor(node, 0), tensor(node, 1, "other").dtype)
 
 
-@infers("clone.default", "alias.default", "detach.default", "contiguous.default", "lift_fresh_copy.default",
-        "dropout.default")
+@infers("clone.default", "alias.default", "detach.default", "detach_copy.default", "contiguous.default", "zero.default",
+        "lift_fresh_copy.default", "dropout.default", "feature_dropout.default", "alpha_dropout.default",
+        "feature_alpha_dropout.default")
 def _identity(node: Node) -> list[TensorType]:
     return _same(tensor(node, 0))
+
+
+@infers("native_dropout.default")
+def _native_dropout(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    # the mask is bool, except for an empty input (ATen returns an empty tensor of the input's dtype)
+    return [x.type, TensorType(x.shape, "bool" if x.type.numel else x.dtype)]
+
+
+def _static_assertion(node: Node) -> None:
+    """An assertion of a number: a static program asserts a constant, and a false one fails now."""
+    if "self" in node.attrs and not node.attrs["self"]:
+        raise InferError(f"the graph asserts {node.attrs['self']!r}: {node.attrs.get('assert_msg') or 'it fails'}")
+
+
+@infers("_assert_async.default", "_assert_async.msg", "_assert_scalar.default")
+def _assertion(node: Node) -> list[TensorType]:
+    _static_assertion(node)
+    if node.op.startswith("_assert_async"):
+        x = tensor(node, 0)
+        if x.type.numel != 1:
+            raise InferError(f"asserts a tensor of {x.type.numel} elements; it takes one")
+    return []
+
+
+@infers("_functional_assert_async.msg", "_functional_assert_scalar.default")
+def _functional_assertion(node: Node) -> list[TensorType]:
+    _static_assertion(node)
+    token = tensor(node, len(node.inputs) - 1, "dep_token")
+    if node.op.startswith("_functional_assert_async") and tensor(node, 0).type.numel != 1:
+        raise InferError("asserts a tensor of more than one element")
+    return _same(token)
 
 
 @infers("_assert_tensor_metadata.default")
@@ -275,7 +434,8 @@ def _logical(node: Node) -> list[TensorType]:
 
 
 @infers("bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "__and__.Tensor", "__or__.Tensor",
-        "__xor__.Tensor")
+        "__xor__.Tensor", "bitwise_and.Scalar", "bitwise_or.Scalar", "bitwise_xor.Scalar", "__and__.Scalar",
+        "__or__.Scalar", "__xor__.Scalar")
 def _bitwise(node: Node) -> list[TensorType]:
     ops = _binary_ops(node)
     dt = result_type(*ops)
@@ -356,6 +516,14 @@ def _masked_fill_tensor(node: Node) -> list[TensorType]:
 def _fill(node: Node) -> list[TensorType]:
     x = tensor(node, 0)
     _fill_fits(node.attrs["value"], x.dtype, x.type.numel, "value")
+    return _same(x)
+
+
+@infers("fill.Tensor")
+def _fill_tensor(node: Node) -> list[TensorType]:
+    x, value = tensor(node, 0, "self"), tensor(node, 1, "value")
+    if value.shape:
+        raise InferError(f"the value must be a 0-d tensor, got shape {list(value.shape)}")
     return _same(x)
 
 

@@ -8,7 +8,18 @@ from collections.abc import Sequence
 from ...dtypes import INT_DTYPES
 from ...tensor import slice_bounds
 from ..graph import Node, TensorType, Value
-from .core import InferError, _representable, _same, _same_shape, broadcast, infers, norm_dim, result_type, tensor
+from .core import (
+    InferError,
+    _representable,
+    _same,
+    _same_shape,
+    broadcast,
+    infers,
+    norm_dim,
+    result_type,
+    tensor,
+    tensor_list,
+)
 
 
 def _infer_size(size: Sequence[int], numel: int) -> tuple[int, ...]:
@@ -192,11 +203,7 @@ def _chunk(node: Node) -> list[TensorType]:
 
 @infers("cat.default")
 def _cat(node: Node) -> list[TensorType]:
-    if not node.inputs:
-        raise InferError("cat needs at least one tensor")
-    sizes = node.attrs.get("_tensor_list_sizes")
-    if sizes is not None and sizes != [len(node.inputs)]:
-        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    tensor_list(node, "cat")
     # ATen skips legacy empty 1-D tensors ([0]) when the others have another rank
     shaped = [v for v in node.inputs if v.shape != (0,)] or [node.inputs[0]]
     ref = shaped[0].shape
@@ -355,11 +362,7 @@ def _repeat_interleave(node: Node) -> list[TensorType]:
 
 @infers("stack.default")
 def _stack(node: Node) -> list[TensorType]:
-    if not node.inputs:
-        raise InferError("stack needs at least one tensor")
-    sizes = node.attrs.get("_tensor_list_sizes")
-    if sizes is not None and sizes != [len(node.inputs)]:
-        raise InferError(f"_tensor_list_sizes {sizes} does not match the {len(node.inputs)} inputs")
+    tensor_list(node, "stack")
     ref = node.inputs[0].shape
     if any(v.shape != ref for v in node.inputs):
         raise InferError(f"stack takes tensors of one shape, got {', '.join(str(list(v.shape)) for v in node.inputs)}")
@@ -492,9 +495,7 @@ def _diff(node: Node) -> list[TensorType]:
     return [TensorType(tuple(shape), dt)]
 
 
-@infers("diagonal.default")
-def _diagonal(node: Node) -> list[TensorType]:
-    x = tensor(node, 0)
+def _diagonal_shape(node: Node, x: Value) -> tuple[int, ...]:
     r = len(x.shape)
     if r < 2:
         raise InferError(f"diagonal needs a tensor of rank >= 2, got {list(x.shape)}")
@@ -503,5 +504,212 @@ def _diagonal(node: Node) -> list[TensorType]:
         raise InferError(f"dim1 and dim2 are both dim {a}")
     off = node.attrs["offset"]
     n = min(x.shape[a], x.shape[b] - off) if off >= 0 else min(x.shape[a] + off, x.shape[b])
-    return _same_shape(x, tuple(s for i, s in enumerate(x.shape) if i not in (a, b)) + (max(n, 0),))
+    return tuple(s for i, s in enumerate(x.shape) if i not in (a, b)) + (max(n, 0),)
 
+
+@infers("diagonal.default")
+def _diagonal(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same_shape(x, _diagonal_shape(node, x))
+
+
+
+@infers("unflatten.int")
+def _unflatten(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    sizes = list(node.attrs["sizes"])
+    if not sizes:
+        raise InferError("sizes must not be empty")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    if not x.shape:
+        raise InferError("cannot unflatten a 0-d tensor")
+    inner = _infer_size(sizes, x.shape[d])
+    return _same_shape(x, x.shape[:d] + inner + x.shape[d + 1:])
+
+
+@infers("expand_as.default")
+def _expand_as(node: Node) -> list[TensorType]:
+    x, other = tensor(node, 0, "self"), tensor(node, 1, "other")
+    if broadcast(x.shape, other.shape) != other.shape:
+        raise InferError(f"cannot expand shape {list(x.shape)} to {list(other.shape)}")
+    return _same_shape(x, other.shape)
+
+
+@infers("unbind.int")
+def _unbind(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        raise InferError("cannot unbind a 0-d tensor")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    return [TensorType(x.shape[:d] + x.shape[d + 1:], x.dtype)] * x.shape[d]
+
+
+@infers("numpy_T.default")
+def _numpy_t(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same_shape(x, x.shape[::-1])
+
+
+@infers("mT.default", "mH.default", "adjoint.default")
+def _matrix_transpose(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        return _same(x)  # the identity on a 0-d tensor (deprecated in ATen)
+    if len(x.shape) < 2:
+        raise InferError(f"a matrix transpose needs a tensor of rank >= 2, got {list(x.shape)}")
+    return _same_shape(x, x.shape[:-2] + (x.shape[-1], x.shape[-2]))
+
+
+@infers("matrix_H.default")
+def _matrix_h(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if not x.shape:
+        return _same(x)  # the identity on a 0-d tensor (deprecated in ATen)
+    if len(x.shape) != 2:
+        raise InferError(f"matrix_H takes a matrix (rank 2), got {list(x.shape)}")
+    return _same_shape(x, x.shape[::-1])
+
+
+@infers("meshgrid.default", "meshgrid.indexing")
+def _meshgrid(node: Node) -> list[TensorType]:
+    xs = tensor_list(node, "meshgrid")
+    if any(len(v.shape) > 1 for v in xs):
+        raise InferError(f"meshgrid takes 0-d or 1-d tensors, got {', '.join(str(list(v.shape)) for v in xs)}")
+    if len({v.dtype for v in xs}) > 1:
+        raise InferError(f"meshgrid takes tensors of one dtype, got {', '.join(v.dtype for v in xs)}")
+    indexing = node.attrs.get("indexing", "ij")
+    if indexing not in ("ij", "xy"):
+        raise InferError(f"indexing must be 'ij' or 'xy', got {indexing!r}")
+    shape = [v.type.numel for v in xs]
+    if indexing == "xy" and len(shape) >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+    return [TensorType(tuple(shape), v.dtype) for v in xs]
+
+
+def _scatter_source(node: Node, view: Sequence[int]) -> TensorType:
+    x, src = tensor(node, 0, "self"), tensor(node, 1, "src")
+    if src.shape != tuple(view):
+        raise InferError(f"src has shape {list(src.shape)}; the elements it replaces have shape {list(view)}")
+    return x.type
+
+
+@infers("select_scatter.default")
+def _select_scatter(node: Node) -> list[TensorType]:
+    x = tensor(node, 0, "self")
+    if not x.shape:
+        raise InferError("cannot select from a 0-d tensor")
+    d = norm_dim(node.attrs["dim"], len(x.shape))
+    i = node.attrs["index"]
+    if not -x.shape[d] <= i < x.shape[d]:
+        raise InferError(f"index {i} is out of range for dim {d} of size {x.shape[d]}")
+    return [_scatter_source(node, x.shape[:d] + x.shape[d + 1:])]
+
+
+@infers("slice_scatter.default")
+def _slice_scatter(node: Node) -> list[TensorType]:
+    x = tensor(node, 0, "self")
+    a = node.attrs
+    if not x.shape:
+        raise InferError("cannot slice a 0-d tensor")
+    d = norm_dim(a["dim"], len(x.shape))
+    if a["step"] <= 0:
+        raise InferError(f"step {a['step']} must be positive")
+    start, end = slice_bounds(a["start"], a["end"], x.shape[d])
+    n = -(-(end - start) // a["step"])
+    return [_scatter_source(node, x.shape[:d] + (n,) + x.shape[d + 1:])]
+
+
+@infers("diagonal_scatter.default")
+def _diagonal_scatter(node: Node) -> list[TensorType]:
+    return [_scatter_source(node, _diagonal_shape(node, tensor(node, 0, "self")))]
+
+
+@infers("as_strided.default")
+def _as_strided(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    size, stride = list(node.attrs["size"]), list(node.attrs["stride"])
+    offset = node.attrs.get("storage_offset") or 0
+    if len(size) != len(stride) or any(n < 0 for n in size) or any(s < 0 for s in stride) or offset < 0:
+        raise InferError(f"size {size}, stride {stride} and storage_offset {offset} must be non-negative, one stride "
+                         "per dim")
+    if math.prod(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= x.type.numel:
+        raise InferError(f"size {size} with stride {stride} from offset {offset} reaches past the {x.type.numel} "
+                         "elements of the input")
+    return _same_shape(x, size)
+
+
+@infers("movedim.int")
+def _movedim(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    r = len(x.shape)
+    src, dst = norm_dim(node.attrs["source"], r, "source"), norm_dim(node.attrs["destination"], r, "destination")
+    order = [d for d in range(r) if d != src]
+    order.insert(dst, src)
+    return _same_shape(x, tuple(x.shape[d] for d in order[:r]))
+
+
+@infers("narrow.default")
+def _narrow(node: Node) -> list[TensorType]:
+    x, d = _input_and_dim(node, "narrow")
+    n, start, length = x.shape[d], node.attrs["start"], node.attrs["length"]
+    if not -n <= start <= n:
+        raise InferError(f"start {start} is out of range for dim {d} of size {n}")
+    start += n if start < 0 else 0
+    if length < 0 or start + length > n:
+        raise InferError(f"start {start} + length {length} exceeds dim {d} of size {n}")
+    return _same_shape(x, x.shape[:d] + (length,) + x.shape[d + 1:])
+
+
+@infers("view_as.default", "reshape_as.default")
+def _view_as(node: Node) -> list[TensorType]:
+    x, other = tensor(node, 0, "self"), tensor(node, 1, "other")
+    if x.type.numel != other.type.numel:
+        raise InferError(f"shape {list(other.shape)} is invalid for an input of {x.type.numel} elements")
+    return _same_shape(x, other.shape)
+
+
+@infers("ravel.default")
+def _ravel(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    return _same_shape(x, (x.type.numel,))
+
+
+def _image_like(node: Node, fn: str) -> Value:
+    x = tensor(node, 0)
+    if len(x.shape) < 3:
+        raise InferError(f"{fn} needs an input of rank >= 3, got {list(x.shape)}")
+    return x
+
+
+@infers("pixel_shuffle.default")
+def _pixel_shuffle(node: Node) -> list[TensorType]:
+    x, f = _image_like(node, "pixel_shuffle"), node.attrs["upscale_factor"]
+    *lead, c, h, w = x.shape
+    if f <= 0 or c % (f * f):
+        raise InferError(f"upscale_factor {f}: its square must divide the {c} channels")
+    return _same_shape(x, (*lead, c // (f * f), h * f, w * f))
+
+
+@infers("pixel_unshuffle.default")
+def _pixel_unshuffle(node: Node) -> list[TensorType]:
+    x, f = _image_like(node, "pixel_unshuffle"), node.attrs["downscale_factor"]
+    *lead, c, h, w = x.shape
+    if f <= 0 or h % f or w % f:
+        raise InferError(f"downscale_factor {f} must divide the height {h} and width {w}")
+    return _same_shape(x, (*lead, c * f * f, h // f, w // f))
+
+
+@infers("channel_shuffle.default")
+def _channel_shuffle(node: Node) -> list[TensorType]:
+    x, g = _image_like(node, "channel_shuffle"), node.attrs["groups"]
+    if g <= 0 or x.shape[1] % g:
+        raise InferError(f"groups {g} must divide the {x.shape[1]} channels")
+    return _same(x)
+
+
+@infers("tril.default", "triu.default")
+def _triangle(node: Node) -> list[TensorType]:
+    x = tensor(node, 0)
+    if len(x.shape) < 2:
+        raise InferError(f"{node.op.partition('.')[0]} needs a tensor of rank >= 2, got {list(x.shape)}")
+    return _same(x)
