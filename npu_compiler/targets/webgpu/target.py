@@ -29,6 +29,7 @@ from ..codegen import CodegenTarget
 from ..devices import DeviceProfile, get_profile
 from ..planning import decode_splits
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
+from .gemv import gemv, gemv_fits
 from .intervals import narrow_int64
 from .language import WGSL
 from .library import attention, conv2d, gemm, names_of, skinny_groups_fit
@@ -141,6 +142,9 @@ class WebGPUTarget(CodegenTarget):
         if isinstance(spec, GeneratedKernel):
             src, launch, params = render_generated(k, program)
             return [(src, launch, params, k)]
+        if isinstance(spec, GemmKernel) and gemv_fits(k, program):
+            src, launch, wide = gemv(k, program, self.profile, self.caps)
+            return [(src, launch, params_of(launch.ptrs, names_of(k), wide), k)]
         if isinstance(spec, GemmKernel | Conv2dKernel):
             src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
