@@ -6,14 +6,16 @@ column groups, `GemmKernel.acc_groups`, each column's value in every group: the 
 invocations stride over K together, each loading a 16-byte word of every weight row it holds (eight packed halves
 or four floats: `bindings.Param.wide`) and of each activation row, `unroll` words of a row before it uses any, and
 summing products in f32. Neighbouring invocations read neighbouring words of a row, so a subgroup reads whole
-cache lines. The partial sums meet through `subgroupAdd` and one word of workgroup memory a subgroup where the
-device has subgroup operations (`DeviceCaps.subgroup_min_size`), else through a tree in workgroup memory; the
-invocations holding a column's sums run the epilogue.
+cache lines; every invocation takes the same steps (one past K's words loads a word in range and adds nothing), so
+the subgroup operations after them run in uniform control flow. The partial sums meet through `subgroupAdd` and one
+word of workgroup memory a subgroup where the device has subgroup operations (`DeviceCaps.subgroup_min_size`), else
+through a tree in workgroup memory; the invocations holding a column's sums run the epilogue.
 
 The schedule comes from the device profile and the adapter when the kernel is rendered (`schedule`): a workgroup of
 up to SUBGROUPS subgroups (the profile's `warp_width`), fewer where K leaves invocations idle; `rows` columns a
-workgroup, fewer where the columns would not give every compute unit two workgroups; workgroup memory within the
-adapter's limit. Halves widen exactly: bfloat16 by shifts, float16 by `unpack2x16float` (exact, subnormals
+workgroup, fewer where the columns would not give every compute unit two workgroups; `unroll` words a row at once,
+as many as the registers allow but fewer where that splits an invocation's words evenly; workgroup memory within
+the adapter's limit. Halves widen exactly: bfloat16 by shifts, float16 by `unpack2x16float` (exact, subnormals
 included; a `bitcast` to `vec2<f16>` is not, on lavapipe).
 """
 
@@ -32,7 +34,7 @@ from .library import SKINNY_M, _batch_lines, _dt, _gemm_pre, _grid3, epilogue_fn
 SUBGROUPS = 4  # subgroups a workgroup at most
 ROWS = 4  # output columns a workgroup at most
 UNROLL = 4  # 16-byte words of each row an invocation loads before it uses them
-MAX_WORDS = 16  # weight words in flight an invocation (unroll x rows x groups)
+MAX_WORDS = 24  # weight words in flight an invocation (unroll x rows x groups): 96 registers
 MAX_SUMS = 32  # f32 partial sums an invocation holds (rows of a x columns x groups)
 IDLE = 1 / 8  # the share of invocation steps left idle by K that a narrower workgroup is preferred to
 FLOATS = ("float32", "float16", "bfloat16")
@@ -116,7 +118,10 @@ def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
 
     while threads > 1 and 4 * spec.m * spec.acc_groups * rows * slots(threads) > caps.max_workgroup_storage:
         threads //= 2
-    unroll = max(1, min(UNROLL, -(-words // threads), MAX_WORDS // (rows * spec.acc_groups)))
+    # words a row an invocation loads at once: as many as allowed, fewer where that splits its words evenly
+    steps = -(-words // threads)
+    most = max(1, min(UNROLL, steps, MAX_WORDS // (rows * spec.acc_groups)))
+    unroll = min(range(1, most + 1), key=lambda u: (-(-steps // u) * u - steps, -u))
     return GemvShape(threads, rows, unroll, sub > 0, slots(threads))
 
 
@@ -233,7 +238,8 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
       let n0 = tx * {R};
 {chr(10).join(rows)}
 {chr(10).join(f'      var p{o}: f32 = 0.0f;' for o in range(m * R * G))}
-      for (var kv: i32 = npu_tid; kv < {words}; kv += {T * U}) {{
+      for (var k0: i32 = 0; k0 < {words}; k0 += {T * U}) {{
+        let kv = k0 + npu_tid;
 {chr(10).join(loads)}
 {chr(10).join(fma)}
       }}
