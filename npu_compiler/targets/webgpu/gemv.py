@@ -29,7 +29,7 @@ from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, ptrs_of
 from .bindings import DeviceCaps
 from .language import WGSL, entry_point, reg
-from .library import SKINNY_M, _batch_lines, _dt, _gemm_pre, _grid3, epilogue_fn
+from .library import SKINNY_M, _batch_lines, _dt, _gemm_pre, _grid3, column_tiles, epilogue_fn
 
 SUBGROUPS = 4  # subgroups a workgroup at most
 ROWS = 4  # output columns a workgroup at most
@@ -230,22 +230,15 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
                 fma.append(f"        p{o} = p{o} + {term};")
     store = ("if (n0 + {c} < " + str(n) + ") { npu_epi("
              + ", ".join([f"o{d}" for d in range(nb)] + ["{m}", "n0 + {c}"]) + ", {v}); }")
-    body = f"""  for (var tz: i32 = i32(npu_wid.y); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.y)) {{
-{chr(10).join(blines)}
-    let abase = {bases['a']};
-    let bbase = {bases['b']};
-    for (var tx: i32 = i32(npu_wid.x); tx < {-(-n // R)}; tx += i32(npu_nwgs.x)) {{
-      let n0 = tx * {R};
-{chr(10).join(rows)}
+    tile = f"""{chr(10).join(rows)}
 {chr(10).join(f'      var p{o}: f32 = 0.0f;' for o in range(m * R * G))}
       for (var k0: i32 = 0; k0 < {words}; k0 += {T * U}) {{
         let kv = k0 + npu_tid;
 {chr(10).join(loads)}
 {chr(10).join(fma)}
       }}
-{chr(10).join(_reduce(shape, m, G, store))}
-    }}
-  }}"""
+{chr(10).join(_reduce(shape, m, G, store))}"""
+    body = column_tiles(spec, blines, bases, -(-n // R), R, tile)
     shared = {"npu_part": ("f32", m * R * G * shape.slots)}
     unpack = UNPACK if "npu_lo_" in body or "npu_hi_" in body else ""
     src = epi + "\n" + unpack + entry_point(T, [body], shared, subgroups=shape.subgroups)
