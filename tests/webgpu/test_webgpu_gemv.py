@@ -35,12 +35,12 @@ class ShiftedLinear(torch.nn.Module):
         return self.lin(x[..., 1:])
 
 
-def _run(webgpu, module, x, dtype, path, monkeypatch) -> tuple[np.ndarray, list[str]]:
+def _run(webgpu, module, x, dtype, path, monkeypatch, device=None) -> tuple[np.ndarray, list[str]]:
     if path == "workgroup":
         monkeypatch.setenv("NPUSIM_WEBGPU_SUBGROUPS", "0")
     elif webgpu.state.subgroup_min_size == 0:
         pytest.skip("the adapter has no subgroup operations")
-    program = npu_compiler.compile(ir_dict(module, [x], "gemv"), "webgpu", dtype=dtype)
+    program = npu_compiler.compile(ir_dict(module, [x], "gemv"), "webgpu", dtype=dtype, device=device)
     ex = webgpu.create_executor(program)
     weights = npu_runtime.load_weights(program, model_tensors(module), webgpu)
     got = ex.run_numpy({program.inputs[0].name: to_np(x)}, weights)[program.outputs[0].name]
@@ -124,3 +124,24 @@ def test_schedule_follows_the_device(device) -> None:
         assert s.rows > 1 and s.unroll >= 1
     short = schedule(spec.__class__(m=1, n=64, k=24, batch=()), 4, dev, DeviceCaps())
     assert short.threads == dev.warp_width and short.rows == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_gpu_sized_schedule(webgpu, path, monkeypatch) -> None:
+    """Planned for the `webgpu` row (a GPU's sizes: 32-wide subgroups, 132 compute units), on whatever adapter runs
+    the tests: a SiLU(gate) * up projection of 1536 -> 2 x 1056 (4 columns of both groups a workgroup, 64
+    invocations, 3 words of each of 8 rows in flight) and a 4096 -> 1056 one (128 invocations, 4 words), bfloat16."""
+    dev = CHIPS["webgpu"]
+    glu, x_glu = glu_case(1536, 1056, 1, "silu", False, False, torch.bfloat16, scale=0.05)
+    down = torch.nn.Linear(4096, 1056, bias=False).to(torch.bfloat16).eval()
+    x_down = torch.randn((1, 4096), generator=torch.Generator().manual_seed(11)).to(torch.bfloat16)
+    for mod, x, want in ((glu, x_glu, (64, 4, 3)), (down, x_down, (128, 4, 4))):
+        spec = npu_compiler.compile(ir_dict(mod, [x], "g"), "cpu", dtype="bfloat16").kernels[0].spec
+        s = schedule(spec, 8, dev, DeviceCaps(subgroup_min_size=8))
+        assert (s.threads, s.rows, s.unroll) == want
+        got, sources = _run(webgpu, mod, x, "bfloat16", path, monkeypatch, device="webgpu")
+        (src,) = _gemv_sources(sources, path)
+        assert f"@workgroup_size({want[0]})" in src
+        with torch.no_grad():
+            ref = mod(x).float().numpy()
+        assert_close(got, ref, "bfloat16", "accumulate", "webgpu", what=f"{type(mod).__name__} {path}")
