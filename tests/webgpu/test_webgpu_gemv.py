@@ -107,6 +107,29 @@ def test_column_groups_and_unaligned_operand(webgpu, dtype, path, monkeypatch) -
     assert_close(got, ref, dtype, "accumulate", "webgpu", what=f"shifted linear {dtype} {path}")
 
 
+class BatchedProduct(torch.nn.Module):
+    """relu(x @ y^T) + 1 over a batch, both operands inputs: a batched GEMV whose matrix is no weight."""
+
+    def forward(self, x, y):
+        return torch.relu(x @ y.transpose(-1, -2)) + 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_batched_product_of_inputs(webgpu, dtype, path, monkeypatch) -> None:
+    if path == "workgroup":
+        monkeypatch.setenv("NPUSIM_WEBGPU_SUBGROUPS", "0")
+    gen = torch.Generator().manual_seed(2)
+    x, y = (torch.randn(shape, generator=gen).to(TORCH_DTYPES[dtype]) for shape in ((3, 2, 64), (3, 24, 64)))
+    program = npu_compiler.compile(ir_dict(BatchedProduct(), [x, y], "bmm"), "webgpu", dtype=dtype)
+    ex = webgpu.create_executor(program)
+    _gemv_sources(list(ex.rendered.sources.values()), path if webgpu.state.subgroup_min_size else "workgroup")
+    got = ex.run_numpy({program.inputs[0].name: to_np(x), program.inputs[1].name: to_np(y)})
+    ref = BatchedProduct()(x, y).float().numpy()
+    assert_close(got[program.outputs[0].name].astype(np.float32), ref, dtype, "accumulate", "webgpu",
+                 what=f"batched product {dtype} {path}")
+
+
 @pytest.mark.parametrize("device", ["webgpu", "h200"])
 def test_schedule_follows_the_device(device) -> None:
     """The workgroup is whole subgroups of the profile, within its invocations and the adapter's workgroup memory,
