@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default=None,
                     help="comma-separated backends to run ours on (default: the best available one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                    help="compile ours without this optional pass (npu_compiler.OPTIONAL_PASSES; repeatable): "
+                         "e.g. gemm_prologue, to run the norms as kernels of their own")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         theta = exp.cache_map["rope"]["theta"]
         for backend in backends:
             t0 = time.perf_counter()
-            prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta)
+            prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta,
+                                        disable_passes=args.disable_pass)
             ws = npu_runtime.load_weights(prog, model_tensors(model), backend)
             specs = {s.name: s for s in prog.inputs}
             cache = {lay[kv]: backend.zeros(tuple(specs[lay[kv]].shape), specs[lay[kv]].device_dtype)

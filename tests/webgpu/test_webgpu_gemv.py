@@ -10,13 +10,13 @@ import pytest
 import torch
 from fused_cases import TORCH_DTYPES, ir_dict
 from gpu.util import to_np
-from helpers import glu_case
+from helpers import NormLinear, glu_case
 from tolerances import assert_close
 
 import npu_compiler
 import npu_runtime
 from npu_compiler.targets.devices import CHIPS
-from npu_compiler.targets.webgpu import DeviceCaps
+from npu_compiler.targets.webgpu import DeviceCaps, WebGPUTarget
 from npu_compiler.targets.webgpu.gemv import schedule
 from npu_export.cnn import model_tensors
 
@@ -128,6 +128,33 @@ def test_batched_product_of_inputs(webgpu, dtype, path, monkeypatch) -> None:
     ref = BatchedProduct()(x, y).float().numpy()
     assert_close(got[program.outputs[0].name].astype(np.float32), ref, dtype, "accumulate", "webgpu",
                  what=f"batched product {dtype} {path}")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_norm_prologue_computed_by_the_gemv(webgpu, dtype, path, monkeypatch) -> None:
+    """lin(rmsnorm(x)) + r of 2 rows: the GEMV computes the norm's rows into workgroup memory itself (no plan, no
+    scratch, one dispatch), each value rounded as the graph stores it."""
+    if path == "workgroup":
+        monkeypatch.setenv("NPUSIM_WEBGPU_SUBGROUPS", "0")
+    gen = torch.Generator().manual_seed(4)
+    module = NormLinear(96, 40).to(TORCH_DTYPES[dtype]).eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_((torch.randn(p.shape, generator=gen) * 0.2 + (1 if p.dim() == 1 else 0)).to(p.dtype))
+    args = [torch.randn((2, n), generator=gen).to(TORCH_DTYPES[dtype]) for n in (96, 40)]
+    program = npu_compiler.compile(ir_dict(module, args, "norm"), "webgpu", dtype=dtype)
+    (gemm,) = [k for k in program.kernels if k.kind == "gemm"]
+    assert gemm.spec.prologue is not None and gemm.plan is None and not gemm.scratch
+    ex = webgpu.create_executor(program)
+    (src,) = WebGPUTarget(program.device).kernel_sources(gemm, program)
+    assert "npu_xs" in src and "ldv_a0" in src
+    weights = npu_runtime.load_weights(program, model_tensors(module), webgpu)
+    got = ex.run_numpy({spec.name: to_np(a) for spec, a in zip(program.inputs, args, strict=True)}, weights)
+    with torch.no_grad():
+        ref = module(*args).float().numpy()
+    assert_close(got[program.outputs[0].name].astype(np.float32), ref, dtype, "accumulate", "webgpu",
+                 what=f"norm prologue {dtype} {path}")
 
 
 @pytest.mark.parametrize("device", ["webgpu", "h200"])

@@ -11,6 +11,12 @@ the subgroup operations after them run in uniform control flow. The partial sums
 word of workgroup memory a subgroup where the device has subgroup operations (`DeviceCaps.subgroup_min_size`), else
 through a tree in workgroup memory; the invocations holding a column's sums run the epilogue.
 
+A GEMM whose operand a prologue computes (`GemmKernel.prologue`: the RMSNorm before a decode projection; the target
+folds norms only, `WebGPUTarget.gemm_prologue`) computes the operand's rows into workgroup memory first, each
+workgroup all of them (a norm's sum of squares through workgroup memory, then each element rounded as the graph
+stores it), and reads them from there: one dispatch where the passes of `staging.py` take two and a round trip of
+the rows through memory. The rows take at most half the workgroup memory (`prologue_fits`).
+
 The schedule comes from the device profile and the adapter when the kernel is rendered (`schedule`): a workgroup of
 up to SUBGROUPS subgroups (the profile's `warp_width`), fewer where K leaves invocations idle; `rows` columns a
 workgroup, fewer where the columns would not give every compute unit two workgroups; `unroll` words a row at once,
@@ -21,15 +27,17 @@ included; a `bitcast` to `vec2<f16>` is not, on lavapipe).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...dtypes import itemsize
 from ...kernels import GemmKernel
-from ...program import CompiledProgram, KernelCall
-from ..clike import Launch, ptrs_of
+from ...program import BufferSpec, CompiledProgram, KernelCall
+from ..clike import ExprRenderer, KernelText, Launch, Scope, decompose, ptrs_of
 from .bindings import DeviceCaps
 from .language import WGSL, entry_point, reg
-from .library import SKINNY_M, _batch_lines, _dt, _gemm_pre, _grid3, column_tiles, epilogue_fn
+from .library import SKINNY_M, _batch_lines, _dt, _gemm_pre, _grid3, _round, column_tiles, epilogue_fn
 
 SUBGROUPS = 4  # subgroups a workgroup at most
 ROWS = 4  # output columns a workgroup at most
@@ -73,33 +81,51 @@ def _aligned(ref, per: int, last_unit: bool = True) -> bool:
             and (not last_unit or ref.strides[-1] == 1))
 
 
-def gemv_fits(k: KernelCall, program: CompiledProgram) -> bool:
+def _weight_fits(k: int, b, b_dtype: str) -> bool:
+    """Is the weight `b` ([..., k, n] of `b_dtype`) read along K in whole 16-byte words?"""
+    per = _elems(b_dtype) if b_dtype in FLOATS else 0
+    return (per > 0 and k % per == 0 and k >= per and b.strides[-2] == 1 and b.offset % per == 0
+            and all(s % per == 0 for s in b.strides[:-2]) and b.strides[-1] % per == 0)
+
+
+def prologue_fits(m: int, k: int, batch: tuple[int, ...], a_dtype: str, b, b_dtype: str, storage: int) -> bool:
+    """Can this kernel compute a GEMM's operand rows ([m, k] of `a_dtype`) in a prologue: one batch, at most SKINNY_M
+    rows, their f32 values in at most half of `storage` bytes of workgroup memory, a weight it reads in words?"""
+    return (math.prod(batch) == 1 and 1 <= m <= SKINNY_M and a_dtype in FLOATS and 8 * m * k <= storage
+            and _weight_fits(k, b, b_dtype))
+
+
+def gemv_fits(k: KernelCall, buffers: Sequence[BufferSpec], storage: int) -> bool:
     """A GEMM this kernel runs: at most SKINNY_M rows (times its column groups), float operands and output, the
-    weight read along K in whole 16-byte words, neither operand written by the kernel."""
+    weight read along K in whole 16-byte words, neither operand written by the kernel; a prologue (a norm) that
+    `prologue_fits` within `storage` bytes of workgroup memory."""
     spec: GemmKernel = k.spec
-    if spec.prologue is not None or not 1 <= spec.m * spec.acc_groups <= SKINNY_M or spec.out_n < 1:
+    if not 1 <= spec.m * spec.acc_groups <= SKINNY_M or spec.out_n < 1:
         return False
-    a, b, out = k.args[0], k.args[1], k.outs[0]
-    dts = (_dt(program, a), _dt(program, b), _dt(program, out))
-    if any(d not in FLOATS for d in dts) or reg(dts[2]) != "f32":
-        return False
+    b, out = k.args[spec.b_arg], k.outs[0]
     written = {r.buffer for r in k.writes}
-    per = _elems(dts[1])
-    return (a.buffer not in written and b.buffer not in written and spec.k % per == 0 and spec.k >= per
-            and b.strides[-2] == 1 and b.offset % per == 0 and b.strides[-1] % per == 0
-            and all(s % per == 0 for s in b.strides[:-2]))
+    if reg(buffers[out.buffer].dtype) != "f32" or buffers[out.buffer].dtype not in FLOATS or b.buffer in written:
+        return False
+    bd = buffers[b.buffer].dtype
+    if spec.prologue is not None:
+        return prologue_fits(spec.m, spec.k, tuple(spec.batch), spec.prologue.dtype, b, bd, storage)
+    a = k.args[0]
+    return buffers[a.buffer].dtype in FLOATS and a.buffer not in written and _weight_fits(spec.k, b, bd)
 
 
 def _wide_a(k: KernelCall, program: CompiledProgram) -> bool:
     """Is operand a read in 16-byte words too (rows along K, aligned, a word holding a whole number of the weight's
-    words' elements)?"""
+    words' elements)? Not where a prologue computes it."""
+    if k.spec.prologue is not None:
+        return False
     a, per = k.args[0], _elems(_dt(program, k.args[1]))
     pa = _elems(_dt(program, a))
     return per % pa == 0 and _aligned(a, pa)
 
 
 def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
-    """The workgroup for a GEMV of `per` elements a weight word on the device `dev` with the adapter's `caps`."""
+    """The workgroup for a GEMV of `per` elements a weight word on the device `dev` with the adapter's `caps` (a
+    prologue's rows and its reductions' words take their share of the workgroup memory)."""
     words = spec.k // per
     threads = dev.warp_width * SUBGROUPS
     while threads > dev.max_threads_per_block:
@@ -116,7 +142,11 @@ def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
     def slots(t: int) -> int:
         return -(-t // sub) if sub else t
 
-    while threads > 1 and 4 * spec.m * spec.acc_groups * rows * slots(threads) > caps.max_workgroup_storage:
+    def reserved(t: int) -> int:
+        return 4 * (spec.m * spec.k + t) if spec.prologue is not None else 0
+
+    while threads > 1 and 4 * spec.m * spec.acc_groups * rows * slots(threads) + reserved(threads) \
+            > caps.max_workgroup_storage:
         threads //= 2
     # words a row an invocation loads at once: as many as allowed, fewer where that splits its words evenly
     steps = -(-words // threads)
@@ -138,6 +168,11 @@ def _a_pieces(k: KernelCall, program: CompiledProgram, m: int, kq: str, per: int
               ) -> tuple[list[str], list[str]]:
     """(lines, pieces): row m of operand a under weight word `kq`, as the weight word's pieces (the even and the odd
     elements for halves), in variables named after `tag`."""
+    if k.spec.prologue is not None:  # the rows are in workgroup memory
+        at = [f"npu_xs[{m * k.spec.k} + {kq} * {per} + {i}]" for i in range(per)]
+        if per == 4:
+            return [], [f"vec4<f32>({', '.join(at)})"]
+        return [], [f"vec4<f32>({', '.join(at[0::2])})", f"vec4<f32>({', '.join(at[1::2])})"]
     a = k.args[0]
     ad, sam = _dt(program, a), a.strides[-2]
     if _wide_a(k, program):
@@ -198,10 +233,34 @@ def _reduce(shape: GemvShape, m: int, groups: int, store: str) -> list[str]:
     return lines
 
 
+def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int) -> tuple[list[str], dict]:
+    """Lines computing the operand's rows into workgroup memory `npu_xs` ([m][k] f32, each value rounded to the
+    prologue's dtype as the graph stores it): the whole workgroup runs each row (its reductions through workgroup
+    memory, then its elements), as a generated row kernel does; and the workgroup memory they take."""
+    spec: GemmKernel = k.spec
+    expr, shape = spec.prologue, spec.a_shape
+    outer = shape[:-1]
+    text = KernelText([], threads)
+    r = ExprRenderer(WGSL, text, [f"a{i}" for i in range(len(k.args))], [_dt(program, a) for a in k.args], shape,
+                     "i32", tuple(spec.prologue_reduce), row_dims=1, block_reduce=True, prefix="p_")
+    row = Scope("    ")
+    r.row_scope = row
+    row.lines += decompose(WGSL, "row", outer, "o", "i32", row.indent)
+    elem = Scope("      ", parent=row)
+    r.elem_scope = elem
+    elem.lines += decompose(WGSL, "e", shape[-1:], "o", "i32", elem.indent, first=len(outer))
+    value = r.emit(expr, elem)
+    elem.lines.append(f"{elem.indent}npu_xs[row * {spec.k} + e] = {_round(value, expr.dtype)};")
+    lines = ["  {", f"  for (var row: i32 = 0; row < {spec.m}; row++) {{", *row.lines,
+             f"    for (var e: i32 = npu_tid; e < {spec.k}; e += {threads}) {{", *elem.lines, "    }", "  }", "  }",
+             "  workgroupBarrier();"]
+    return lines, {**text.shared, "npu_xs": ("f32", spec.m * spec.k)}
+
+
 def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tuple[str, Launch, frozenset[str]]:
     """The GEMV's WGSL, its launch and the parameters it reads in 16-byte words (see the module's docstring)."""
     spec: GemmKernel = k.spec
-    a, b = k.args[0], k.args[1]
+    b = k.args[spec.b_arg]
     bd = _dt(program, b)
     per = _elems(bd)
     shape = schedule(spec, per, dev, caps)
@@ -209,7 +268,9 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
     m, n, words = spec.m, spec.out_n, spec.k // per
     nb = len(spec.batch)
     epi = epilogue_fn(k, program, spec, "float32", [_gemm_pre(k, program, g * n) for g in range(G)])
-    blines, bases = _batch_lines(spec, {"a": a, "b": b}, "tz", "    ")
+    refs = {"b": b} if spec.prologue is not None else {"a": k.args[0], "b": b}
+    blines, bases = _batch_lines(spec, refs, "tz", "    ")
+    bases.setdefault("a", "0")
     sbn = b.strides[-1]
     slots = [(c, g) for c in range(R) for g in range(G)]  # weight rows of the workgroup: column c of group g
     rows = [f"      let wr{c}_{g} = (bbase + (min(n0 + {c}, {n - 1}) + {g * n}) * {sbn}) / {per};" for c, g in slots]
@@ -218,7 +279,7 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
     for u in range(U):
         kq = f"kq{u}"
         loads.append(f"        let {kq} = " + (f"kv + {u * T};" if exact else f"min(kv + {u * T}, {words - 1});"))
-        loads += [f"        let w{u}_{c}_{g} = ldv_a1(wr{c}_{g} + {kq});" for c, g in slots]
+        loads += [f"        let w{u}_{c}_{g} = ldv_a{spec.b_arg}(wr{c}_{g} + {kq});" for c, g in slots]
         for i in range(m):
             lines, xs = _a_pieces(k, program, i, kq, per, f"{u}_{i}")
             loads += [f"        {ln}" for ln in lines]
@@ -240,11 +301,15 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
 {chr(10).join(_reduce(shape, m, G, store))}"""
     body = column_tiles(spec, blines, bases, -(-n // R), R, tile)
     shared = {"npu_part": ("f32", m * R * G * shape.slots)}
+    first = []
+    if spec.prologue is not None:
+        first, more = _prologue_rows(k, program, T)
+        shared.update(more)
     unpack = UNPACK if "npu_lo_" in body or "npu_hi_" in body else ""
-    src = epi + "\n" + unpack + entry_point(T, [body], shared, subgroups=shape.subgroups)
+    src = epi + "\n" + unpack + entry_point(T, [*first, body], shared, subgroups=shape.subgroups)
     grid = _grid3(-(-n // R), max(spec.batch_count, 1), 1)
-    wide = {"a1"} | ({"a0"} if _wide_a(k, program) else set())
+    wide = {f"a{spec.b_arg}"} | ({"a0"} if _wide_a(k, program) else set())
     return src, Launch(grid, T, ptrs_of(k)), frozenset(wide)
 
 
-__all__ = ["GemvShape", "gemv", "gemv_fits", "schedule"]
+__all__ = ["GemvShape", "gemv", "gemv_fits", "prologue_fits", "schedule"]

@@ -213,9 +213,10 @@ def _gemm_pre(k: KernelCall, program: CompiledProgram, shift: int = 0) -> list[s
     if spec.alpha != 1.0:
         pre.append(f"v = v * {f32_literal(spec.alpha)};")
     if spec.bias:
-        bias = k.args[2]
+        i = spec.b_arg + 1
+        bias = k.args[i]
         bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset + shift * bias.strides[-1])
-        bv = _load_f32(program, bias, "a2", bat)
+        bv = _load_f32(program, bias, f"a{i}", bat)
         pre.append(f"v = v + {bv}" + (f" * {f32_literal(spec.beta)};" if spec.beta != 1.0 else ";"))
     return pre
 
