@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="ours with weight-only int8 (per channel) or int4 (group 128) projections and LM head "
                          "(W8A16 / W4A16: compile(weights_dtype=...)); the peers stay bf16, the floor is our weight "
                          "bytes")
+    ap.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                    help="compile ours without this optional pass (npu_compiler.OPTIONAL_PASSES; repeatable): "
+                         "e.g. gemm_prologue, to run the norms as kernels of their own")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N slowest kernels of our program (per-kernel device time, 5 runs)")
     args = ap.parse_args(argv)
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             t0 = time.perf_counter()
             prog = npu_compiler.compile(exp.decode_path, backend.compile_target(), rope_theta=theta,
-                                        weights_dtype=args.weights_dtype)
+                                        weights_dtype=args.weights_dtype, disable_passes=args.disable_pass)
             ws = npu_runtime.load_weights(prog, model_tensors(model), backend)
             specs = {s.name: s for s in prog.inputs}
             cache = {lay[kv]: backend.zeros(tuple(specs[lay[kv]].shape), specs[lay[kv]].device_dtype)

@@ -14,7 +14,8 @@ rounded kernels correct their quotients, where products are fused kernels keep t
 
 Overrides for testing and for unusual adapters: NPUSIM_WEBGPU_MAX_BINDING (bytes: bind in smaller chunks),
 NPUSIM_WEBGPU_F16=0 (store float16 as 16-bit words even where the adapter has `shader-f16`),
-NPUSIM_WEBGPU_DIVISION=exact|corrected|fused and NPUSIM_WEBGPU_PRODUCTS=plain|opaque (whatever the probes found).
+NPUSIM_WEBGPU_DIVISION=exact|corrected|fused and NPUSIM_WEBGPU_PRODUCTS=plain|opaque (whatever the probes found),
+NPUSIM_WEBGPU_SUBGROUPS=0 (reduce through workgroup memory even where the adapter has subgroup operations).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ F16_ENV = "NPUSIM_WEBGPU_F16"
 DIVISION_ENV = "NPUSIM_WEBGPU_DIVISION"
 PRODUCTS_ENV = "NPUSIM_WEBGPU_PRODUCTS"
 PACKED_ENV = "NPUSIM_WEBGPU_PACKED_DOT"
+SUBGROUPS_ENV = "NPUSIM_WEBGPU_SUBGROUPS"
+SUBGROUP_FEATURES = ("subgroups", "subgroup")  # WebGPU's name, wgpu-native 0.32's
 INT32 = (-(2**31), 2**31)
 
 
@@ -134,7 +137,8 @@ class DeviceState:
     def describe(self) -> str:
         """One line: the adapter, its backend, the features and limits that matter here."""
         i = self.info
-        feats = ", ".join(f for f in ("shader-f16", "timestamp-query") if f in self.features) or "none"
+        feats = ", ".join(f for f in ("shader-f16", "timestamp-query", *SUBGROUP_FEATURES) if f in self.features) \
+            or "none"
         if not self.f16_native:
             why = "the adapter has no shader-f16" if "shader-f16" not in self.features else f"${F16_ENV}=0"
             feats += f" (float16 stored as 16-bit words: {why}; the same bits, slower stores)"
@@ -221,6 +225,15 @@ class DeviceState:
     @property
     def f16_native(self) -> bool:
         return "shader-f16" in self.features and os.environ.get(F16_ENV, "1") != "0"
+
+    @property
+    def subgroup_min_size(self) -> int:
+        """The adapter's smallest subgroup where the device has subgroup operations (0: none, or
+        $NPUSIM_WEBGPU_SUBGROUPS=0)."""
+        if not set(SUBGROUP_FEATURES) & self.features or os.environ.get(SUBGROUPS_ENV, "1") == "0":
+            return 0
+        i = self.info
+        return next((int(i[k]) for k in ("subgroup_min_size", "stackgroup_min_size") if int(i.get(k) or 0) > 0), 0)
 
     @property
     def max_binding(self) -> int:
@@ -352,7 +365,7 @@ def device_state() -> DeviceState:
     wanted = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
               "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
               "max-compute-workgroup-size-x")
-    features = [f for f in ("shader-f16", "timestamp-query") if f in adapter.features]
+    features = [f for f in ("shader-f16", "timestamp-query", *SUBGROUP_FEATURES) if f in adapter.features]
     device = adapter.request_device_sync(required_features=features,
                                          required_limits={k: lim[k] for k in wanted if k in lim})
     return DeviceState(wgpu, adapter, device, frozenset(device.features), dict(device.limits))

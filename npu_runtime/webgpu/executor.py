@@ -46,7 +46,8 @@ class WebGPUExecutor(Executor):
                                f16_native=self.state.f16_native,
                                max_workgroup_storage=int(self.state.limits["max-compute-workgroup-storage-size"]),
                                division=self.state.division, products=self.state.products,
-                               packed_dot=self.state.packed_dot)
+                               packed_dot=self.state.packed_dot,
+                               subgroup_min_size=self.state.subgroup_min_size)
         try:
             # sized for the device the program was planned for (the adapter's limits from its caps), else this one
             device = program.device or self.state.profile

@@ -40,9 +40,11 @@ def _check(backend, folded, plain, module, args, what: str) -> None:
 
 @pytest.mark.parametrize("kind", ["norm", "silu_mul"])
 def test_gemm_prologues_run_in_two_passes(webgpu, kind, monkeypatch) -> None:
+    """(K = 98: no whole 16-byte words of the weight rows, so the GEMV, which computes a norm itself, does not take
+    it.)"""
     torch.manual_seed(0)
-    module = (NormLinear(96, 40) if kind == "norm" else GatedLinear(96, 40)).eval()
-    args = [torch.randn(2, 96), torch.randn(2, 40)] if kind == "norm" else [torch.randn(2, 96) for _ in range(2)] + [
+    module = (NormLinear(98, 40) if kind == "norm" else GatedLinear(98, 40)).eval()
+    args = [torch.randn(2, 98), torch.randn(2, 40)] if kind == "norm" else [torch.randn(2, 98) for _ in range(2)] + [
         torch.randn(2, 40)]
     ir = ir_dict(module, args, kind)
     plain = npu_compiler.compile(ir, "webgpu", dtype="float32")
@@ -51,7 +53,7 @@ def test_gemm_prologues_run_in_two_passes(webgpu, kind, monkeypatch) -> None:
     folded = npu_compiler.compile(ir, "webgpu", dtype="float32")
     (gemm,) = [k for k in folded.kernels if isinstance(k.spec, GemmKernel)]
     assert gemm.spec.prologue is not None and gemm.plan == GemmPlan(prologue_apart=True)
-    assert len(gemm.scratch) == 1 and gemm.scratch[0].numel == 2 * 96
+    assert len(gemm.scratch) == 1 and gemm.scratch[0].numel == 2 * 98
     assert len(WebGPUTarget().kernel_sources(gemm, folded)) == 2
     _check(webgpu, folded, plain, module, args, f"{kind} prologue")
 
@@ -70,9 +72,10 @@ def test_side_convs_run_in_two_passes(webgpu, monkeypatch) -> None:
 
 
 def test_row_side_outputs_run_as_a_kernel_of_their_own(webgpu, monkeypatch) -> None:
+    """(12 rows: more than the GEMV computes a norm for in its prologue, so the norm is a row kernel.)"""
     torch.manual_seed(0)
     module = ResidualNorm(64).eval()
-    args = [torch.randn(3, 64), torch.randn(3, 64)]
+    args = [torch.randn(12, 64), torch.randn(12, 64)]
     ir = ir_dict(module, args, "residual_norm")
     plain = npu_compiler.compile(ir, "webgpu", dtype="float32")
     monkeypatch.setattr(WebGPUTarget, "row_side_outputs", True)

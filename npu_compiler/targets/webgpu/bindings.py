@@ -9,6 +9,9 @@ Storage per dtype (the bytes are the program's own layout, so the host and every
   of `array<u32>` words.
 - int64: `array<i32>`, two words per element (low, high); the kernel computes in the low word (language.py) and
   writes the high word as its sign extension.
+- A float buffer a kernel only reads and asks to read wide (`Param.wide`: the GEMV's weights) is `array<vec4<f32>>`
+  or, for halves, `array<vec4<u32>>` (eight packed halves a word, float16 too); `ldv_<param>(j)` loads its j-th
+  16-byte word and `ld_<param>` still reads one element.
 A kernel that writes 16- or 8-bit elements declares that buffer `array<atomic<u32>>` and stores with an atomic AND
 that clears its own bits and an atomic OR that sets them: two invocations writing the two halves of one word never
 lose each other's half, whatever the output's layout (strided, scattered, tiled). The bits an invocation does not
@@ -46,6 +49,9 @@ class DeviceCaps:
     division: str = "exact"  # f32 division: "exact" (the device's `/`), "corrected" or "fused" (language.py)
     products: str = "plain"  # how f32 products render: "plain", or "opaque" where the device fuses a*b + c
     packed_dot: bool = False  # WGSL's packed_4x8_integer_dot_product language feature (dot4I8Packed)
+    # the smallest subgroup the adapter runs where it has the `subgroups` feature (wgpu-native's "subgroup"), which
+    # the device was made with; 0: no subgroup operations (reductions through workgroup memory)
+    subgroup_min_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class Param:
     name: str
     ptr: tuple[str, int]
     written: bool = False
+    wide: bool = False  # read as 16-byte words too (`ldv_<name>`)
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,8 @@ class Binding:
     read_only: bool = False
 
 
-def params_of(ptrs: list[tuple[str, int]], names: list[str]) -> list[Param]:
-    return [Param(n, p, p[0] == "out") for n, p in zip(names, ptrs, strict=True)]
+def params_of(ptrs: list[tuple[str, int]], names: list[str], wide: frozenset[str] = frozenset()) -> list[Param]:
+    return [Param(n, p, p[0] == "out", n in wide) for n, p in zip(names, ptrs, strict=True)]
 
 
 def generated_params(ptrs: list[tuple[str, int]]) -> list[Param]:
@@ -118,7 +125,12 @@ def _reg(dtype: str) -> str:
     return "f32" if dtype in ("float32", "float16", "bfloat16") else ("bool" if dtype == "bool" else "i32")
 
 
-def _read(arr: str, lay: _Layout, j: str, atomic: bool) -> str:
+def _read(arr: str, lay: _Layout, j: str, atomic: bool, wide: bool = False) -> str:
+    if wide:  # the element's 32-bit word is lane (word % 4) of 16-byte word (word / 4)
+        if lay.per_word == 1:
+            return f"{arr}[{j} >> 2u][{j} & 3i]"
+        word = f"{arr}[{j} >> 3u][({j} >> 1u) & 3i]"
+        return lay.widen.format(x=f"(({word} >> (u32({j} & 1i) * 16u)) & 0xffffu)")
     if lay.per_word == 1:
         return lay.widen.format(x=f"{arr}[{j}]")
     if lay.per_word == -2:
@@ -154,8 +166,9 @@ def bind(params: list[Param], call: KernelCall, program: CompiledProgram, caps: 
     bindings: list[Binding] = []
     for bid, members in groups.items():
         spec = program.buffers[bid]
-        lay = _layout(spec.dtype, caps.f16_native)
         written = any(p.written for p in members)
+        wide = any(p.wide for p in members) and not written
+        lay = _wide_layout(spec.dtype) if wide else _layout(spec.dtype, caps.f16_native)
         atomic = written and lay.per_word > 1
         access = "read_write" if written or spec.kind == "arena" else "read"
         size = spec.nbytes
@@ -167,6 +180,8 @@ def bind(params: list[Param], call: KernelCall, program: CompiledProgram, caps: 
             chunk = caps.max_binding_bytes // CHUNK_ALIGN * CHUNK_ALIGN
             chunks = [(o, min(chunk, padded - o)) for o in range(0, padded, chunk)]
         ty = "array<atomic<u32>>" if atomic else f"array<{lay.elem}>"
+        if wide:
+            ty = f"array<vec4<{lay.elem}>>"
         names = []
         for off, sz in chunks:
             slot = len(bindings)
@@ -177,19 +192,43 @@ def bind(params: list[Param], call: KernelCall, program: CompiledProgram, caps: 
         per_chunk = chunk // itemsize(spec.dtype)
         r = _reg(spec.dtype)
         for p in members:
-            lines += _accessors(p, names, lay, atomic, per_chunk, r)
+            lines += _accessors(p, names, lay, atomic, per_chunk, r, wide)
+            if wide:
+                lines += _wide_accessor(p, names, lay, chunk // 16)
     return "\n".join(lines), bindings
 
 
-def _accessors(p: Param, arrays: list[str], lay: _Layout, atomic: bool, per_chunk: int, r: str) -> list[str]:
+def _wide_layout(dtype: str) -> _Layout:
+    """A float dtype read as 16-byte words: f32 lanes, or u32 lanes of packed halves (float16 widened exactly in
+    integer arithmetic, as without `shader-f16`)."""
+    if dtype == "float32":
+        return _Layout("f32", 1, "{x}", "{v}")
+    if dtype in ("float16", "bfloat16"):
+        return _layout(dtype, False)
+    raise NPUCompileError(f"webgpu target: a {dtype} buffer is not read as 16-byte words")
+
+
+def _wide_accessor(p: Param, arrays: list[str], lay: _Layout, per_chunk: int) -> list[str]:
+    """`ldv_<name>(j)`: the j-th 16-byte word of the buffer (`per_chunk` words a chunk)."""
+    out = [f"fn ldv_{p.name}(j: i32) -> vec4<{lay.elem}> {{"]
+    if len(arrays) == 1:
+        return out + [f"  return {arrays[0]}[j];", "}"]
+    out += [f"  let c = j / {per_chunk}i;", f"  let i = j - c * {per_chunk}i;", "  switch c {"]
+    for c, arr in enumerate(arrays):
+        out.append(f"    {'default' if c == len(arrays) - 1 else f'case {c}i'}: {{ return {arr}[i]; }}")
+    return out + ["  }", "}"]
+
+
+def _accessors(p: Param, arrays: list[str], lay: _Layout, atomic: bool, per_chunk: int, r: str,
+               wide: bool = False) -> list[str]:
     out = [f"fn ld_{p.name}(i: i32) -> {r} {{"]
     if len(arrays) == 1:
-        out.append(f"  return {_read(arrays[0], lay, 'i', atomic)};")
+        out.append(f"  return {_read(arrays[0], lay, 'i', atomic, wide)};")
     else:
         out += [f"  let c = i / {per_chunk}i;", f"  let j = i - c * {per_chunk}i;", "  switch c {"]
         for c, arr in enumerate(arrays):
             label = "default" if c == len(arrays) - 1 else f"case {c}i"
-            out.append(f"    {label}: {{ return {_read(arr, lay, 'j', atomic)}; }}")
+            out.append(f"    {label}: {{ return {_read(arr, lay, 'j', atomic, wide)}; }}")
         out.append("  }")
     out.append("}")
     if lay.per_word == 4 and len(arrays) == 1 and not atomic:

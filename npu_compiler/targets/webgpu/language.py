@@ -587,12 +587,19 @@ class WgslLanguage(Language):
         return entry_point(text.block, text.body, text.shared)
 
 
-def entry_point(block: int, body: list[str], shared: dict[str, tuple[str, int]] | None = None) -> str:
+# the subgroup builtins an entry point takes with `subgroups=True` (naga's: wgpu's `subgroup` feature, no directive)
+SUBGROUP_BUILTINS = (", @builtin(subgroup_id) npu_sg: u32, @builtin(num_subgroups) npu_nsg: u32, "
+                     "@builtin(subgroup_invocation_id) npu_sl: u32")
+
+
+def entry_point(block: int, body: list[str], shared: dict[str, tuple[str, int]] | None = None,
+                subgroups: bool = False) -> str:
     lines = [f"var<workgroup> {name}: array<{ty}, {count}>;" for name, (ty, count) in sorted((shared or {}).items())]
     lines += [f"const NPU_BLOCK: i32 = {block};",
               f"@compute @workgroup_size({block})",
               f"fn {KERNEL_NAME}(@builtin(workgroup_id) npu_wid: vec3<u32>, @builtin(local_invocation_id) "
-              "npu_lid: vec3<u32>, @builtin(num_workgroups) npu_nwgs: vec3<u32>) {",
+              "npu_lid: vec3<u32>, @builtin(num_workgroups) npu_nwgs: vec3<u32>"
+              f"{SUBGROUP_BUILTINS if subgroups else ''}) {{",
               "  let npu_bid = i32(npu_wid.x);",
               "  let npu_tid = i32(npu_lid.x);",
               "  let npu_nwg = i32(npu_nwgs.x);"]

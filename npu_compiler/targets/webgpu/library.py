@@ -152,6 +152,20 @@ def _skinny_reduce(rows: int, store: str, groups: int = 1) -> str:
     return "\n".join(lines)
 
 
+def column_tiles(spec: GemmKernel, blines: list[str], bases: dict, tiles: int, width: int, tile: str) -> str:
+    """The loops of a skinny GEMM: over the batch (workgroups' y, operand bases `abase`, `bbase`), then over tiles of
+    `width` output columns (workgroups' x, the first column `n0`), running `tile` (lines indented six) for each."""
+    return f"""  for (var tz: i32 = i32(npu_wid.y); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.y)) {{
+{chr(10).join(blines)}
+    let abase = {bases['a']};
+    let bbase = {bases['b']};
+    for (var tx: i32 = i32(npu_wid.x); tx < {tiles}; tx += i32(npu_nwgs.x)) {{
+      let n0 = tx * {width};
+{tile}
+    }}
+  }}"""
+
+
 def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """M <= 8: each workgroup computes 4 columns of every row, its invocations striding over K (neighbours read
     neighbouring elements of K, contiguous in a linear layer's weight), then adds the partial sums."""
@@ -178,20 +192,13 @@ def _gemm_skinny(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     fma = [f"          p{i}_{c} = p{i}_{c} + x{i} * b{c};" for i in range(m) for c in range(C)]
     idx = [f"o{d}" for d in range(nb)]
     store = "if (n0 + {j} < " + str(n) + ") { npu_epi(" + ", ".join(idx + ["{m}", "n0 + {j}"]) + ", {v}); }"
-    body = f"""  for (var tz: i32 = i32(npu_wid.y); tz < {max(spec.batch_count, 1)}; tz += i32(npu_nwgs.y)) {{
-{chr(10).join(blines)}
-    let abase = {bases['a']};
-    let bbase = {bases['b']};
-    for (var tx: i32 = i32(npu_wid.x); tx < {-(-n // SKINNY_N)}; tx += i32(npu_nwgs.x)) {{
-      let n0 = tx * {SKINNY_N};
-{chr(10).join(f'      var p{i}_{c} = 0.0f;' for i in range(m) for c in range(C))}
+    tile = f"""{chr(10).join(f'      var p{i}_{c} = 0.0f;' for i in range(m) for c in range(C))}
       for (var kk: i32 = npu_tid; kk < {kk}; kk += {SKINNY_THREADS}) {{
 {chr(10).join(loads)}
 {chr(10).join(fma)}
       }}
-{_skinny_reduce(m, store, groups)}
-    }}
-  }}"""
+{_skinny_reduce(m, store, groups)}"""
+    body = column_tiles(spec, blines, bases, -(-n // SKINNY_N), SKINNY_N, tile)
     shared = {"npu_part": ("f32", max(m, 1) * C * SKINNY_THREADS)}
     src = epi + "\n" + entry_point(SKINNY_THREADS, [body], shared)
     grid = _grid3(-(-n // SKINNY_N), max(spec.batch_count, 1), 1) if m else (0, 1, 1)
@@ -206,9 +213,10 @@ def _gemm_pre(k: KernelCall, program: CompiledProgram, shift: int = 0) -> list[s
     if spec.alpha != 1.0:
         pre.append(f"v = v * {f32_literal(spec.alpha)};")
     if spec.bias:
-        bias = k.args[2]
+        i = spec.b_arg + 1
+        bias = k.args[i]
         bat = affine([(f"o{d}", s) for d, s in enumerate(bias.strides)], bias.offset + shift * bias.strides[-1])
-        bv = _load_f32(program, bias, "a2", bat)
+        bv = _load_f32(program, bias, f"a{i}", bat)
         pre.append(f"v = v + {bv}" + (f" * {f32_literal(spec.beta)};" if spec.beta != 1.0 else ";"))
     return pre
 

@@ -29,10 +29,11 @@ from ..codegen import CodegenTarget
 from ..devices import DeviceProfile, get_profile
 from ..planning import decode_splits
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
+from .gemv import gemv, gemv_fits, prologue_fits
 from .int8_kernels import INTEGER_KERNELS, render_integer
 from .intervals import narrow_int64
 from .language import WGSL
-from .library import attention, conv2d, gemm, names_of, skinny_groups_fit
+from .library import SKINNY_M, attention, conv2d, gemm, names_of, skinny_groups_fit
 from .staging import passes
 
 
@@ -74,10 +75,12 @@ def render_generated(k: KernelCall, program: CompiledProgram) -> tuple[str, obje
     return src, launch, generated_params(ptrs)
 
 
-def _needs_scratch(k: KernelCall) -> bool:
-    """A folded record the target runs in passes that hand a value on through scratch."""
+def _needs_scratch(k: KernelCall, program: CompiledProgram, storage: int) -> bool:
+    """A folded record the target runs in passes that hand a value on through scratch (a GEMM whose prologue the
+    GEMV does not compute, a conv with a side conv)."""
     spec = k.spec
-    return ((isinstance(spec, GemmKernel) and spec.prologue is not None)
+    return ((isinstance(spec, GemmKernel) and spec.prologue is not None
+             and not gemv_fits(k, program.buffers, storage))
             or (isinstance(spec, Conv2dKernel) and bool(spec.side_stride)))
 
 
@@ -85,6 +88,7 @@ class WebGPUTarget(CodegenTarget):
     name = "webgpu"
     default_device = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"}) | INTEGER_KERNELS
+    gemm_prologue_rows = SKINNY_M  # decode's norms computed by the GEMV that reads them (gemm_prologue)
 
     def __init__(self, device: DeviceProfile | str | None = None, caps: DeviceCaps | None = None) -> None:
         self.caps = caps or DeviceCaps()
@@ -92,14 +96,21 @@ class WebGPUTarget(CodegenTarget):
         # `webgpu` row's); the caps say what the adapter allows
         self.profile = device if isinstance(device, DeviceProfile) else get_profile(device or self.default_device)
 
+    @property
+    def workgroup_storage(self) -> int:
+        """Workgroup memory a kernel may plan on: the profile's, within the adapter's (a record folded at compile
+        time, on the `webgpu` row's 16 KiB, also fits when rendered for the adapter, which has at least as much)."""
+        return min(self.profile.shared_memory_per_block, self.caps.max_workgroup_storage)
+
     def plan(self, call, buffers):
         """An attention of few query rows: its keys split across workgroups until about two a compute unit run. A
-        folded record (a GEMM's prologue, a conv's side conv, a row kernel's side output): in passes (staging.py)."""
+        folded record (a GEMM's prologue the GEMV does not compute, a conv's side conv, a row kernel's side output):
+        in passes (staging.py)."""
         spec = call.spec
         if isinstance(spec, AttentionKernel):
             return AttentionPlan(decode_splits(spec, self.profile))
         if isinstance(spec, GemmKernel) and spec.prologue is not None:
-            return GemmPlan(prologue_apart=True)
+            return None if gemv_fits(call, buffers, self.workgroup_storage) else GemmPlan(prologue_apart=True)
         if isinstance(spec, Conv2dKernel) and spec.side_stride:
             return Conv2dPlan(side_apart=True)
         if isinstance(spec, GeneratedKernel) and spec.side is not None:
@@ -107,14 +118,20 @@ class WebGPUTarget(CodegenTarget):
         return None
 
     def gemm_column_groups(self, call, buffers) -> bool:
-        # the skinny GEMM of a decode step, each workgroup with every group of its columns
-        return skinny_groups_fit(call.spec, buffers[call.outs[0].buffer].dtype)
+        # the GEMV or skinny GEMM of a decode step, each workgroup with every group of its columns
+        return (gemv_fits(call, buffers, self.workgroup_storage)
+                or skinny_groups_fit(call.spec, buffers[call.outs[0].buffer].dtype))
+
+    def gemm_prologue(self, m, k, batch, a_dtype, b, b_dtype, reduces) -> bool:
+        # norms only, as cuda: every workgroup computes the rows for itself, which only a reduction's saved launch
+        # and round trip through memory pays for
+        return reduces and prologue_fits(m, k, batch, a_dtype, b, b_dtype, self.workgroup_storage)
 
     def render_kernel(self, index: int, k: KernelCall, program: CompiledProgram) -> list[tuple[str, Dispatch]]:
         """The WGSL modules of kernel `index` and their dispatches, in order (their `source` still unnamed): one,
         or three for split decode attention."""
         where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
-        if _needs_scratch(k) and not k.scratch:
+        if _needs_scratch(k, program, self.workgroup_storage) and not k.scratch:
             raise NPUCompileError(f"{where}: the webgpu target runs this {k.kind} in passes, which need the scratch "
                                   f"of a webgpu plan; this call has none (compile it for webgpu)")
         parts = [part for call in passes(k) for part in self._parts(call, program, where)]
@@ -142,6 +159,9 @@ class WebGPUTarget(CodegenTarget):
         if isinstance(spec, GeneratedKernel):
             src, launch, params = render_generated(k, program)
             return [(src, launch, params, k)]
+        if isinstance(spec, GemmKernel) and gemv_fits(k, program.buffers, self.workgroup_storage):
+            src, launch, wide = gemv(k, program, self.profile, self.caps)
+            return [(src, launch, params_of(launch.ptrs, names_of(k), wide), k)]
         if isinstance(spec, GemmKernel | Conv2dKernel):
             src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
