@@ -1828,6 +1828,46 @@ def test_random_dropout_is_refused_clearly(backend) -> None:
         npu_compiler.compile(lstm, target, dtype="float32")
 
 
+def _declare_outputs(ir: dict, op: str, shapes: dict[int, list[int]]) -> None:
+    """Declare outputs of the `op` node (and the getitems and graph outputs that carry them) with other shapes."""
+    node = next(n for n in ir["nodes"] if n["op_type"] == op)
+    names = {node["outputs"][i]["name"]: s for i, s in shapes.items()}
+    for n in ir["nodes"]:
+        if "getitem" in n["op_type"] and n["inputs"][n["attrs"]["index"]]["name"] in names:
+            names[n["outputs"][0]["name"]] = names[n["inputs"][n["attrs"]["index"]]["name"]]
+    for t in [*ir["graph_outputs"], *(t for n in ir["nodes"] for t in n["inputs"] + n["outputs"])]:
+        t["shape"] = names.get(t["name"], t["shape"])
+
+
+def test_recurrent_states_declared_with_unit_dims(backend) -> None:
+    """torch 2.11's export declares an LSTM's h_n/c_n with an added unit dim ([L*D, 1, B, H], eager gives
+    [L*D, B, H]), and the IR's later nodes follow that declaration: the compiler computes the states as declared.
+    A declaration that is not the same elements in the same order is still refused."""
+    from npu_compiler.errors import IRFormatError
+
+    def make() -> torch.nn.Module:
+        return _Recurrent("lstm", num_layers=2, bidirectional=True, batch_first=True)
+
+    x = rnd(2, 4, 5, lo=-1, hi=1)
+    torch.manual_seed(0)
+    real = make().eval()
+    ir = _ir(make, x, module=True)
+    _declare_outputs(ir, "aten.lstm.input", {1: [4, 1, 2, 6], 2: [4, 2, 1, 6, 1]})
+    prog = npu_compiler.compile(ir, backend.compile_target(), dtype="float32")
+    ws = npu_runtime.load_weights(prog, {k: to_numpy(v) for k, v in real.state_dict().items()}, backend)
+    got = backend.create_executor(prog).run_numpy({ir["graph_inputs"][0]["name"]: to_numpy(x)}, ws)
+    with torch.no_grad():
+        want = real(x)
+    for out, w in zip(ir["graph_outputs"], want, strict=True):
+        assert list(got[out["name"]].shape) == out["shape"]
+        assert_close(got[out["name"]], w.reshape(out["shape"]).numpy(), "float32", "accumulate", backend.name)
+    for bad in ([2, 4, 6], [4, 2, 2, 3], [4, 1, 2, 7]):  # another order, split dims, another count
+        ir = _ir(make, x, module=True)
+        _declare_outputs(ir, "aten.lstm.input", {1: bad})
+        with pytest.raises(IRFormatError, match=r"output #1 .* is declared float32\[.*\], but the op produces"):
+            npu_compiler.compile(ir, backend.compile_target(), dtype="float32")
+
+
 def test_ambiguous_and_failing_graphs_are_refused_when_read() -> None:
     """`clamp(x, max=t)` exports as clamp.Tensor with one input after self, like `clamp(x, min=t)`: which bound it
     is, is lost, so the reader refuses it rather than guess; a graph that asserts a false constant fails."""

@@ -20,7 +20,8 @@ from ..ir.graph import Node, Value
 from .registry import Rewriter, decomposes
 
 _EMITS = ("linear.default", "select.int", "add.Tensor", "sub.Tensor", "mul.Tensor", "chunk.default",
-          "sigmoid.default", "tanh.default", "relu.default", "stack.default", "cat.default", "transpose.int")
+          "sigmoid.default", "tanh.default", "relu.default", "stack.default", "cat.default", "transpose.int",
+          "reshape.default")
 
 
 @dataclass
@@ -128,7 +129,15 @@ def _sequence(rw: Rewriter, node: Node, kind: str) -> list[Value]:
         x = outs[0] if directions == 1 else rw.op("cat.default", *outs, dim=2)
     if a["batch_first"]:
         x = rw.op("transpose.int", x, dim0=0, dim1=1)
-    return [x] + [rw.op("stack.default", *f, dim=0) for f in finals]
+    states = [rw.op("stack.default", *f, dim=0) for f in finals]
+    return [x] + [_as_declared(rw, s, o) for s, o in zip(states, node.outputs[1:])]
+
+
+def _as_declared(rw: Rewriter, state: Value, declared: Value) -> Value:
+    """A final state viewed as the IR declares it (the reader admits only added or dropped unit dims)."""
+    if state.shape == declared.shape:
+        return state
+    return rw.op("reshape.default", state, shape=list(declared.shape))
 
 
 def _cell(rw: Rewriter, node: Node, kind: str) -> list[Value]:
@@ -137,7 +146,7 @@ def _cell(rw: Rewriter, node: Node, kind: str) -> list[Value]:
     w = node.inputs[1 + n_hx:]
     p = _Weights(w[0], w[1], *(w[2:4] if len(w) == 4 else (w[2], None) if len(w) == 3 else (None, None)))
     h, c = _CELLS[kind](rw, _linear(rw, x, p.w_ih, p.b_ih), state[0], state[1] if n_hx == 2 else None, p)
-    return [h, c] if n_hx == 2 else [h]
+    return [_as_declared(rw, s, o) for s, o in zip([h, c] if n_hx == 2 else [h], node.outputs)]
 
 
 for _kind in _CELLS:  # lstm.input, lstm_cell.default, gru.input, ...

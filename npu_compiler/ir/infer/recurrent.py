@@ -4,9 +4,12 @@ list per layer and direction (w_ih, w_hh, [b_ih, b_hh], [w_hr]), the hidden stat
 from __future__ import annotations
 
 from ..graph import Node, TensorType, Value
-from .core import InferError, _need_float, infers
+from .core import UNIT_DIM_OUTPUTS, InferError, _need_float, infers
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+# the final states (a layer's outputs after its sequence, every output of a cell) may be declared with unit dims
+UNIT_DIM_OUTPUTS.update({f"{k}.input": 1 for k in _GATES} | {f"{k}_cell.default": 0 for k in _GATES})
 
 
 def _kind(op: str) -> str:
