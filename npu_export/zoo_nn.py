@@ -53,6 +53,10 @@ class LSTMTagger(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         y, (h, _) = self.lstm(self.emb(ids))
+        # h is [layers * directions, batch, hidden] in eager, but torch 2.11's export traces it with an added unit
+        # dim ([4, 1, batch, hidden]): viewed as eager's shape, h[-1] is the [batch, hidden] a GRUCell takes on every
+        # torch
+        h = h.reshape(-1, *h.shape[-2:])
         summary = self.cell(torch.cat([h[-2], h[-1]], dim=-1))
         return self.out(torch.cat([y, summary.unsqueeze(1).expand(-1, y.shape[1], -1)], dim=-1))
 

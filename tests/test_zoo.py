@@ -151,3 +151,25 @@ def test_every_inference_op_of_core_aten_runs_on_every_target() -> None:
     missing = {t: [op for op in cov.core_aten_ops() if cov.excluded_reason(op) is None
                    and unsupported_reason(t, op) is not None] for t in TARGET_MODULES}
     assert not any(missing.values()), missing
+
+
+def test_lstm_tagger_takes_final_states_with_an_added_unit_dim(monkeypatch) -> None:
+    """torch 2.11's export traces an LSTM's h_n/c_n as [layers * dirs, 1, batch, hidden]; the tagger must still feed
+    its GRUCell [batch, features] (a 3-D input made torch 2.11 refuse the export) and compute what eager computes."""
+    import torch
+
+    from npu_export.zoo_nn import LSTMTagger, steps_inputs
+
+    torch.manual_seed(0)
+    model, (ids,) = LSTMTagger().eval(), steps_inputs()
+    with torch.no_grad():
+        want = model(ids)
+        plain = torch.nn.LSTM.forward
+
+        def with_unit_dim(self, *args, **kwargs):
+            y, (h, c) = plain(self, *args, **kwargs)
+            return y, (h.unsqueeze(1), c.unsqueeze(1))
+
+        monkeypatch.setattr(torch.nn.LSTM, "forward", with_unit_dim)
+        got = model(ids)
+    assert torch.equal(got, want)
