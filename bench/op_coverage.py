@@ -23,6 +23,7 @@ from npu_compiler.ir.schema import short_op  # noqa: E402
 from npu_compiler.lowering.lower import SUPPORTED_OPS, VIEW_OPS  # noqa: E402
 from npu_compiler.lowering.registry import KERNELS_OF, LOWERINGS  # noqa: E402
 from npu_compiler.op_support import STRUCTURAL_OPS, unsupported_reason  # noqa: E402
+from npu_compiler.passes.dead_code import is_random  # noqa: E402
 from npu_compiler.targets.codegen import TARGET_MODULES  # noqa: E402
 
 # Core ATen ops that have no place in an inference graph of static shapes, each with the reason (by rule where one
@@ -43,7 +44,7 @@ def excluded_reason(op: str) -> str | None:
     base = op.partition(".")[0]
     if base.endswith("_backward"):
         return "a backward (gradient) op"
-    if base in ("rand", "randn", "randperm", "bernoulli", "normal", "uniform"):
+    if is_random(op):
         return "random: no two runs agree, and nothing in an inference graph draws numbers"
     if base.startswith("sym_"):
         return "a symbolic-size query: every size is static here"

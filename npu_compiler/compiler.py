@@ -25,6 +25,7 @@ from .memory_check import check_memory, check_sizes
 from .output_roles import class_outputs
 from .passes.bn_fold import fold_batchnorm
 from .passes.constraints import check_constraints, plan_channel_padding
+from .passes.dead_code import remove_unread
 from .passes.dtype import apply_compute_dtype, explain_compute_dtype
 from .passes.normalize import canonicalize_conv_padding, inplace_to_outofplace, remove_noops
 from .passes.slice_hoisting import hoist_slices
@@ -89,7 +90,8 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
     graph = ir if isinstance(ir, Graph) else read_ir(ir, lim)
     unknown_ops = [n for n in graph.nodes if n.op != "getitem" and lookup(n.op) is None]
     if unknown_ops:
-        # refused even where the node is dead: an op nothing here knows may not be dropped silently
+        # refused even where the node is dead: an op nothing here knows may not be dropped silently (dead nodes of
+        # known ops, random ones included, are dropped by the dead-code pass)
         n = unknown_ops[0]
         raise UnsupportedOpError(n.name, f"aten.{n.op}", target, "an op the compiler does not know")
     return _compile(graph, target, codegen, cfg, dtype, set(disable_passes), rope_theta, verify_plan, lim,
@@ -115,6 +117,9 @@ def _compile(graph: Graph, target: str, codegen, cfg: TargetConfig, dtype: str |
     recipes: dict[str, Recipe] = {}
     class_outputs_of = class_outputs(graph)  # from the IR as read, before any pass rewrites it
 
+    n = _run_pass("dead_code", remove_unread, graph)  # before anything asks whether a node's op can run
+    if n:
+        passes.append(f"dead_code({n})")
     n = _run_pass("remove_noops", remove_noops, graph)
     passes.append(f"remove_noops({n})")
     n = _run_pass("inplace_to_outofplace", inplace_to_outofplace, graph)

@@ -17,6 +17,7 @@ from .errors import NPUCompileError
 from .ir.schema import short_op
 from .lowering.lower import SUPPORTED_OPS
 from .lowering.registry import KERNELS_OF
+from .passes.dead_code import random_reason
 from .passes.normalize import STRUCTURAL_OPS, random_dropout
 from .targets.codegen import target_class
 
@@ -56,6 +57,8 @@ def unsupported_reason(target: str, op_type: str, attrs: Mapping[str, Any] | Non
     op = short_op(op_type)
     if op in STRUCTURAL_OPS:
         return random_dropout(op, attrs)
+    if random_reason(op):
+        return random_reason(op)
     canon = _canonical(op)
     entry = DECOMPOSITIONS.get(canon)
     if entry is not None:

@@ -31,6 +31,7 @@ from .ir.reader import checked_ir_dict
 from .ir.schema import short_op
 from .kernels import attention_flops, conv_flops, gemm_flops
 from .op_support import SupportPredicate, is_structural, support_predicate
+from .passes.dead_code import remove_unread_nodes
 
 __all__ = [
     "NPU", "CPU", "TARGET", "REFERENCE", "TORCH", "TensorInfo", "TransferOp", "RunPartition", "Partition",
@@ -144,6 +145,7 @@ class PartitionPlan:
     fallback: list[FallbackNode]
     stats: PartitionStats
     formats: dict[str, str] = field(default_factory=dict)  # node -> number format, in a quantized graph
+    dead: list[str] = field(default_factory=list)  # nodes whose outputs nothing reads: removed, run nowhere
 
     @property
     def transfers(self) -> list[TransferOp]:
@@ -175,6 +177,7 @@ class PartitionPlan:
             "fallback": [asdict(f) for f in self.fallback],
             "stats": self.stats.to_dict(),
             **({"formats": self.formats} if self.formats else {}),
+            **({"dead": self.dead} if self.dead else {}),
         }
 
     def to_json(self, include_ir: bool = True, indent: int | None = 1) -> str:
@@ -193,7 +196,8 @@ class PartitionPlan:
         stats = {k: v for k, v in d["stats"].items() if k not in ("node_coverage", "flop_coverage")}
         return cls(d["model_name"], d.get("target"), [TensorInfo(**t) for t in d["graph_inputs"]],
                    [TensorInfo(**t) for t in d["graph_outputs"]], parts, steps,
-                   [FallbackNode(**f) for f in d["fallback"]], PartitionStats(**stats), dict(d.get("formats") or {}))
+                   [FallbackNode(**f) for f in d["fallback"]], PartitionStats(**stats), dict(d.get("formats") or {}),
+                   [str(n) for n in d.get("dead") or []])
 
 
 # ---- FLOP model -------------------------------------------------------------------------------------------------
@@ -250,16 +254,19 @@ def partition(ir: str | os.PathLike | Mapping[str, Any], is_supported: IsSupport
     if host_supported is None and isinstance(pred, SupportPredicate):
         host_supported = support_predicate("cpu")
     data = copy.deepcopy(checked_ir_dict(ir))  # every field checked (read_ir) before the JSON form is read here
-    if hasattr(pred, "prepare"):
-        pred.prepare(data)  # what only the whole graph shows (quantized patterns)
     for key in ("graph_inputs", "graph_outputs", "nodes"):
         if not isinstance(data.get(key), list):
             raise IRFormatError(f"IR is missing the list '{key}'; is this a pytorch-ir JSON file?")
+    dead = remove_unread_nodes(data)  # placed nowhere: a dead node's op never makes the graph fall back
+    if hasattr(pred, "prepare"):
+        pred.prepare(data)  # what only the whole graph shows (quantized patterns)
     walk = _Walk(data, pred, host_supported)
     for ni, nd in enumerate(data["nodes"]):
         walk.place(ni, nd)
     walk.place_pending()
-    return walk.plan()
+    plan = walk.plan()
+    plan.dead = dead
+    return plan
 
 
 class _Walk:

@@ -410,7 +410,7 @@ class ZooResult:
     dtype: str  # the model's (exported) dtype
     backend: str
     compute_dtype: str
-    ir_nodes: int
+    ir_nodes: int  # the IR's nodes that compute something read (dead ones are removed, run nowhere)
     npu_nodes: int  # nodes the target runs (the rest would run on the CPU through the partition path)
     kernels: int
     export_max_abs: float  # the IR (torch_ir.IRExecutor) against eager PyTorch
@@ -444,7 +444,7 @@ def verify_zoo_model(name: str, dtype: str = "float32", backend: Any = "cpu") ->
     plan = partition(ex.ir, support_predicate(target))
     fallback = sorted({f.op for f in plan.fallback})
     tol = ZOO_TOLERANCE[(z.family, dtype)]
-    row = dict(name=name, family=z.family, dtype=dtype, backend=be.name, ir_nodes=len(ex.ir["nodes"]),
+    row = dict(name=name, family=z.family, dtype=dtype, backend=be.name, ir_nodes=len(ex.ir["nodes"]) - len(plan.dead),
                npu_nodes=plan.stats.nodes_npu, export_max_abs=export_err, tolerance=tol, fallback_ops=fallback)
     if fallback:
         return ZooResult(**row, compute_dtype="-", kernels=0, max_abs=float("nan"), max_rel=float("nan"),

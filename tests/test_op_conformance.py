@@ -1828,6 +1828,43 @@ def test_random_dropout_is_refused_clearly(backend) -> None:
         npu_compiler.compile(lstm, target, dtype="float32")
 
 
+def _draws_and_ignores(x):
+    """Random numbers nobody reads (transformers' wav2vec2 draws `torch.rand([])` for layer drop even in eval mode),
+    a dead chain after one, a random dropout whose result is unused, and an in-place op whose result is unread but
+    whose input is: only the last is live."""
+    torch.rand([])
+    torch.randn(3, 4) * 2
+    F.dropout(x, 0.5)
+    y = x.clone()
+    y.add_(1)
+    return y * 2
+
+
+def test_dead_nodes_are_removed_before_op_support(backend) -> None:
+    """A node whose outputs no node and no graph output reads is removed before anything asks whether its op runs
+    (compile and the partition path alike), whatever its op; a live random op still falls back, saying why."""
+    from npu_compiler.partition import partition
+
+    target = backend.compile_target()
+    x = rnd(3, 4)
+    ir = _ir(_draws_and_ignores, x)
+    assert {"rand.default", "randn.default", "dropout.default", "add_.Tensor"} <= ir_ops(ir)
+    plan = partition(ir, target)
+    assert not plan.fallback and plan.stats.nodes_cpu == 0
+    assert {n["name"] for n in ir["nodes"] if n["op_type"] in ("aten.rand.default", "aten.randn.default")} <= \
+        set(plan.dead)
+    prog = npu_compiler.compile(ir, target, dtype="float32")
+    assert any(p.startswith("dead_code(") for p in prog.passes)
+    got = backend.create_executor(prog).run_numpy({ir["graph_inputs"][0]["name"]: to_numpy(x)}, {})
+    assert_close(got[ir["graph_outputs"][0]["name"]], ((x + 1) * 2).numpy(), "float32", "exact", backend.name)
+
+    live = _ir(lambda x: x + torch.rand([]), x)
+    plan = partition(live, target)
+    assert [(f.op, "is random" in f.reason) for f in plan.fallback] == [("aten.rand.default", True)]
+    with pytest.raises(UnsupportedOpError, match="rand.default is random"):
+        npu_compiler.compile(live, target, dtype="float32")
+
+
 def _declare_outputs(ir: dict, op: str, shapes: dict[int, list[int]]) -> None:
     """Declare outputs of the `op` node (and the getitems and graph outputs that carry them) with other shapes."""
     node = next(n for n in ir["nodes"] if n["op_type"] == op)

@@ -130,7 +130,7 @@ def _op_type(d, value):
 
 def _huge_factory(d):
     node = _seg(d, TORCH)[1]["ir"]["nodes"][0]
-    node["op_type"] = "aten.rand.default"  # an op the IR reader has no schema for (new_empty has one now)
+    node["op_type"] = "aten.empty_permuted.default"  # an op the IR reader has no schema for (rand has one now)
     node["attrs"] = {"size": [100_000, 100_000, 100]}
 
 

@@ -116,8 +116,12 @@ class Graph:
                 kept.append(n)
                 live.update(id(v) for v in n.inputs)
         dropped = len(self.nodes) - len(kept)
-        self.nodes = list(reversed(kept))
+        self.keep_nodes(list(reversed(kept)))
+        return dropped
+
+    def keep_nodes(self, nodes: list[Node]) -> None:
+        """Keep only `nodes` (in order), and the weights and constants they or the outputs read."""
+        self.nodes = nodes
         used = {id(v) for n in self.nodes for v in n.inputs} | {id(v) for v in self.outputs}
         self.weights = {k: v for k, v in self.weights.items() if id(v) in used}
         self.constants = {k: v for k, v in self.constants.items() if id(v) in used}
-        return dropped

@@ -18,6 +18,7 @@ from ..ir.graph import HOISTED_ROWS, Graph, Node, TensorType, Value
 from ..ir.infer import RULES
 from ..ir.schema import lookup
 from ..kernels import GeneratedKernel, KernelSpec, Scatter
+from ..passes.dead_code import random_reason
 from ..program import BufferSpec, KernelCall, TensorRef, TensorSpec, contiguous_strides, full_ref
 from ..targets.codegen import CodegenTarget
 from . import views as V
@@ -408,7 +409,7 @@ class Lowering:
     def _handler(self, node: Node) -> Callable[[Lowering, Node], None]:
         fn = LOWERINGS.get(node.op)
         if fn is None:
-            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name)
+            raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name, random_reason(node.op) or "")
         missing = [k for k in KERNELS_OF[node.op] if k not in self.target.library_kernels]
         if missing:
             raise UnsupportedOpError(node.name, f"aten.{node.op}", self.target.name,
