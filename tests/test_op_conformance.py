@@ -1150,6 +1150,14 @@ for _i, (_eq, _shapes) in enumerate([
     case(f"einsum_{_i}", lambda *xs, e=_eq: torch.einsum(e, *xs),
          lambda d, sh=_shapes: tuple(rnd(*s, dt=d) for s in sh), "einsum.default", "accumulate",
          FLOATS if _i in (0, 7) else (F32,))
+# torch.einsum records the contraction order in `path` where the opt_einsum package is installed (it chose
+# (cd,de) first here): in bf16 each pairwise result is rounded, so the compiler must contract in that order
+for _i, (_eq, _shapes, _path) in enumerate([
+        ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 2)], [1, 2, 0, 1]),
+        ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)], [2, 0, 1, 0])]):
+    case(f"einsum_path_{_i}", lambda *xs, e=_eq, p=_path: torch._VF.einsum(e, xs, path=p),
+         lambda d, sh=_shapes: tuple(rnd(*s, dt=d) for s in sh), "einsum.default", "accumulate",
+         FLOATS if _i == 0 else (F32, BF16))
 case("native_dropout_eval", lambda x: A.native_dropout(x, 0.5, False), lambda d: (rnd(3, 4, dt=d),),
      "native_dropout.default", "exact")
 
@@ -1863,6 +1871,19 @@ def test_dead_nodes_are_removed_before_op_support(backend) -> None:
     assert [(f.op, "is random" in f.reason) for f in plan.fallback] == [("aten.rand.default", True)]
     with pytest.raises(UnsupportedOpError, match="rand.default is random"):
         npu_compiler.compile(live, target, dtype="float32")
+
+
+def test_einsum_path_is_checked_when_read() -> None:
+    """An einsum's contraction path must be n - 1 pairs of distinct operand positions left at each step."""
+    from npu_compiler.errors import IRFormatError
+
+    ir = _ir(lambda a, b, c: torch._VF.einsum("ab,bc,cd->ad", (a, b, c), path=[0, 1, 0, 1]), rnd(2, 3), rnd(3, 4),
+             rnd(4, 5))
+    node = next(n for n in ir["nodes"] if n["op_type"] == "aten.einsum.default")
+    for bad, why in (([0, 1], "must hold 2 pair"), ([1, 1, 0, 1], r"pair \(1, 1\)"), ([0, 2, 0, 2], r"pair \(0, 2\)")):
+        node["attrs"]["path"] = bad
+        with pytest.raises(IRFormatError, match=why):
+            npu_compiler.compile(ir, "cpu", dtype="float32")
 
 
 def _declare_outputs(ir: dict, op: str, shapes: dict[int, list[int]]) -> None:

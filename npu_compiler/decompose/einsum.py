@@ -1,7 +1,10 @@
 """`einsum` as views, sums and batched GEMMs, for any equation (`ir/einsum.py` parses it).
 
 Each operand first takes its diagonals (a repeated subscript) and sums the subscripts no other operand and not the
-output names. Operands are then combined left to right, as ATen's `sumproduct_pair` does: subscripts both share and
+output names. Operands are then combined in pairs as ATen's einsum does: in the node's `path` where it has one (the
+pairs of operand positions to contract, each result appended to the operands: what `torch.einsum` records when the
+opt_einsum package chose the order), left to right otherwise; in a half dtype every pairwise result is rounded, so
+the order is part of the answer. Each pair is combined as ATen's `sumproduct_pair` does: subscripts both share and
 a later operand or the output needs are batch dims, the rest of the shared ones are contracted. A contraction of
 floating tensors is one `bmm` over [batch, rows, K] x [batch, K, cols] views (a copy only where the permuted operand
 is not a view of that shape); an outer product, or integers, is a broadcast multiply and a sum. The result is
@@ -13,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ..dtypes import FLOAT_DTYPES
-from ..ir.einsum import parse_einsum
+from ..ir.einsum import contraction_pairs, parse_einsum
 from ..ir.graph import Node, Value
 from .registry import Rewriter, decomposes
 
@@ -105,11 +108,12 @@ def _einsum(rw: Rewriter, node: Node) -> Value:
     for i, t in enumerate(terms):
         elsewhere = {x for j, u in enumerate(terms) if j != i for x in u.labels} | set(out)
         terms[i] = _sum_out(rw, t, [x for x in dict.fromkeys(t.labels) if x not in elsewhere])
-    acc = terms[0]
-    for i in range(1, len(terms)):
-        needed = {x for u in terms[i + 1:] for x in u.labels} | set(out)
-        acc = _combine(rw, acc, terms[i], needed, spec.sizes)
-    acc = _sum_out(rw, acc, [x for x in acc.labels if x not in out])
+    for i, j in contraction_pairs(node.attrs.get("path"), len(terms)):
+        a, b = terms[i], terms[j]
+        del terms[j], terms[i]
+        needed = {x for u in terms for x in u.labels} | set(out)
+        terms.append(_combine(rw, a, b, needed, spec.sizes))
+    acc = _sum_out(rw, terms[0], [x for x in terms[0].labels if x not in out])
     acc = _permute(rw, acc, out)
     want = list(node.outputs[0].shape)
     if list(acc.value.shape) != want:  # a broadcast subscript that only one operand of size 1 carried

@@ -101,3 +101,21 @@ def parse_einsum(equation: str, shapes: Sequence[tuple[int, ...]]) -> Einsum:
                 counts[x] = counts.get(x, 0) + 1
         output = list(ell) + sorted(x for x, c in counts.items() if c == 1 and not x.isdigit())
     return Einsum(tuple(terms), tuple(output), sizes)
+
+
+def contraction_pairs(path: Sequence[int] | None, n: int) -> list[tuple[int, int]]:
+    """The pairs of operand positions ATen's einsum contracts, in order, for `n` operands: `path`'s pairs (each
+    sorted; the two operands are removed and their result appended), or (0, 1) each time without one (left to
+    right). EinsumError for a path that is not n - 1 pairs of distinct positions in range."""
+    if path is None:
+        return [(0, 1)] * (n - 1)
+    if len(path) != 2 * (n - 1):
+        raise EinsumError(f"path {list(path)} must hold {n - 1} pair(s) of operand positions for {n} operand(s)")
+    pairs = []
+    for k in range(n - 1):
+        i, j = sorted((path[2 * k], path[2 * k + 1]))
+        if i == j or i < 0 or j >= n - k:
+            raise EinsumError(f"path pair ({path[2 * k]}, {path[2 * k + 1]}) is not two of the {n - k} operands "
+                              "left at that step")
+        pairs.append((i, j))
+    return pairs

@@ -333,7 +333,7 @@ def _avg_pool1d(node: Node) -> list[TensorType]:
 
 @infers("einsum.default")
 def _einsum(node: Node) -> list[TensorType]:
-    from ..einsum import EinsumError, parse_einsum
+    from ..einsum import EinsumError, contraction_pairs, parse_einsum
 
     xs = tensor_list(node, "einsum")
     _same_dtypes(xs, "the operands")
@@ -342,6 +342,7 @@ def _einsum(node: Node) -> list[TensorType]:
         raise InferError(f"einsum of {xs[0].dtype} tensors: the compiler takes floating-point operands")
     try:
         spec = parse_einsum(node.attrs["equation"], [v.shape for v in xs])
+        contraction_pairs(node.attrs.get("path"), len(xs))
     except EinsumError as e:
         raise InferError(f"equation {node.attrs['equation']!r}: {e}") from None
     return [TensorType(spec.out_shape, xs[0].dtype)]
