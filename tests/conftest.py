@@ -174,11 +174,21 @@ def check_module(backend: npu_runtime.Backend, make_module: Callable[[], torch.n
         gdt = dtype_name(g.dtype)
         assert gdt == dt, f"output {i}: the program returns {gdt}, PyTorch gives {dt}"
         want = r.float().numpy() if r.dtype in _FLOATS else r.numpy()
+        declared = ir["graph_outputs"][i]["shape"]
+        if list(want.shape) != declared and _unit_dims_apart(want.shape, declared):
+            # torch 2.11's export declares an LSTM's final states with an added unit dim that eager PyTorch does not
+            # give (docs/tolerances.md): the program follows the IR, holding the same elements in the same order
+            assert list(g.shape) == declared, f"output {i}: the program returns {list(g.shape)}, the IR {declared}"
+            want = want.reshape(declared)
         if dt in ("float32", "bfloat16") and getattr(getattr(backend, "state", None), "flushes_subnormals", False):
             # a device that flushes subnormal f32 results (WGSL allows it: docs/webgpu.md) gives signed zeros there
             want = np.where(np.abs(want) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), want), want)
         assert_close(g, want, dt, kind, backend.name, what=f"output {i} {list(r.shape)}")
     return ir
+
+
+def _unit_dims_apart(a: Sequence[int], b: Sequence[int]) -> bool:
+    return [n for n in a if n != 1] == [n for n in b if n != 1]
 
 
 @pytest.fixture
