@@ -472,11 +472,16 @@ def test_per_node_finds_an_integer_kernel_two_units_off(trained, tmp_path, capsy
     assert proc.returncode == 0 and " ok " in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_per_node_on_a_partitioned_integer_program(trained, tmp_path, capsys):
-    """On webgpu the integer kernels run in CPU segments and the quantizes between them on the GPU: each is rerun
-    alone on its own segment's backend, with the reference's values of its inputs (a segment's inputs included)."""
+def test_per_node_on_a_partitioned_integer_program(trained, tmp_path, capsys, monkeypatch):
+    """On a target without the integer kinds (webgpu, as if it had none) the integer kernels run in CPU segments and
+    the quantizes between them on the GPU: each is rerun alone on its own segment's backend, with the reference's
+    values of its inputs (a segment's inputs included)."""
+    from npu_compiler.kernels import INTEGER_KINDS
+    from npu_compiler.targets.webgpu.target import WebGPUTarget
+
     if "webgpu" not in npu_runtime.available_backends():
         pytest.skip("no webgpu adapter here")
+    monkeypatch.setattr(WebGPUTarget, "library_kernels", WebGPUTarget.library_kernels - INTEGER_KINDS)
     ir, weights, _ = _float_setup(trained)
     rc, report = _per_node(tmp_path, capsys, ir, weights, "webgpu")
     assert rc == 0, report["per_node"]["first_failure"]

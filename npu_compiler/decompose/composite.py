@@ -41,6 +41,8 @@ def _unbind(rw: Rewriter, node: Node) -> list[Value]:
 @decomposes("numpy_T.default", emits=("permute.default",))
 def _numpy_t(rw: Rewriter, node: Node) -> Value:
     x = node.inputs[0]
+    if len(x.shape) < 2:  # ATen's x.T of a 0-d or 1-d tensor is the tensor itself
+        return x
     return rw.op("permute.default", x, dims=list(range(len(x.shape)))[::-1])
 
 
