@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import ml_dtypes
@@ -40,6 +41,26 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return load_file(p)
 
 
+# oneDNN's bf16/fp16 convolution primitives, which ATen picks on CPUs with AVX512-BF16/AVX512-FP16 or AMX only, compute
+# some shapes wrong (strided convolutions: pytorch/pytorch#169688, #163347): the same graph got another "reference" on
+# the GPU host's Xeon than on an AVX2 machine (wav2vec2's strided feature convs in bf16, Pearson 0.96). ATen's own
+# kernels, the ones every AVX2 host runs, accumulate in fp32 on every host; float32 keeps oneDNN (correct, and fast).
+_REDUCED_FLOATS = frozenset({"bfloat16", "float16", "torch.bfloat16", "torch.float16"})
+
+
+def aten_kernels_for(dtypes: Iterable[Any]) -> contextlib.AbstractContextManager:
+    """The context a reference computation in `dtypes` runs in: oneDNN off where any of them is a half float, so the
+    result does not depend on the host's instruction set."""
+    if any(str(d) in _REDUCED_FLOATS for d in dtypes):
+        return torch.backends.mkldnn.flags(enabled=False)
+    return contextlib.nullcontext()
+
+
+def _ir_dtypes(ir_obj) -> set[str]:
+    metas = [*ir_obj.graph_inputs, *ir_obj.weights, *(o for n in ir_obj.nodes for o in n.outputs)]
+    return {m.dtype for m in metas}
+
+
 def _executor(ir, weights, inputs, extra_weights):
     """The reloaded IR, an IRExecutor over the state dict (plus `extra_weights` it lacks) and the input tensors."""
     import torch_ir
@@ -58,9 +79,10 @@ def _executor(ir, weights, inputs, extra_weights):
 def run_reference(ir: str | os.PathLike | Mapping[str, Any], weights: Mapping[str, Any] | str | os.PathLike,
                   inputs: Mapping[str, np.ndarray], extra_weights: Mapping[str, Any] | None = None
                   ) -> dict[str, np.ndarray]:
-    """Outputs of the IR by name, computed by torch_ir.IRExecutor on the CPU."""
+    """Outputs of the IR by name, computed by torch_ir.IRExecutor on the CPU (ATen's own kernels for half floats:
+    `aten_kernels_for`)."""
     ir_obj, ex, args = _executor(ir, weights, inputs, extra_weights)
-    with torch.no_grad():
+    with torch.no_grad(), aten_kernels_for(_ir_dtypes(ir_obj)):
         try:
             outs = ex.execute(args)
         except Exception as e:  # torch_ir's errors name the node and op; the CLI prints them as one line
@@ -80,7 +102,7 @@ def run_reference_all(ir: str | os.PathLike | Mapping[str, Any], weights: Mappin
     ir_obj, ex, args = _executor(ir, weights, inputs, extra_weights)
     values: dict[str, np.ndarray] = {}
     node_outputs = {n.name: [o.name for o in n.outputs] for n in ir_obj.nodes}
-    with torch.no_grad():
+    with torch.no_grad(), aten_kernels_for(_ir_dtypes(ir_obj)):
         ex._prepare(args)
         output_map: dict[str, list[torch.Tensor]] = {t.name: [a] for t, a in zip(ir_obj.graph_inputs, args)}
         for node in ir_obj.nodes:

@@ -345,7 +345,7 @@ def export_zoo_model(name: str, dtype: str = "float32", seed: int | None = None)
     from torch_ir import extract_ir
 
     from .model_export import model_tensors
-    from .reference import to_numpy
+    from .reference import aten_kernels_for, to_numpy
 
     model, inputs = build_zoo_model(name, seed)
     cast = getattr(torch, dtype)
@@ -355,7 +355,8 @@ def export_zoo_model(name: str, dtype: str = "float32", seed: int | None = None)
     meta = meta_clone(model).eval()
     with torch.no_grad(), quiet_transformers():
         ir = extract_ir(meta, tuple(t.to("meta") for t in inputs), model_name=name)
-        eager = model(*inputs)
+        with aten_kernels_for([cast]):  # the kernels the reference runs: eager must not depend on the host either
+            eager = model(*inputs)
     data = ir_to_dict(ir)
     names = [t["name"] for t in data["graph_inputs"]]
     tensors = model_tensors(model)
