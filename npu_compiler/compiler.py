@@ -62,7 +62,7 @@ def compile(ir: str | os.PathLike | Mapping[str, Any] | Graph, target: str = "cp
             limits: Limits | None = None, weights_dtype: str | None = None,
             lm_head_dtype: str | None = None, device=None) -> CompiledProgram:
     """Compile an IR (path, JSON string, dict or Graph) for `target` ('cpu', 'cuda', ...) on `device` (a row of the
-    chip table by name, or a DeviceProfile: targets/devices.py; default: the target's default chip).
+    chip table by name, or a DeviceProfile: devices.py; default: the target's default chip).
 
     `disable_passes` switches off optional passes by name (OPTIONAL_PASSES); `fusion=False` switches off every
     fusion pass (FUSION_PASSES) at once. `limits` bounds tensor and program sizes (default: `Limits()`, from the

@@ -23,16 +23,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from .buffers import BufferSpec, TensorSpec
 from .dtypes import itemsize
 from .expr import nodes as X
 from .expr.check import extent
-
-if TYPE_CHECKING:
-    from .buffers import BufferSpec, TensorSpec
-    from .kernels import KernelCall
-    from .tensor import TensorRef
+from .kernels import KernelCall
+from .tensor import TensorRef
 
 MAX_RUNS = 1 << 20  # contiguous runs a strided write is split into before it is marked as a whole
 

@@ -28,12 +28,13 @@ import msgpack
 from .atomic import note_input, write_bytes
 from .buffers import BufferSpec, TensorSpec
 from .collector import collector_paused
+from .devices import DeviceProfile
 from .dtypes import ITEMSIZE
 from .errors import ArtifactError, entry_point
 from .kernels import KINDS, KernelCall, plan_from_data, spec_from_data
 from .limits import Limits
 from .memory_check import check_memory
-from .targets.devices import DeviceProfile
+from .recipes import Recipe
 from .tensor import TensorRef, contiguous_strides, memory_order
 from .text import shown, unsafe_char
 
@@ -58,16 +59,6 @@ __all__ = ["CompiledProgram", "KernelCall", "TensorRef", "TensorSpec", "BufferSp
            "contiguous_strides", "full_ref", "FORMAT_VERSION", "pack_payload", "HEADER_BYTES"]
 
 
-@dataclass
-class Recipe:
-    """How a device weight is made from the checkpoint. kind: 'load' | 'concat' | 'bn_fold_weight' | 'bn_fold_bias'
-    | 'rope_inv_freq'. `sources` maps a role to a state-dict key; `fallback_keys` are tried in order when the key is
-    absent (a tied lm_head read from the embedding)."""
-
-    kind: str
-    sources: dict[str, str] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
-    fallback_keys: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -109,7 +100,7 @@ class CompiledProgram:
     format_version: int = FORMAT_VERSION
     # SHA-256 of the checkpoint the program was compiled or verified with (npu_compiler.digest), or None
     weights_sha256: str | None = None
-    # the device profile (targets/devices.py) the program was planned for; None for a target that renders for no
+    # the device profile (devices.py) the program was planned for; None for a target that renders for no
     # GPU (cpu)
     device: DeviceProfile | None = None
 

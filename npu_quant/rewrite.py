@@ -1,5 +1,5 @@
 """The IR rewrite of post-training quantization, on the IR's JSON form: what to quantize (`plan`) and the quantized
-IR and weights (`apply`), written as PT2E writes a quantized graph (`npu_compiler/quant/ops.py`), so the compiler
+IR and weights (`apply`), written as PT2E writes a quantized graph (`npu_compiler/ir/quant_ops.py`), so the compiler
 reads ours and PyTorch's the same way and folds both into integer kernels (`npu_compiler/quant/fold.py`).
 
 - BatchNorm after a convolution is folded into its weight and bias first (in float32, as the compiler folds it).
@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from npu_compiler.errors import NPUCompileError
+from npu_compiler.ir.quant_ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE
 from npu_compiler.ir.schema import short_op
 from npu_compiler.lowering.lower import VIEW_OPS
 from npu_compiler.passes.normalize import STRUCTURAL_OPS
-from npu_compiler.quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE
 
 from .calibration import QParams
 

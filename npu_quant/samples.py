@@ -2,7 +2,7 @@
 
 A folder for a model with one input holds .npy files each shaped like that input, or like K of them stacked
 ([K, *shape]: K samples); for several inputs, files named `SAMPLE.INPUT.npy`, one per input of each sample. Every
-file is read by `npusim.input_files.load_npy` (header checked first, no pickles)."""
+file is read by `npu_runtime.input_files.load_npy` (header checked first, no pickles)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _cast(a: np.ndarray, spec: TensorSpec, where: str) -> np.ndarray:
 
 def folder_samples(folder: str, specs: Sequence[TensorSpec]) -> list[dict[str, np.ndarray]]:
     """The samples of a calibration folder (see the module's docstring), checked against the graph's inputs."""
-    from npusim.input_files import load_npy
+    from npu_runtime.input_files import load_npy
 
     if not os.path.isdir(folder):
         raise InputError(f"--calibration {folder}: not a folder")
@@ -67,7 +67,7 @@ def folder_samples(folder: str, specs: Sequence[TensorSpec]) -> list[dict[str, n
 
 def random_samples(specs: Sequence[TensorSpec], n: int, seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """`n` samples drawn as `npusim run` draws missing inputs (floats N(0, 1), integers inside their valid range)."""
-    from npusim.common import generate_input
+    from npu_runtime.input_files import generate_input
 
     rng = np.random.default_rng(seed)
     for _ in range(n):

@@ -106,7 +106,7 @@ class Backend(ABC):
         return self.name
 
     def device_profile(self) -> Any:
-        """The device this backend runs on as a profile (npu_compiler.targets.devices.DeviceProfile: what its
+        """The device this backend runs on as a profile (npu_compiler.devices.DeviceProfile: what its
         programs are planned for), filled from what the device reports; None where it renders for no GPU."""
         return None
 

@@ -222,7 +222,7 @@ QUANTIZED_NAMESPACE = "quantized_decomposed"
 
 @functools.cache
 def _register_quantized_ops() -> None:
-    """PT2E's quantize/dequantize ops (`npu_compiler/quant/ops.py`) for IRExecutor, which calls only `aten` ops by
+    """PT2E's quantize/dequantize ops (`npu_compiler/ir/quant_ops.py`) for IRExecutor, which calls only `aten` ops by
     itself: each node calls its `torch.ops.quantized_decomposed` op with the node's tensors and attributes by name."""
     import importlib
 
@@ -230,7 +230,7 @@ def _register_quantized_ops() -> None:
     from torch_ir import register_executor
 
     importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers torch.ops.quantized_decomposed
-    from npu_compiler.quant.ops import QUANT_OPS
+    from npu_compiler.ir.quant_ops import QUANT_OPS
 
     for name in dict.fromkeys(short.split(".")[1] for short in QUANT_OPS):
         packet = getattr(torch.ops.quantized_decomposed, name)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from npu_compiler.program import CompiledProgram, TensorSpec
-from npu_runtime.dtypes import np_dtype
 from npu_runtime.errors import InputError
+from npu_runtime.input_files import generate_input, how_generated
 
 from . import argtypes
 
@@ -38,7 +38,7 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fusion", action="store_true", help="switch off every fusion pass (BN folding stays)")
     p.add_argument("--rope-theta", type=argtypes.positive, default=None,
                    help="rotary base, to compute inv_freq buffers that no checkpoint holds (default: the IR's)")
-    from npu_compiler.targets.devices import chip_names
+    from npu_compiler.devices import chip_names
 
     p.add_argument("--device", default=None, metavar="NAME",
                    help="the GPU to plan the kernels for, a row of the chip table: " + ", ".join(chip_names())
@@ -229,37 +229,10 @@ def check_outputs(folder: str, names: Sequence[str]) -> None:
 
 
 def parse_inputs(items: list[str]) -> dict[str, np.ndarray]:
-    """--input NAME=FILE.npy arrays, each checked before it is read (npusim/input_files.py)."""
-    from .input_files import load_inputs
+    """--input NAME=FILE.npy arrays, each checked before it is read (npu_runtime/input_files.py)."""
+    from npu_runtime.input_files import load_inputs
 
     return load_inputs(items)
-
-
-def generate_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
-    """Floats at random; integers inside their valid range (token ids below the embedding's rows)."""
-    dt = np_dtype(spec.dtype)
-    if spec.dtype == "bool":
-        return rng.random(spec.shape) < 0.5
-    if dt.kind in "iu":
-        lo, hi = _int_range(spec)
-        return rng.integers(lo, hi, size=spec.shape).astype(dt)
-    return rng.standard_normal(spec.shape).astype(np.float32).astype(dt)
-
-
-def _int_range(spec: TensorSpec) -> tuple[int, int]:
-    lo, hi = spec.value_range or (0, 16)
-    return lo, max(hi, lo + 1)
-
-
-def how_generated(spec: TensorSpec) -> str:
-    """What `generate_input` draws for `spec`, in words."""
-    if spec.dtype == "bool":
-        return "random booleans"
-    if np_dtype(spec.dtype).kind in "iu":
-        lo, hi = _int_range(spec)
-        why = "its valid range" if spec.value_range else "no valid range known"
-        return f"uniform integers in [{lo}, {hi}) ({why})"
-    return "N(0, 1) random values"
 
 
 def input_specs_from_ir(ir) -> list[TensorSpec]:

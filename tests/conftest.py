@@ -30,9 +30,9 @@ def pytest_configure(config) -> None:
     if name:
         import os
 
+        from npu_compiler.devices import get_profile
         from npu_compiler.errors import NPUCompileError
         from npu_compiler.targets.codegen import DEVICE_ENV
-        from npu_compiler.targets.devices import get_profile
 
         try:
             os.environ[DEVICE_ENV] = get_profile(name).name

@@ -181,8 +181,8 @@ def load_bench(name: str):
 
 def turing_profile():
     """A GPU older than the tensor-core kernels' instructions (mma.sync with bf16, cp.async: sm_80): a Tesla T4 as
-    the runtime would fill its profile from its reported properties (targets/devices.py has no row of it)."""
-    from npu_compiler.targets.devices import nvidia_profile
+    the runtime would fill its profile from its reported properties (devices.py has no row of it)."""
+    from npu_compiler.devices import nvidia_profile
 
     return nvidia_profile({"name": "Tesla T4", "major": 7, "minor": 5, "multiProcessorCount": 40,
                            "maxThreadsPerMultiProcessor": 1024, "sharedMemPerBlockOptin": 65536,

@@ -59,7 +59,7 @@ def render_hashes(program, device: str) -> dict:
 def _target(cls, device: str):
     """The target for a device of the chip table; before device profiles existed, the arch alone."""
     try:
-        from npu_compiler.targets.devices import get_profile
+        from npu_compiler.devices import get_profile
     except ImportError:
         return cls({"h100": 90, "h200": 90, "a100": 80, "b200": 100}[device])
     try:

@@ -21,11 +21,11 @@ from helpers import assert_waits_first  # noqa: E402
 
 import npu_compiler  # noqa: E402
 import npu_runtime  # noqa: E402
+from npu_compiler.devices import CHIPS  # noqa: E402
 from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.program import CompiledProgram  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.conv_tc import splits_for, tall_tiles, tile_for  # noqa: E402
-from npu_compiler.targets.devices import CHIPS  # noqa: E402
 from npu_compiler.tensor import memory_order  # noqa: E402
 from npu_runtime.cpu.executor import CpuExecutor  # noqa: E402
 from npu_runtime.errors import WeightError  # noqa: E402

@@ -9,8 +9,8 @@ import torch
 from fused_cases import ir_dict
 
 import npu_compiler
+from npu_compiler.devices import CHIPS
 from npu_compiler.targets.cuda import CudaTarget, conv_direct
-from npu_compiler.targets.devices import CHIPS
 
 
 class Block(torch.nn.Module):

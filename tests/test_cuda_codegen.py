@@ -20,11 +20,11 @@ from fused_cases import Fn, Lin, build, ir_dict, op_cases  # noqa: E402
 from helpers import assert_waits_first, check_gemm_plan, emulate_blas, strided, turing_profile  # noqa: E402
 
 import npu_compiler  # noqa: E402
+from npu_compiler.devices import CHIPS  # noqa: E402
 from npu_compiler.program import CompiledProgram, KernelCall  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, RenderedProgram, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.common import literal  # noqa: E402
 from npu_compiler.targets.cuda.target import Cublas, SourceLaunch  # noqa: E402
-from npu_compiler.targets.devices import CHIPS  # noqa: E402
 
 H100 = CHIPS["h100"]
 

@@ -12,7 +12,7 @@ import pytest
 from cuda_emulator import available, run_emulated
 from int8_cases import assert_weight_only, integer_cases, reference, wgemm_cases
 
-from npu_compiler.targets.devices import get_profile
+from npu_compiler.devices import get_profile
 
 pytestmark = pytest.mark.skipif(not available(), reason="g++ is absent")
 

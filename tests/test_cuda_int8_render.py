@@ -79,8 +79,8 @@ def test_tiles_are_planned_from_the_device_profile() -> None:
     counts); every NVIDIA row's plan fits the row's threads and its shared memory without opting in."""
     import re
 
+    from npu_compiler.devices import CHIPS
     from npu_compiler.targets.cuda.int8_kernels import BLOCK, plan_int8
-    from npu_compiler.targets.devices import CHIPS
 
     rows, cols = 64 * 56 * 56, 256  # ResNet-50 batch 64's first bottleneck 1x1
     a100, l4 = plan_int8(rows, cols, CHIPS["a100"]), plan_int8(rows, cols, CHIPS["l4"])

@@ -1,6 +1,6 @@
 """Plans for every GPU of the chip table, checked without a GPU.
 
-For each NVIDIA profile of `targets/devices.py` (H100, H200, A100, L4, RTX 4090, B200), the seed models (ResNet-50 at
+For each NVIDIA profile of `devices.py` (H100, H200, A100, L4, RTX 4090, B200), the seed models (ResNet-50 at
 batch 1 and 64, the tiny Qwen2's prefill and decode, Qwen2.5-1.5B's real widths) and every op conformance case that
 lowers to a library kernel (GEMMs, convolutions, attention: the records whose plans depend on the device) compile
 for that device and render within its limits: threads a block, shared memory a block may opt in to, grid sizes, and
@@ -23,11 +23,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_ir")
 
 import npu_compiler  # noqa: E402
+from npu_compiler.devices import CHIPS  # noqa: E402
 from npu_compiler.kernels import GeneratedKernel  # noqa: E402
 from npu_compiler.lowering.registry import KERNELS_OF  # noqa: E402
 from npu_compiler.targets.cuda import CudaTarget, nvrtc  # noqa: E402
 from npu_compiler.targets.cuda.target import SourceLaunch  # noqa: E402
-from npu_compiler.targets.devices import CHIPS  # noqa: E402
 from npu_compiler.targets.webgpu import DeviceCaps, WebGPUTarget  # noqa: E402
 
 NVIDIA = [name for name, p in CHIPS.items() if p.vendor == "nvidia"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from npu_compiler.errors import ArtifactError, NPUCompileError
-from npu_compiler.targets.devices import (
+from npu_compiler.devices import (
     CHIPS,
     DeviceProfile,
     cannot_run,
@@ -17,6 +16,7 @@ from npu_compiler.targets.devices import (
     profile_for_arch,
     webgpu_profile,
 )
+from npu_compiler.errors import ArtifactError, NPUCompileError
 
 # The rows issue 47 asks for, by the facts a schedule reads (vendor documentation, see devices.py's sources)
 EXPECTED = {

@@ -464,9 +464,9 @@ def test_gemm_prologue_lowering(tiny_qwen, kind, pos, disabled, monkeypatch):
     reduction) and SiLU-times-up before the down projection (elementwise) are not written out. The same lowering,
     enabled for the cpu target here, equals the unfused program (the 8-row prefill runs it too; with the q, k, v
     projections apart, three GEMMs compute the first norm of a layer and two the second)."""
+    from npu_compiler.devices import CHIPS
     from npu_compiler.targets.cpu import CpuTarget
     from npu_compiler.targets.cuda.gemv import prologue_applies
-    from npu_compiler.targets.devices import CHIPS
 
     dtype, exp, hf = tiny_qwen
     path = getattr(exp, f"{kind}_path")

@@ -25,10 +25,10 @@ from fused_cases import build, module_weights, op_cases  # noqa: E402
 from helpers import check_gemm_plan  # noqa: E402
 
 import npu_compiler  # noqa: E402
+from npu_compiler.devices import CHIPS  # noqa: E402
 from npu_compiler.errors import ArtifactError, NPUCompileError  # noqa: E402
 from npu_compiler.program import _HEADER, CompiledProgram  # noqa: E402
 from npu_compiler.targets.codegen import DEVICE_ENV, get_codegen_target  # noqa: E402
-from npu_compiler.targets.devices import CHIPS  # noqa: E402
 from npu_compiler.targets.hip import Blas, HipTarget, RenderedProgram, SourceLaunch, hipcc  # noqa: E402
 
 MI250X = CHIPS["mi250x"]

@@ -1,5 +1,5 @@
 """No GPU size is a literal in a target's generator: multiprocessor counts, shared-memory limits and the like come
-from the device profile the target is given (targets/devices.py), so that an A100, an L4 or an AMD part differs from
+from the device profile the target is given (devices.py), so that an A100, an L4 or an AMD part differs from
 an H100 by a row of the chip table, not by an edit of a generator.
 
 The check reads every module under npu_compiler/targets (but the chip table itself) with `ast` and refuses an integer
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from npu_compiler.targets.devices import CHIPS
+from npu_compiler.devices import CHIPS
 
 TARGETS = Path(__file__).resolve().parent.parent / "npu_compiler" / "targets"
 

@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch")
 from fused_cases import ir_dict  # noqa: E402
 
 import npu_compiler  # noqa: E402
+from npu_compiler.devices import CHIPS  # noqa: E402
 from npu_compiler.errors import ArtifactError  # noqa: E402
 from npu_compiler.kernels import AttentionPlan, Conv2dPlan  # noqa: E402
 from npu_compiler.program import _HEADER, CompiledProgram  # noqa: E402
-from npu_compiler.targets.devices import CHIPS  # noqa: E402
 
 
 class Decode(torch.nn.Module):

@@ -11,8 +11,7 @@ import math
 
 from ..dtypes import FLOAT_DTYPES
 from ..ir.graph import Graph, Node, TensorType, Value
-from ..passes.derived_weights import derived_weight, is_checkpoint_weight
-from ..program import Recipe
+from ..recipes import Recipe, derived_weight, is_checkpoint_weight
 from .match import GraphIndex, other_input, scalar_operand
 
 _CASTS = ("to.dtype", "_to_copy.default", "to.dtype_layout")

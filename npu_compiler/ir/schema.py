@@ -422,8 +422,8 @@ _declare_elementwise()
 
 
 def _declare_quantized() -> None:
-    """PT2E's quantize/dequantize ops, which a quantized IR is written in (`quant.ops`)."""
-    from ..quant.ops import DECLS
+    """PT2E's quantize/dequantize ops, which a quantized IR is written in (`ir/quant_ops.py`)."""
+    from .quant_ops import DECLS
 
     for decl in DECLS:
         s = parse_schema(decl)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from ..expr import nodes as X
 from ..ir.graph import Node, Value
+from ..ir.quant_ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
 from ..kernels import QAddKernel, QConv2dKernel, QGemmKernel, Requant, WGemmKernel
 from ..program import TensorRef
 from ..quant import expressions as Q
-from ..quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
 from . import views as V
 from .registry import lowers
 

@@ -4,8 +4,7 @@ by recipes from the checkpoint's conv weight (and bias) and the BN statistics.""
 from __future__ import annotations
 
 from ..ir.graph import Graph, TensorType
-from ..program import Recipe
-from .derived_weights import derived_weight, is_checkpoint_weight
+from ..recipes import Recipe, derived_weight, is_checkpoint_weight
 
 _BN = {"batch_norm.default", "_native_batch_norm_legit_no_training.default"}
 

@@ -1,6 +1,6 @@
 """PT2E's quantize and dequantize as expressions of the expression language: every backend renders them from its
 own primitives, and the greedy fusion inlines them into their neighbours (a dequantize -> GELU -> quantize between two
-integer kernels is one kernel). They compute exactly what `torch.ops.quantized_decomposed` does (`quant/ops.py`):
+integer kernels is one kernel). They compute exactly what `torch.ops.quantized_decomposed` does (`ir/quant_ops.py`):
 
     quantize:   clamp(round_half_even(float32(x) * float32(1 / scale)) + zero_point, quant_min, quant_max)
     dequantize: float32(q - zero_point) * float32(scale)

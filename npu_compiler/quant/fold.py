@@ -1,5 +1,5 @@
 """Fold quantize/dequantize patterns into integer kernels: the compiler's half of reading a quantized graph (PT2E's
-or `npusim quantize`'s, which write the same ops, `quant/ops.py`).
+or `npusim quantize`'s, which write the same ops, `ir/quant_ops.py`).
 
     dq(x_q) -> conv2d(., dq_c(w_q), bias) [-> relu | hardtanh | clamp] -> q   =>  npu.qconv2d   (kernel qconv2d)
     dq(x_q) -> linear(., dq_c(w_q), bias) [-> relu | hardtanh | clamp] -> q   =>  npu.qlinear   (kernel qgemm)
@@ -28,9 +28,9 @@ import numpy as np
 
 from ..fusion.match import GraphIndex, replace_node_group
 from ..ir.graph import Graph, Node, TensorType, Value
-from ..program import Recipe
+from ..ir.quant_ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANT_DTYPES, QUANTIZE, QUANTIZE_CHANNEL
+from ..recipes import Recipe
 from .fixed_point import quantize_multiplier
-from .ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANT_DTYPES, QUANTIZE, QUANTIZE_CHANNEL
 
 ACTIVATIONS = ("relu.default", "hardtanh.default", "clamp.default")
 EXACT_OPS = ("max_pool2d.default", "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..dtypes import is_float
 from ..ir.graph import Graph, Node, TensorType, Value
-from ..program import Recipe
+from ..recipes import Recipe
 
 WEIGHTS_DTYPES = {"int8": 8, "int4": 4}
 HEAD_DTYPES = (*WEIGHTS_DTYPES, "float")

@@ -28,7 +28,7 @@ class CodegenTarget:
     """A target's name, the library kernel kinds it runs, and the lowering choices it wants."""
 
     name: ClassVar[str] = ""
-    # the chip table's row (targets/devices.py) a compile plans for when no device is named and none is present
+    # the chip table's row (devices.py) a compile plans for when no device is named and none is present
     # ("": the target renders for no GPU)
     default_device: ClassVar[str] = ""
     library_kernels: ClassVar[frozenset[str]] = frozenset()
@@ -48,7 +48,7 @@ class CodegenTarget:
     row_side_outputs: ClassVar[bool] = False
 
     def __init__(self, device=None) -> None:
-        # the device profile (targets/devices.py) kernels are planned and rendered for; None: a target that renders
+        # the device profile (devices.py) kernels are planned and rendered for; None: a target that renders
         # for no GPU (the cpu reference)
         if device is not None:
             raise NPUCompileError(f"the {self.name} target renders for no device: drop the device ({device!r})")

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.devices import DeviceProfile, nvidia_profile
 from npu_compiler.program import CompiledProgram, TensorSpec
-from npu_compiler.targets.devices import DeviceProfile, nvidia_profile
 
 from ..backend import Backend, DeviceBuffer
 from ..dtypes import convert, dtype_name, np_dtype
@@ -64,7 +64,7 @@ class _Device:
 
     @functools.cached_property
     def profile(self) -> DeviceProfile:
-        """The device's profile (targets/devices.py), filled from its CUDA device properties: what the kernels are
+        """The device's profile (devices.py), filled from its CUDA device properties: what the kernels are
         planned and rendered for on it."""
         import cupy  # noqa: PLC0415
 

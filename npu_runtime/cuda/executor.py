@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from npu_compiler.devices import render_device
 from npu_compiler.dtypes import itemsize
 from npu_compiler.errors import NPUCompileError
 from npu_compiler.program import CompiledProgram, TensorSpec
 from npu_compiler.targets.cuda.target import CudaTarget, SourceLaunch
-from npu_compiler.targets.devices import render_device
 
 from ..backend import DeviceBuffer
 from ..errors import InputError, NPURuntimeError, WeightError

@@ -124,9 +124,9 @@ class DeviceState:
 
     @functools.cached_property
     def profile(self):
-        """The adapter as a device profile (targets/devices.py): its workgroup limits and subgroup width, the compute
+        """The adapter as a device profile (devices.py): its workgroup limits and subgroup width, the compute
         units of a known product (WebGPU reports none)."""
-        from npu_compiler.targets.devices import webgpu_profile  # noqa: PLC0415
+        from npu_compiler.devices import webgpu_profile  # noqa: PLC0415
 
         return webgpu_profile(self.info, self.limits)
 

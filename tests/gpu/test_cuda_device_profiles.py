@@ -11,8 +11,8 @@ import torch
 from fused_cases import ir_dict, module_weights
 
 import npu_compiler
+from npu_compiler.devices import CHIPS, cannot_run
 from npu_compiler.targets.cuda.nvrtc import ARCH_SPECIFIC
-from npu_compiler.targets.devices import CHIPS, cannot_run
 from npu_runtime import load_weights
 
 from .test_cuda_qwen2 import P, S, StaticRunner, _agreement, _pearson, _teacher_forced, _tiny_model

@@ -9,7 +9,7 @@ import torch
 def rendered_for(program, cuda_backend):
     """The device profile the cuda executor renders `program` for on this GPU (the one it was planned for where this
     GPU runs that plan: `pytest tests/gpu --npu-device a100`), which the tests' expectations of kernels follow."""
-    from npu_compiler.targets.devices import render_device
+    from npu_compiler.devices import render_device
 
     return render_device(program.device, cuda_backend.state.profile)
 

@@ -15,7 +15,7 @@ from tolerances import assert_close
 
 import npu_compiler
 import npu_runtime
-from npu_compiler.targets.devices import CHIPS
+from npu_compiler.devices import CHIPS
 from npu_compiler.targets.webgpu import DeviceCaps, WebGPUTarget
 from npu_compiler.targets.webgpu.gemv import schedule
 from npu_export.cnn import model_tensors

@@ -1,4 +1,4 @@
-"""Rules of PT2E's quantize/dequantize ops (`npu_compiler/quant/ops.py`): the integer dtype a quantize produces, the
+"""Rules of PT2E's quantize/dequantize ops (`npu_compiler/ir/quant_ops.py`): the integer dtype a quantize produces, the
 float a dequantize gives back, per-channel scales along their axis, and parameters a quantizer could have written
 (a finite positive scale, quant_min <= quant_max inside the integer dtype)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from ...dtypes import FLOAT_DTYPES
-from ...quant.ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
 from ..graph import Node, TensorType
+from ..quant_ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
 from .core import InferError, infers, norm_dim, tensor
 
 # what quantized_decomposed accepts (torch/ao/quantization/fx/_decomposed.py: _DTYPE_TO_QVALUE_BOUNDS, less the

@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...devices import DeviceProfile, get_profile, profile_for_arch
 from ...errors import NPUCompileError
 from ...kernels import AttentionKernel, AttentionPlan, Conv2dKernel, GemmKernel, GeneratedKernel, plan_of
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
 from ..codegen import CodegenTarget
-from ..devices import DeviceProfile, get_profile, profile_for_arch
 from ..planning import decode_splits
 from .common import CUDA, EARLY_WAIT, WAIT, mma_sync_ok
 from .conv_tc import applies as conv_tc_applies

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...devices import DeviceProfile, get_profile
 from ...errors import NPUCompileError
 from ...kernels import AttentionKernel, Conv2dKernel, GemmKernel, GeneratedKernel
 from ...program import CompiledProgram, KernelCall
@@ -28,7 +29,6 @@ from ..cuda.gemm import SUPPORTED
 from ..cuda.library import conv2d, gemm_bias_fill, gemm_direct, gemm_epilogue
 from ..cuda.merge import part_text
 from ..cuda.target import RenderedProgram, SourceLaunch
-from ..devices import DeviceProfile, get_profile
 from .attention import attention
 from .blas import blas_can, call_text, hipblas_plan
 from .language import HipLanguage

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ...devices import DeviceProfile, get_profile
 from ...errors import NPUCompileError
 from ...kernels import (
     AttentionKernel,
@@ -26,7 +27,6 @@ from ...kernels import (
 from ...program import CompiledProgram, KernelCall
 from ..clike import Store, render_expression
 from ..codegen import CodegenTarget
-from ..devices import DeviceProfile, get_profile
 from ..planning import decode_splits
 from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params, params_of
 from .gemv import gemv, gemv_fits, prologue_fits

@@ -11,9 +11,10 @@ import os
 import numpy as np
 
 from npu_compiler.atomic import note_input
+from npu_compiler.buffers import TensorSpec
 from npu_compiler.errors import InputError
 from npu_compiler.limits import Limits, format_bytes
-from npu_runtime.dtypes import NP_DTYPES
+from npu_runtime.dtypes import NP_DTYPES, np_dtype
 
 
 def parse_input_args(items: list[str]) -> dict[str, str]:
@@ -80,3 +81,33 @@ def load_npy(name: str, path: str) -> np.ndarray:
 
 def load_inputs(items: list[str]) -> dict[str, np.ndarray]:
     return {name: load_npy(name, path) for name, path in parse_input_args(items).items()}
+
+
+# ---- inputs drawn at random: what `npusim run` and calibration draw where none is given ----------------------------
+
+
+def generate_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    """Floats at random; integers inside their valid range (token ids below the embedding's rows)."""
+    dt = np_dtype(spec.dtype)
+    if spec.dtype == "bool":
+        return rng.random(spec.shape) < 0.5
+    if dt.kind in "iu":
+        lo, hi = _int_range(spec)
+        return rng.integers(lo, hi, size=spec.shape).astype(dt)
+    return rng.standard_normal(spec.shape).astype(np.float32).astype(dt)
+
+
+def _int_range(spec: TensorSpec) -> tuple[int, int]:
+    lo, hi = spec.value_range or (0, 16)
+    return lo, max(hi, lo + 1)
+
+
+def how_generated(spec: TensorSpec) -> str:
+    """What `generate_input` draws for `spec`, in words."""
+    if spec.dtype == "bool":
+        return "random booleans"
+    if np_dtype(spec.dtype).kind in "iu":
+        lo, hi = _int_range(spec)
+        why = "its valid range" if spec.value_range else "no valid range known"
+        return f"uniform integers in [{lo}, {hi}) ({why})"
+    return "N(0, 1) random values"

@@ -41,8 +41,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArtifactError, NPUCompileError
-from ..kernels.fields import bounded, from_data, one_of, to_data
+from .errors import ArtifactError, NPUCompileError
+from .kernels.fields import bounded, from_data, one_of, to_data
 
 KIB = 1024
 MIB = 1024 * 1024

@@ -1,4 +1,5 @@
-"""Weights the compiler makes at load time from the checkpoint (concatenated projections, BatchNorm folded into a
+"""How a device weight is made from the checkpoint (`Recipe`: data in the artifact, carried out by the runtime at
+load), and the weights the compiler derives from the checkpoint (concatenated projections, BatchNorm folded into a
 conv): one graph value per distinct recipe, however many nodes read it.
 
 A parameter can be read by several nodes (ALBERT runs one layer's weights in every layer; tied embeddings; an
@@ -7,9 +8,25 @@ weight. Each is named by what it is made of; asking again for a name returns the
 
 from __future__ import annotations
 
-from ..errors import InternalError
-from ..ir.graph import Graph, TensorType, Value
-from ..program import Recipe
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InternalError
+from .ir.graph import Graph, TensorType, Value
+
+
+@dataclass
+class Recipe:
+    """How a device weight is made from the checkpoint. kind: 'load' | 'concat' | 'bn_fold_weight' | 'bn_fold_bias'
+    | 'rope_inv_freq'. `sources` maps a role to a state-dict key; `fallback_keys` are tried in order when the key is
+    absent (a tied lm_head read from the embedding)."""
+
+    kind: str
+    sources: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    fallback_keys: list[str] = field(default_factory=list)
+
+
 
 
 def derived_weight(graph: Graph, recipes: dict[str, Recipe], name: str, ttype: TensorType, recipe: Recipe) -> Value:
