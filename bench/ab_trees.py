@@ -3,7 +3,7 @@ compiled and run by tree A's and tree B's `npu_compiler` and `npu_runtime`, time
 clocks, temperature and the machine's other load fall on both alike. Prints each workload's median per tree, B's
 time over A's, and flags a row where B is more than `--tolerance` slower.
 
-    python bench/ab_trees.py --a /work/main --b /work/wt/dev47
+    python bench/ab_trees.py --a ../baseline --b .
     python bench/ab_trees.py --a OLD --b NEW --workloads decode,prefill,resnet50 --rounds 6 --iters 50
 
 Both trees are imported in this process: each tree's packages are loaded under their own names, and its modules are
@@ -215,7 +215,7 @@ def report(trees: list[Tree], workloads: list[Workload], tolerance: float) -> in
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True, metavar="DIR", help="tree A (the baseline), e.g. /work/main")
+    ap.add_argument("--a", required=True, metavar="DIR", help="tree A (the baseline), e.g. a git worktree of main")
     ap.add_argument("--b", required=True, metavar="DIR", help="tree B (the change)")
     ap.add_argument("--workloads", default="decode,prefill,resnet50")
     ap.add_argument("--config", default="qwen2.5-1.5b")

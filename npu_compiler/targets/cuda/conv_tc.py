@@ -145,9 +145,10 @@ def tall_tiles(p: int, o: int, dev) -> bool:
     """Whether a conv on the warpgroup MMA whose tiles would be 128 x 128 takes TALL_TILE ones: where the SM with the
     most pixels then gets fewer. Two 128-pixel blocks share an SM, so the busiest SM multiplies 128 pixels for each
     block of the grid's rounds over the SMs, and a 192-pixel block has an SM to itself: ResNet-50's third stage at
-    batch 64 (12,544 pixels, 256 channels) has 196 tiles of 128, two on 64 SMs and one on the rest, or 132 of 192,
-    one an SM. Measured there on the H100 (one process, interleaved rounds): its 3x3 convs 46.3 -> 41.3 us, its 1x1
-    reductions 24.5 -> 21.7 us, the program 2.467 -> 2.429 ms; with 4 stages instead of 3, 2.438 ms."""
+    batch 64 (12,544 pixels, 256 channels) has 196 tiles of 128, two on some SMs and one on the rest, or as many
+    tiles of 192 as the H100 has SMs, one an SM. Measured there on the H100 (one process, interleaved rounds): its
+    3x3 convs 46.3 -> 41.3 us, its 1x1 reductions 24.5 -> 21.7 us, the program 2.467 -> 2.429 ms; with 4 stages
+    instead of 3, 2.438 ms."""
     if o < 128:
         return False
     rounds = [-(-(-(-p // bm) * -(-o // 128)) // dev.multiprocessors) for bm in (128, 192)]
