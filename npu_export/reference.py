@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import torch
+
+from npu_runtime.fallback import aten_kernels_for
 
 from .errors import ExportError, first_line
 from .ir_io import executable_ir, load_ir_for_executor
@@ -39,21 +40,6 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                 out.update(load_file(os.path.join(p, f)))
         return out
     return load_file(p)
-
-
-# oneDNN's bf16/fp16 convolution primitives, which ATen picks on CPUs with AVX512-BF16/AVX512-FP16 or AMX only, compute
-# some shapes wrong (strided convolutions: pytorch/pytorch#169688, #163347): the same graph got another "reference" on
-# the GPU host's Xeon than on an AVX2 machine (wav2vec2's strided feature convs in bf16, Pearson 0.96). ATen's own
-# kernels, the ones every AVX2 host runs, accumulate in fp32 on every host; float32 keeps oneDNN (correct, and fast).
-_REDUCED_FLOATS = frozenset({"bfloat16", "float16", "torch.bfloat16", "torch.float16"})
-
-
-def aten_kernels_for(dtypes: Iterable[Any]) -> contextlib.AbstractContextManager:
-    """The context a reference computation in `dtypes` runs in: oneDNN off where any of them is a half float, so the
-    result does not depend on the host's instruction set."""
-    if any(str(d) in _REDUCED_FLOATS for d in dtypes):
-        return torch.backends.mkldnn.flags(enabled=False)
-    return contextlib.nullcontext()
 
 
 def _ir_dtypes(ir_obj) -> set[str]:

@@ -7,11 +7,12 @@ This is the only module of the runtime that imports torch, and only inside funct
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
@@ -23,13 +24,35 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["to_torch", "to_numpy", "CpuFallback", "executable_ir", "load_ir_for_executor", "require_torch",
-           "check_torch_ops", "EXTRA"]
+           "check_torch_ops", "aten_kernels_for", "EXTRA"]
 
 EXTRA = "pip install 'npu-simulation[export]'"  # what brings torch and torch_ir
 # ATen ops with effects outside their tensors (a file read, a print): never run from an artifact
 _REFUSED_OPS = frozenset({"from_file", "_print", "save"})
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# oneDNN's bf16/fp16 convolution primitives, which ATen picks on CPUs with AVX512-BF16/AVX512-FP16 or AMX only, compute
+# some shapes wrong (strided convolutions: pytorch/pytorch#169688, #163347): the same graph gave other values on the
+# GPU host's Xeon than on an AVX2 machine (wav2vec2's strided feature convs in bf16, Pearson 0.96). ATen's own
+# kernels, the ones every AVX2 host runs, accumulate in fp32 on every host; float32 keeps oneDNN (correct, and fast).
+_REDUCED_FLOATS = frozenset({"bfloat16", "float16", "torch.bfloat16", "torch.float16"})
+
+
+def aten_kernels_for(dtypes: Iterable[Any]) -> contextlib.AbstractContextManager:
+    """The context a torch computation in `dtypes` runs in (the reference, and CPU partitions of a program): oneDNN
+    off where any of them is a half float, so the result does not depend on the host's instruction set."""
+    if any(str(d) in _REDUCED_FLOATS for d in dtypes):
+        import torch
+
+        return torch.backends.mkldnn.flags(enabled=False)
+    return contextlib.nullcontext()
+
+
+def _sub_ir_dtypes(ir: Mapping[str, Any]) -> set[str]:
+    metas = [*ir.get("graph_inputs", ()), *ir.get("weights", ()),
+             *(o for n in ir.get("nodes", ()) for o in n.get("outputs", ()))]
+    return {str(m.get("dtype")) for m in metas if isinstance(m, Mapping)}
 
 
 def written_weights(ir: Mapping[str, Any]) -> set[str]:
@@ -134,6 +157,7 @@ class CpuFallback:
         tensors = {k: to_torch(v, copy=k in written or not getattr(v, "flags", None) or not v.flags.writeable)
                    for k, v in weights.items()}
         self.executor = IRExecutor(ir, weights=tensors)
+        self._dtypes = _sub_ir_dtypes(sub_ir)
         _size_torch_threads()
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -143,7 +167,8 @@ class CpuFallback:
             raise NPURuntimeError(f"{self.name}: missing input tensor(s) {missing}")
         args = tuple(to_torch(inputs[n], copy=False) for n in self.input_names)
         try:
-            outs = self.executor.execute(args)
+            with aten_kernels_for(self._dtypes):
+                outs = self.executor.execute(args)
         except Exception as e:  # torch_ir wraps op failures; its message names the node and op
             raise NPURuntimeError(f"{self.name}: CPU fallback failed: {e}") from e
         result = dict(zip(self.output_names, outs))

@@ -60,3 +60,17 @@ def test_bf16_strided_conv_reference_is_fp32_accumulated() -> None:
         want = model.double()(x.double()).numpy()
     err = np.abs(got - want).max() / np.abs(want).max()
     assert err < 2 ** -6, f"bf16 reference off float64 by {err:.3g} of the largest output"
+
+
+@pytest.mark.parametrize("dtype,onednn", [(torch.bfloat16, False), (torch.float32, True)])
+def test_cpu_partitions_run_atens_own_kernels(dtype, onednn) -> None:
+    """A CPU partition of a program (the fallback) computes as the reference does: its bf16 convs are not oneDNN's,
+    so a program's CPU segments give the same values on every host."""
+    from npu_runtime.fallback import CpuFallback
+
+    _, ir, weights, inputs, _ = _case(dtype)
+    part = CpuFallback(ir, weights)
+    with _OneDnnAtConv() as mode:
+        part.run(inputs)
+    assert mode.seen == [onednn, onednn]
+    assert torch.backends.mkldnn.enabled, "the setting is restored after the partition ran"
