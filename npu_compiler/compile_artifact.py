@@ -99,7 +99,8 @@ def compile_plan(plan: PartitionPlan, target: str, compute_dtype: str, compile_f
     outputs = [TensorSpec(t.name, tuple(t.shape), t.dtype, _device_dtype(segments, t.name, t.dtype, "outputs"), -1,
                           alias_of=_alias(made.get(t.name), segments, t.name, names)) for t in plan.graph_outputs]
     return PartitionedProgram(plan.model_name, target, compute_dtype, inputs, outputs, segments,
-                              sorted(nodes, key=lambda f: f.partition), dict(stats or {}))
+                              sorted(nodes, key=lambda f: f.partition), dict(stats or {}),
+                              formats=dict(plan.formats), dead=list(plan.dead))
 
 
 def _segment(p: Partition, target: str, compile_fn: CompileFn, fallback: bool) -> tuple[Segment, str]:

@@ -550,6 +550,9 @@ def format_report(plan: PartitionPlan, max_nodes: int = 6) -> str:
     ]
     if plan.formats:
         lines.append(_formats_line(plan.formats))
+    if plan.dead:
+        shown = ", ".join(plan.dead[:8]) + (f" and {len(plan.dead) - 8} more" if len(plan.dead) > 8 else "")
+        lines.append(f"removed, their outputs unread ({len(plan.dead)} node(s)): {shown}")
     if plan.fallback:
         lines.append(f"on the CPU ({len(plan.fallback)} node(s)):")
         nw = max(len(f.name) for f in plan.fallback)

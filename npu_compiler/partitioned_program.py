@@ -110,6 +110,8 @@ class PartitionedProgram:
     format_version: int = FORMAT_VERSION
     # SHA-256 of the checkpoint it was compiled or verified with (npu_compiler.digest), or None
     weights_sha256: str | None = None
+    formats: dict[str, str] = field(default_factory=dict)  # node -> number format, in a quantized graph
+    dead: list[str] = field(default_factory=list)  # nodes whose outputs nothing reads: removed, run nowhere
 
     # ---- the plan it was made from -----------------------------------------------------------------------------
     def partitions(self) -> list[Partition]:
@@ -128,7 +130,8 @@ class PartitionedProgram:
         return PartitionPlan(self.model_name, self.target,
                              [TensorInfo(t.name, list(t.shape), t.dtype, -1) for t in self.inputs],
                              [TensorInfo(t.name, list(t.shape), t.dtype, made.get(t.name, -1)) for t in self.outputs],
-                             parts, steps, list(self.fallback), plan_stats(parts, steps))
+                             parts, steps, list(self.fallback), plan_stats(parts, steps), dict(self.formats),
+                             list(self.dead))
 
     @property
     def programs(self) -> list[CompiledProgram]:
@@ -148,7 +151,7 @@ class PartitionedProgram:
                 "compute_dtype": self.compute_dtype, "inputs": [asdict(t) for t in self.inputs],
                 "outputs": [asdict(t) for t in self.outputs], "segments": [s.to_dict() for s in self.segments],
                 "fallback": [asdict(f) for f in self.fallback], "stats": self.stats,
-                "weights_sha256": self.weights_sha256}
+                "weights_sha256": self.weights_sha256, "formats": dict(self.formats), "dead": list(self.dead)}
 
     @classmethod
     @entry_point("reading the artifact")
@@ -259,7 +262,15 @@ class _SegmentsReader(_Reader):
             model_name=self.str_(self.get(d, "model_name", ""), "model_name"), target=target,
             compute_dtype=self.dtype(self.get(d, "compute_dtype", ""), "compute_dtype"), inputs=inputs,
             outputs=outputs, segments=segments, fallback=fallback, stats=stats, format_version=version,
-            weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"))
+            weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"),
+            formats=self.node_formats(d.get("formats", {})), dead=self.strs(d.get("dead", []), "dead"))
+
+    def node_formats(self, v: Any) -> dict[str, str]:
+        """node -> number format: names, both (an artifact written before this field has none)."""
+        got = self.mapping(v, "formats")
+        if len(got) > MAX_ITEMS:
+            raise self.fail("formats", f"{len(got)} entries (at most {MAX_ITEMS})")
+        return {self.str_(k, "formats (a key)"): self.str_(f, f"formats[{k!r}]") for k, f in got.items()}
 
     # ---- fields -------------------------------------------------------------------------------------------------
     def name(self, v: Any, path: str) -> str:

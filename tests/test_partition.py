@@ -18,7 +18,8 @@ import npu_compiler
 import npu_runtime
 from npu_compiler.errors import NPUCompileError
 from npu_compiler.op_support import is_op_supported, support_predicate, supported_ops, unsupported_reason
-from npu_compiler.partition import CPU, NPU, PartitionPlan, RunPartition, TransferOp, partition
+from npu_compiler.partition import CPU, NPU, PartitionPlan, RunPartition, TransferOp, format_report, partition
+from npu_compiler.partitioned_program import artifact_from_bytes
 from npu_export.ir_io import ir_to_dict
 from npu_runtime import fallback
 from npu_runtime.dag_executor import DAGExecutor
@@ -452,3 +453,13 @@ def test_the_fallback_never_writes_the_callers_weights(cpu_backend):
     with torch.no_grad():
         want = model.train()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(next(iter(first.values())), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_artifact_keeps_removed_nodes_and_reports_them(alternating):
+    """The plan read back from an artifact is the plan it was compiled from: the nodes removed as unread are still
+    named (in the report too), not lost with the sub-IRs."""
+    _, data, _, _ = alternating
+    art = npu_compiler.compile_artifact(data, "cpu", dtype="float32")
+    back = artifact_from_bytes(art.to_bytes())
+    assert back.plan().dead == art.dead == ["getitem_1", "getitem_3"]
+    assert "removed, their outputs unread (2 node(s)): getitem_1, getitem_3" in format_report(back.plan())

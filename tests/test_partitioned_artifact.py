@@ -164,6 +164,9 @@ HOSTILE = {
                                     r"segments\[\d+\]\.(inputs\[0\]|ir)"),
     "an allocation beyond the declared tensors": (lambda d: _huge_factory(d), r"ir.nodes\[0\].attrs: 'size'"),
     "device dtype of an input": (lambda d: d["inputs"][0].update(device_dtype="float16"), r"inputs\[0\].device_dtype"),
+    "a removed node that is not a name": (lambda d: d.update(dead=[7]), r"dead\[0\]: expected a string"),
+    "a number format that is not a name": (lambda d: d.update(formats={"linear": 8}), r"formats\['linear'\]"),
+    "number formats not a mapping": (lambda d: d.update(formats=["int8"]), r"formats: expected a mapping"),
 }
 
 
