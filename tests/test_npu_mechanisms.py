@@ -1,6 +1,7 @@
 """The hardware mechanisms the silicon presets describe, each against a reference worked out independently of the
 model: Eyeriss's run-length coding of activations on its DRAM link (against an encoder written here from the
-paper's description), its zero gating of the PE datapath and the energy of every cycle (clock, control, leakage),
+paper's description), its zero gating of the PE datapath, the partial sums' networks that bound its array when a
+layer takes many passes over its channels (worked by hand), the energy of every cycle (clock, control, leakage),
 and the TPU's weights moved as whole 256 x 256 tiles (against the paper's own 600 x 600 example).
 
 References: Chen et al., "Eyeriss", IEEE JSSC 2017, sections IV-B (run-length coding, Fig. 8) and V-C (data gating);
@@ -87,6 +88,27 @@ def test_zero_gating_saves_the_mac_and_the_weight_read_of_zero_inputs():
     assert gated.compute_cycles == dense.compute_cycles  # gating saves energy, not time (the coded input moves less)
     assert estimate(conv(0.5), dataclasses.replace(eyeriss, zero_gating=False)).energy_pj["mac"] == \
         pytest.approx(dense.energy_pj["mac"])
+
+
+def test_partial_sums_bound_a_row_stationary_array_through_their_networks():
+    """AlexNet's CONV3 at batch 4 on Eyeriss, by hand: a PE interleaves q = 12 // 3 = 4 channels (its 12-entry
+    input scratchpad holds a 3-wide window of each), so every partial sum that leaves a 3 x 3 filter's PE column
+    carries R S q = 36 MACs, and 256 channels take 64 passes. The partial sums' networks carry four 16-bit sums a
+    cycle each way, so the array does at most 4 x 36 = 144 MACs a cycle, fewer than its 156 active PEs: 598 M MACs
+    take 4,153,344 cycles, 20.8 ms at 200 MHz (Table V: 21.8 ms of processing). Without the networks' limit the
+    layer is compute-bound at 98,304 waves of 13 x 3 cycles."""
+    eyeriss = load_npu("eyeriss")
+    conv = ConvWork(4, 256, 15, 15, 384, 3, 3, 13, 13, Operand(4 * 256 * 225 * 2, elem=2),
+                    Operand(384 * 256 * 9 * 2, constant=True), Operand(4 * 384 * 169 * 2), (1, 1), (0, 0),
+                    dtypes=("int16", "int16"), out_dtype="int16")
+    e = estimate(conv, eyeriss)
+    macs = 4 * 384 * 256 * 9 * 169
+    assert e.macs == macs and e.detail["psum_passes"] == 64
+    assert e.compute_cycles == 98_304 * 13 * 3
+    assert e.onchip_cycles == pytest.approx(macs / (4 * 36)) == 4_153_344
+    assert e.bound == "on-chip"
+    unlimited = estimate(conv, dataclasses.replace(eyeriss, psum_bytes_per_cycle=0.0))
+    assert unlimited.bound == "compute" and unlimited.onchip_cycles < e.compute_cycles
 
 
 def test_every_cycle_costs_the_static_energy():

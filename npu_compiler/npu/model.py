@@ -263,10 +263,12 @@ def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
         dram, tiles = gemm_dram(g, npu)
     constant = tiles.pop("constant_bytes")
     info.update(tiles)
+    network = 0.0
     if conv is not None:
         mapping = rs_map(conv, npu, max(g.a_elem, g.b_elem), npu.accumulator_bytes, rate)
         cyc, folds, onchip = mapping.cycles, mapping.units, mapping.glb_bytes
-        info.update({"active_pes": mapping.active_pes, "slots": mapping.slots})
+        network = mapping.psum_cycles(npu)
+        info.update({"active_pes": mapping.active_pes, "slots": mapping.slots, "psum_passes": mapping.passes})
         onchip += sum(o.bytes for o in g.extra)
     elif rate > 0:
         cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch, rate)
@@ -284,7 +286,7 @@ def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
         info["gated_macs"] = gated
     return _finish(npu, cyc, g.vector_ops, dram, onchip + dram, reg, g.macs, folds, info,
                    mac_pj=mac_energy(npu, formats), vector_dtype=g.out_dtype, constant_dram=constant,
-                   switching_macs=switching)
+                   switching_macs=switching, network_cycles=network)
 
 
 # ---- attention ---------------------------------------------------------------------------------------------------
@@ -352,13 +354,15 @@ def busy_cycles(npu: NPUConfig, compute: float, onchip: float, dram: float, cons
 
 def _finish(npu: NPUConfig, array_cyc: float, ops: int, dram: int, sram: int, reg: int, macs: int, folds: int,
             detail: dict[str, object], mac_pj: float | None = None, vector_dtype: str = "",
-            constant_dram: float = 0.0, switching_macs: float | None = None) -> Estimate:
+            constant_dram: float = 0.0, switching_macs: float | None = None, network_cycles: float = 0.0) -> Estimate:
+    """`network_cycles`: the on-chip time a network narrower than the aggregate buffer bandwidth needs (row
+    stationary: the partial sums' networks), a floor under the on-chip cycles."""
     lane_rate, note = vector_rate(npu, vector_dtype) if vector_dtype else (1.0, None)
     if note and ops:
         detail.setdefault("format_note", note)
     vector_cyc = math.ceil(ops / (npu.vector_lanes * lane_rate)) if lane_rate > 0 else (math.inf if ops else 0)
     compute = max(array_cyc, vector_cyc)
-    onchip = sram / npu.sram_bytes_per_cycle
+    onchip = max(sram / npu.sram_bytes_per_cycle, network_cycles)
     dram_cyc = dram / (npu.dram_gb_s * 1e9) * npu.clock_hz
     const_cyc = min(constant_dram / (npu.dram_gb_s * 1e9) * npu.clock_hz, dram_cyc)
     latency = npu.dram_latency_ns * 1e-9 * npu.clock_hz if dram else 0.0

@@ -19,8 +19,11 @@ rows of the input, and every PE of the array holds a (filter, channel) pair.
 Data movement: every MAC reads its input, its weight and its partial sum from the PE's scratchpads and writes the
 partial sum back. The global buffer sends each input row once per group of p filters that a PE interleaves (p
 bounded by the partial-sum scratchpad and p q S by the filter scratchpad, q the channels it interleaves, bounded by
-the input scratchpad), each filter row once per image and segment, and receives and returns partial sums once per
-group of q x (slots across channels) channels.
+the input scratchpad) and each filter row once per image and segment. A pass over q channels sends every partial sum
+it made back to the buffer, and every pass but the first reads them in again: C / q passes, each partial sum
+carrying R S q MACs. The partial sums travel on networks of their own, one each way (Eyeriss: 64 bits, four 16-bit
+partial sums a cycle), which bounds the array at 4 R S q MACs a cycle when the passes are many
+(`buffers.psum_bytes_per_cycle`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class RSMapping:
     slots: int  # units in flight at once
     active_pes: int
     glb_bytes: float  # global buffer <-> array traffic
+    psum_in_bytes: float = 0.0  # partial sums read back from the global buffer (part of glb_bytes)
+    psum_out_bytes: float = 0.0  # partial sums and outputs written to it (part of glb_bytes)
+    passes: int = 1  # passes over the channels, each sending its partial sums to the global buffer
+
+    def psum_cycles(self, npu: NPUConfig) -> float:
+        """Cycles the partial-sum networks need (each way at `buffers.psum_bytes_per_cycle`; 0: not limited)."""
+        bw = npu.psum_bytes_per_cycle
+        return max(self.psum_in_bytes, self.psum_out_bytes) / bw if bw > 0 else 0.0
 
 
 def rs_map(layer: RSLayer, npu: NPUConfig, elem: int, acc_bytes: int, rate: float = 1.0) -> RSMapping:
@@ -76,9 +87,11 @@ def rs_map(layer: RSLayer, npu: NPUConfig, elem: int, acc_bytes: int, rate: floa
     ifmap = layer.n * layer.c * (layer.e + layer.r - 1) * layer.w_in * elem  # rows the sets read (halo included)
     filters = layer.m * layer.c * layer.r * layer.s * elem
     outputs = layer.n * layer.m * layer.e * layer.f
-    glb = (ifmap * math.ceil(layer.m / p) + filters * layer.n * segments
-           + outputs * acc_bytes * 2 * max(1, math.ceil(layer.c / q) - 1))
-    return RSMapping(cycles, units, slots, active, glb)
+    # every pass over q channels writes its partial sums out; every pass but the first reads them back in
+    passes = math.ceil(layer.c / q)
+    psum_out, psum_in = outputs * acc_bytes * passes, outputs * acc_bytes * (passes - 1)
+    glb = ifmap * math.ceil(layer.m / p) + filters * layer.n * segments + psum_in + psum_out
+    return RSMapping(cycles, units, slots, active, glb, psum_in, psum_out, passes)
 
 
 def spad_bytes_per_mac(elem: int, acc_bytes: int) -> int:

@@ -147,6 +147,9 @@ class NPUConfig:
     filter_spad: int = _npu_field("array.filter_spad", "positive", "row stationary: filter entries per PE", 224)
     ifmap_spad: int = _npu_field("array.ifmap_spad", "positive", "row stationary: input entries per PE", 12)
     psum_spad: int = _npu_field("array.psum_spad", "positive", "row stationary: partial sums per PE", 24)
+    psum_bytes_per_cycle: float = _npu_field("buffers.psum_bytes_per_cycle", "non_negative",
+                                             "row stationary: bytes per cycle of partial sums each way between the "
+                                             "buffer and the array (0: only the aggregate bandwidth)", 0.0)
     # Area (mm^2), optional: sweeps draw it where a preset gives it
     area_mm2_per_cell: float = _npu_field("area.cell_mm2", "non_negative", "one MAC cell", 0.0)
     area_mm2_per_kib: float = _npu_field("area.sram_mm2_per_kib", "non_negative", "one KiB of on-chip buffer", 0.0)
