@@ -35,6 +35,7 @@ from doc_tables import write_between_markers  # noqa: E402
 DOCS = ROOT / "docs" / "npu_model.md"
 BEGIN, END = "<!-- silicon-table:begin -->", "<!-- silicon-table:end -->"
 LAYERS_BEGIN, LAYERS_END = "<!-- silicon-layers:begin -->", "<!-- silicon-layers:end -->"
+PSUMS_BEGIN, PSUMS_END = "<!-- silicon-psums:begin -->", "<!-- silicon-psums:end -->"
 TOLERANCE = 0.25  # |predicted / published - 1|, end to end
 
 
@@ -92,6 +93,10 @@ EYERISS_LAYERS = {
             ("CONV4-2", 261, 254.8, 210.0, 20.6), ("CONV4-3", 240, 246.3, 210.0, 22.8),
             ("CONV5-1", 258, 54.3, 48.3, 6.3), ("CONV5-2", 236, 53.7, 48.5, 5.7), ("CONV5-3", 230, 53.7, 48.5, 5.6)],
 }
+
+# VGG-16's global-buffer accesses per layer, MB (Table VI, the same transcription; CONV3-3's "12l4.8" is read as
+# 1214.8, CONV3-2's figure for the same shape).
+VGG16_GLB_MB = [112.5, 2402.8, 1201.4, 2402.3, 607.4, 1214.8, 1214.8, 321.3, 643.7, 643.7, 90.0, 90.0, 90.0]
 
 FORMAT = {"eyeriss": "int16", "tpu-v1": "int8"}
 
@@ -381,18 +386,62 @@ def layers_markdown(rows: list[LayerRow]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class PsumRow:
+    """What Table VI's buffer accesses say about one VGG-16 layer's partial sums, read as each output's partial sum
+    written to the global buffer once per pass over the channels and read back for every pass but the first."""
+
+    layer: str
+    bytes_per_mac: float  # the chip's buffer accesses per MAC
+    channels_per_pass: float  # C / passes
+    psums_per_cycle: float  # partial sums the chip wrote a cycle of its processing time
+    bound_ms: float  # the partial-sum networks' time for those passes (the preset's bytes a cycle)
+    chip_ms: float  # the chip's processing time
+    model_ms: float  # the model's (its own passes)
+
+
+def psum_rows() -> list[PsumRow]:
+    from npu_compiler.npu import load_npu
+
+    npu = load_npu("eyeriss")
+    acc, cycle_ms = npu.accumulator_bytes, 1e3 / npu.clock_hz
+    model = [r.model[2] for r in layer_rows() if r.workload == VGG16_CONVS]
+    out = []
+    for (name, _, _, chip_ms, _), glb, (c, o, size), model_ms in zip(EYERISS_LAYERS[VGG16_CONVS], VGG16_GLB_MB, VGG16,
+                                                                      model):
+        outputs = BATCH[VGG16_CONVS] * o * size * size
+        passes = (glb * 1e6 / (outputs * acc) + 1) / 2
+        written = outputs * round(passes)
+        out.append(PsumRow(name, glb * 1e6 / (outputs * c * 9), c / passes, written / (chip_ms / cycle_ms),
+                           written * acc / npu.psum_bytes_per_cycle * cycle_ms, chip_ms, model_ms))
+    return out
+
+
+def psums_markdown(rows: list[PsumRow]) -> str:
+    lines = ["VGG-16's partial sums: Table VI's buffer accesses read as partial-sum passes, and the time of those "
+             "passes on the preset's partial-sum networks (`python bench/npu_silicon.py --write-docs`).", "",
+             "| layer | buffer bytes / MAC | channels a pass | partial sums written a cycle | those passes on the "
+             "networks, ms | processing (chip), ms | processing (model), ms |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r.layer} | {r.bytes_per_mac:.3f} | {r.channels_per_pass:.1f} | {r.psums_per_cycle:.2f} | "
+                     f"{_fmt(r.bound_ms)} | {_fmt(r.chip_ms)} | {_fmt(r.model_ms)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write-docs", action="store_true", help=f"put the tables into {DOCS.relative_to(ROOT)}")
     args = ap.parse_args(argv)
     rows = table_rows()
-    text, layers = markdown(rows), layers_markdown(layer_rows())
-    print(text, layers, sep="\n\n")
+    text, layers, psums = markdown(rows), layers_markdown(layer_rows()), psums_markdown(psum_rows())
+    print(text, layers, psums, sep="\n\n")
     for w in WORKLOADS:
         p = predicted(chip_of(w), w)
         print(f"  {w}: {p['macs'] / 1e9:.2f} GMAC in {p['time_s'] * 1e3:.2f} ms on {chip_of(w)}", file=sys.stderr)
     if args.write_docs and (write_between_markers(DOCS, BEGIN, END, text)
-                            or write_between_markers(DOCS, LAYERS_BEGIN, LAYERS_END, layers)):
+                            or write_between_markers(DOCS, LAYERS_BEGIN, LAYERS_END, layers)
+                            or write_between_markers(DOCS, PSUMS_BEGIN, PSUMS_END, psums)):
         return 1
     return 0 if math.isfinite(sum(r.predicted for r in rows)) else 1
 
