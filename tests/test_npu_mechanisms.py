@@ -19,7 +19,7 @@ import torch
 from conftest import export_ir
 
 import npu_compiler
-from npu_compiler.npu import ConvWork, Operand, estimate, estimate_program, load_npu
+from npu_compiler.npu import ConvWork, GemmWork, Operand, estimate, estimate_program, load_npu
 from npu_compiler.npu.model import rlc_ratio
 
 
@@ -96,7 +96,7 @@ def test_partial_sums_bound_a_row_stationary_array_through_their_networks():
     carries R S q = 36 MACs, and 256 channels take 64 passes. The partial sums' networks carry four 16-bit sums a
     cycle each way, so the array does at most 4 x 36 = 144 MACs a cycle, fewer than its 156 active PEs: 598 M MACs
     take 4,153,344 cycles, 20.8 ms at 200 MHz (Table V: 21.8 ms of processing). Without the networks' limit the
-    layer is compute-bound at 98,304 waves of 13 x 3 cycles."""
+    layer is compute-bound at 98,304 waves of 13 x 3 cycles. A product (a fully connected layer) likewise."""
     eyeriss = load_npu("eyeriss")
     conv = ConvWork(4, 256, 15, 15, 384, 3, 3, 13, 13, Operand(4 * 256 * 225 * 2, elem=2),
                     Operand(384 * 256 * 9 * 2, constant=True), Operand(4 * 384 * 169 * 2), (1, 1), (0, 0),
@@ -109,6 +109,15 @@ def test_partial_sums_bound_a_row_stationary_array_through_their_networks():
     assert e.bound == "on-chip"
     unlimited = estimate(conv, dataclasses.replace(eyeriss, psum_bytes_per_cycle=0.0))
     assert unlimited.bound == "compute" and unlimited.onchip_cycles < e.compute_cycles
+
+    # A product on the same array is 1 x 1 convolutions: a PE interleaves 12 channels (one input entry each), so a
+    # partial sum carries 12 MACs and the networks cap the array at 48 MACs a cycle: 1024 x 256 x 240 MACs in 20
+    # passes of 1024 x 256 partial sums, 1,310,720 cycles.
+    gemm = GemmWork(1024, 256, 240, Operand(1024 * 240 * 2), Operand(240 * 256 * 2, constant=True),
+                    Operand(1024 * 256 * 2), dtypes=("int16", "int16"), out_dtype="int16")
+    e = estimate(gemm, eyeriss)
+    assert e.onchip_cycles == pytest.approx(1024 * 256 * 240 / 48) == 1_310_720 and e.bound == "on-chip"
+    assert estimate(gemm, dataclasses.replace(eyeriss, psum_bytes_per_cycle=0.0)).onchip_cycles < 1_310_720
 
 
 def test_every_cycle_costs_the_static_energy():

@@ -102,7 +102,7 @@ def array_cycles(m: int, n: int, k: int, npu: NPUConfig, batch: int = 1, rate: f
     rows, cols = npu.array_rows, npu.array_cols
     df = DATAFLOWS[npu.dataflow]
     if df == "rs":
-        mapping = rs_map(RSLayer(1, n, k, 1, 1, 1, m, m), npu, 1, 1, rate)
+        mapping = rs_map(rs_gemm_layer(m, n, k), npu, 1, 1, rate)
         return mapping.cycles * batch, mapping.units * batch
     spatial_r, spatial_c, stream = array_mapping(m, n, k, df)
     folds = math.ceil(spatial_r / rows) * math.ceil(spatial_c / cols) * batch
@@ -115,6 +115,11 @@ def array_cycles(m: int, n: int, k: int, npu: NPUConfig, batch: int = 1, rate: f
     else:
         total = folds * (stream + rows + cols - 2) + (preload if npu.preload_overlap else folds * preload)
     return total / rate, folds
+
+
+def rs_gemm_layer(m: int, n: int, k: int) -> RSLayer:
+    """A product C[m,n] = A[m,k] B[k,n] as row stationary sees it: n filters of k channels, 1 x 1, over m columns."""
+    return RSLayer(1, n, k, 1, 1, 1, m, m)
 
 
 def rs_layer(c: ConvWork) -> RSLayer:
@@ -273,6 +278,8 @@ def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
     elif rate > 0:
         cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch, rate)
         onchip = gemm_array_sram(g, npu)
+        if DATAFLOWS[npu.dataflow] == "rs":  # the partial sums' networks bound a product as they bound a conv
+            network = rs_map(rs_gemm_layer(g.m, g.n, g.k), npu, 1, npu.accumulator_bytes).psum_cycles(npu) * g.batch
     else:
         cyc, folds, onchip = math.inf, 0, gemm_array_sram(g, npu)
     reg = g.macs * moving_bytes_per_mac(g, npu)
