@@ -10,6 +10,7 @@ from typing import Any
 from ..program import CompiledProgram
 from ..targets.config import NPUConfig
 from .formats import as_format
+from .mapping import LayerMapping, by_kernel, parse_mapping
 from .model import Estimate, busy_cycles, estimate
 from .residency import STAGING_SHARES, ResidencyPlan, plan_residency
 from .work import AttentionWork, ConvWork, GemmWork, VectorWork, Work, kernel_work
@@ -114,7 +115,8 @@ class ProgramEstimate:
 
 def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: int | None = None,
                      arena_on_chip: bool | None = None, number_format: str | None = None,
-                     pipeline: bool = False, zeros: Mapping[str, float] | None = None) -> ProgramEstimate:
+                     pipeline: bool = False, zeros: Mapping[str, float] | None = None,
+                     mapping: Mapping[str, LayerMapping | Mapping[str, int]] | None = None) -> ProgramEstimate:
     """Predict every kernel of `program` on `npu`. `context_len`: tokens that decode attention reads from its cache
     (default: the whole static cache). `arena_on_chip`: None plans each tensor's residency in the activation buffer
     (`residency.plan_residency`); True keeps every intermediate on chip whatever its size, False none.
@@ -122,7 +124,9 @@ def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: i
     program would take once quantized to it). `pipeline`: layer-to-layer pipelining (a kernel's weight loads start
     during the kernel before it, in the DRAM time that one leaves idle). `zeros`: the fraction of zero elements of
     the tensors it names (buffer names: measured activations); on an NPU that codes zero runs on its DRAM link or
-    gates zero operands, those tensors are costed so (the others dense)."""
+    gates zero operands, those tensors are costed so (the others dense). `mapping`: per layer (a kernel's or node's
+    name), the row-stationary channels and filters a pass instead of the mapper's (`mapping.py`; a
+    `{"channels_per_pass": 1}` dict or a `LayerMapping` from `load_mapping`)."""
     if zeros:
         names = {b.name for b in program.buffers}
         for name, z in zeros.items():
@@ -130,7 +134,9 @@ def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: i
                 raise ValueError(f"zeros: no tensor named {name!r} in {program.model_name}")
             if not 0.0 <= z <= 1.0:
                 raise ValueError(f"zeros: {name}: a fraction of zero elements is between 0 and 1, got {z!r}")
-    notes = []
+    given = by_kernel(_layer_mappings(mapping or {}), [(k.name, list(k.nodes)) for k in program.kernels])
+    notes = [f"{len(given)} kernel(s) mapped as given: {', '.join(program.kernels[i].name for i in sorted(given))}"
+             ] if given else []
     if number_format is not None:
         program = as_format(program, number_format)
         notes.append(f"every floating-point tensor costed as {number_format} (--format)")
@@ -139,20 +145,25 @@ def estimate_program(program: CompiledProgram, npu: NPUConfig, *, context_len: i
     best = None
     for share in STAGING_SHARES if policy == "plan" else (1 / 2,):
         plan = plan_residency(program, capacity, context_len=context_len, policy=policy, staging_share=share)
-        est = _estimate_with(program, npu, plan, context_len, pipeline, zeros)
+        est = _estimate_with(program, npu, plan, context_len, pipeline, zeros, given)
         if best is None or est.time_s < best.time_s:
             best = est
     best.notes[:0] = notes
     return best
 
 
+def _layer_mappings(mapping: Mapping[str, LayerMapping | Mapping[str, int]]) -> dict[str, LayerMapping]:
+    return {name: m if isinstance(m, LayerMapping) else parse_mapping({name: m})[name] for name, m in mapping.items()}
+
+
 def _estimate_with(program: CompiledProgram, npu: NPUConfig, plan: ResidencyPlan, context_len: int | None,
-                   pipeline: bool, zeros: Mapping[str, float] | None = None) -> ProgramEstimate:
+                   pipeline: bool, zeros: Mapping[str, float] | None = None,
+                   given: Mapping[int, LayerMapping] | None = None) -> ProgramEstimate:
     kernels = []
     idle = 0.0  # DRAM cycles the previous kernel left idle (pipelining prefetches into them)
     for i, k in enumerate(program.kernels):
         work = kernel_work(program, k, plan.kernels[i], context_len=context_len, zeros=zeros)
-        est = estimate(work, npu)
+        est = estimate(work, npu, (given or {}).get(i))
         if plan.kernels[i].spilled:
             est.detail["spills"] = [program.buffers[b].name for b in plan.kernels[i].spilled]
         if pipeline:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..targets.config import DATAFLOWS, NPUConfig
 from .formats import mac_energy, mac_rate, vector_rate
+from .mapping import LayerMapping, MappingError
 from .rowstationary import RSLayer, rs_dram, rs_map, spad_bytes_per_mac
 from .work import AttentionWork, ConvWork, GemmWork, Operand, VectorWork, Work
 
@@ -61,14 +62,24 @@ class Estimate:
         return self.macs / cap if cap > 0 else 0.0
 
 
-def estimate(work: Work, npu: NPUConfig) -> Estimate:
+def estimate(work: Work, npu: NPUConfig, mapping: LayerMapping | None = None) -> Estimate:
+    """`mapping`: the row-stationary choices for this work instead of the mapper's (a convolution on an `rs` array)."""
+    rs = DATAFLOWS[npu.dataflow] == "rs"
+    if mapping is not None and not (rs and isinstance(work, ConvWork)):
+        what = "a convolution" if isinstance(work, ConvWork) else f"not a convolution ({type(work).__name__})"
+        raise MappingError(f"{mapping.where}: a mapping sets a convolution's row-stationary passes; "
+                           f"{work.label or 'this kernel'} is {what} on {npu.name}'s {npu.dataflow} array")
     if isinstance(work, GemmWork):
         return gemm(work, npu)
     if isinstance(work, ConvWork):
         detail: dict[str, object] = {"conv": f"{work.kh}x{work.kw}/{work.stride[0]}"}
-        if DATAFLOWS[npu.dataflow] == "rs":
+        if rs:
             h_in = (work.ho - 1) * work.stride[0] + work.kh  # the padded rows the convolution reads
-            return gemm(conv_as_gemm(work), npu, detail, rs_layer(work), (h_in, work.stride[0]))
+            layer = rs_layer(work)
+            given = mapping.choose(layer, npu) if mapping is not None else None
+            if given is not None:
+                detail["mapping"] = mapping.where
+            return gemm(conv_as_gemm(work), npu, detail, layer, (h_in, work.stride[0]), given)
         return gemm(conv_as_gemm(work), npu, detail)
     if isinstance(work, AttentionWork):
         return attention(work, npu)
@@ -246,9 +257,11 @@ def moving_bytes_per_mac(g: GemmWork, npu: NPUConfig) -> int:
 
 
 def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
-         conv: RSLayer | None = None, conv_geometry: tuple[int, int] | None = None) -> Estimate:
+         conv: RSLayer | None = None, conv_geometry: tuple[int, int] | None = None,
+         given: tuple[int, int] | None = None) -> Estimate:
     """A GEMM (or a convolution as one) on the array: cycles at its format's rate, DRAM by the tiling, on-chip
-    traffic by the dataflow (a convolution under row stationary: by its own mapping, `conv`)."""
+    traffic by the dataflow (a convolution under row stationary: by its own mapping, `conv`, with the channels and
+    filters a pass `given` or the mapper's)."""
     rate, formats, note = mac_rate(npu, *g.dtypes)
     info: dict[str, object] = {"m": g.m, "n": g.n, "k": g.k, "batch": g.batch, **(detail or {})}
     if note:
@@ -270,10 +283,11 @@ def gemm(g: GemmWork, npu: NPUConfig, detail: dict[str, object] | None = None,
     info.update(tiles)
     network = 0.0
     if conv is not None:
-        mapping = rs_map(conv, npu, max(g.a_elem, g.b_elem), npu.accumulator_bytes, rate)
+        mapping = rs_map(conv, npu, max(g.a_elem, g.b_elem), npu.accumulator_bytes, rate, given)
         cyc, folds, onchip = mapping.cycles, mapping.units, mapping.glb_bytes
         network = mapping.psum_cycles(npu)
-        info.update({"active_pes": mapping.active_pes, "slots": mapping.slots, "psum_passes": mapping.passes})
+        info.update({"active_pes": mapping.active_pes, "slots": mapping.slots, "psum_passes": mapping.passes,
+                     "channels_per_pass": mapping.channels_per_pass, "filters_per_pass": mapping.filters_per_pass})
         onchip += sum(o.bytes for o in g.extra)
     elif rate > 0:
         cyc, folds = array_cycles(g.m, g.n, g.k, npu, g.batch, rate)

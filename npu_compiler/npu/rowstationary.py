@@ -23,7 +23,8 @@ the input scratchpad) and each filter row once per image and segment. A pass ove
 it made back to the buffer, and every pass but the first reads them in again: C / q passes, each partial sum
 carrying R S q MACs. The partial sums travel on networks of their own, one each way (Eyeriss: 64 bits, four 16-bit
 partial sums a cycle), which bounds the array at 4 R S q MACs a cycle when the passes are many
-(`buffers.psum_bytes_per_cycle`).
+(`buffers.psum_bytes_per_cycle`). The mapper takes the largest q and p the scratchpads hold; a mapping the user gives
+(`mapping.py`: the chip's own, in a validation study) sets them per layer within the same bounds.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class RSMapping:
     psum_in_bytes: float = 0.0  # partial sums read back from the global buffer (part of glb_bytes)
     psum_out_bytes: float = 0.0  # partial sums and outputs written to it (part of glb_bytes)
     passes: int = 1  # passes over the channels, each sending its partial sums to the global buffer
+    channels_per_pass: int = 1  # q
+    filters_per_pass: int = 1  # p
 
     def psum_cycles(self, npu: NPUConfig) -> float:
         """Cycles the partial-sum networks need (each way at `buffers.psum_bytes_per_cycle`; 0: not limited)."""
@@ -65,7 +68,20 @@ class RSMapping:
         return max(self.psum_in_bytes, self.psum_out_bytes) / bw if bw > 0 else 0.0
 
 
-def rs_map(layer: RSLayer, npu: NPUConfig, elem: int, acc_bytes: int, rate: float = 1.0) -> RSMapping:
+def channels_limit(layer: RSLayer, npu: NPUConfig) -> int:
+    """The most input channels a PE interleaves: S inputs a channel in the input scratchpad (the mapper's q)."""
+    return max(1, min(layer.c, npu.ifmap_spad // max(layer.s, 1)))
+
+
+def filters_limit(layer: RSLayer, npu: NPUConfig, q: int) -> int:
+    """The most filters a PE interleaves at q channels a pass: a partial sum each in the partial-sum scratchpad,
+    q S weights each in the filter scratchpad (the mapper's p)."""
+    return max(1, min(layer.m, npu.psum_spad, npu.filter_spad // max(q * layer.s, 1)))
+
+
+def rs_map(layer: RSLayer, npu: NPUConfig, elem: int, acc_bytes: int, rate: float = 1.0,
+           given: tuple[int, int] | None = None) -> RSMapping:
+    """`given`: (q, p) instead of the mapper's (checked by the caller: `mapping.LayerMapping.choose`)."""
     rows, cols = npu.array_rows, npu.array_cols
     r_parts = math.ceil(layer.r / rows)
     r_eff = math.ceil(layer.r / r_parts)
@@ -82,8 +98,10 @@ def rs_map(layer: RSLayer, npu: NPUConfig, elem: int, acc_bytes: int, rate: floa
         active = r_eff * layer.e * min(slots // segments, math.ceil(units / segments))
     else:
         active = r_eff * seg * min(slots, units)
-    q = max(1, min(layer.c, npu.ifmap_spad // max(layer.s, 1)))
-    p = max(1, min(layer.m, npu.psum_spad, npu.filter_spad // max(q * layer.s, 1)))
+    if given is None:
+        q = channels_limit(layer, npu)
+        given = (q, filters_limit(layer, npu, q))
+    q, p = given
     ifmap = layer.n * layer.c * (layer.e + layer.r - 1) * layer.w_in * elem  # rows the sets read (halo included)
     filters = layer.m * layer.c * layer.r * layer.s * elem
     outputs = layer.n * layer.m * layer.e * layer.f
@@ -91,7 +109,7 @@ def rs_map(layer: RSLayer, npu: NPUConfig, elem: int, acc_bytes: int, rate: floa
     passes = math.ceil(layer.c / q)
     psum_out, psum_in = outputs * acc_bytes * passes, outputs * acc_bytes * (passes - 1)
     glb = ifmap * math.ceil(layer.m / p) + filters * layer.n * segments + psum_in + psum_out
-    return RSMapping(cycles, units, slots, active, glb, psum_in, psum_out, passes)
+    return RSMapping(cycles, units, slots, active, glb, psum_in, psum_out, passes, q, p)
 
 
 def spad_bytes_per_mac(elem: int, acc_bytes: int) -> int:

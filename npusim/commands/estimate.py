@@ -1,4 +1,5 @@
-"""npusim estimate X.npubin|LLM_DIR --npu PRESET_OR_FILE [--json] [--trace t.json] [--chart c.png] [--compare-gpu]"""
+"""npusim estimate X.npubin|LLM_DIR --npu PRESET_OR_FILE [--mapping FILE] [--json] [--trace t.json] [--chart c.png]
+[--compare-gpu]"""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def register(sub) -> None:
                    help="the fraction of zero elements of activations (repeatable): FRACTION for every tensor the "
                         "program computes, NAME=FRACTION for one tensor (an input too); an NPU that run-length codes "
                         "its DRAM link or gates zero operands (eyeriss) costs them so (default: every tensor dense)")
+    p.add_argument("--mapping", metavar="FILE", default=None,
+                   help="row-stationary mapping per layer instead of the mapper's (TOML or JSON: a table per kernel "
+                        "or node name with channels_per_pass and/or filters_per_pass; see docs/npu_model.md; default: "
+                        "the mapper's choice for every layer)")
     p.add_argument("--pipeline", action="store_true",
                    help="layer-to-layer pipelining: a kernel's weight loads start during the kernel before it "
                         "(default: kernels run one after another)")
@@ -68,6 +73,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from npu_compiler.npu import estimate_program, load_npu
+    from npu_compiler.npu.mapping import load_mapping
 
     if args.context is not None and args.context < 1:
         print("npusim estimate: error: --context must be at least 1", file=sys.stderr)
@@ -99,13 +105,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"npusim estimate: error: --zeros: {e}", file=sys.stderr)
         return 2
     args.zeros_by_program = zeros
+    mapping = load_mapping(args.mapping) if args.mapping else None
+    if mapping and len(progs) > 1:
+        print("npusim estimate: error: --mapping names the layers of one program; this artifact has several",
+              file=sys.stderr)
+        return 2
+    args.mapping_by_name = mapping
     if args.sweep:
         if args.compare_gpu or args.trace:
             print("npusim estimate: error: --sweep takes neither --compare-gpu nor --trace", file=sys.stderr)
             return 2
         return _sweep(progs, npu, args)
     ests = {kind: estimate_program(p, npu, context_len=args.context, number_format=args.number_format,
-                                   pipeline=args.pipeline, zeros=zeros[kind]) for kind, p in progs.items()}
+                                   pipeline=args.pipeline, zeros=zeros[kind], mapping=mapping)
+            for kind, p in progs.items()}
     measured = None
     if args.compare_gpu:
         measured = _measure(progs["program"], args)
@@ -158,7 +171,8 @@ def _sweep(progs: dict, npu, args: argparse.Namespace) -> int:
 
     def evaluate(cfg):
         ests = [estimate_program(p, cfg, context_len=args.context, number_format=args.number_format,
-                                 zeros=args.zeros_by_program[kind], pipeline=args.pipeline)
+                                 zeros=args.zeros_by_program[kind], pipeline=args.pipeline,
+                                 mapping=args.mapping_by_name)
                 for kind, p in progs.items()]
         return sum(e.time_s for e in ests), sum(e.energy_pj for e in ests), sum(e.dram_bytes for e in ests)
 
