@@ -16,7 +16,7 @@ from conftest import export_ir
 
 import npu_compiler
 from npu_compiler.npu import ConvWork, GemmWork, Operand, estimate, estimate_program, load_npu
-from npu_compiler.npu.mapping import LayerMapping, MappingError, load_mapping
+from npu_compiler.npu.mapping import LayerMapping, MappingError, by_program, load_mapping, parse_mapping
 
 
 def _conv3() -> ConvWork:
@@ -132,6 +132,19 @@ def test_hostile_mapping_files_get_one_line_naming_the_file_and_field(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith(f"npusim estimate: error: {path}: ") and says.format(k=k) in err, err
     assert err.count("\n") == 1, err
+
+
+def test_a_mapping_split_among_programs_and_hostile_names():
+    """Several programs (an export-llm folder, a partitioned artifact's segments): each gets the layers it has, a
+    layer two have goes to both, a name none has is refused; a name with control characters is shown escaped."""
+    m = parse_mapping({"a": {"channels_per_pass": 1}, "shared": {"filters_per_pass": 2}}, "m.toml")
+    split = by_program(m, {"prefill": [("k0", ["a", "shared"])], "decode": [("k1", ["shared"])]})
+    assert split == {"prefill": {"a": m["a"], "shared": m["shared"]}, "decode": {"shared": m["shared"]}}
+    with pytest.raises(MappingError, match=r"m.toml: \[a\]: no kernel or node of the program is named 'a'"):
+        by_program(m, {"decode": [("k1", ["shared"])]})
+    with pytest.raises(MappingError) as e:
+        parse_mapping({"x\x1b[31m": {"channels_per_pass": 0}}, "m.toml")
+    assert "\x1b" not in str(e.value) and "x\\x1b[31m" in str(e.value)
 
 
 def test_missing_mapping_file_and_folder(tmp_path):

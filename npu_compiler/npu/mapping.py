@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..targets.config import NPUConfig
+from ..text import shown
 from .config_file import NPUConfigError
 from .rowstationary import RSLayer, channels_limit, filters_limit
 
@@ -83,7 +84,7 @@ def parse_mapping(data: Any, where: str = "mapping") -> dict[str, LayerMapping]:
         raise MappingError(f"{where}: expected a table of layers, got {type(data).__name__}")
     out = {}
     for name, fields in data.items():
-        at = f"{where}: [{name}]"
+        at = f"{where}: [{shown(name)}]"
         if not isinstance(fields, Mapping):
             raise MappingError(f"{at}: expected a table of {', '.join(FIELDS)}, got {type(fields).__name__}")
         unknown = sorted(set(fields) - set(FIELDS))
@@ -100,14 +101,39 @@ def parse_mapping(data: Any, where: str = "mapping") -> dict[str, LayerMapping]:
     return out
 
 
-def by_kernel(names: Mapping[str, LayerMapping], kernels: list[tuple[str, list[str]]]) -> dict[int, LayerMapping]:
+Kernels = list[tuple[str, list[str]]]  # (kernel name, its graph nodes) in program order
+
+
+def _hits(name: str, kernels: Kernels) -> list[int]:
+    return [i for i, (kname, nodes) in enumerate(kernels) if name == kname or name in nodes]
+
+
+def _unknown(name: str, m: LayerMapping) -> MappingError:
+    return MappingError(f"{m.where}: no kernel or node of the program is named {shown(name)!r}")
+
+
+def by_program(names: Mapping[str, LayerMapping],
+               programs: Mapping[str, Kernels]) -> dict[str, dict[str, LayerMapping]]:
+    """`names` split among several programs (an export-llm folder's prefill and decode, a partitioned artifact's
+    segments): each program gets the layers it has; a name none has is an error."""
+    out: dict[str, dict[str, LayerMapping]] = {kind: {} for kind in programs}
+    for name, m in names.items():
+        homes = [kind for kind, kernels in programs.items() if _hits(name, kernels)]
+        if not homes:
+            raise _unknown(name, m)
+        for kind in homes:
+            out[kind][name] = m
+    return out
+
+
+def by_kernel(names: Mapping[str, LayerMapping], kernels: Kernels) -> dict[int, LayerMapping]:
     """The mapping of each kernel (index) from `names`: a layer name is a kernel's name or one of its nodes'. A name
     no kernel has, or two names for one kernel, is an error."""
     out: dict[int, LayerMapping] = {}
     for name, m in names.items():
-        hits = [i for i, (kname, nodes) in enumerate(kernels) if name == kname or name in nodes]
+        hits = _hits(name, kernels)
         if not hits:
-            raise MappingError(f"{m.where}: no kernel or node of the program is named {name!r}")
+            raise _unknown(name, m)
         for i in hits:
             if i in out:
                 raise MappingError(f"{m.where}: kernel {kernels[i][0]!r} is mapped already ({out[i].where})")

@@ -73,7 +73,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from npu_compiler.npu import estimate_program, load_npu
-    from npu_compiler.npu.mapping import load_mapping
+    from npu_compiler.npu.mapping import by_program, load_mapping
 
     if args.context is not None and args.context < 1:
         print("npusim estimate: error: --context must be at least 1", file=sys.stderr)
@@ -105,19 +105,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"npusim estimate: error: --zeros: {e}", file=sys.stderr)
         return 2
     args.zeros_by_program = zeros
-    mapping = load_mapping(args.mapping) if args.mapping else None
-    if mapping and len(progs) > 1:
-        print("npusim estimate: error: --mapping names the layers of one program; this artifact has several",
-              file=sys.stderr)
-        return 2
-    args.mapping_by_name = mapping
+    mapping = by_program(load_mapping(args.mapping) if args.mapping else {},
+                         {kind: [(k.name, list(k.nodes)) for k in p.kernels] for kind, p in progs.items()})
+    args.mapping_by_program = mapping
     if args.sweep:
         if args.compare_gpu or args.trace:
             print("npusim estimate: error: --sweep takes neither --compare-gpu nor --trace", file=sys.stderr)
             return 2
         return _sweep(progs, npu, args)
     ests = {kind: estimate_program(p, npu, context_len=args.context, number_format=args.number_format,
-                                   pipeline=args.pipeline, zeros=zeros[kind], mapping=mapping)
+                                   pipeline=args.pipeline, zeros=zeros[kind], mapping=mapping[kind])
             for kind, p in progs.items()}
     measured = None
     if args.compare_gpu:
@@ -172,7 +169,7 @@ def _sweep(progs: dict, npu, args: argparse.Namespace) -> int:
     def evaluate(cfg):
         ests = [estimate_program(p, cfg, context_len=args.context, number_format=args.number_format,
                                  zeros=args.zeros_by_program[kind], pipeline=args.pipeline,
-                                 mapping=args.mapping_by_name)
+                                 mapping=args.mapping_by_program[kind])
                 for kind, p in progs.items()]
         return sum(e.time_s for e in ests), sum(e.energy_pj for e in ests), sum(e.dram_bytes for e in ests)
 
