@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -194,6 +195,26 @@ class Executor(ABC):
         """Run once and time every kernel launch (CPU: host timers; a GPU backend: events around each launch,
         read after a synchronise). Backends without kernel timing raise NotImplementedError."""
         raise NotImplementedError(f"the {self.backend.name} backend has no per-kernel profiling yet")
+
+    def device_seconds(self, inputs: Mapping[str, Any], weights: WeightSet | None = None, iters: int = 10
+                       ) -> list[float]:
+        """The device's time for each of `iters` runs of the program with its inputs already on the device and its
+        outputs left there (trtexec's GPU compute time, beside the host-to-host latency of `run_numpy`, which adds
+        the uploads, the downloads and the host's work). This default uploads the inputs once and times `run` and
+        a synchronise with the host's clock (the CPU's kernels are the host's work); a GPU backend times the
+        device's work with its own events."""
+        specs = self._input_specs
+        staged = {name: self.backend.upload(self.host_input(v, specs[name]), specs[name].device_dtype)
+                  for name, v in inputs.items()}
+        self.run(staged, weights)
+        self.backend.synchronize()
+        times = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            self.run(staged, weights)
+            self.backend.synchronize()
+            times.append(time.perf_counter() - t)
+        return times
 
     def prepare(self) -> None:  # noqa: B027  (a backend with nothing to prepare keeps the default)
         """Do now what the first run would otherwise do (build launches, capture a device graph)."""

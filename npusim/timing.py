@@ -36,11 +36,18 @@ class LatencyStats:
         return self.runs / self.total_s if self.total_s > 0 else 0.0
 
     def format(self) -> str:
-        ms = 1e3
-        return (f"latency over {self.runs} run(s) after {self.warmup} warm-up: min {self.min_s * ms:.3f} ms, "
-                f"mean {self.mean_s * ms:.3f}, median {self.median_s * ms:.3f}, p90 {self.p90_s * ms:.3f}, "
-                f"p99 {self.p99_s * ms:.3f}, max {self.max_s * ms:.3f} ms\n"
+        return (f"latency over {self.runs} run(s) after {self.warmup} warm-up: {self._spread()}\n"
                 f"throughput: {self.throughput:.2f} runs/s")
+
+    def format_device(self) -> str:
+        """The line of a device-time measurement (`Executor.device_seconds`)."""
+        return (f"device time over {self.runs} run(s), inputs and outputs on the device (the latency adds their "
+                f"transfers and the host's work): {self._spread()}")
+
+    def _spread(self) -> str:
+        ms = 1e3
+        return (f"min {self.min_s * ms:.3f} ms, mean {self.mean_s * ms:.3f}, median {self.median_s * ms:.3f}, "
+                f"p90 {self.p90_s * ms:.3f}, p99 {self.p99_s * ms:.3f}, max {self.max_s * ms:.3f} ms")
 
     def to_dict(self) -> dict:
         return {**asdict(self), "throughput_per_s": self.throughput}

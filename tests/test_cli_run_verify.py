@@ -37,6 +37,7 @@ def test_run_reports_generated_inputs_latency_and_top_k(net, capsys):
     assert "generated 1 input(s) (seed 0" in cap.err and "x float32[2, 3, 32, 32]: N(0, 1) random values" in cap.err
     assert "latency over 4 run(s) after 1 warm-up: min" in cap.out and "p90" in cap.out and "p99" in cap.out
     assert "throughput:" in cap.out and "runs/s" in cap.out
+    assert "device time over 4 run(s), inputs and outputs on the device" in cap.out
     assert not list(d.glob("*.npz.tmp"))  # -o not given: nothing written
 
     # given inputs: no notice, and top-k = PyTorch's top classes of each row
@@ -47,6 +48,8 @@ def test_run_reports_generated_inputs_latency_and_top_k(net, capsys):
     assert rep["generated_inputs"] == [] and "generated" not in cap.err
     t = rep["timing"]
     assert t["runs"] == 2 and t["min_s"] <= t["median_s"] <= t["p90_s"] <= t["p99_s"] <= t["max_s"]
+    dev = rep["device_timing"]
+    assert dev["runs"] == 2 and 0 < dev["min_s"] <= dev["median_s"] <= dev["max_s"]
     rows = rep["outputs"]["linear"]["top_k"]
     for r, row in enumerate(rows):
         assert row["indices"] == list(np.argsort(-golden[r])[:3])

@@ -32,8 +32,9 @@ def register(sub) -> None:
         description="Run a .npubin artifact (or an IR JSON, compiled on the fly) with weights and inputs. Inputs "
                     "not given are generated, and the command says how. Runs --warmup untimed and --iters timed "
                     "times and reports the latency (inputs in, outputs out, end to end) as min/mean/median/p90/"
-                    "p99/max and the throughput; summarises every output (--top-k for classifiers) and writes them "
-                    "to an .npz with -o.\n\n"
+                    "p99/max and the throughput, and the device time of --iters more runs with the inputs and "
+                    "outputs on the device (the program's own work, as trtexec's GPU compute time); summarises "
+                    "every output (--top-k for classifiers) and writes them to an .npz with -o.\n\n"
                     "  npusim run model.npubin --weights model.safetensors --input x=x.npy --top-k 5 -o out.npz")
     p.add_argument("artifact", metavar="MODEL", help=".npubin file (or an IR JSON, compiled on the fly)")
     add_run_options(p)
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     import npu_compiler
     import npu_runtime
 
-    from ..timing import time_runs
+    from ..timing import LatencyStats, time_runs
 
     if args.output is not None:
         check_output_folder(args.output)
@@ -96,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
                                       allow_nonfinite=args.allow_nonfinite_weights)
     ex = backend.create_executor(prog)
     stats, outs = time_runs(lambda: ex.run_numpy(inp.arrays, ws), args.warmup, args.iters)
+    device = LatencyStats.of(ex.device_seconds(inp.arrays, ws, args.iters), 0)
     title = f"run {prog.model_name} on {backend.name} ({prog.compute_dtype}, {len(prog.kernels)} kernels)"
-    return _report(args, title, stats, outs, inp, backend)
+    return _report(args, title, stats, outs, inp, backend, device)
 
 
 def _run_partitioned(args: argparse.Namespace, art, backend, given: dict, contract) -> int:
@@ -122,7 +124,10 @@ def _notice(args: argparse.Namespace, inp) -> None:
         print(text, file=sys.stderr)
 
 
-def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp, backend) -> int:
+def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndarray], inp, backend,
+            device=None) -> int:
+    """`device`: the device-time statistics (`Executor.device_seconds`), where measured (one program, not a
+    partitioned one, whose boundaries cross between devices)."""
     from ..common import device_line
 
     summaries = {name: summarize(arr, args.top_k) for name, arr in outs.items()}
@@ -131,12 +136,15 @@ def _report(args: argparse.Namespace, title: str, stats, outs: dict[str, np.ndar
         save_npz(args.output, outs)
     if args.json:
         print(json.dumps({"title": title, "device": backend.describe(), "timing": stats.to_dict(),
+                          "device_timing": device.to_dict() if device is not None else None,
                           "generated_inputs": inp.generated, "outputs": summaries, "written": args.output}, indent=1))
         return 0
     print(title)
     if device_line(backend):
         print(device_line(backend))
     print(stats.format())
+    if device is not None:
+        print(device.format_device())
     print("outputs:")
     for name, s in summaries.items():
         print(f"  {name} {s['dtype']}{s['shape']}: {_stats_text(s)}")
