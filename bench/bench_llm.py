@@ -1,5 +1,9 @@
 """Qwen2 decode step: ours (compiled program, KV cache on the device) against PyTorch eager and torch.compile
-(reduce-overhead) running the same Hugging Face modules over the same static cache, in one process on one GPU.
+(reduce-overhead) running the same Hugging Face modules over the same static cache, and a gpt-fast-style Qwen2 in
+plain PyTorch (gptfast_qwen2.py: caches as module buffers, SDPA with grouped heads, the step compiled with
+mode="reduce-overhead", fullgraph=True; eager with --no-compile or on the CPU), in one process on one GPU. The
+gpt-fast peer's logits are checked against the Hugging Face model's (bf16 decoder tolerance: Pearson r >= 0.999,
+max |err| <= 5e-2 of max |ref|); the bench fails when they differ.
 
 Prints per KV position the median step time, ratios, and the fraction of the memory-bound floor reached
 (weight bytes + the valid part of the KV cache, read once per token, at the measured copy bandwidth). Every step
@@ -138,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             ex.bind_weights(ws)
             ours_ex[backend.name] = (backend, ex, ws, time.perf_counter() - t0)
 
+    from gptfast_qwen2 import GptFastQwen2, compiled_step, decode_one_token
+
+    fast = GptFastQwen2.from_hf(model, L)
+    fast_step = compiled_step() if not args.no_compile and device == "cuda" else decode_one_token
+    fast_mode = "compiled (reduce-overhead, fullgraph)" if fast_step is not decode_one_token else "eager"
     wrapper = StaticCacheLM(model).eval()
     tcache = [torch.zeros(tuple(specs[lay[kv]].shape), dtype=torch.bfloat16, device=device)
               for lay in g["layers"] for kv in ("k_input", "v_input")]
@@ -146,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     bw = copy_bandwidth_gbps(device)
     weight_bytes = prog.weight_bytes
     kv_per_pos = sum(int(np.prod(specs[n].shape)) // L * 2 for n in cache)  # bf16 bytes per cached position
-    rows = []
+    rows, checks = [], []
     for pos in [int(p) for p in args.positions.split(",")]:
         ids = np.array([[7]], np.int64)
         p = np.array([pos], np.int64)
@@ -170,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         targs = (torch.from_numpy(ids).to(device), torch.from_numpy(p.reshape(1, 1)).to(device),
                  torch.from_numpy(p).to(device), mask.to(device), *tcache)
         with torch.no_grad():
+            fargs = (torch.tensor([[7]], device=device), torch.from_numpy(p).to(device))
+            fast.clear_caches()  # as the other peers' caches: zeros but for this step's row
+            check = _check_peer(fast_step(fast, *fargs), wrapper(*targs)[0])
+            checks.append(check)
+            gptfast = _median_ms(lambda fargs=fargs: fast_step(fast, *fargs), sync, args.iters)
             eager = _median_ms(lambda targs=targs: wrapper(*targs), sync, args.iters)
             comp = float("nan")
             if compiled is not None:
@@ -179,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         floor_ms = (weight_bytes + kv_per_pos * (pos + 1)) / (bw * 1e9) * 1e3 if bw == bw else float("nan")
         for name, ms in ours.items():
             rows.append({"backend": name, "kv_position": pos, "ours_ms": ms, "ours_upload_ms": ours_upload[name],
-                         "eager_ms": eager, "compile_ms": comp,
+                         "eager_ms": eager, "compile_ms": comp, "gptfast_ms": gptfast,
                          "floor_ms": floor_ms, "vs_eager": eager / ms, "vs_compile": comp / ms,
                          "fraction_of_floor": floor_ms / ms})
     fmt = {"int8": "W8A16", "int4": "W4A16"}.get(args.weights_dtype or "", "bf16")
@@ -190,18 +204,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ours on {name}: compile+load {t_ready:.1f} s" + (f"; {be.describe()}" if be.describe() else ""))
     print("  ours: the step with its inputs on the device, as the peers are timed; +upload: each run uploading them "
           "from the host first")
+    print(f"  gpt-fast: {fast_mode}; its logits against transformers': " + "; ".join(
+        f"r {c['pearson']:.6f}, max err {c['max_rel']:.2e} of max |ref| ({'ok' if c['passed'] else 'FAILED'})"
+        for c in checks))
     print(f"{'backend':>8} {'KV pos':>7} {'ours ms':>9} {'+upload':>9} {'eager ms':>9} {'compile ms':>11} "
-          f"{'floor ms':>9} {'x eager':>8} {'x compile':>10} {'of floor':>9}")
+          f"{'gpt-fast ms':>12} {'floor ms':>9} {'x eager':>8} {'x compile':>10} {'x gpt-fast':>11} {'of floor':>9}")
     for r in rows:
         print(f"{r['backend']:>8} {r['kv_position']:>7} {r['ours_ms']:>9.3f} {r['ours_upload_ms']:>9.3f} "
-              f"{r['eager_ms']:>9.3f} "
-              f"{r['compile_ms']:>11.3f} {r['floor_ms']:>9.3f} {r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} "
+              f"{r['eager_ms']:>9.3f} {r['compile_ms']:>11.3f} {r['gptfast_ms']:>12.3f} {r['floor_ms']:>9.3f} "
+              f"{r['vs_eager']:>8.2f} {r['vs_compile']:>10.2f} {r['gptfast_ms'] / r['ours_ms']:>11.2f} "
               f"{r['fraction_of_floor']:>9.1%}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": args.config, "weights": fmt, "backends": list(ours_ex), "kernels": len(prog.kernels),
-                       "copy_gbps": bw, "rows": rows}, f, indent=1)
-    return 0
+                       "copy_gbps": bw, "gptfast_mode": fast_mode, "gptfast_checks": checks, "rows": rows}, f,
+                      indent=1)
+    return 0 if all(c["passed"] for c in checks) else 1
+
+
+# the bf16 decoders' row of docs/tolerances.md (npu_export.zoo.ZOO_TOLERANCE)
+PEER_MIN_PEARSON, PEER_MAX_REL = 0.999, 5e-2
+
+
+def _check_peer(got: torch.Tensor, ref: torch.Tensor) -> dict:
+    """The gpt-fast peer's logits against the Hugging Face model's at the same step: it must compute the same model."""
+    g, r = got.float().cpu().numpy().ravel(), ref.float().cpu().numpy().ravel()
+    pearson = float(np.corrcoef(g, r)[0, 1]) if g.std() and r.std() else float(np.array_equal(g, r))
+    max_rel = float(np.abs(g - r).max() / max(float(np.abs(r).max()), 1e-30))
+    ok = bool(np.isfinite(g).all()) and pearson >= PEER_MIN_PEARSON and max_rel <= PEER_MAX_REL
+    return {"pearson": pearson, "max_rel": max_rel, "passed": ok}
 
 
 if __name__ == "__main__":
