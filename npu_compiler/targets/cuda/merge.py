@@ -51,10 +51,10 @@ def part_text(k: KernelCall, program: CompiledProgram, dev, names: str = "", blo
     if spec.side is not None:
         o1 = k.outs[1]
         side = (spec.side, Store(tuple(o1.shape), tuple(o1.strides), o1.offset, program.dtype_of(o1)))
-    key = (X.fingerprint(spec.expr), tuple(dts), tuple(extents), st.shape, st.strides, st.offset, st.dtype,
-           st.scatter_dim, None if st.scatter_index is None else X.fingerprint(st.scatter_index), st.scatter_size,
+    key = (_fingerprint(spec.expr), tuple(dts), tuple(extents), st.shape, st.strides, st.offset, st.dtype,
+           st.scatter_dim, None if st.scatter_index is None else _fingerprint(st.scatter_index), st.scatter_size,
            shape, reduce_shape, spec.row_dims, names, blocks, dev, lang.name,
-           None if side is None else (X.fingerprint(side[0]), side[1].shape, side[1].strides, side[1].offset,
+           None if side is None else (_fingerprint(side[0]), side[1].shape, side[1].strides, side[1].offset,
                                       side[1].dtype))
     if key not in _TEXTS:
         if len(_TEXTS) >= MAX_CACHED_TEXTS:
@@ -70,6 +70,21 @@ def part_text(k: KernelCall, program: CompiledProgram, dev, names: str = "", blo
 
 MAX_CACHED_TEXTS = 2048
 _TEXTS: dict[tuple, tuple[KernelText, Launch]] = {}
+# each expression object's digest: a program's generated kernel is keyed once when it renders alone and again as a
+# merged launch's part (the digest walks the whole tree: a third of a decode step's rendering). Keyed by identity,
+# the object kept with its digest so that its id is not reused while the entry lives.
+_DIGESTS: dict[int, tuple[X.Expr, bytes]] = {}
+
+
+def _fingerprint(e: X.Expr) -> bytes:
+    hit = _DIGESTS.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    if len(_DIGESTS) >= 4 * MAX_CACHED_TEXTS:
+        _DIGESTS.clear()
+    digest = X.fingerprint(e)
+    _DIGESTS[id(e)] = (e, digest)
+    return digest
 
 
 def _mergeable(k: KernelCall, launch: Launch | None) -> bool:
