@@ -27,6 +27,7 @@ HARNESS = r"""
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
+#include <algorithm>
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3_ { unsigned x = 0, y = 0, z = 0; };
@@ -51,6 +52,15 @@ inline int __dp4a(int a, int b, int c) {
 inline float __int2float_rn(int x) { return (float)x; }
 inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+using std::min;
+inline void __syncwarp() { w_bar[threadIdx.x >> 5]->arrive_and_wait(); }
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  unsigned long long v = ((unsigned long long)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 255u) << (8 * i);
+  return r;
+}
 static float shfl_[64][32];
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   int w = threadIdx.x >> 5, l = threadIdx.x & 31;

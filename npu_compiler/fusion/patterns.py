@@ -429,7 +429,8 @@ def _concat_group(graph: Graph, group: list[Node], has_bias: bool, recipes: dict
 
 
 def fuse_gemm_epilogue(graph: Graph) -> int:
-    """linear(x, w, b) + residual  =>  npu.linear with a residual epilogue (one kernel, one write)."""
+    """linear(x, w, b) + residual  =>  npu.linear with a residual epilogue (one kernel, one write); a weight-only
+    linear (npu.wlinear) alike, its residual its last input."""
     gi = GraphIndex(graph)
     count = 0
     for add in [n for n in graph.nodes if n.op == "add.Tensor" and len(n.inputs) == 2]:
@@ -437,7 +438,16 @@ def fuse_gemm_epilogue(graph: Graph) -> int:
             continue
         for lin_out in add.inputs:
             lin = gi.prod(lin_out, "linear.default")
+            wlin = gi.prod(lin_out, "npu.wlinear")
             res = other_input(add, lin_out)
+            if (lin is None and wlin is not None and not wlin.attrs.get("has_residual") and res is not None
+                    and res is not lin_out and gi.single_use(lin_out) and res.shape == lin_out.shape
+                    == add.outputs[0].shape and res.dtype == lin_out.dtype == add.outputs[0].dtype):
+                new = _new_node(add.name, "npu.wlinear", [*wlin.inputs, res], add.outputs[0],
+                                {**wlin.attrs, "has_residual": True})
+                gi.replace([wlin, add], new, add)
+                count += 1
+                break
             if lin is None or res is None or res is lin_out or not gi.single_use(lin_out):
                 continue
             if res.shape != add.outputs[0].shape or lin_out.shape != add.outputs[0].shape:

@@ -53,6 +53,25 @@ def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
     return 2 * m * n * k * batch
 
 
+def check_prologue(prologue: X.Expr, reduce: tuple[int, ...], a_shape: tuple[int, ...], first: int, dtype: str,
+                   kind: str, call: KernelCall, buffers: Sequence[BufferSpec], what: str = "operand b") -> None:
+    """A prologue computing operand a ([batch..., m, k] = `a_shape`) in `dtype`: reductions along a's rows only, loads
+    of arguments `first` and later only (the operands are not its to read), each of them a whole buffer; `dtype`: that
+    of `what`, which a's must be."""
+    k = a_shape[-1]
+    expect(reduce in ((), (k,)), f"a {kind} prologue reduces along a's rows of {k}, not over {list(reduce)}")
+    expect(prologue.dtype == dtype, f"a {kind} prologue of dtype {prologue.dtype} for {what} of {dtype}")
+    for i, r in enumerate(call.args[first:], first):
+        expect(r.is_whole(buffers[r.buffer].numel),
+               f"argument {i} of a {kind} with a prologue must be its whole buffer (loads carry their own maps)")
+    for n in X.walk(prologue):
+        expect(not isinstance(n, X.Acc), f"a {kind} prologue reads no accumulator")
+        if isinstance(n, X.Load | X.Gather):
+            expect(n.arg >= first, f"a {kind} prologue reads argument {n.arg}, an operand: it may read only "
+                                   f"arguments {first} and later")
+    check_expr(prologue, arg_context(call, buffers, a_shape, reduce, 1 if reduce else 0))
+
+
 @dataclass(frozen=True)
 class GemmKernel(KernelSpec):
     kind = "gemm"
@@ -120,22 +139,8 @@ class GemmKernel(KernelSpec):
         check_epilogue(self.epilogue, call, buffers, out, self.acc_groups)
 
     def _check_prologue(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
-        expect(self.prologue_reduce in ((), (self.k,)),
-               f"a gemm prologue reduces along a's rows of {self.k}, not over {list(self.prologue_reduce)}")
-        expect(self.prologue.dtype == dtype_of(buffers, call.args[self.b_arg]),
-               f"a gemm prologue of dtype {self.prologue.dtype} for operand b of "
-               f"{dtype_of(buffers, call.args[self.b_arg])}")
-        for i, r in enumerate(call.args[self.first_epilogue_arg:], self.first_epilogue_arg):
-            expect(r.is_whole(buffers[r.buffer].numel),
-                   f"argument {i} of a gemm with a prologue must be its whole buffer (loads carry their own maps)")
-        for n in X.walk(self.prologue):
-            expect(not isinstance(n, X.Acc), "a gemm prologue reads no accumulator")
-            if isinstance(n, X.Load | X.Gather):
-                expect(n.arg >= self.first_epilogue_arg,
-                       f"a gemm prologue reads argument {n.arg}, an operand: it may read only arguments "
-                       f"{self.first_epilogue_arg} and later")
-        check_expr(self.prologue, arg_context(call, buffers, self.a_shape, tuple(self.prologue_reduce),
-                                              1 if self.prologue_reduce else 0))
+        check_prologue(self.prologue, tuple(self.prologue_reduce), self.a_shape, self.first_epilogue_arg,
+                       dtype_of(buffers, call.args[self.b_arg]), "gemm", call, buffers)
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
         """m n k MACs per batch entry; per product element the scale (alpha != 1) and the bias (and its beta != 1);

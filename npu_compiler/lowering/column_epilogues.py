@@ -6,9 +6,10 @@ The kernel after a GEMM reads the GEMM's result at the same row and at columns t
 output widths apart (column j and column j + H of a result of G * H columns). Written apart, the GEMM stores G * H
 values a row and the next kernel reads them back; where the target runs it (`CodegenTarget.gemm_column_groups`: a
 decode step's GEMV computes column j of every group in one warp) the GEMM takes that kernel as an epilogue over
-column groups (`GemmKernel.acc_groups`): each of its loads of the result becomes `Acc(group)`, and the GEMM writes
-the kernel's output. A launch a layer less in a decode step, and nothing changes in what is computed: the epilogue
-reads the same rounded values the kernel read from memory.
+column groups (`GemmKernel.acc_groups`; a weight-only `wgemm` alike, where `CodegenTarget.wgemm_column_groups`):
+each of its loads of the result becomes `Acc(group)`, and the GEMM writes the kernel's output. A launch a layer less
+in a decode step, and nothing changes in what is computed: the epilogue reads the same rounded values the kernel read
+from memory.
 
 It applies to a pair of consecutive kernels only (so nothing between them can write what the epilogue reads), where
 the result is an intermediate that no other kernel touches, and the elementwise kernel reads it through plain loads
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 from ..errors import InternalError
 from ..expr import nodes as X
-from ..kernels import GemmKernel, GeneratedKernel, KernelCall
+from ..kernels import GemmKernel, GeneratedKernel, KernelCall, WGemmKernel
 from ..program import BufferSpec, contiguous_strides
 from ..targets.codegen import CodegenTarget
 from . import views as V
@@ -61,7 +62,7 @@ def _squeezed(shape: Sequence[int]) -> list[int]:
 def _fold(k1: KernelCall, k2: KernelCall, buffers: Sequence[BufferSpec], touched: dict[int, int],
           target: CodegenTarget) -> KernelCall | None:
     g1, g2 = k1.spec, k2.spec
-    if not (isinstance(g1, GemmKernel) and g1.acc_groups == 1 and g1.epilogue is None):
+    if not (isinstance(g1, GemmKernel | WGemmKernel) and g1.acc_groups == 1 and g1.epilogue is None):
         return None
     if not (isinstance(g2, GeneratedKernel) and not g2.reduce_shape and not g2.row_dims and g2.scatter is None):
         return None
@@ -129,6 +130,8 @@ def _fold(k1: KernelCall, k2: KernelCall, buffers: Sequence[BufferSpec], touched
     except ValueError as e:
         raise InternalError("folding a column epilogue", f"kernels {k1.name} and {k2.name} made an invalid gemm: "
                                                          f"{e}") from e
+    if isinstance(spec, WGemmKernel):
+        return call if target.wgemm_column_groups(call, buffers) else None
     return call if target.gemm_column_groups(call, buffers) else None
 
 

@@ -316,16 +316,19 @@ class Lowering:
                 and out.is_whole(self.buffers[out.buffer].numel) and out.is_contiguous()
                 and self.refs.get(id(node.outputs[0])) is out)
 
-    def prologue(self, a: TensorRef, b: TensorRef, batch: tuple[int, ...], m: int, k: int,
-                 origins: list[str]) -> X.Expr | None:
+    def prologue(self, a: TensorRef, b: TensorRef | None, batch: tuple[int, ...], m: int, k: int,
+                 origins: list[str], fits: Callable[[bool], bool] | None = None) -> X.Expr | None:
         """The expression of a GEMM's operand `a` (a view [batch..., m, k]) where it is a pending result the target
-        computes in the GEMM's prologue; None where it is read from memory (written first if pending)."""
+        computes in the GEMM's prologue; None where it is read from memory (written first if pending). `fits(reduces)`
+        asks the target in place of `gemm_prologue` (a weight-only GEMM's operand b is codes)."""
         p = self.pending.get(a.buffer)
         if p is None:
             return None
         e = None
-        if m <= self.gemm_prologue_rows and self.target.gemm_prologue(m, k, batch, self.dtype_of(a), b,
-                                                                       self.dtype_of(b), bool(p.reduce_shape)):
+        if fits is None:
+            def fits(reduces: bool) -> bool:
+                return self.target.gemm_prologue(m, k, batch, self.dtype_of(a), b, self.dtype_of(b), reduces)
+        if m <= self.gemm_prologue_rows and fits(bool(p.reduce_shape)):
             e = compose(p, tuple(a.strides), a.offset, tuple(a.shape), len(a.shape), prologue=True)
         if e is None:
             self.materialize(a.buffer)

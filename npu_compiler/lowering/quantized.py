@@ -116,16 +116,36 @@ def qadd(L: Lowering, node: Node) -> None:
 
 @lowers("npu.wlinear", kernels=("wgemm",))
 def wlinear(L: Lowering, node: Node) -> None:
-    """inputs: x (float [..., K]), the int8 weight or packed int4 codes, scales, [zero points], [bias]."""
+    """inputs: x (float [..., K]), the int8 weight or packed int4 codes, scales, [zero points], [bias], [residual]
+    (fuse_gemm_epilogue: added to the product rounded to the output dtype, as the float linear's). A pending norm
+    before it becomes the record's prologue where the target computes it in the GEMV (`wgemm_prologue`)."""
+    from .library import epilogue_of
+
     a = node.attrs
     x_v, out_v = node.inputs[0], node.outputs[0]
     k = x_v.shape[-1]
     rows = math.prod(x_v.shape[:-1])
-    x = L.ref(x_v)
-    x2 = V.reshape(x, (rows, k)) or V.reshape(L.contiguous(x), (rows, k))
     bits = int(a["bits"])
     n = node.inputs[1].shape[0]
-    args = [x2, *(L.ref(v) for v in node.inputs[1:])]
-    spec = WGemmKernel(rows, n, k, (), bits, int(a["group"]), bool(a["has_bias"]))
+    x = L.ref(x_v, pending_ok=True)
+    x2 = V.reshape(x, (rows, k)) or V.reshape(L.contiguous(x), (rows, k))
+    origins: list[str] = []
+    prologue = L.prologue(x2, None, (), rows, k, origins,
+                          fits=lambda reduces: L.target.wgemm_prologue(rows, k, bits, int(a["group"]), L.dtype_of(x2),
+                                                                       reduces))
+    has_residual = bool(a.get("has_residual", False))
+    weights = node.inputs[1:-1] if has_residual else node.inputs[1:]
+    args = [] if prologue is not None else [L.gemm_operand(x2)]
+    args += [L.ref(v) for v in weights]
+    epilogue = None
+    if has_residual:
+        res = L.ref(node.inputs[-1], pending_ok=True)
+        res2 = V.reshape(res, (rows, n)) or V.reshape(L.contiguous(res), (rows, n))
+        epilogue = epilogue_of(L, (rows, n), out_v.dtype, res2, (), origins)
+    epilogue, extra, prologue = L.epilogue_args(epilogue, len(args), prologue)
+    reduce = (k,) if prologue is not None and any(isinstance(e, X.Reduce) for e in X.walk(prologue)) else ()
+    spec = WGemmKernel(rows, n, k, (), bits, int(a["group"]), bool(a["has_bias"]), epilogue, prologue, reduce)
     out = L.fresh(out_v)
-    L.emit(spec, args, [V.reshape(out, (rows, n))])
+    kcall = L.emit(spec, args + extra, [V.reshape(out, (rows, n))])
+    if origins:
+        kcall.nodes = list(dict.fromkeys([*origins, *kcall.nodes]))

@@ -181,6 +181,12 @@ def kernel_work(program: CompiledProgram, k: KernelCall, placement: Placement | 
         return ConvWork(n, c, h, wd, o, kh, kw, ho, wo, read(0), read(1), written(), tuple(spec.stride),
                         tuple(spec.padding), tuple(spec.dilation), spec.groups, elem(x), reads_except(0, 1) + spills,
                         cost.vector_ops, k.name, side_c, staging, (dtype(x), dtype(w)), dtype(out))
+    if isinstance(spec, WGemmKernel) and spec.prologue is not None:  # A computed on chip (as a float GEMM's)
+        b, out = k.args[0], k.outs[0]
+        a_op = Operand(math.prod(spec.a_shape) * elem(out), on_chip=True)
+        return GemmWork(spec.m, spec.n, spec.k, a_op, read(0), written(), elem(out), elem(b), elem(out),
+                        math.prod(spec.batch), reads_except(0) + spills, cost.vector_ops, k.name, staging,
+                        cost.mac_dtypes, dtype(out))
     if isinstance(spec, QGemmKernel | WGemmKernel):  # int8 x int8 MACs; weight-only: the weight's codes read once
         a, b, out = k.args[0], k.args[1], k.outs[0]
         return GemmWork(spec.m, spec.n, spec.k, read(0), read(1), written(), elem(a), elem(b), elem(out),

@@ -89,6 +89,16 @@ class CodegenTarget:
         `reduces`), folded into the kernel (`GemmKernel.prologue`). Default: no."""
         return False
 
+    def wgemm_prologue(self, m: int, k: int, bits: int, group: int, a_dtype: str, reduces: bool) -> bool:
+        """Whether a weight-only GEMM (`wgemm`) of m rows, K = `k`, `bits`-bit codes (int4: `group` codes a scale),
+        may compute its operand (of `a_dtype`) in a prologue, as `gemm_prologue` asks for a float GEMM. Default: no."""
+        return False
+
+    def wgemm_column_groups(self, call, buffers) -> bool:
+        """Whether the target runs this `wgemm` call with an epilogue over column groups, as `gemm_column_groups`
+        asks for a float GEMM. Default: no."""
+        return False
+
     def gemm_column_groups(self, call, buffers) -> bool:
         """Whether the target runs this GEMM call (a KernelCall over `buffers`) whose epilogue combines groups of the
         product's columns (`GemmKernel.acc_groups`, lowering/column_epilogues.py). Default: no."""

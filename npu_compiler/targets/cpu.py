@@ -16,6 +16,9 @@ class CpuTarget(CodegenTarget):
     def gemm_column_groups(self, call, buffers) -> bool:
         return True  # the reference runs any GEMM
 
+    def wgemm_column_groups(self, call, buffers) -> bool:
+        return True
+
     def conv_side(self, call, buffers) -> bool:
         return True  # and any conv with a side conv
 

@@ -15,8 +15,10 @@ The CPU reference is the spec: every integer result equals it bit for bit.
   clamp) and stores int8.
 - `qadd` is elementwise, in the reference's 64-bit arithmetic (its products wrap modulo 2^64 as NumPy's int64 do).
 - `wgemm` is a GEMV (wgemv.py) where codes and activations lie in 16-byte aligned rows: several weight rows a warp,
-  16-byte loads of both, decoded to f32 in registers, split along K where the columns are too few for the device.
-  Elsewhere (odd K, strided views) a warp per output column reads a code at a time.
+  16-byte loads of both, decoded to f32 in registers, split along K where the columns are too few for the device,
+  with its folds (a norm's prologue, column groups, the epilogue). Elsewhere (odd K, strided views) a warp per output
+  column reads a code at a time and computes the epilogue (the lowering folds a prologue or column groups only where
+  the GEMV runs: `CudaTarget.wgemm_prologue`, `wgemm_column_groups`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from ...errors import NPUCompileError
 from ...kernels import QAddKernel, QConv2dKernel, QGemmKernel, WGemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine, max_extent, ptrs_of
-from .common import CUDA, PRELUDE, WAIT, index_type, load_expr, mma_sync_ok, storage, store_expr
-from .wgemv import WARPS as WGEMV_WARPS
+from .common import CUDA, PRELUDE, WAIT, index_type, load_expr, mma_sync_ok, round_expr, storage, store_expr
+from .library import render_epilogue
 from .wgemv import wgemv, wgemv_applies
 
 # mma.sync m16n8k32 with 8-bit operands (PTX ISA): the instruction's shape, not a device size
@@ -397,11 +399,14 @@ def _wgemm_vector(spec: WGemmKernel, q: TensorRef) -> bool:
 def wgemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
     """The GEMV of wgemv.py where its rows are 16-byte aligned, else a warp per output column reading a code at a
     time (see the module's docstring)."""
-    if wgemv_applies(k, program):
-        return wgemv(k, program, dev, _signature(k, program, 32 * WGEMV_WARPS))
+    if wgemv_applies(k, program, dev):
+        return wgemv(k, program, dev, render_epilogue)
     spec: WGemmKernel = k.spec
     if spec.batch:
         raise NPUCompileError(f"kernel {k.name}: the cuda target's wgemm takes no batch dims")
+    if spec.prologue is not None or spec.acc_groups > 1:
+        raise NPUCompileError(f"kernel {k.name}: the cuda target computes a wgemm's prologue or column groups only in "
+                              "its GEMV (16-byte aligned rows of codes, K a multiple of 16 codes; int4 groups of 32)")
     a, q, s, out = k.args[0], k.args[1], k.args[2], k.outs[0]
     ad, od = _dt(program, a), _dt(program, out)
     ityp = _ityp(*k.args, out)
@@ -445,9 +450,17 @@ def wgemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
     out_at = affine([("(r0 + rr)", out.strides[0]), ("n", out.strides[1])], out.offset)
     bias = ""
     if spec.bias:
-        b = k.args[-1]
+        i = spec.first_epilogue_arg - 1
+        b = k.args[i]
         b_at = affine([("n", b.strides[0])], b.offset)
-        bias = f"v = __fadd_rn(v, {load_expr(od, f'a{len(k.args) - 1}[{b_at}]')});"
+        bias = f"v = __fadd_rn(v, {load_expr(od, f'a{i}[{b_at}]')});"
+    value, value_dtype, epilogue = "v", "float32", []
+    if spec.epilogue is not None:
+        epilogue = [f"      const {ityp} o0 = r0 + rr, o1 = n;", f"      const float accv = {round_expr('v', od)};"]
+        body, value = render_epilogue(spec.epilogue, k, program, [f"a{i}" for i in range(len(k.args))], "accv",
+                                      ityp, "      ")
+        epilogue += body
+        value_dtype = spec.epilogue.dtype
     src = "\n".join([PRELUDE, _signature(k, program, 32 * WGEMM_WARPS) + " {", WAIT,
                      "  const int lane = threadIdx.x & 31;",
                      f"  for ({ityp} n = ({ityp})blockIdx.x * {WGEMM_WARPS} + (threadIdx.x >> 5); n < {spec.n}; "
@@ -459,8 +472,8 @@ def wgemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
                      f"    for (int rr = 0; rr < {rows} && r0 + rr < {spec.m}; rr++) {{",
                      "      float v = p[rr];",
                      "      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
-                     f"      {bias}",
-                     f"      if (lane == 0) out0[{out_at}] = {store_expr(od, 'v', 'float32')};",
+                     f"      {bias}", *epilogue,
+                     f"      if (lane == 0) out0[{out_at}] = {store_expr(od, value, value_dtype)};",
                      "    }", "  }", "  }", "}"])
     grid = min(-(-spec.n // WGEMM_WARPS), CUDA.max_grid) if spec.n and spec.m else 0
     return src + "\n", Launch((grid, 1, 1), 32 * WGEMM_WARPS, ptrs_of(k))

@@ -46,6 +46,7 @@ from .library import (
 )
 from .merge import groups as merge_groups
 from .merge import merged, part_text
+from .wgemv import wgemv_fits, wgemv_shape_fits
 
 
 @dataclass
@@ -138,6 +139,13 @@ class CudaTarget(CodegenTarget):
     def conv_side(self, call, buffers) -> bool:
         # on tensor cores only (the direct kernel runs a side conv too, on a GPU without them: slower, not wrong)
         return mma_sync_ok(self.profile) and side_fits(call, buffers, self.profile)
+
+    def wgemm_prologue(self, m, k, bits, group, a_dtype, reduces) -> bool:
+        # norms only, as a float GEMV's (gemm_prologue), where the weight-only GEMV runs it
+        return reduces and wgemv_shape_fits(m, k, bits, group, a_dtype, self.profile, prologue=True)
+
+    def wgemm_column_groups(self, call, buffers) -> bool:
+        return wgemv_fits(call, buffers, self.profile)
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # a decode step's gate/up projection with SiLU(gate) * up as its epilogue on the GEMV; a prefill's on the

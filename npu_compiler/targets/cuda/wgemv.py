@@ -1,30 +1,48 @@
-"""The weight-only GEMV (`wgemm` with its codes and activations in 16-byte aligned rows along K): a decode step's
-projections, which stream int8 or packed int4 weights once at close to the copy bandwidth.
+"""The weight-only GEMV (`wgemm` with its codes, and its activations where it reads them, in 16-byte aligned rows
+along K): a decode step's projections, which stream int8 or packed int4 weights once at close to the copy bandwidth,
+with the folds the bf16 GEMV has (gemv.py): the RMSNorm before the projection as a prologue, SiLU(gate) * up over
+column groups, the residual add as the epilogue.
 
-It follows the bf16 GEMV (gemv.py): a block of WARPS warps, each output column `splits` warps (splits_for: more
-where there are too few columns to keep enough loads in flight, as in the down projection), the lanes striding over
-K in 16-byte chunks of codes (16 int8 or 32 int4), and one wave of blocks walking column groups in a grid-stride
-loop. Each warp takes COLS weight rows at once: their chunks are loaded together (COLS loads in flight a lane before
-any is used) and each activation chunk, read with 16-byte loads and unpacked to f32 once, serves all of them. The
-codes are decoded in registers: int8 accumulates sum a q and applies the channel's scale once at the end; int4 sums
-a chunk's sum a q and sum a (a chunk lies in one group when the group is a multiple of 32) and adds scale * (sum a q -
-zero * sum a), so a group's scale and zero point are read once a chunk, not once a code. The warps' sums meet in
-shared memory; the first warp of a column adds the bias and stores. The products are f32 in another order than the
-reference's (scale applied after the sum), within float32 summation-order error (docs/tolerances.md).
+Layout. A block of WARPS warps, one wave of blocks (at most WAVE_BLOCKS_PER_SM an SM), each walking tiles of output
+columns in a grid-stride loop, the tiles shared out evenly (as few blocks as take the same number of rounds). A warp
+takes `cpw` output columns of a tile and with them their weight rows: one a column, or with G column groups
+(`acc_groups`) the G rows of a column (gate and up), so a warp finishes its columns itself. A column gets `splits`
+warps where there are too few columns to keep the device's warps loading (splits_for: the down projection), their
+sums meeting in shared memory. The lanes stride over K in 16-byte chunks of codes (16 int8 or 32 int4), a lane's
+whole share of its rows loaded before any is used (its `batch` of chunks a row), and the first tile's share loaded
+before the wait for the kernel before (programmatic dependent launch: no kernel writes a weight), so the weight
+stream starts while that kernel and this one's prologue run; where a lane's share is one batch, the next tile's
+loads are issued before this tile's sums, barrier and epilogue.
+
+Decoding in registers, without conversion instructions (a quarter of the FMA rate, which at these bandwidths would
+bind): a code goes into the mantissa of 2^23 (`__byte_perm` of the byte, its sign flipped for int8, or of a nibble
+masked into a byte for int4) and 2^23 (+ 128) is subtracted, which is exact. int8 sums a q and applies the channel's
+scale once at the end; int4 sums a chunk's a q and a (a chunk lies in one group when the group is a multiple of 32)
+and adds scale * (sum a q - zero * sum a), so a group's scale and zero point are read once a chunk. The products are
+f32 in another order than the reference's (the scale after the sum), within float32 summation-order error
+(docs/tolerances.md). Then the bias, the product rounded to the output dtype where an epilogue reads it (`Acc`, as
+the unfused graph stores it), the epilogue, the store.
+
+A prologue (the norm) is computed by every block into shared memory first, as the bf16 GEMV's (its renderer), and
+the warps read the rows from there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...dtypes import itemsize
 from ...kernels import WGemmKernel
-from ...program import CompiledProgram, KernelCall, TensorRef
-from ..clike import Launch, affine, ptrs_of
-from .common import CUDA, PRELUDE, WAIT, load_expr, store_expr, unpack16
-from .gemv import WAVE_BLOCKS_PER_SM, splits_for
+from ...program import BufferSpec, CompiledProgram, KernelCall, TensorRef
+from ..clike import KernelText, Launch, affine, max_extent, ptrs_of
+from .common import CUDA, PRELUDE, WAIT, WEIGHTS_BEGIN, WEIGHTS_END, load_expr, round_expr, store_expr, unpack16
+from .gemv import GEMV_MAX_M, _prologue_prefetch, _prologue_rows, prologue_bytes, splits_for
 
 WARPS = 8  # a block's warps
-COLS = 2  # weight rows a warp streams at once (4 where a row is less than a warp of chunks: more loads in flight)
-ROWS = 4  # activation rows a warp keeps sums for (a prefill's longer operand is walked ROWS rows at a time)
+WAVE_BLOCKS_PER_SM = 4  # blocks an SM (the launch bounds: 64 registers a thread), as the bf16 GEMV's wave
+COLS = 2  # output columns a warp (4 where a row is less than a warp of chunks: more loads in flight)
+MAX_LOADS = 8  # 16-byte weight loads a lane holds at once (its rows times its batch): 32 registers
+ROWS = 4  # activation rows a warp keeps sums for (a longer operand is walked ROWS rows at a time)
 _FLOAT = ("bfloat16", "float16", "float32")
 PREFETCH_LINE = 128  # bytes an L2 prefetch brings (a cache line)
 HELPERS = """__device__ __forceinline__ void npu_prefetch_l2(const void* p) {
@@ -38,149 +56,260 @@ def _aligned(ref: TensorRef, elems: int) -> bool:
     return ref.strides[-1] == 1 and ref.offset % elems == 0 and (ref.shape[0] <= 1 or ref.strides[0] % elems == 0)
 
 
-def wgemv_applies(k: KernelCall, program: CompiledProgram) -> bool:
-    """This kernel runs the call: no batch dims, codes and activations in 16-byte aligned rows, a float activation
-    dtype, and (int4) groups of whole 32-code chunks."""
-    spec: WGemmKernel = k.spec
-    a, q = k.args[0], k.args[1]
-    ad = program.dtype_of(a)
-    per = 16 if spec.bits == 8 else 32  # codes a 16-byte load holds
-    if spec.batch or ad not in _FLOAT or spec.k % per or (spec.bits == 4 and spec.group % per):
+def _per(bits: int) -> int:
+    return 16 if bits == 8 else 32  # codes a 16-byte load holds
+
+
+def wgemv_shape_fits(m: int, k: int, bits: int, group: int, a_dtype: str, dev, prologue: bool) -> bool:
+    """Whether this kernel runs a wgemm of this shape: a float activation dtype, K in whole 16-byte chunks of codes,
+    (int4) groups of whole 32-code chunks, and a prologue's rows (at most GEMV_MAX_M) in shared memory."""
+    per = _per(bits)
+    if a_dtype not in _FLOAT or k % per or (bits == 4 and group % per) or m < 1:
         return False
-    return _aligned(q, 16) and _aligned(a, 16 // itemsize(ad))
+    return not prologue or (m <= GEMV_MAX_M and m * k * itemsize(a_dtype) <= prologue_bytes(dev))
+
+
+def wgemv_fits(k: KernelCall, buffers: Sequence[BufferSpec], dev) -> bool:
+    """This kernel runs the call: no batch dims, the shape (wgemv_shape_fits), codes (and activations read from
+    memory) in 16-byte aligned rows."""
+    spec: WGemmKernel = k.spec
+    od = buffers[k.outs[0].buffer].dtype
+    pro = spec.prologue is not None
+    if spec.batch or not wgemv_shape_fits(spec.m, spec.k, spec.bits, spec.group, od, dev, pro):
+        return False
+    if not _aligned(k.args[spec.w_arg], 16):
+        return False
+    return pro or (buffers[k.args[0].buffer].dtype == od and _aligned(k.args[0], 16 // itemsize(od)))
+
+
+def wgemv_applies(k: KernelCall, program: CompiledProgram, dev) -> bool:
+    return wgemv_fits(k, program.buffers, dev)
 
 
 def _code(bits: int, word: str, e: int) -> str:
-    """Code e of a 16-byte chunk (the uint4's words in w_[c][0..3]) as a float."""
+    """Code e (of the 4 int8 or 8 int4 codes of the 32-bit `word`) as an exact float, through the mantissa of 2^23
+    (see the module's docstring)."""
     if bits == 8:
-        return f"(float)(signed char)({word}[{e // 4}] >> {8 * (e % 4)})"
-    return f"(float)(({word}[{e // 8}] >> {4 * (e % 8)}) & 15u)"
+        return f"(__uint_as_float(__byte_perm({word} ^ 0x80808080u, 0x4B000000u, 0x754{e})) - 8388736.0f)"
+    nib = f"({word} & 0x0F0F0F0Fu)" if e % 2 == 0 else f"(({word} >> 4) & 0x0F0F0F0Fu)"
+    return f"(__uint_as_float(__byte_perm({nib}, 0x4B000000u, 0x754{e // 2})) - 8388608.0f)"
 
 
-def _chunk(spec: WGemmKernel, ad: str, a: TensorRef, rows: int, cols: int) -> list[str]:
-    """One lane's chunk `ch` of K for COLS columns and `rows` rows: the weight loads first, then each row's
-    activations, unpacked a 16-byte load at a time, multiplied into every column's sum."""
-    per = 16 if spec.bits == 8 else 32
+class _Plan:
+    """The GEMV's shape for one call on one device (see the module's docstring)."""
+
+    def _tiles(self, cpw: int, splits: int) -> int:
+        return -(-self.out_n // ((WARPS // splits) * cpw))
+
+    def __init__(self, spec: WGemmKernel, dev) -> None:
+        self.per = _per(spec.bits)
+        self.chunks = spec.k // self.per
+        self.groups = spec.acc_groups
+        self.out_n = spec.out_n
+        cpw = 1 if self.groups > 1 else (COLS if self.chunks >= 32 else 2 * COLS)
+        splits = min(splits_for(-(-self.out_n // cpw), self.chunks, dev), WARPS)
+        # fewer columns a warp, then more warps a column, where the tiles would not give every SM a block (a short
+        # projection: Qwen2.5-1.5B's o projection at int4 is 96 tiles of 16 columns)
+        while cpw > 1 and self._tiles(cpw, splits) < dev.multiprocessors:
+            cpw //= 2
+        while (splits < WARPS and self._tiles(cpw, splits) < dev.multiprocessors
+               and self.chunks >= 2 * 32 * splits):
+            splits *= 2
+        self.cpw, self.splits = cpw, splits
+        self.rows = cpw * self.groups  # weight rows a warp
+        self.col_groups = WARPS // splits  # warps' column sets a block
+        self.tile = self.col_groups * cpw  # output columns a tile
+        self.tiles = self._tiles(cpw, splits)
+        share = -(-self.chunks // (32 * self.splits))  # chunks a lane of a row
+        self.batch = max(1, min(share, MAX_LOADS // self.rows))
+        self.whole_row = self.batch >= share
+        self.rm = min(spec.m, ROWS)  # activation rows at once
+        per_sm = max(1, min(WAVE_BLOCKS_PER_SM, dev.max_threads_per_multiprocessor // (32 * WARPS)))
+        self.per_sm = per_sm
+        grid = min(self.tiles, dev.multiprocessors * per_sm, CUDA.max_grid)
+        self.grid = -(-self.tiles // -(-self.tiles // grid)) if self.tiles and spec.m else 0
+        # the next tile's loads issued early: one batch a lane's whole share, one pass over the activation rows
+        self.ahead = self.whole_row and spec.m <= self.rm and self.grid < self.tiles
+
+
+def _weight_rows(spec: WGemmKernel, q: TensorRef, p: _Plan, ityp: str, base: str) -> list[str]:
+    """`wp[j]`: weight row j of the warp (column n0 + j / G, group j % G) as uint4s; columns past the end read the
+    last column's row (their sums are dropped)."""
+    row = affine([(f"((long long)(j % {p.groups}) * {p.out_n} + min({base} + j / {p.groups}, "
+                   f"(long long){p.out_n - 1}))", q.strides[0])], q.offset)
+    return [f"    const uint4* wp[{p.rows}];", "    #pragma unroll",
+            f"    for (int j = 0; j < {p.rows}; j++) wp[j] = (const uint4*)(a{spec.w_arg} + {row});"]
+
+
+def _load_batch(p: _Plan, v0: str, indent: str) -> list[str]:
+    """The lane's batch of chunks of every row of the warp into w[j][b]."""
+    return [f"{indent}#pragma unroll", f"{indent}for (int j = 0; j < {p.rows}; j++)",
+            f"{indent}  #pragma unroll", f"{indent}  for (int b = 0; b < {p.batch}; b++) {{",
+            f"{indent}    const int ch = {v0} + b * {32 * p.splits};",
+            f"{indent}    w[j][b] = ch < {p.chunks} ? __ldcs(wp[j] + ch) : make_uint4(0u, 0u, 0u, 0u);",
+            f"{indent}  }}"]
+
+
+def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a_row: str) -> list[str]:
+    """The lane's batch multiplied into p_[r][j]: each activation chunk, 16 bytes at a time, unpacked once and used by
+    every row of the warp."""
     vec = 16 // itemsize(ad)
-    lines = [f"      const int k0 = ch * {per};",
-             f"      unsigned w_[{cols}][4];",
-             "      #pragma unroll",
-             f"      for (int c = 0; c < {cols}; c++) {{",
-             f"        const uint4 v = n0 + c < {spec.n} ? __ldg(wrow[c] + ch) : make_uint4(0u, 0u, 0u, 0u);",
-             "        w_[c][0] = v.x; w_[c][1] = v.y; w_[c][2] = v.z; w_[c][3] = v.w;", "      }",
-             "      #pragma unroll", f"      for (int r = 0; r < {rows}; r++) {{",
-             f"        if (r0 + r >= {spec.m}) break;",
-             f"        float d_[{cols}] = {{}};" + (" float s_ = 0.0f;" if spec.bits == 4 else "")]
-    at = affine([("(r0 + r)", a.strides[0]), ("k0", 1)], a.offset)
-    for j in range(per // vec):
-        lines += ["        {", f"          const uint4 x4 = *(const uint4*)(a0 + {at} + {j * vec});",
-                  f"          float x_[{vec}];", *(f"          {s}" for s in unpack16(ad, "x4", "x_"))]
-        for e in range(vec):
-            code = e + j * vec
-            lines.append(f"          s_ += x_[{e}];" if spec.bits == 4 else "")
-            lines += [f"          d_[{c}] = fmaf(x_[{e}], {_code(spec.bits, f'w_[{c}]', code)}, d_[{c}]);"
-                      for c in range(cols)]
-        lines.append("        }")
-    if spec.bits == 8:
-        lines += [f"        #pragma unroll\n        for (int c = 0; c < {cols}; c++) p[r][c] += d_[c];"]
-    else:
-        s, z = k_scale_zero(spec)
-        lines += ["        #pragma unroll", f"        for (int c = 0; c < {cols}; c++) {{",
-                  f"          if (n0 + c >= {spec.n}) break;",
-                  f"          p[r][c] = fmaf({s}, d_[c] - {z} * s_, p[r][c]);", "        }"]
-    lines += ["      }"]
-    return [ln for ln in lines if ln]
-
-
-def k_scale_zero(spec: WGemmKernel) -> tuple[str, str]:
-    """The (scale, zero point) of column n0 + c's group at k0 (int4), read through the pointers set per column."""
-    return f"a2[srow[c] + k0 / {spec.group}]", f"(float)a3[zrow[c] + k0 / {spec.group}]"
-
-
-def _column_pointers(spec: WGemmKernel, q: TensorRef, k: KernelCall, cols: int) -> list[str]:
-    """Per column c of the warp: its code row as uint4s, and (int4) where its scales and zero points start."""
-    row = affine([("(n0 + c)", q.strides[0])], q.offset)
-    lines = [f"    const uint4* wrow[{cols}];"]
-    body = [f"      wrow[c] = (const uint4*)(a1 + (n0 + c < {spec.n} ? {row} : {q.offset}));"]
+    words = ("x", "y", "z", "w")
+    codes_per_word = 4 if spec.bits == 8 else 8
+    lines = ["      #pragma unroll", f"      for (int b = 0; b < {p.batch}; b++) {{",
+             f"        const int ch = v0 + b * {32 * p.splits};", f"        if (ch >= {p.chunks}) break;",
+             f"        const int k0 = ch * {p.per};"]
     if spec.bits == 4:
-        s, z = k.args[2], k.args[3]
-        lines.append(f"    long long srow[{cols}], zrow[{cols}];")
-        body += [f"      srow[c] = {affine([('(n0 + c)', s.strides[0])], s.offset)};",
-                 f"      zrow[c] = {affine([('(n0 + c)', z.strides[0])], z.offset)};"]
-    return lines + ["    #pragma unroll", f"    for (int c = 0; c < {cols}; c++) {{", *body, "    }"]
+        w0 = spec.w_arg
+        s, z = k.args[w0 + 1], k.args[w0 + 2]
+        g = f"(k0 / {spec.group})"
+        row = f"((long long)(j % {p.groups}) * {p.out_n} + min(n0 + j / {p.groups}, (long long){p.out_n - 1}))"
+        lines += [f"        float sc_[{p.rows}], zp_[{p.rows}];", "        #pragma unroll",
+                  f"        for (int j = 0; j < {p.rows}; j++) {{",
+                  f"          sc_[j] = a{w0 + 1}[{affine([(row, s.strides[0]), (g, s.strides[1])], s.offset)}];",
+                  f"          zp_[j] = (float)a{w0 + 2}[{affine([(row, z.strides[0]), (g, z.strides[1])], z.offset)}];",
+                  "        }"]
+    lines += ["        #pragma unroll", f"        for (int r = 0; r < {p.rm}; r++) {{",
+              f"          if (r0 + r >= {spec.m}) break;",
+              f"          float d_[{p.rows}] = {{}};" + (" float s_ = 0.0f;" if spec.bits == 4 else "")]
+    for jv in range(p.per // vec):
+        lines += ["          {", f"            const uint4 x4 = *(const uint4*)({a_ptr} + {a_row} + k0 + {jv * vec});",
+                  f"            float x_[{vec}];", *(f"            {ln}" for ln in unpack16(ad, "x4", "x_"))]
+        for e in range(vec):
+            c = jv * vec + e
+            if spec.bits == 4:
+                lines.append(f"            s_ += x_[{e}];")
+            lines += [f"            d_[{j}] = fmaf(x_[{e}], "
+                      f"{_code(spec.bits, f'w[{j}][b].{words[c // codes_per_word]}', c % codes_per_word)}, d_[{j}]);"
+                      for j in range(p.rows)]
+        lines.append("          }")
+    if spec.bits == 8:
+        lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] += d_[j];")
+    else:
+        lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] = fmaf(sc_[j], d_[j] - zp_[j] * s_, "
+                     "p_[r][j]);")
+    return lines + ["        }", "      }"]
 
 
-def _finish(k: KernelCall, program: CompiledProgram, rows: int, splits: int, cols: int) -> list[str]:
-    """The warps' sums into shared memory, then the first warp of each column adds them up (lane i: row i / COLS,
-    column i % COLS), applies the int8 scale and the bias, and stores."""
+def _finish(k: KernelCall, program: CompiledProgram, p: _Plan, render_epilogue, ityp: str) -> list[str]:
+    """The warp's sums reduced by shuffles into shared memory; then lane r * cpw + c of a column's first warp adds its
+    split warps' sums for row r0 + r, column n0 + c, every group: scale (int8), bias, epilogue, store."""
     spec: WGemmKernel = k.spec
     out, od = k.outs[0], program.dtype_of(k.outs[0])
-    vals = rows * cols
-    lines = ["    #pragma unroll", f"    for (int r = 0; r < {rows}; r++)", "      #pragma unroll",
-             f"      for (int c = 0; c < {cols}; c++) {{", "        float v = p[r][c];",
+    sync = "__syncthreads();" if p.splits > 1 else "__syncwarp();"
+    vals = p.rm * p.rows
+    lines = ["    #pragma unroll", f"    for (int r = 0; r < {p.rm}; r++)", "      #pragma unroll",
+             f"      for (int j = 0; j < {p.rows}; j++) {{", "        float v = p_[r][j];",
              "        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
-             f"        if (lane == 0) red_[warp][r * {cols} + c] = v;", "      }", "    __syncthreads();",
-             f"    if (part == 0 && lane < {vals}) {{",
-             f"      const int r = lane / {cols}, c = lane % {cols};", "      float v = 0.0f;",
-             f"      for (int s = 0; s < {splits}; s++) v += red_[warp + s][lane];",
-             f"      if (r0 + r < {spec.m} && n0 + c < {spec.n}) {{"]
-    if spec.bits == 8:
-        s = k.args[2]
-        lines.append(f"        v *= a2[{affine([('(n0 + c)', s.strides[0])], s.offset)}];")
-    if spec.bias:
-        b = k.args[-1]
-        at_b = affine([("(n0 + c)", b.strides[0])], b.offset)
-        lines.append(f"        v = __fadd_rn(v, {load_expr(od, f'a{len(k.args) - 1}[{at_b}]')});")
-    at = affine([("(r0 + r)", out.strides[0]), ("(n0 + c)", out.strides[1])], out.offset)
-    lines += [f"        out0[{at}] = {store_expr(od, 'v', 'float32')};", "      }", "    }", "    __syncthreads();"]
+             f"        if (lane == 0) red_[warp][r * {p.rows} + j] = v;", "      }", f"    {sync}",
+             f"    if (part == 0 && lane < {p.rm * p.cpw}) {{",
+             f"      const int r = lane / {p.cpw}, c = lane % {p.cpw};",
+             f"      const {ityp} o0 = r0 + r, o1 = n0 + c;",
+             f"      if (o0 < {spec.m} && o1 < {p.out_n}) {{"]
+    accs = []
+    for g in range(p.groups):
+        lines += [f"        float v{g} = 0.0f;",
+                  f"        for (int s = 0; s < {p.splits}; s++) v{g} += red_[warp + s][r * {p.rows} + c * {p.groups}"
+                  f" + {g}];"]
+        col = f"({g * p.out_n} + o1)"
+        if spec.bits == 8:
+            s = k.args[spec.w_arg + 1]
+            lines.append(f"        v{g} *= a{spec.w_arg + 1}[{affine([(col, s.strides[0])], s.offset)}];")
+        if spec.bias:
+            i = spec.first_epilogue_arg - 1
+            b = k.args[i]
+            at = affine([(col, b.strides[0])], b.offset)
+            lines.append(f"        v{g} = __fadd_rn(v{g}, {load_expr(od, f'a{i}[{at}]')});")
+        if spec.epilogue is not None:
+            lines.append(f"        const float acc{g} = {round_expr(f'v{g}', od)};")
+            accs.append(f"acc{g}")
+    value, value_dtype = "v0", "float32"
+    if spec.epilogue is not None:
+        names = [f"a{i}" for i in range(len(k.args))]
+        body, value = render_epilogue(spec.epilogue, k, program, names, accs if p.groups > 1 else accs[0], ityp,
+                                      "        ")
+        lines += body
+        value_dtype = spec.epilogue.dtype
+    at = affine([("o0", out.strides[0]), ("o1", out.strides[1])], out.offset)
+    lines += [f"        out0[{at}] = {store_expr(od, value, value_dtype)};", "      }", "    }", f"    {sync}"]
+    assert vals <= 32 * WARPS
     return lines
 
 
-def _prefetch(spec: WGemmKernel, q: TensorRef, cols: int, groups: int, splits: int) -> list[str]:
-    """This warp's share of its first column group's code rows into L2 while the kernels before this one still run
-    (no kernel writes a weight, and a prefetch is a hint): decode alternates these weight streams with short
-    latency-bound kernels (norms, RoPE, attention), as the bf16 GEMV does (gemv.py)."""
+def _prefetch(spec: WGemmKernel, q: TensorRef, p: _Plan) -> list[str]:
+    """This warp's share of its first tile's code rows into L2 while the kernels before this one still run (a prefetch
+    is a hint), where the first batch loaded before the wait is not all of them."""
     row_bytes = spec.k * spec.bits // 8
-    row = affine([("(f0 + c)", q.strides[0])], q.offset)
+    row = affine([(f"((long long)(c % {p.groups}) * {p.out_n} + f0 + c / {p.groups})", q.strides[0])], q.offset)
     return ["  {",
-            f"    const long long f0 = ((long long)blockIdx.x * {groups} + (threadIdx.x >> 5) / {splits}) * {cols};",
-            f"    for (int c = 0; c < {cols}; c++)",
-            f"      if (f0 + c < {spec.n})",
-            f"        for (int o = ((threadIdx.x >> 5) % {splits} * 32 + (threadIdx.x & 31)) * {PREFETCH_LINE}; "
-            f"o < {row_bytes}; o += {32 * splits * PREFETCH_LINE})",
-            f"          npu_prefetch_l2(reinterpret_cast<const char*>(a1 + {row}) + o);",
+            f"    const long long f0 = ((long long)blockIdx.x * {p.col_groups} + (threadIdx.x >> 5) / {p.splits})"
+            f" * {p.cpw};",
+            f"    for (int c = 0; c < {p.rows}; c++)",
+            f"      if (f0 + c / {p.groups} < {p.out_n})",
+            f"        for (int o = ((threadIdx.x >> 5) % {p.splits} * 32 + (threadIdx.x & 31)) * {PREFETCH_LINE}; "
+            f"o < {row_bytes}; o += {32 * p.splits * PREFETCH_LINE})",
+            f"          npu_prefetch_l2(reinterpret_cast<const char*>(a{spec.w_arg} + {row}) + o);",
             "  }"]
 
 
-def wgemv(k: KernelCall, program: CompiledProgram, dev, signature: str) -> tuple[str, Launch]:
+def wgemv(k: KernelCall, program: CompiledProgram, dev, render_epilogue) -> tuple[str, Launch]:
     """The CUDA C of a wgemm that `wgemv_applies` to, sized for the device `dev` (see the module's docstring);
-    `signature` is the kernel's declaration for a block of 32 * WARPS threads."""
+    `render_epilogue`: the target's epilogue renderer (library.render_epilogue)."""
     spec: WGemmKernel = k.spec
-    a = k.args[0]
-    per = 16 if spec.bits == 8 else 32
-    chunks = spec.k // per
-    cols = COLS if chunks >= 32 else 2 * COLS
-    splits = min(splits_for(-(-spec.n // cols), chunks, dev), WARPS)
-    groups = WARPS // splits  # column groups of COLS a block
-    rows = min(spec.m, ROWS)
-    tiles = -(-spec.n // (cols * groups))
-    blocks = max(1, min(WAVE_BLOCKS_PER_SM, dev.max_threads_per_multiprocessor // (32 * WARPS)))
-    grid = min(tiles, dev.multiprocessors * blocks, CUDA.max_grid) if spec.n and spec.m else 0
-    src = [PRELUDE, HELPERS, signature + " {", *_prefetch(spec, k.args[1], cols, groups, splits), WAIT,
-           f"  __shared__ float red_[{WARPS}][{rows * cols}];",
+    p = _Plan(spec, dev)
+    pro = spec.prologue is not None
+    od = program.dtype_of(k.outs[0])
+    ad = od
+    names = [f"a{i}" for i in range(len(k.args))]
+    extents = [max_extent(tuple(r.shape), tuple(r.strides), r.offset) for r in (*k.args, k.outs[0])]
+    ityp = "long long" if max(extents) >= 2**31 - 1 else "int"
+    text = KernelText([], 32 * WARPS)
+    prologue = _prologue_rows(k, program, names, ityp, text) if pro else []
+    if pro:
+        a_ptr, a_row = "xs", f"(r0 + r) * {spec.k}"
+    else:
+        a = k.args[0]
+        a_ptr, a_row = "a0", affine([("(r0 + r)", a.strides[0])], a.offset)
+    # the first tile's first batch before the wait (no kernel writes a weight: memory_check.check_read_only)
+    preload = spec.m <= p.rm and program.buffers[k.args[spec.w_arg].buffer].kind == "weight"
+    pre = [WEIGHTS_BEGIN, f"  uint4 w[{p.rows}][{p.batch}];", "  {",
+           f"    const long long n0 = ((long long)blockIdx.x * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
+           *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0"),
+           "    const int v0 = part * 32 + lane;", *_load_batch(p, "v0", "    "), "  }", WEIGHTS_END]
+    ahead = []
+    if p.ahead:
+        ahead = ["    {",
+                 f"      const long long n0 = ((t + gridDim.x) * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
+                 *[ln.replace("    ", "      ", 1) for ln in _weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0")],
+                 f"      if (t + gridDim.x < {p.tiles}) {{", *_load_batch(p, "part * 32 + lane", "        "),
+                 "        first = true;", "      }", "    }"]
+    params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
+                                              for r, n in zip(k.args, names)]
+    shared = [f"  __shared__ {ty} {name}[{count}];" for name, (ty, count) in sorted(text.shared.items())]
+    src = [PRELUDE, HELPERS, *sorted(text.helpers),
+           f'extern "C" __global__ void __launch_bounds__({32 * WARPS}, {p.per_sm}) npu_kernel({", ".join(params)}) {{',
+           *shared,
            "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
-           f"  const int part = warp % {splits};  // this warp's share of the column's chunks",
-           f"  for (long long t = blockIdx.x; t < {tiles}; t += gridDim.x) {{",
-           f"    const long long n0 = (t * {groups} + warp / {splits}) * {cols};",
-           *_column_pointers(spec, k.args[1], k, cols),
-           f"  for (int r0 = 0; r0 < {spec.m}; r0 += {rows}) {{",
-           f"    float p[{rows}][{cols}] = {{}};",
-           f"    for (int ch = part * 32 + lane; ch < {chunks}; ch += {32 * splits}) {{",
-           *_chunk(spec, program.dtype_of(a), a, rows, cols),
+           f"  const int part = warp % {p.splits};  // this warp's share of its columns' chunks",
+           *([] if preload and p.whole_row else _prefetch(spec, k.args[spec.w_arg], p)),
+           *(_prologue_prefetch(k, program) if pro else []),
+           *(pre if preload else []),
+           WAIT, *([] if preload else [f"  uint4 w[{p.rows}][{p.batch}];"]), *prologue,
+           f"  __shared__ float red_[{WARPS}][{p.rm * p.rows}];",
+           f"  bool first = {'true' if preload else 'false'};",
+           f"  for (long long t = blockIdx.x; t < {p.tiles}; t += gridDim.x) {{",
+           f"    const long long n0 = (t * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
+           *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0"),
+           f"  for (int r0 = 0; r0 < {spec.m}; r0 += {p.rm}) {{",
+           f"    float p_[{p.rm}][{p.rows}] = {{}};",
+           f"    for (int v0 = part * 32 + lane; v0 < {p.chunks}; v0 += {32 * p.splits * p.batch}) {{",
+           "      if (!first) {", *_load_batch(p, "v0", "        "), "      }", "      first = false;",
+           *_products(spec, k, p, ad, a_ptr, a_row),
            "    }",
-           *_finish(k, program, rows, splits, cols),
+           *ahead,
+           *_finish(k, program, p, render_epilogue, ityp),
            "  }", "  }", "}"]
-    return "\n".join(src) + "\n", Launch((grid, 1, 1), 32 * WARPS, ptrs_of(k))
+    return "\n".join(src) + "\n", Launch((p.grid, 1, 1), 32 * WARPS, ptrs_of(k), early=preload)
 
 
-__all__ = ["wgemv", "wgemv_applies"]
+__all__ = ["wgemv", "wgemv_applies", "wgemv_fits", "wgemv_shape_fits"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from ...errors import NPUCompileError
 from ...kernels import QAddKernel, QConv2dKernel, QGemmKernel, WGemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
-from ..clike import Launch, affine, decompose, ptrs_of
+from ..clike import ExprRenderer, KernelText, Launch, Scope, affine, decompose, ptrs_of
 from .language import WGSL, entry_point, reg
 
 THREADS = 128  # invocations per workgroup: one output element (or one output of a GEMV row) each
@@ -205,35 +205,61 @@ def qadd(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 def wgemm(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """One workgroup per output element (decode's GEMV: every weight byte read once), its invocations striding over
     K, each weight decoded to f32 in registers (int8 x scale[n]; int4 (code - zero) x scale[n, k / G]), the partial
-    sums added through workgroup memory; f32 throughout, rounded once to the output dtype at the store."""
+    sums added through workgroup memory; f32 throughout, rounded once to the output dtype at the store. With column
+    groups (`acc_groups`: SiLU(gate) * up) the workgroup sums each group's row of its column in turn; the epilogue (a
+    residual add) reads each sum rounded to the output dtype, as the record's `Acc`. A prologue (a norm) is not
+    folded on this target (`wgemm_prologue`): its norm runs as a kernel of its own before."""
     spec: WGemmKernel = k.spec
     a, q, out = k.args[0], k.args[1], k.outs[0]
-    if spec.batch:
-        raise NPUCompileError(f"kernel {k.name}: the webgpu target's wgemm takes no batch dims")
+    if spec.batch or spec.prologue is not None:
+        raise NPUCompileError(f"kernel {k.name}: the webgpu target's wgemm takes no batch dims and computes no "
+                              "prologue")
+    od = _dt(program, out)
     at_a = affine([("o0", a.strides[0]), ("kk", a.strides[1])], a.offset)
     T = WGEMM_THREADS
     if spec.bits == 8:
-        qat = affine([("o1", q.strides[0]), ("kk", q.strides[1])], q.offset)
-        decode = f"npu_mul(f32(ld_a1({qat})), ld_a2(o1))"
+        qat = affine([("row", q.strides[0]), ("kk", q.strides[1])], q.offset)
+        s_ref = k.args[2]
+        decode = f"npu_mul(f32(ld_a1({qat})), ld_a2({affine([('row', s_ref.strides[0])], s_ref.offset)}))"
     else:
-        qat = affine([("o1", q.strides[0]), ("(kk >> 1)", q.strides[1])], q.offset)
+        qat = affine([("row", q.strides[0]), ("(kk >> 1)", q.strides[1])], q.offset)
         s_ref, z_ref = k.args[2], k.args[3]
         g = f"(kk / {spec.group})"
-        s_at = affine([("o1", s_ref.strides[0]), (g, s_ref.strides[1])], s_ref.offset)
-        z_at = affine([("o1", z_ref.strides[0]), (g, z_ref.strides[1])], z_ref.offset)
+        s_at = affine([("row", s_ref.strides[0]), (g, s_ref.strides[1])], s_ref.offset)
+        z_at = affine([("row", z_ref.strides[0]), (g, z_ref.strides[1])], z_ref.offset)
         decode = (f"npu_mul(f32(((ld_a1({qat}) >> (u32(kk & 1) * 4u)) & 15) - ld_a3({z_at})), ld_a2({s_at}))")
-    bias = f"ld_a{len(k.args) - 1}(o1)" if spec.bias else None
-    at_o = affine([("o0", out.strides[0]), ("o1", out.strides[1])], out.offset)
+    bias = spec.first_epilogue_arg - 1 if spec.bias else None
+    n_out = spec.out_n
+    at_bias = affine([("row", k.args[bias].strides[0])], k.args[bias].offset) if bias is not None else ""
     body = [f"  for (var npu_i: i32 = npu_bid; npu_i < {out.numel}; npu_i += npu_nwg) {{",
-            f"    let o0 = npu_i / {spec.n};", f"    let o1 = npu_i % {spec.n};",
-            "    var p = 0.0f;",
-            f"    for (var kk: i32 = npu_tid; kk < {spec.k}; kk += {T}) {{",
-            f"      p = p + npu_mul(ld_a0({at_a}), {decode});", "    }",
-            "    workgroupBarrier();", "    npu_part[npu_tid] = p;", "    workgroupBarrier();",
-            "    if (npu_tid == 0) {", "      var v = 0.0f;",
-            f"      for (var t: i32 = 0; t < {T}; t++) {{ v = v + npu_part[t]; }}",
-            *([f"      v = v + {bias};"] if bias else []),
-            f"      st_out0({at_o}, v);", "    }", "  }"]
+            f"    let o0 = npu_i / {n_out};", f"    let o1 = npu_i % {n_out};"]
+    for grp in range(spec.acc_groups):
+        body += ["    {", f"      let row = o1 + {grp * n_out};", "      var p = 0.0f;",
+                 f"      for (var kk: i32 = npu_tid; kk < {spec.k}; kk += {T}) {{",
+                 f"        p = p + npu_mul(ld_a0({at_a}), {decode});", "      }",
+                 "      workgroupBarrier();", "      npu_part[npu_tid] = p;", "      workgroupBarrier();",
+                 "      if (npu_tid == 0) {",
+                 f"        for (var t: i32 = 0; t < {T}; t++) {{ npu_v[{grp}] = npu_v[{grp}] + npu_part[t]; }}",
+                 *([f"        npu_v[{grp}] = npu_v[{grp}] + ld_a{bias}({at_bias});"] if bias is not None else []),
+                 "      }", "    }"]
+    at_o = affine([("o0", out.strides[0]), ("o1", out.strides[1])], out.offset)
+    finish = ["    if (npu_tid == 0) {"]
+    if spec.epilogue is None:
+        finish.append(f"      st_out0({at_o}, npu_v[0]);")
+    else:
+        accs = [f"acc{g}" for g in range(spec.acc_groups)]
+        finish += [f"      let {acc}: {reg(od)} = {WGSL.cast(f'npu_v[{g}]', 'float32', od)};"
+                   for g, acc in enumerate(accs)]
+        r = ExprRenderer(WGSL, KernelText([], 0), [f"a{i}" for i in range(len(k.args))],
+                         [_dt(program, x) for x in k.args], tuple(out.shape), "i32",
+                         acc=accs if spec.acc_groups > 1 else accs[0], prefix="ep_")
+        scope = Scope("      ")
+        value = r.emit(spec.epilogue, scope)
+        finish += scope.lines
+        finish.append("      " + WGSL.store("out0", at_o, od, value, spec.epilogue.dtype))
+    body += [*finish, f"      for (var g: i32 = 0; g < {spec.acc_groups}; g++) {{ npu_v[g] = 0.0f; }}", "    }",
+             "  }"]
+    body.insert(0, f"  var npu_v: array<f32, {spec.acc_groups}>;")
     src = entry_point(T, body, {"npu_part": ("f32", T)})
     return src, Launch((min(out.numel, WGSL.max_grid), 1, 1) if out.numel else (0, 1, 1), T, ptrs_of(k))
 

@@ -122,6 +122,10 @@ class WebGPUTarget(CodegenTarget):
         return (gemv_fits(call, buffers, self.workgroup_storage)
                 or skinny_groups_fit(call.spec, buffers[call.outs[0].buffer].dtype))
 
+    def wgemm_column_groups(self, call, buffers) -> bool:
+        # the wgemm's workgroup sums every group's row of its column (int8_kernels.wgemm); its norms stay kernels
+        return not call.spec.batch
+
     def gemm_prologue(self, m, k, batch, a_dtype, b, b_dtype, reduces) -> bool:
         # norms only, as cuda: every workgroup computes the rows for itself, which only a reduction's saved launch
         # and round trip through memory pays for
