@@ -48,9 +48,9 @@ class Layer(nn.Module):
         return y + self.down(nn.functional.silu(self.gate(n)) * self.up(n)), t
 
 
-def make_layer(seed: int = 0, bias: bool = False) -> Layer:
+def make_layer(seed: int = 0, bias: bool = False, h: int = 256, inter: int = 384) -> Layer:
     torch.manual_seed(seed)
-    m = Layer(bias=bias).eval()
+    m = Layer(h, inter, bias).eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
             if "norm" in name:
@@ -58,6 +58,11 @@ def make_layer(seed: int = 0, bias: bool = False) -> Layer:
             else:
                 p.normal_(0, 0.06)
     return m.to(torch.bfloat16)
+
+
+def _like(layer: Layer) -> Layer:
+    """A layer of `layer`'s sizes (fresh parameters)."""
+    return Layer(layer.o.in_features, layer.gate.out_features, layer.o.bias is not None)
 
 
 def dequantized(w: torch.Tensor, bits: int) -> torch.Tensor:
@@ -72,7 +77,7 @@ def dequantized(w: torch.Tensor, bits: int) -> torch.Tensor:
 def reference(layer: Layer, x: torch.Tensor, bits: int) -> list[np.ndarray]:
     """PyTorch's layer on the dequantized weights, in float32 from the bf16 input (the bf16 program's roundings are
     within the bf16 tolerance of it)."""
-    ref = Layer(bias=layer.o.bias is not None).eval()
+    ref = _like(layer).eval()
     state = {k: v.float() for k, v in layer.state_dict().items()}
     for name in ("qkv", "o", "gate", "up", "down"):
         state[f"{name}.weight"] = dequantized(state[f"{name}.weight"], bits)
@@ -85,7 +90,7 @@ def run(layer: Layer, x: torch.Tensor, weights_dtype: str, target: str, backend)
     """The layer compiled for `target` with its projections weight-only, run on `backend`: outputs, program."""
     from conftest import export_ir, to_numpy
 
-    ir = export_ir(lambda: Layer(bias=layer.o.bias is not None), [x])
+    ir = export_ir(lambda: _like(layer), [x])
     program = npu_compiler.compile(ir, target, dtype="bfloat16", weights_dtype=weights_dtype)
     if backend.compile_target() == "cpu" and target != "cpu":
         # the records another target's lowering made, run by the CPU reference (which runs every record: the spec)

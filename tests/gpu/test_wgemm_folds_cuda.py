@@ -12,15 +12,17 @@ from wgemm_folds import assert_close_bf16, folds, make_layer, reference, run
 
 from npu_runtime.cpu.backend import CpuBackend
 
-X = torch.randn(1, 1, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+SIZES = [(256, 384), (512, 5120)]  # small; larger (K split over warps, two rounds of column tiles a block)
 
 
+@pytest.mark.parametrize("h,inter", SIZES, ids=[f"{h}x{i}" for h, i in SIZES])
 @pytest.mark.parametrize("wd,bits", [("int8", 8), ("int4", 4)])
-def test_folded_wgemv_on_cuda(cuda_backend, wd, bits):
-    layer = make_layer(bias=bits == 8)
-    got, program = run(layer, X, wd, "cuda", cuda_backend)
+def test_folded_wgemv_on_cuda(cuda_backend, wd, bits, h, inter):
+    x = torch.randn(1, 1, h, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    layer = make_layer(bias=bits == 8, h=h, inter=inter)
+    got, program = run(layer, x, wd, "cuda", cuda_backend)
     assert folds(program) == {"prologue": 2, "groups": 1, "epilogue": 3, "wgemm": 4}
-    assert_close_bf16(got, reference(layer, X, bits))
-    spec, _ = run(layer, X, wd, "cuda", CpuBackend())
+    assert_close_bf16(got, reference(layer, x, bits))
+    spec, _ = run(layer, x, wd, "cuda", CpuBackend())
     for g, s in zip(got, spec, strict=True):
         np.testing.assert_allclose(g, s, rtol=2 ** -7, atol=2 ** -7 * np.abs(s).max())
