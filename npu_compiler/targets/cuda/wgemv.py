@@ -18,7 +18,8 @@ Decoding in registers, without conversion instructions (a quarter of the FMA rat
 bind): a code goes into the mantissa of 2^23 (`__byte_perm` of the byte, its sign flipped for int8, or of a nibble
 masked into a byte for int4) and 2^23 (+ 128) is subtracted, which is exact. int8 sums a q and applies the channel's
 scale once at the end; int4 sums a chunk's a q and a (a chunk lies in one group when the group is a multiple of 32)
-and adds scale * (sum a q - zero * sum a), so a group's scale and zero point are read once a chunk. The products are
+and adds scale * (sum a q - zero * sum a), so a group's scale and zero point are read once a chunk, loaded with the
+chunk's codes (a tile waits for memory once). The products are
 f32 in another order than the reference's (the scale after the sum), within float32 summation-order error
 (docs/tolerances.md). Then the bias, the product rounded to the output dtype where an epilogue reads it (`Acc`, as
 the unfused graph stores it), the epilogue, the store.
@@ -141,13 +142,30 @@ def _weight_rows(spec: WGemmKernel, q: TensorRef, p: _Plan, ityp: str, base: str
             f"    for (int j = 0; j < {p.rows}; j++) wp[j] = (const uint4*)(a{spec.w_arg} + {row});"]
 
 
-def _load_batch(p: _Plan, v0: str, indent: str) -> list[str]:
-    """The lane's batch of chunks of every row of the warp into w[j][b]."""
-    return [f"{indent}#pragma unroll", f"{indent}for (int j = 0; j < {p.rows}; j++)",
-            f"{indent}  #pragma unroll", f"{indent}  for (int b = 0; b < {p.batch}; b++) {{",
-            f"{indent}    const int ch = {v0} + b * {32 * p.splits};",
-            f"{indent}    w[j][b] = ch < {p.chunks} ? __ldcs(wp[j] + ch) : make_uint4(0u, 0u, 0u, 0u);",
-            f"{indent}  }}"]
+def _load_batch(spec: WGemmKernel, k: KernelCall, p: _Plan, v0: str, indent: str) -> list[str]:
+    """The lane's batch of chunks of every row of the warp (columns from `n0`) into w[j][b], and (int4) each chunk's
+    group's scale and zero point into sc[j][b], zp[j][b]: issued with the codes, so that a tile waits for memory
+    once."""
+    lines = [f"{indent}#pragma unroll", f"{indent}for (int j = 0; j < {p.rows}; j++)",
+             f"{indent}  #pragma unroll", f"{indent}  for (int b = 0; b < {p.batch}; b++) {{",
+             f"{indent}    const int ch = {v0} + b * {32 * p.splits};",
+             f"{indent}    w[j][b] = ch < {p.chunks} ? __ldcs(wp[j] + ch) : make_uint4(0u, 0u, 0u, 0u);"]
+    if spec.bits == 4:
+        w0 = spec.w_arg
+        s, z = k.args[w0 + 1], k.args[w0 + 2]
+        g = f"(ch * {p.per} / {spec.group})"
+        row = f"((long long)(j % {p.groups}) * {p.out_n} + min(n0 + j / {p.groups}, (long long){p.out_n - 1}))"
+        lines += [f"{indent}    sc[j][b] = ch < {p.chunks} ? "
+                  f"a{w0 + 1}[{affine([(row, s.strides[0]), (g, s.strides[1])], s.offset)}] : 0.0f;",
+                  f"{indent}    zp[j][b] = ch < {p.chunks} ? "
+                  f"(float)a{w0 + 2}[{affine([(row, z.strides[0]), (g, z.strides[1])], z.offset)}] : 0.0f;"]
+    return lines + [f"{indent}  }}"]
+
+
+def _registers(spec: WGemmKernel, p: _Plan) -> str:
+    """The declarations of what _load_batch loads."""
+    return f"  uint4 w[{p.rows}][{p.batch}];" + (f" float sc[{p.rows}][{p.batch}], zp[{p.rows}][{p.batch}];"
+                                                 if spec.bits == 4 else "")
 
 
 def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a_row: str) -> list[str]:
@@ -159,16 +177,6 @@ def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a
     lines = ["      #pragma unroll", f"      for (int b = 0; b < {p.batch}; b++) {{",
              f"        const int ch = v0 + b * {32 * p.splits};", f"        if (ch >= {p.chunks}) break;",
              f"        const int k0 = ch * {p.per};"]
-    if spec.bits == 4:
-        w0 = spec.w_arg
-        s, z = k.args[w0 + 1], k.args[w0 + 2]
-        g = f"(k0 / {spec.group})"
-        row = f"((long long)(j % {p.groups}) * {p.out_n} + min(n0 + j / {p.groups}, (long long){p.out_n - 1}))"
-        lines += [f"        float sc_[{p.rows}], zp_[{p.rows}];", "        #pragma unroll",
-                  f"        for (int j = 0; j < {p.rows}; j++) {{",
-                  f"          sc_[j] = a{w0 + 1}[{affine([(row, s.strides[0]), (g, s.strides[1])], s.offset)}];",
-                  f"          zp_[j] = (float)a{w0 + 2}[{affine([(row, z.strides[0]), (g, z.strides[1])], z.offset)}];",
-                  "        }"]
     lines += ["        #pragma unroll", f"        for (int r = 0; r < {p.rm}; r++) {{",
               f"          if (r0 + r >= {spec.m}) break;",
               f"          float d_[{p.rows}] = {{}};" + (" float s_ = 0.0f;" if spec.bits == 4 else "")]
@@ -186,7 +194,7 @@ def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a
     if spec.bits == 8:
         lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] += d_[j];")
     else:
-        lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] = fmaf(sc_[j], d_[j] - zp_[j] * s_, "
+        lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] = fmaf(sc[j][b], d_[j] - zp[j][b] * s_, "
                      "p_[r][j]);")
     return lines + ["        }", "      }"]
 
@@ -272,16 +280,16 @@ def wgemv(k: KernelCall, program: CompiledProgram, dev, render_epilogue) -> tupl
         a_ptr, a_row = "a0", affine([("(r0 + r)", a.strides[0])], a.offset)
     # the first tile's first batch before the wait (no kernel writes a weight: memory_check.check_read_only)
     preload = spec.m <= p.rm and program.buffers[k.args[spec.w_arg].buffer].kind == "weight"
-    pre = [WEIGHTS_BEGIN, f"  uint4 w[{p.rows}][{p.batch}];", "  {",
+    pre = [WEIGHTS_BEGIN, _registers(spec, p), "  {",
            f"    const long long n0 = ((long long)blockIdx.x * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
            *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0"),
-           "    const int v0 = part * 32 + lane;", *_load_batch(p, "v0", "    "), "  }", WEIGHTS_END]
+           "    const int v0 = part * 32 + lane;", *_load_batch(spec, k, p, "v0", "    "), "  }", WEIGHTS_END]
     ahead = []
     if p.ahead:
         ahead = ["    {",
                  f"      const long long n0 = ((t + gridDim.x) * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
                  *[ln.replace("    ", "      ", 1) for ln in _weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0")],
-                 f"      if (t + gridDim.x < {p.tiles}) {{", *_load_batch(p, "part * 32 + lane", "        "),
+                 f"      if (t + gridDim.x < {p.tiles}) {{", *_load_batch(spec, k, p, "part * 32 + lane", "        "),
                  "        first = true;", "      }", "    }"]
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
@@ -294,7 +302,7 @@ def wgemv(k: KernelCall, program: CompiledProgram, dev, render_epilogue) -> tupl
            *([] if preload and p.whole_row else _prefetch(spec, k.args[spec.w_arg], p)),
            *(_prologue_prefetch(k, program) if pro else []),
            *(pre if preload else []),
-           WAIT, *([] if preload else [f"  uint4 w[{p.rows}][{p.batch}];"]), *prologue,
+           WAIT, *([] if preload else [_registers(spec, p)]), *prologue,
            f"  __shared__ float red_[{WARPS}][{p.rm * p.rows}];",
            f"  bool first = {'true' if preload else 'false'};",
            f"  for (long long t = blockIdx.x; t < {p.tiles}; t += gridDim.x) {{",
@@ -303,7 +311,7 @@ def wgemv(k: KernelCall, program: CompiledProgram, dev, render_epilogue) -> tupl
            f"  for (int r0 = 0; r0 < {spec.m}; r0 += {p.rm}) {{",
            f"    float p_[{p.rm}][{p.rows}] = {{}};",
            f"    for (int v0 = part * 32 + lane; v0 < {p.chunks}; v0 += {32 * p.splits * p.batch}) {{",
-           "      if (!first) {", *_load_batch(p, "v0", "        "), "      }", "      first = false;",
+           "      if (!first) {", *_load_batch(spec, k, p, "v0", "        "), "      }", "      first = false;",
            *_products(spec, k, p, ad, a_ptr, a_row),
            "    }",
            *ahead,
