@@ -116,3 +116,20 @@ def assert_close_bf16(got: list[np.ndarray], want: list[np.ndarray], rel: float 
         r = np.corrcoef(g.ravel(), w.ravel())[0, 1]
         err = np.abs(g - w).max() / np.abs(w).max()
         assert r >= 0.999 and err <= rel, f"Pearson {r:.5f}, max |err| / max |ref| {err:.3g}"
+
+
+def check_layer(backend, target: str, wd: str, bits: int, want_folds: dict[str, int], h: int = 256,
+                inter: int = 384) -> None:
+    """The layer compiled for `target` with these folds, run on `backend`: PyTorch on the dequantized weights within
+    the bf16 tolerance, and the CPU reference of the same records within a few bf16 ulps (a float32 sum in another
+    order rounds to bf16 the other way here and there, and the layer's second half reads that)."""
+    from npu_runtime.cpu.backend import CpuBackend
+
+    x = torch.randn(1, 1, h, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    layer = make_layer(bias=bits == 8, h=h, inter=inter)
+    got, program = run(layer, x, wd, target, backend)
+    assert folds(program) == want_folds
+    assert_close_bf16(got, reference(layer, x, bits))
+    spec, _ = run(layer, x, wd, target, CpuBackend())
+    for g, s in zip(got, spec, strict=True):
+        np.testing.assert_allclose(g, s, rtol=2 ** -7, atol=2 ** -7 * np.abs(s).max())

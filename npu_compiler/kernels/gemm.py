@@ -53,6 +53,17 @@ def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
     return 2 * m * n * k * batch
 
 
+def store_product(out: np.ndarray, acc: np.ndarray, ev: Evaluator | None, groups: int, od: str) -> None:
+    """A product `acc` into `out`, through the epilogue `ev` where there is one: its `Acc` is the product rounded to
+    the output dtype `od`, split into `groups` column groups."""
+    if ev is None:
+        store(out, acc)
+    elif groups == 1:
+        store(out, ev.evaluate(cast(acc, od)))
+    else:
+        store(out, ev.evaluate(np.split(cast(acc, od), groups, axis=-1)))
+
+
 def check_prologue(prologue: X.Expr, reduce: tuple[int, ...], a_shape: tuple[int, ...], first: int, dtype: str,
                    kind: str, call: KernelCall, buffers: Sequence[BufferSpec], what: str = "operand b") -> None:
     """A prologue computing operand a ([batch..., m, k] = `a_shape`) in `dtype`: reductions along a's rows only, loads
@@ -193,11 +204,6 @@ class GemmKernel(KernelSpec):
                 if bias is not None:
                     bf = bias.astype(np.float32)
                     acc = acc + (bf * np.float32(beta) if beta != 1.0 else bf)
-            if ev is None:
-                store(out, acc)
-            elif groups == 1:
-                store(out, ev.evaluate(cast(acc, od)))
-            else:
-                store(out, ev.evaluate(np.split(cast(acc, od), groups, axis=-1)))
+            store_product(out, acc, ev, groups, od)
 
         return run

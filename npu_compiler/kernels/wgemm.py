@@ -35,11 +35,11 @@ import numpy as np
 
 from ..dtypes import is_float
 from ..expr import nodes as X
-from ..expr.interpret import Evaluator, cast, dtype_name, store
+from ..expr.interpret import Evaluator, dtype_name, store
 from .base import Arrays, KernelCost, KernelSpec, Step, check_epilogue, dtype_of, expect, expect_shape
 from .counting import OpCounts, expr_counts, expr_reads, merge_reads, out_writes, ref_reads
 from .fields import bounded
-from .gemm import check_prologue
+from .gemm import check_prologue, store_product
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
@@ -200,11 +200,6 @@ class WGemmKernel(KernelSpec):
             acc = np.matmul(a.astype(np.float32), w.T)
             if bias is not None:
                 acc = acc + bias.astype(np.float32)
-            if ev is None:
-                store(out, acc)
-            elif groups == 1:
-                store(out, ev.evaluate(cast(acc, od)))
-            else:
-                store(out, ev.evaluate(np.split(cast(acc, od), groups, axis=-1)))
+            store_product(out, acc, ev, groups, od)
 
         return run
