@@ -57,6 +57,19 @@ def warn_if_noisy(seconds: list[float], what: str) -> None:
             print(f"warning ({what}): {text}", file=sys.stderr, flush=True)
 
 
+def step_weight_bytes(prog) -> int:
+    """The weight bytes a step reads at least: each weight buffer as far as its kernels read it (their cost records),
+    at most its size. Not the program's weight bytes: a weight-only program keeps the float embedding table, of which
+    a decode step reads one row (a tied bf16 LM head reads it whole)."""
+    seen: dict[int, int] = {}
+    for k in prog.kernels:
+        for t in k.spec.cost(k, prog.buffers).reads:
+            buf = prog.buffers[t.buffer]
+            if buf.kind == "weight":
+                seen[t.buffer] = min(buf.nbytes, seen.get(t.buffer, 0) + t.bytes)
+    return sum(seen.values())
+
+
 def print_profile(title: str, prog, backend_name: str, profile_once, top: int) -> None:
     """The `top` slowest kernels of five profiled runs, and the kernel total by fusion group."""
     from npu_runtime.profiling import format_table, summarize
@@ -153,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     compiled = None if args.no_compile or device != "cuda" else torch.compile(wrapper, mode="reduce-overhead")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     bw = copy_bandwidth_gbps(device)
-    weight_bytes = prog.weight_bytes
+    weight_bytes = step_weight_bytes(prog)
     kv_per_pos = sum(int(np.prod(specs[n].shape)) // L * 2 for n in cache)  # bf16 bytes per cached position
     rows, checks = [], []
     for pos in [int(p) for p in args.positions.split(",")]:
@@ -209,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                          "fraction_of_floor": floor_ms / ms})
     fmt = {"int8": "W8A16", "int4": "W4A16"}.get(args.weights_dtype or "", "bf16")
     print(f"{args.config} {fmt} decode ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}): "
-          f"{len(prog.kernels)} kernels, weights {weight_bytes / 1e9:.2f} GB, copy bandwidth {bw:.0f} GB/s, "
+          f"{len(prog.kernels)} kernels, weights read {weight_bytes / 1e9:.2f} GB, copy bandwidth {bw:.0f} GB/s, "
           f"cache length {L}")
     for name, (be, ex, _, t_ready) in ours_ex.items():
         steps = getattr(getattr(ex, "rendered", None), "steps", None)
