@@ -15,11 +15,13 @@ stream starts while that kernel and this one's prologue run; where a lane's shar
 loads are issued before this tile's sums, barrier and epilogue.
 
 Decoding in registers, without conversion instructions (a quarter of the FMA rate, which at these bandwidths would
-bind): a code goes into the mantissa of 2^23 (`__byte_perm` of the byte, its sign flipped for int8, or of a nibble
-masked into a byte for int4) and 2^23 (+ 128) is subtracted, which is exact. int8 sums a q and applies the channel's
-scale once at the end; int4 sums a chunk's a q and a (a chunk lies in one group when the group is a multiple of 32)
-and adds scale * (sum a q - zero * sum a), so a group's scale and zero point are read once a chunk, loaded with the
-chunk's codes (a tile waits for memory once). The products are
+bind): an int8 code goes into the mantissa of 2^23 (`__byte_perm` of the byte, its sign flipped) and 2^23 + 128 is
+subtracted, which is exact; an int4 code, shifted into a byte's bits 3-6, becomes 1 + q / 16 (mantissa bits 19-22
+under 1.0's exponent, one `__byte_perm`), so a chunk's sum d = sum a (1 + q / 16) needs no subtraction: sum a q =
+16 d - 16 sum a. int8 sums a q and applies the channel's scale once at the end; int4 sums a chunk's d and a (a chunk
+lies in one group when the group is a multiple of 32) and adds scale * (16 d - (16 + zero) sum a), so a group's scale
+and zero point are read once a chunk, loaded with the chunk's codes (a tile waits for memory once). PTX of the int4
+gate/up GEMV: 1 prmt, 1 fma and about 2 other operations a code. The products are
 f32 in another order than the reference's (the scale after the sum), within float32 summation-order error
 (docs/tolerances.md). Then the bias, the product rounded to the output dtype where an epilogue reads it (`Acc`, as
 the unfused graph stores it), the epilogue, the store.
@@ -92,8 +94,11 @@ def _code(bits: int, word: str, e: int) -> str:
     (see the module's docstring)."""
     if bits == 8:
         return f"(__uint_as_float(__byte_perm({word} ^ 0x80808080u, 0x4B000000u, 0x754{e})) - 8388736.0f)"
-    nib = f"({word} & 0x0F0F0F0Fu)" if e % 2 == 0 else f"(({word} >> 4) & 0x0F0F0F0Fu)"
-    return f"(__uint_as_float(__byte_perm({nib}, 0x4B000000u, 0x754{e // 2})) - 8388608.0f)"
+    # int4: 1 + code / 16 (the code in mantissa bits 19-22 under 1.0's exponent), no subtraction: the sum of a times
+    # it is sum a + (sum a q) / 16, and sum a is summed anyway (see _products)
+    nib = (f"((({word} << 3) & 0x78787878u) | 0x80808080u)" if e % 2 == 0
+           else f"((({word} >> 1) & 0x78787878u) | 0x80808080u)")
+    return f"__uint_as_float(__byte_perm({nib}, 0x3F000000u, 0x7{e // 2}54))"
 
 
 class _Plan:
@@ -194,8 +199,9 @@ def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a
     if spec.bits == 8:
         lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] += d_[j];")
     else:
-        lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] = fmaf(sc[j][b], d_[j] - zp[j][b] * s_, "
-                     "p_[r][j]);")
+        # d = sum a (1 + q / 16): sum a (q - zero) = 16 d - (16 + zero) sum a
+        lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] = fmaf(sc[j][b], fmaf(16.0f, d_[j], "
+                     "-(16.0f + zp[j][b]) * s_), p_[r][j]);")
     return lines + ["        }", "      }"]
 
 
