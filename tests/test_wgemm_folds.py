@@ -91,3 +91,49 @@ def test_folded_wgemm_sources_compile_with_nvrtc():
                     nvrtc.ptxas_check(ptx, "sm_90")
                 seen += 1
     assert seen == 8
+
+
+def _records(wd: str):
+    from conftest import export_ir
+    from wgemm_folds import Layer
+
+    import npu_compiler
+
+    program = npu_compiler.compile(export_ir(Layer, [X]), "cuda", dtype="bfloat16", weights_dtype=wd)
+    return program, [k for k in program.kernels if k.kind == "wgemm"]
+
+
+def test_a_folded_record_that_does_not_fit_its_call_is_refused():
+    """A record's folds are checked against its call: column groups without an epilogue, a prologue of another dtype
+    than the output, a prologue reading the codes."""
+    import dataclasses
+
+    from npu_compiler.expr import nodes as Xn
+
+    program, ks = _records("int8")
+    grouped = next(k for k in ks if k.spec.acc_groups > 1)
+    pro = next(k for k in ks if k.spec.prologue is not None and k.spec.acc_groups == 1)
+    for spec, match in [
+        (dataclasses.replace(grouped.spec, epilogue=None), "needs an epilogue"),
+        (dataclasses.replace(pro.spec, prologue=Xn.Cast("float32", pro.spec.prologue)), "prologue of dtype float32"),
+        (dataclasses.replace(pro.spec, prologue=Xn.Load("bfloat16", 0, (0, 1), 0)), "reads argument 0"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            spec.check(dataclasses.replace(grouped if spec.acc_groups > 1 else pro, spec=spec), program.buffers)
+
+
+def test_the_cuda_fallback_refuses_a_fold_it_cannot_compute():
+    """The element-at-a-time wgemm (codes not in 16-byte rows) computes no prologue: refused by name, not rendered
+    wrong."""
+    import dataclasses
+
+    from npu_compiler.errors import NPUCompileError
+    from npu_compiler.targets.cuda import CudaTarget
+
+    program, ks = _records("int8")
+    pro = next(k for k in ks if k.spec.prologue is not None)
+    q = pro.args[0]
+    odd = dataclasses.replace(q, strides=(q.strides[0], 2))  # codes no longer contiguous along K
+    call = dataclasses.replace(pro, args=[odd, *pro.args[1:]])
+    with pytest.raises(NPUCompileError, match="prologue or column groups only in its GEMV"):
+        CudaTarget("h200").kernel_sources(call, program)
