@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--weights-dtype", default=None, choices=("int8", "int4"),
                     help="ours with weight-only int8 (per channel) or int4 (group 128) projections and LM head "
-                         "(W8A16 / W4A16: compile(weights_dtype=...)); the peers stay bf16, the floor is our weight "
-                         "bytes")
+                         "(W8A16 / W4A16: compile(weights_dtype=...)); the peers stay bf16, the floor is the weight "
+                         "bytes our step reads")
     ap.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                     help="compile ours without this optional pass (npu_compiler.OPTIONAL_PASSES; repeatable): "
                          "e.g. gemm_prologue, to run the norms as kernels of their own")
