@@ -157,7 +157,8 @@ def wgemm_cases() -> list[Case]:
     out = []
     for name, (m, n, k), bits, bias in [("int8", (1, 12, 96), 8, True), ("int4", (2, 5, 256), 4, False),
                                         ("int8 odd k", (3, 7, 45), 8, False), ("int8 split k", (1, 300, 2048), 8, True),
-                                        ("int4 row tail", (5, 37, 512), 4, False)]:
+                                        ("int4 row tail", (5, 37, 512), 4, False),
+                                        ("int4 many tiles", (1, 200, 256), 4, True)]:
         w = rng.standard_normal((n, k)).astype(np.float32)
         c = weight_only(w, bits, 128 if bits == 4 else 0)
         ins = [("x", rng.standard_normal((m, k)).astype(np.float32), "float32"),

@@ -31,8 +31,11 @@ def test_emulated_cuda_kernel_is_bit_exact(case, device, tmp_path):
 WGEMM = [c for c in wgemm_cases() if c.name != "wgemm int8 odd k"]  # the 16-byte GEMV (wgemv.py); odd K reads codes
 
 
+@pytest.mark.parametrize("device", ["h200", "one_sm"])
 @pytest.mark.parametrize("case", WGEMM, ids=[c.name for c in WGEMM])
-def test_emulated_cuda_wgemv_matches_reference(case, tmp_path):
+def test_emulated_cuda_wgemv_matches_reference(case, device, tmp_path):
     """The weight-only GEMV on the H200's plan (split along K for the wide case; four rows at a time, a tail of
-    one, for the int4 case) within float32 summation-order error of the reference."""
-    assert_weight_only(run_emulated(case, get_profile("h200"), tmp_path), case)
+    one, for the int4 case) and on a one-SM profile's (a block walking several column tiles, the next tile's codes
+    loaded while this one's are used), within float32 summation-order error of the reference."""
+    dev = dataclasses.replace(get_profile("a100"), multiprocessors=1) if device == "one_sm" else get_profile(device)
+    assert_weight_only(run_emulated(case, dev, tmp_path), case)

@@ -11,8 +11,11 @@ warps where there are too few columns to keep the device's warps loading (splits
 sums meeting in shared memory. The lanes stride over K in 16-byte chunks of codes (16 int8 or 32 int4), a lane's
 whole share of its rows loaded before any is used (its `batch` of chunks a row), and the first tile's share loaded
 before the wait for the kernel before (programmatic dependent launch: no kernel writes a weight), so the weight
-stream starts while that kernel and this one's prologue run; where a lane's share is one batch, the next tile's
-loads are issued before this tile's sums, barrier and epilogue.
+stream starts while that kernel and this one's prologue run; where a lane's share is one batch, each chunk's
+registers take the next tile's chunk as soon as its products are done, so those loads are in flight during the rest
+of this tile's decoding (about as long as the loads themselves at int8: several operations a code), its sums and its
+epilogue. (Loading the whole next tile into a second set of registers before decoding this one needed 80-128
+registers and spilled in the prologue's kernels.)
 
 Decoding in registers, without conversion instructions (a quarter of the FMA rate, which at these bandwidths would
 bind): an int8 code goes into the mantissa of 2^23 (`__byte_perm` of the byte, its sign flipped) and 2^23 + 128 is
@@ -138,33 +141,39 @@ class _Plan:
         self.ahead = self.whole_row and spec.m <= self.rm and self.grid < self.tiles
 
 
-def _weight_rows(spec: WGemmKernel, q: TensorRef, p: _Plan, ityp: str, base: str) -> list[str]:
-    """`wp[j]`: weight row j of the warp (column n0 + j / G, group j % G) as uint4s; columns past the end read the
-    last column's row (their sums are dropped)."""
+def _weight_rows(spec: WGemmKernel, q: TensorRef, p: _Plan, ityp: str, base: str, name: str = "wp") -> list[str]:
+    """`wp[j]` (or `name`): weight row j of the warp (column `base` + j / G, group j % G) as uint4s; columns past the
+    end read the last column's row (their sums are dropped)."""
     row = affine([(f"((long long)(j % {p.groups}) * {p.out_n} + min({base} + j / {p.groups}, "
                    f"(long long){p.out_n - 1}))", q.strides[0])], q.offset)
-    return [f"    const uint4* wp[{p.rows}];", "    #pragma unroll",
-            f"    for (int j = 0; j < {p.rows}; j++) wp[j] = (const uint4*)(a{spec.w_arg} + {row});"]
+    return [f"    const uint4* {name}[{p.rows}];", "    #pragma unroll",
+            f"    for (int j = 0; j < {p.rows}; j++) {name}[j] = (const uint4*)(a{spec.w_arg} + {row});"]
 
 
 def _load_batch(spec: WGemmKernel, k: KernelCall, p: _Plan, v0: str, indent: str) -> list[str]:
     """The lane's batch of chunks of every row of the warp (columns from `n0`) into w[j][b], and (int4) each chunk's
     group's scale and zero point into sc[j][b], zp[j][b]: issued with the codes, so that a tile waits for memory
     once."""
-    lines = [f"{indent}#pragma unroll", f"{indent}for (int j = 0; j < {p.rows}; j++)",
-             f"{indent}  #pragma unroll", f"{indent}  for (int b = 0; b < {p.batch}; b++) {{",
-             f"{indent}    const int ch = {v0} + b * {32 * p.splits};",
-             f"{indent}    w[j][b] = ch < {p.chunks} ? __ldcs(wp[j] + ch) : make_uint4(0u, 0u, 0u, 0u);"]
+    return [f"{indent}#pragma unroll", f"{indent}for (int j = 0; j < {p.rows}; j++)",
+            f"{indent}  #pragma unroll", f"{indent}  for (int b = 0; b < {p.batch}; b++) {{",
+            f"{indent}    const int ch = {v0} + b * {32 * p.splits};",
+            *_load_chunk(spec, k, p, f"{indent}    ", "wp", "n0"), f"{indent}  }}"]
+
+
+def _load_chunk(spec: WGemmKernel, k: KernelCall, p: _Plan, indent: str, ptrs: str, base: str) -> list[str]:
+    """Chunk `ch` of row j (through the row pointers `ptrs`, columns from `base`) into w[j][b] (int4: its scale and
+    zero point into sc[j][b], zp[j][b]); zeros past the row's end."""
+    lines = [f"{indent}w[j][b] = ch < {p.chunks} ? __ldcs({ptrs}[j] + ch) : make_uint4(0u, 0u, 0u, 0u);"]
     if spec.bits == 4:
         w0 = spec.w_arg
         s, z = k.args[w0 + 1], k.args[w0 + 2]
         g = f"(ch * {p.per} / {spec.group})"
-        row = f"((long long)(j % {p.groups}) * {p.out_n} + min(n0 + j / {p.groups}, (long long){p.out_n - 1}))"
-        lines += [f"{indent}    sc[j][b] = ch < {p.chunks} ? "
+        row = f"((long long)(j % {p.groups}) * {p.out_n} + min({base} + j / {p.groups}, (long long){p.out_n - 1}))"
+        lines += [f"{indent}sc[j][b] = ch < {p.chunks} ? "
                   f"a{w0 + 1}[{affine([(row, s.strides[0]), (g, s.strides[1])], s.offset)}] : 0.0f;",
-                  f"{indent}    zp[j][b] = ch < {p.chunks} ? "
+                  f"{indent}zp[j][b] = ch < {p.chunks} ? "
                   f"(float)a{w0 + 2}[{affine([(row, z.strides[0]), (g, z.strides[1])], z.offset)}] : 0.0f;"]
-    return lines + [f"{indent}  }}"]
+    return lines
 
 
 def _registers(spec: WGemmKernel, p: _Plan) -> str:
@@ -175,7 +184,9 @@ def _registers(spec: WGemmKernel, p: _Plan) -> str:
 
 def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a_row: str) -> list[str]:
     """The lane's batch multiplied into p_[r][j]: each activation chunk, 16 bytes at a time, unpacked once and used by
-    every row of the warp."""
+    every row of the warp. With `ahead`, each chunk's registers take the next tile's chunk as soon as they are used
+    (`wpn`, `nn0`, `more`: its rows, columns and whether there is one), so that those loads are in flight during the
+    rest of this tile's products, its sums and its epilogue."""
     vec = 16 // itemsize(ad)
     words = ("x", "y", "z", "w")
     codes_per_word = 4 if spec.bits == 8 else 8
@@ -202,7 +213,11 @@ def _products(spec: WGemmKernel, k: KernelCall, p: _Plan, ad: str, a_ptr: str, a
         # d = sum a (1 + q / 16): sum a (q - zero) = 16 d - (16 + zero) sum a
         lines.append(f"          for (int j = 0; j < {p.rows}; j++) p_[r][j] = fmaf(sc[j][b], fmaf(16.0f, d_[j], "
                      "-(16.0f + zp[j][b]) * s_), p_[r][j]);")
-    return lines + ["        }", "      }"]
+    lines.append("        }")
+    if p.ahead:
+        lines += ["        if (more) {", "          #pragma unroll", f"          for (int j = 0; j < {p.rows}; j++) {{",
+                  *_load_chunk(spec, k, p, "            ", "wpn", "nn0"), "          }", "        }"]
+    return lines + ["      }"]
 
 
 def _finish(k: KernelCall, program: CompiledProgram, p: _Plan, render_epilogue, ityp: str) -> list[str]:
@@ -290,13 +305,10 @@ def wgemv(k: KernelCall, program: CompiledProgram, dev, render_epilogue) -> tupl
            f"    const long long n0 = ((long long)blockIdx.x * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
            *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0"),
            "    const int v0 = part * 32 + lane;", *_load_batch(spec, k, p, "v0", "    "), "  }", WEIGHTS_END]
-    ahead = []
-    if p.ahead:
-        ahead = ["    {",
-                 f"      const long long n0 = ((t + gridDim.x) * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
-                 *[ln.replace("    ", "      ", 1) for ln in _weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0")],
-                 f"      if (t + gridDim.x < {p.tiles}) {{", *_load_batch(spec, k, p, "part * 32 + lane", "        "),
-                 "        first = true;", "      }", "    }"]
+    # the next tile's rows, where each chunk's registers take its chunk once used (see _products)
+    nxt = [f"    const long long nn0 = ((t + gridDim.x) * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
+           f"    const bool more = t + gridDim.x < {p.tiles};",
+           *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "nn0", "wpn")] if p.ahead else []
     params = [f"{CUDA.storage(od)}* out0"] + [f"const {CUDA.storage(program.dtype_of(r))}* __restrict__ {n}"
                                               for r, n in zip(k.args, names)]
     shared = [f"  __shared__ {ty} {name}[{count}];" for name, (ty, count) in sorted(text.shared.items())]
@@ -313,14 +325,14 @@ def wgemv(k: KernelCall, program: CompiledProgram, dev, render_epilogue) -> tupl
            f"  bool first = {'true' if preload else 'false'};",
            f"  for (long long t = blockIdx.x; t < {p.tiles}; t += gridDim.x) {{",
            f"    const long long n0 = (t * {p.col_groups} + warp / {p.splits}) * {p.cpw};",
-           *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0"),
+           *_weight_rows(spec, k.args[spec.w_arg], p, ityp, "n0"), *nxt,
            f"  for (int r0 = 0; r0 < {spec.m}; r0 += {p.rm}) {{",
            f"    float p_[{p.rm}][{p.rows}] = {{}};",
            f"    for (int v0 = part * 32 + lane; v0 < {p.chunks}; v0 += {32 * p.splits * p.batch}) {{",
            "      if (!first) {", *_load_batch(spec, k, p, "v0", "        "), "      }", "      first = false;",
            *_products(spec, k, p, ad, a_ptr, a_row),
            "    }",
-           *ahead,
+           *(["    first = more;  // the next tile's batch is loaded"] if p.ahead else []),
            *_finish(k, program, p, render_epilogue, ityp),
            "  }", "  }", "}"]
     return "\n".join(src) + "\n", Launch((p.grid, 1, 1), 32 * WARPS, ptrs_of(k), early=preload)
