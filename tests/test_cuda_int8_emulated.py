@@ -31,8 +31,12 @@ def test_emulated_cuda_kernel_is_bit_exact(case, device, tmp_path):
 WGEMM = [c for c in wgemm_cases() if c.name != "wgemm int8 odd k"]  # the 16-byte GEMV (wgemv.py); odd K reads codes
 
 
-@pytest.mark.parametrize("device", ["h200", "one_sm"])
-@pytest.mark.parametrize("case", WGEMM, ids=[c.name for c in WGEMM])
+# on one SM a block walks several column tiles of these (the next tile's codes loaded while this one's are used)
+TILED = {"wgemm int8 split k", "wgemm int4 many tiles"}
+WGEMM_RUNS = [(c, "h200") for c in WGEMM] + [(c, "one_sm") for c in WGEMM if c.name in TILED]
+
+
+@pytest.mark.parametrize("case,device", WGEMM_RUNS, ids=[f"{c.name}-{d}" for c, d in WGEMM_RUNS])
 def test_emulated_cuda_wgemv_matches_reference(case, device, tmp_path):
     """The weight-only GEMV on the H200's plan (split along K for the wide case; four rows at a time, a tail of
     one, for the int4 case) and on a one-SM profile's (a block walking several column tiles, the next tile's codes
