@@ -110,6 +110,9 @@ def _cuda_conv_programs():
         # 64 channels, stride 1, 3x3, tiles for every SM: Hopper's direct conv (conv_direct.py)
         "hopper_direct": (lambda: TwoConvs("silu_then_scale", 64).eval().half(),
                           [torch.randn(16, 16, 64, 64, dtype=half)]),
+        # 3 input channels (a stem over the program input): Hopper's conv of few channels (conv_narrow.py)
+        "hopper_narrow": (lambda: _init(ConvAct("gelu_tanh", 3, 64, k=7)).eval().half(),
+                          [torch.randn(4, 3, 40, 40, dtype=half)]),
         # grouped: the direct conv kernel of library.py
         "grouped": (lambda: _init(ConvAct("hardtanh", 8, 16, groups=2)).eval().half(), [torch.randn(2, 8, 8, 8,
                                                                                                     dtype=half)]),
@@ -123,7 +126,7 @@ def _cuda_conv_programs():
 def test_every_cuda_conv_kernel_renders_an_activation_epilogue():
     from test_cuda_codegen import NVRTC_REASON, _check_sources
 
-    from npu_compiler.targets.cuda import CudaTarget, conv_direct, nvrtc
+    from npu_compiler.targets.cuda import CudaTarget, conv_direct, conv_narrow, nvrtc
 
     if not nvrtc.available():
         pytest.skip(NVRTC_REASON)
@@ -136,9 +139,10 @@ def test_every_cuda_conv_kernel_renders_an_activation_epilogue():
             for k in convs:
                 src = target.kernel_sources(k, prog)[0]
                 renderers.add("conv_direct" if conv_direct.fits(k, prog, target.profile)
+                              else "conv_narrow" if conv_narrow.fits(k, prog, target.profile)
                               else "wgmma" if "wgmma.mma_async" in src
                               else "mma.sync" if "tc_mma(" in src else "library direct")
                 sources[f"{name}_sm{arch}_{k.name}"] = src
-    assert renderers == {"conv_direct", "wgmma", "mma.sync", "library direct"}, renderers
+    assert renderers == {"conv_direct", "conv_narrow", "wgmma", "mma.sync", "library direct"}, renderers
     failures = _check_sources(sources)
     assert not failures, "\n\n".join(failures[:2])

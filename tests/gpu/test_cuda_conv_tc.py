@@ -14,7 +14,7 @@ from fused_cases import ConvPool, ir_dict, module_weights
 from tolerances import assert_close
 
 import npu_compiler
-from npu_compiler.targets.cuda import CudaTarget, conv_direct, conv_tc
+from npu_compiler.targets.cuda import CudaTarget, conv_direct, conv_narrow, conv_tc
 from npu_runtime import load_weights
 
 from .util import rendered_for, to_np
@@ -74,8 +74,10 @@ CASES = {
 }
 CASES["split_k_scratch_3x3_fp16"] = CASES["split_k_3x3_fp16"]
 # on Hopper, the cases whose pixels come through a shared-memory window (the element-by-element inputs of the others
-# have too few pixel tiles or do not fit half of its shared memory: a K of 500, 16 channels of 3 output rows)
-WINDOWED = {"7x7_stem_window_b3_fp16", "3x3_window_rows_fp16", "5x5_window_copies_bf16"}
+# have too few pixel tiles or do not fit half of its shared memory: a K of 500, 16 channels of 3 output rows; the
+# stems, 3 channels and 64 outputs, take the kernel of few channels, conv_narrow.py)
+WINDOWED = {"3x3_window_rows_fp16", "5x5_window_copies_bf16"}
+STEMS = {"7x7_stem_b2_fp16", "7x7_stem_window_b3_fp16"}
 # on Hopper, the cases on 192 x 128 tiles (1x1_stride2: 89 of them against 133 of 128 x 128)
 TALL = {"3x3_tall_fp16", "1x1_tall_bf16", "1x1_stride2_b2_bf16"}
 
@@ -107,6 +109,7 @@ def test_conv_on_tensor_cores_matches_torch(name, cuda_backend) -> None:
     if dev.compute_capability == 90:  # pixels read element by element come through a window where it fits
         source = CudaTarget(dev).kernel_sources(main, program)[0]
         assert ("copy_window" in source) == (name in WINDOWED), name
+        assert conv_narrow.fits(main, program, dev) == (name in STEMS), name
         assert ("__launch_bounds__(384, 1)" in source) == (name in TALL), name
     if main.plan.splits > 1:
         clustered = conv_tc.in_cluster(main.plan.splits, dev)
@@ -157,6 +160,36 @@ def test_direct_conv_matches_torch(name, cuda_backend) -> None:
     if dev.warpgroup_mma:
         ho = h + 2 * pad - k + 1
         assert f"m64n{8 * conv_direct.tile_rows(ho)}k16" in CudaTarget(dev).kernel_sources(main, program)[0]
+    _check_against_torch(model, args, program, dtype, name, cuda_backend)
+
+
+# The conv of few input channels (conv_narrow.py, Hopper: the window read by the MMA as it is). name: dtype, (n, c, h,
+# w), o, kernel, stride, padding, bias, pre (a 1x1 conv first: a channels-last input), relu
+NARROW = {
+    # ResNet's stem over the NCHW program input at batch 1 (tiles of 8 rows) and 4 (28)
+    "stem_b1_fp16": ("float16", (1, 3, 224, 224), 64, 7, 2, 3, True, False, True),
+    "stem_b4_fp16": ("float16", (4, 3, 224, 224), 64, 7, 2, 3, True, False, True),
+    # two tiles of 64 output channels, 34 x 38 outputs (row and column tiles past the image), no bias, no epilogue
+    "stem_odd_bf16": ("bfloat16", (3, 3, 67, 75), 128, 7, 2, 3, False, False, False),
+    # stride 1: columns of 8 channels (5 of them the input's, channels-last), a 3-column run of 24 halfs in 32
+    "3x3_c5_stride1_fp16": ("float16", (4, 5, 40, 36), 64, 3, 1, 1, True, True, True),
+    # stride 4: columns of 2 channels, a 4-column run of 8 halfs in 16; stride 8: one channel, 8 columns
+    "patchify_stride4_bf16": ("bfloat16", (2, 2, 64, 64), 64, 4, 4, 0, True, False, False),
+    "patchify_stride8_fp16": ("float16", (3, 1, 128, 120), 64, 8, 8, 0, True, False, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NARROW))
+def test_narrow_conv_matches_torch(name, cuda_backend) -> None:
+    dtype, (n, c, h, w), o, k, stride, pad, bias, pre, relu = NARROW[name]
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = ConvBlock(c, o, k, stride, pad, 1, bias, pre, relu).eval().to(tdt)
+    args = [torch.randn(n, c, h, w).to(tdt)]
+    program = npu_compiler.compile(ir_dict(model, args, name), "cuda", dtype=dtype)
+    main = [kc for kc in program.kernels if kc.kind == "conv2d"][-1]
+    dev = rendered_for(program, cuda_backend)
+    assert conv_narrow.fits(main, program, dev) == dev.warpgroup_mma
     _check_against_torch(model, args, program, dtype, name, cuda_backend)
 
 

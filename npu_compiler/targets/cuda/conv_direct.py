@@ -118,8 +118,7 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     _, _, ho, wo = out.shape
     ph, pw = spec.padding
     od = program.dtype_of(out)
-    xs, os_ = x.strides, out.strides
-    as_bits = "__half_as_ushort" if od == "float16" else "__bfloat16_as_ushort"
+    xs = x.strides
 
     ty = tile_rows(ho)
     hy, hx = ty + kh - 1, TX + kw - 1
@@ -144,37 +143,7 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     tc_cp16(reinterpret_cast<unsigned short*>(sm) + blk * {O_TILE * 64} + {swizzled_at("ol", "ch")},
             wt + {w_at} + (blk % {cb}) * {CHANNEL_BLOCK} + ch * 8, true);
   }}"""
-    lines = []
-    bias_pre = ""
-    if spec.bias:  # the thread's two channels' bias, loaded once
-        bias = k.args[2]
-        b_at = affine([("co", bias.strides[0])], bias.offset)
-        bias_pre = f"""
-  float bv[2];
-  #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {{
-    const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
-    bv[hf] = {load_expr(program.dtype_of(bias), 'bias[' + b_at + ']')};
-  }}"""
-        lines.append("          v += bv[hf];")
-    value, value_dtype = "v", "float32"
-    if spec.epilogue is not None:
-        lines.append(f"          const float accv = {round_expr('v', od)};")
-        lines.append(f"          const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
-        ep_lines, value = render_epilogue(spec.epilogue, k, program, names, ["accv"], ityp, "          ")
-        lines += ep_lines
-        value_dtype = spec.epilogue.dtype
-    lines.append(f"          sv[e] = {as_bits}({store_expr(od, value, value_dtype)});")
-    epilogue = "\n".join(lines)
-    # lanes 4 apart hold neighbouring channels of the same pixels: an exchange leaves each with both channels of one
-    # pixel (the even lane the first, the odd the second), one 4-byte store (`_pairs`: the output allows it)
-    at = affine([("nb", os_[0]), ("ce", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
-    store = f"""
-        const int odd = (lane >> 2) & 1;
-        const unsigned got = __shfl_xor_sync(0xffffffffu, odd ? (unsigned)sv[0] : (unsigned)sv[1], 4);
-        const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + odd, ce = co - odd;
-        if (oh < {ho} && ow < {wo})
-          *reinterpret_cast<unsigned*>(out0 + ({at})) = odd ? got | ((unsigned)sv[1] << 16) : sv[0] | (got << 16);"""
+    bias_pre, outputs = tile_outputs(k, program, render_epilogue, names, ityp, ty)
     products, prologue = _direct_loop(c=c, cb=cb, halo=halo, hx=hx, hy=hy, kh=kh, kw=kw, nbuf=nbuf, npx=npx,
         tiles=tiles, w_bytes=w_bytes)
     src = f"""{PRELUDE}
@@ -202,28 +171,74 @@ def conv2d_direct(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
   }};
   int t = blockIdx.x;{bias_pre}{prologue}
   for (int it = 0; t < {tiles}; ++it, t += gridDim.x) {{{products}
-    // acc[4j + 2hf + e]: output channel oc0 + 16 warp + lane / 4 + 8 hf, pixel row j, column 2 (lane % 4) + e
     const {ityp} nb = t / {tiles_y * tiles_x};
-    const int r = t % {tiles_y * tiles_x};
+    const int r = t % {tiles_y * tiles_x}, oh0 = (r / {tiles_x}) * {ty}, ow0 = (r % {tiles_x}) * {TX};{outputs}
+  }}
+}}
+"""
+    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]
+
+
+def tile_outputs(k: KernelCall, program: CompiledProgram, render_epilogue, names: list[str], ityp: str,
+                 ty: int) -> tuple[str, str]:
+    """The lines that load the bias of a thread's two output channels once (before the loop over tiles), and those
+    that compute and store a tile's outputs from the accumulators of an m64 x n(8 ty) product of 64 output channels
+    (from `oc0`) by ty rows of 8 pixels (image `nb`, rows from `oh0`, columns from `ow0`): acc[4j + 2hf + e] is
+    output channel oc0 + 16 warp + lane / 4 + 8 hf, pixel row j, column 2 (lane % 4) + e. The output is channels-last
+    in pairs (`_pairs`); the epilogue reads no tensor (`fits`)."""
+    spec: Conv2dKernel = k.spec
+    out = k.outs[0]
+    _, _, ho, wo = out.shape
+    od = program.dtype_of(out)
+    os_ = out.strides
+    as_bits = "__half_as_ushort" if od == "float16" else "__bfloat16_as_ushort"
+    lines = []
+    bias_pre = ""
+    if spec.bias:  # the thread's two channels' bias, loaded once
+        bias = k.args[2]
+        b_at = affine([("co", bias.strides[0])], bias.offset)
+        bias_pre = f"""
+  float bv[2];
+  #pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {{
+    const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
+    bv[hf] = {load_expr(program.dtype_of(bias), 'bias[' + b_at + ']')};
+  }}"""
+        lines.append("          v += bv[hf];")
+    value, value_dtype = "v", "float32"
+    if spec.epilogue is not None:
+        lines.append(f"          const float accv = {round_expr('v', od)};")
+        lines.append(f"          const {ityp} o0 = nb, o1 = co, o2 = oh, o3 = ow;")
+        ep_lines, value = render_epilogue(spec.epilogue, k, program, names, ["accv"], ityp, "          ")
+        lines += ep_lines
+        value_dtype = spec.epilogue.dtype
+    lines.append(f"          sv[e] = {as_bits}({store_expr(od, value, value_dtype)});")
+    epilogue = "\n".join(lines)
+    # lanes 4 apart hold neighbouring channels of the same pixels: an exchange leaves each with both channels of one
+    # pixel (the even lane the first, the odd the second), one 4-byte store (`_pairs`: the output allows it)
+    at = affine([("nb", os_[0]), ("ce", 1), ("oh", os_[2]), ("ow", os_[3])], out.offset)
+    outputs = f"""
     #pragma unroll
     for (int j = 0; j < {ty}; ++j) {{
-      const {ityp} oh = (r / {tiles_x}) * {ty} + j;
+      const {ityp} oh = oh0 + j;
       #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {{
         const {ityp} co = oc0 + warp * 16 + (lane >> 2) + hf * 8;
         unsigned short sv[2];
         #pragma unroll
         for (int e = 0; e < 2; ++e) {{  // (outside the image too: the epilogue reads no tensor, and lanes pair up)
-          const {ityp} ow = (r % {tiles_x}) * {TX} + (lane & 3) * 2 + e;
+          const {ityp} ow = ow0 + (lane & 3) * 2 + e;
           float v = acc[j * 4 + hf * 2 + e];
 {epilogue}
-        }}{store}
+        }}
+        const int odd = (lane >> 2) & 1;
+        const unsigned got = __shfl_xor_sync(0xffffffffu, odd ? (unsigned)sv[0] : (unsigned)sv[1], 4);
+        const {ityp} ow = ow0 + (lane & 3) * 2 + odd, ce = co - odd;
+        if (oh < {ho} && ow < {wo})
+          *reinterpret_cast<unsigned*>(out0 + ({at})) = odd ? got | ((unsigned)sv[1] << 16) : sv[0] | (got << 16);
       }}
-    }}
-  }}
-}}
-"""
-    return [(src, Launch((grid, o_tiles, 1), threads, ptrs_of(k), smem))]
+    }}"""
+    return bias_pre, outputs
 
 
 def _direct_loop(*, c, cb, halo, hx, hy, kh, kw, nbuf, npx, tiles, w_bytes):

@@ -23,7 +23,7 @@ from ..clike import (
     ptrs_of,
     render_expression,
 )
-from . import conv_direct
+from . import conv_direct, conv_narrow
 from .common import (
     CUDA,
     KERNEL_NAME,
@@ -253,7 +253,8 @@ def conv2d(k: KernelCall, program: CompiledProgram, lang=CUDA) -> tuple[str, Lau
 
 def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
     """The implicit GEMM on tensor cores (`conv_tc.py`) for a record it applies to, on the device `dev` (a
-    DeviceProfile), or the direct conv (`conv_direct.py`) where that one fits."""
+    DeviceProfile), or the direct conv (`conv_direct.py`) or the conv of few input channels (`conv_narrow.py`)
+    where one of those fits."""
     spec: Conv2dKernel = k.spec
     names = conv_names(spec, len(k.args))
     ityp = _ityp(*k.args, k.outs[0])
@@ -263,6 +264,8 @@ def conv2d_tensor_cores(k: KernelCall, program: CompiledProgram, dev) -> list[tu
 
     if conv_direct.fits(k, program, dev):
         return conv_direct.conv2d_direct(k, program, render_epilogue, ityp, signature, names, dev)
+    if conv_narrow.fits(k, program, dev):
+        return conv_narrow.conv2d_narrow(k, program, render_epilogue, ityp, signature, names, dev)
     return conv2d_tc(k, program, render_epilogue, ityp, signature, names, dev)
 
 
