@@ -77,6 +77,27 @@ def fits(k: KernelCall, program: CompiledProgram, dev) -> bool:
     (`_pairs`), the weight and a halo within the shared memory, an epilogue that reads no tensor (its element-by-element
     loads made a 3x3 conv with a residual add 77 -> 145 us), and tiles enough for every SM (ResNet-50 at batch 1: 14
     tiles, no faster than the implicit GEMM's split K)."""
+    if not transposed_ok(k, program, dev):
+        return False
+    spec = k.spec
+    x, w, out = k.args[0], k.args[1], k.outs[0]
+    c = x.shape[1]
+    if tuple(spec.stride) != (1, 1) or c % CHANNEL_BLOCK:
+        return False
+    o, _, kh, kw = w.shape
+    if kh * kw < 2 or not pixels_vectorizable(x) or not weight_vectorizable(w):
+        return False
+    n, _, ho, wo = out.shape
+    ty = tile_rows(ho)
+    if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < dev.multiprocessors:
+        return False
+    return smem_parts(c, kh, kw, ty, dev)[2] > 0
+
+
+def transposed_ok(k: KernelCall, program: CompiledProgram, dev) -> bool:
+    """What the convs of the transposed product on the warpgroup MMA (this kernel and `conv_narrow.py`) ask of a
+    record: Hopper (sm_90a), one 16-bit dtype, one group, unsplit, no side conv, no dilation, whole tiles of 64 output
+    channels, a channels-last output in pairs (`_pairs`) and an epilogue that reads no tensor (`tile_outputs`)."""
     spec = k.spec
     if not dev.warpgroup_mma or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or k.scratch \
             or plan_of(k).splits != 1 or spec.side_stride or len(k.outs) != 1:
@@ -85,21 +106,9 @@ def fits(k: KernelCall, program: CompiledProgram, dev) -> bool:
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
     dts = {program.dtype_of(r) for r in (x, w, out)}
-    if len(dts) != 1 or next(iter(dts)) not in _OPERANDS:
+    if len(dts) != 1 or next(iter(dts)) not in _OPERANDS or tuple(spec.dilation) != (1, 1):
         return False
-    c = x.shape[1]
-    if tuple(spec.stride) != (1, 1) or tuple(spec.dilation) != (1, 1) or c % CHANNEL_BLOCK:
-        return False
-    o, _, kh, kw = w.shape
-    if kh * kw < 2 or o % O_TILE or not pixels_vectorizable(x) or not weight_vectorizable(w):
-        return False
-    if not _pairs(out):
-        return False
-    n, _, ho, wo = out.shape
-    ty = tile_rows(ho)
-    if n * -(-ho // ty) * -(-wo // TX) * (o // O_TILE) < dev.multiprocessors:
-        return False
-    return smem_parts(c, kh, kw, ty, dev)[2] > 0
+    return len(x.shape) == len(w.shape) == 4 and w.shape[0] % O_TILE == 0 and _pairs(out)
 
 
 def _pairs(out) -> bool:

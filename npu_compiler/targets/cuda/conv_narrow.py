@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...expr import nodes as X
-from ...kernels import Conv2dKernel, plan_of
+from ...kernels import Conv2dKernel
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, affine, ptrs_of
 from .common import PRELUDE, WAIT, WEIGHTS_BEGIN, WEIGHTS_END, swizzled_at, tc_helpers, wgmma_helpers
-from .conv_direct import MAX_N, O_TILE, TX, _pairs, tile_outputs, tile_rows
+from .conv_direct import MAX_N, O_TILE, TX, tile_outputs, tile_rows, transposed_ok
 from .conv_tc import _OPERANDS
 
 RESIDENT = 2  # blocks an SM the launch bounds and the grid are sized for: one copies its window while one multiplies
@@ -102,19 +101,10 @@ def fits(k: KernelCall, program: CompiledProgram, dev) -> bool:
     conv, no dilation, whole tiles of 64 output channels, few input channels for its stride (`layout`), a
     channels-last output in pairs and an epilogue that reads no tensor (`conv_direct.py`'s epilogue). The input and
     the weight may have any strides: both are read element by element."""
-    spec = k.spec
-    if not dev.warpgroup_mma or not isinstance(spec, Conv2dKernel) or spec.groups != 1 or k.scratch \
-            or plan_of(k).splits != 1 or spec.side_stride or len(k.outs) != 1:
-        return False
-    if spec.epilogue is not None and any(isinstance(e, X.Load) for e in X.walk(spec.epilogue)):
+    if not transposed_ok(k, program, dev):
         return False
     x, w, out = k.args[0], k.args[1], k.outs[0]
-    dts = {program.dtype_of(r) for r in (x, w, out)}
-    if len(dts) != 1 or next(iter(dts)) not in _OPERANDS or tuple(spec.dilation) != (1, 1):
-        return False
-    if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[0] % O_TILE or not _pairs(out):
-        return False
-    return layout(x.shape, w.shape, out.shape, spec.stride, dev) is not None
+    return layout(x.shape, w.shape, out.shape, k.spec.stride, dev) is not None
 
 
 def conv2d_narrow(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: str, signature,
