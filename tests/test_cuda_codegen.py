@@ -982,10 +982,11 @@ def test_resnet_conv_epilogues_store_and_read_whole_sectors() -> None:
 def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
     """On Hopper (sm_90) the unsplit convs whose tiles are 16-byte copies (128-pixel tiles) multiply with `wgmma`
     and ask for the arch-specific target (sm_90a); Ampere and Blackwell render `mma.sync` (their sources run on
-    every later GPU of their kind); the stem (3 channels, read element by element) stays on `mma.sync` everywhere."""
+    every later GPU of their kind); the stem (3 channels, read element by element) multiplies on the warpgroup MMA
+    on Hopper from its input window (conv_narrow.py), on `mma.sync` elsewhere."""
     from fused_cases import ir_dict
 
-    from npu_compiler.targets.cuda import conv_tc
+    from npu_compiler.targets.cuda import conv_narrow, conv_tc
     from npu_export.resnet import resnet18
 
     ir = ir_dict(resnet18().eval(), [torch.empty(16, 3, 224, 224)], "resnet18")
@@ -998,7 +999,8 @@ def test_hopper_convs_multiply_on_the_warpgroup_mma() -> None:
             x, w, out = k.args[0], k.args[1], k.outs[0]
             p, o, _ = conv_tc._geometry(x.shape, w.shape, out.shape)
             copies = conv_tc.pixels_vectorizable(x) and conv_tc.weight_vectorizable(w)
-            want = arch == 90 and copies and k.plan.splits == 1 and conv_tc.tile_for(p, o, H100, True)[0] == 128
+            want = arch == 90 and (copies and k.plan.splits == 1 and conv_tc.tile_for(p, o, H100, True)[0] == 128
+                                   or conv_narrow.fits(k, program, H100))
             assert ("wgmma.mma_async" in src) == want and ("tc_mma(acc" in src) != want, (arch, k.name)
             assert (nvrtc.target_for(src, f"sm_{arch}") == f"sm_{arch}a") == want, (arch, k.name)
             on.append(want)
