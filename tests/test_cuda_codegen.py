@@ -1037,6 +1037,38 @@ def test_hopper_convs_of_one_partial_wave_take_an_sm_each() -> None:
     assert seen == {True, False}
 
 
+def test_one_wave_mma_sync_convs_keep_their_split_in_flight() -> None:
+    """A conv on mma.sync whose grid is one partial wave (one image's deep convs, split K) takes stages for every K
+    tile of its split, up to LATENCY_STAGES; one of more blocks than SMs keeps STAGES."""
+    from fused_cases import ir_dict
+
+    from npu_compiler.targets.cuda import conv_tc
+
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(256, 256, 1), nn.ReLU(), nn.Conv2d(256, 256, 3, padding=1)).eval()
+    # a 64 x 128 tile's stage, K 64 a step (16-byte copies) or 32 (the 1x1 conv's NCHW program input, element by
+    # element)
+    stage, stage32 = ((64 + 128) * (bk + 8) * 2 for bk in (conv_tc.BK_COPIES, conv_tc.BK))
+    # the H100 at batch 1 (196 pixels: 4 x 2 tiles): the 1x1 conv unsplit, 8 K tiles (6 stages, the most); the 3x3
+    # split 8 ways, 36 K tiles, 5 a split (6 stages). The A100 at batch 32 (6,272 pixels): 98 x 2 tiles, more
+    # blocks than its SMs
+    for device, batch, want in (("h100", 1, {1: 6 * stage32, 3: 6 * stage}),
+                                ("a100", 32, {1: 3 * stage32, 3: 3 * stage})):
+        ir = ir_dict(model, [torch.empty(batch, 256, 14, 14)], f"latency{batch}")
+        program = npu_compiler.compile(ir, "cuda", dtype="float16", device=device)
+        target = CudaTarget(device)
+        out = target.render_program(program)
+        got = {}
+        for i, steps in enumerate(out.steps):
+            k = program.kernels[i]
+            launches = [st for st in steps if isinstance(st, SourceLaunch)]
+            if k.kind == "conv2d" and "tc_mma(acc" in out.sources[launches[0].source]:
+                got[k.args[1].shape[2]] = launches[0].launch.smem
+                blocks = math.prod(launches[0].launch.grid)
+                assert (blocks <= target.profile.multiprocessors) == (batch == 1), (device, launches[0].launch)
+        assert got == want, (device, got)
+
+
 @needs_nvrtc
 def test_small_pool_windows_are_written_out_into_the_vector_form() -> None:
     """A channels-last max pool (ResNet's 3 x 3 window, stride 2, padding 1, after a conv on tensor cores) is written

@@ -64,6 +64,7 @@ BK = 32  # K per stage where a tile is read element by element
 # went from 112 to 94 us against BK; the element-by-element stem from 326 to 412 us, so it keeps BK)
 BK_COPIES = 64
 STAGES = 3
+LATENCY_STAGES = 6  # the most a conv of one partial wave on mma.sync takes (`latency_stages`)
 _PAD = 8  # halves of padding per shared-memory row: ldmatrix's eight rows fall in different banks
 _OPERANDS = {"float16": "f16", "bfloat16": "bf16"}
 # (BM pixels, BN output channels, warp tile rows, warp tile columns), largest first
@@ -184,6 +185,16 @@ def one_wave_stages(bm: int, bn: int, bk: int, dev) -> int:
     timed those convs the same."""
     stage = (bm + bn) * bk * 2
     return max(STAGES, dev.shared_memory_per_block_optin // 2 // stage + 1)
+
+
+def latency_stages(bm: int, bn: int, bk: int, per_split: int, dev) -> int:
+    """The stages of a conv on mma.sync whose grid is one partial wave (one image's convs): its blocks are few and
+    each is a chain of copies and products, so more of its K tiles in flight at once shorten it. Up to
+    LATENCY_STAGES, no more than its split's K tiles need (the prologue then copies all of them) and no more than
+    fit. Measured on the H200 (ResNet-50 at batch 1, every conv but the stem and the projections on this path; one
+    process, 4 alternating rounds of 30 runs): 6 stages against 3, 0.350 -> 0.330 ms."""
+    stage = (bm + bn) * (bk + _PAD) * 2
+    return max(STAGES, min(LATENCY_STAGES, per_split + 1, dev.shared_memory_per_block_optin // stage))
 
 
 def k_step(p: int, o: int, copies: bool, dev, wide: bool = False) -> int:
@@ -410,8 +421,16 @@ def conv2d_tc(k: KernelCall, program: CompiledProgram, render_epilogue, ityp: st
     warps_n = bn // wn_
     threads = 32 * (bm // wm_) * warps_n
     o_tiles = -(-o_total // bn)
-    one_wave = wgmma and not side and -(-p_total // bm) * o_tiles <= dev.multiprocessors
-    stages = SIDE_STAGES if side else one_wave_stages(bm, bn, bk, dev) if one_wave else STAGES
+    one_wave = not side and -(-p_total // bm) * o_tiles * splits <= dev.multiprocessors
+    if side:
+        stages = SIDE_STAGES
+    elif one_wave and wgmma:
+        stages = one_wave_stages(bm, bn, bk, dev)
+    elif one_wave:
+        k_tiles = -(-k_total // bk)
+        stages = latency_stages(bm, bn, bk, -(-k_tiles // splits), dev)
+    else:
+        stages = STAGES
     smem = smem_bytes(p_total, o_total, bk, dev, cluster, wide, stages)
     cpr = bk // 8  # 16-byte copies per tile row
     # pixels read element by element: through a shared-memory window where it fits (conv_window.py)
