@@ -99,6 +99,7 @@ def test_narrow_sources_compile() -> None:
         assert launch.grid[0] <= conv_narrow.tile_count(x.shape[0], out.shape[2], out.shape[3], lay.ty)
         assert launch.grid[1] == w.shape[0] // conv_narrow.O_TILE
         assert f"m64n{8 * lay.ty}k16" in src
+        assert src.index("npu_wait_prior();") < src.index("prefetch_window(t")  # the input after the wait only
         sources[f"narrow_{i}"] = src
     failures = _check_sources(sources)
     assert not failures, "\n\n".join(failures[:2])

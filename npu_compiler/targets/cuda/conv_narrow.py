@@ -132,6 +132,9 @@ def conv2d_narrow(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
                   w.offset)
     x_at = affine([("nb", x.strides[0]), ("iy", x.strides[2]), ("ix", x.strides[3])], x.offset)
     words = max(1, cp // 2)  # 32-bit words of a window column (a column of one channel is one half)
+    # the columns of a window row whose lines the prefetch touches: one every 64 bytes of the input, and the last
+    step = max(1, 64 // (2 * max(1, abs(x.strides[3]))))
+    points = list(range(0, lay.wx - 1, step)) + [lay.wx - 1]
 
     def packed(v: str, count: int) -> list[str]:
         return [f"(unsigned){v}[{2 * i}] | ((unsigned){v}[{2 * i + 1}] << 16)" for i in range(count // 2)]
@@ -177,6 +180,21 @@ def conv2d_narrow(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
       unsigned char* const dst = win + q * {cp * 2};
       {store}
     }}
+  }};
+  // tile t's input into L2 ahead of its copies (which then wait on L2, not on memory): for every window row and
+  // channel the lines of its columns, {step} columns apart and the last (clamped to the image: every address is
+  // one of the input's elements)
+  auto prefetch_window = [&](int t) {{
+    const {ityp} nb = t / {tiles_y * tiles_x};
+    const int r = t % {tiles_y * tiles_x};
+    const int iy0 = (r / {tiles_x}) * {ty * sh} - {ph}, ix0 = (r % {tiles_x}) * {TX * sw} - {pw};
+    for (int q = tid; q < {lay.wy * c * len(points)}; q += {threads}) {{
+      const int y = q / {c * len(points)}, cc = (q / {len(points)}) % {c}, px = q % {len(points)};
+      const int iy = min(max(iy0 + y, 0), {h - 1});
+      const int ix = min(max(ix0 + (px == {len(points) - 1} ? {lay.wx - 1} : px * {step}), 0), {wd - 1});
+      const {ityp} at = {x_at} + ({ityp})cc * {x.strides[1]};
+      asm volatile("prefetch.global.L2 [%0];" :: "l"(xt + at));
+    }}
   }};"""
     ks_n = kr // 16
     products = f"""
@@ -208,6 +226,7 @@ def conv2d_narrow(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
 {WEIGHTS_END if weight_early else ""}
 {WAIT}{"" if weight_early else weights}{fill}
   int t = blockIdx.x;{bias_pre}
+  if (t + (int)gridDim.x < {tiles}) prefetch_window(t + gridDim.x);
   fill_window(0, t);
   for (int it = 0; t < {tiles}; ++it, t += gridDim.x) {{
     const int b = it & 1;
@@ -216,6 +235,7 @@ def conv2d_narrow(k: KernelCall, program: CompiledProgram, render_epilogue, ityp
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();{products}
     if (t + (int)gridDim.x < {tiles}) fill_window(b ^ 1, t + gridDim.x);  // the next tile's, during the products
+    if (t + 2 * (int)gridDim.x < {tiles}) prefetch_window(t + 2 * gridDim.x);
     wg_wait<{npx // 2}>(acc);
     const {ityp} nb = t / {tiles_y * tiles_x};
     const int r = t % {tiles_y * tiles_x}, oh0 = (r / {tiles_x}) * {ty}, ow0 = (r % {tiles_x}) * {TX};{outputs}
