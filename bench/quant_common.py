@@ -19,6 +19,10 @@ def add_options(ap: argparse.ArgumentParser, method: str, activations: str) -> N
     ap.add_argument("--method", action="append", choices=METHODS,
                     help=f"calibration method (repeat for several; default {method})")
     ap.add_argument("--activations", default=activations, choices=("symmetric", "asymmetric"))
+    ap.add_argument("--weight-rounding", default="nearest", choices=("nearest", "gptq"),
+                    help="int8 weight codes rounded to nearest, or by GPTQ on the calibration inputs")
+    ap.add_argument("--bias-correction", action="store_true",
+                    help="subtract each layer's mean output shift from weight rounding from its bias")
     ap.add_argument("--report", action="store_true", help="print the 10 worst tensors of the per-tensor SQNR report")
     ap.add_argument("--json", help="write the results here")
 
@@ -34,7 +38,8 @@ class Int8Run:
 
 def run_int8(ir: dict, weights: Mapping[str, np.ndarray], calib: Sequence[Mapping[str, np.ndarray]],
              batches: Sequence[Mapping[str, np.ndarray]], method: str, activations: str,
-             keep_float: tuple[str, ...] = ()) -> Int8Run:
+             keep_float: tuple[str, ...] = (), weight_rounding: str = "nearest", bias_correction: bool = False
+             ) -> Int8Run:
     """Quantize with `method`, compile for the CPU and run every batch on its integer kernels."""
     import npu_compiler
     import npu_runtime
@@ -44,7 +49,8 @@ def run_int8(ir: dict, weights: Mapping[str, np.ndarray], calib: Sequence[Mappin
 
     t = time.perf_counter()
     q = quantize(ir, weights, calib, Options(method=method, symmetric=activations == "symmetric",
-                                              keep_float=keep_float))
+                                              keep_float=keep_float, weight_rounding=weight_rounding,
+                                              bias_correction=bias_correction))
     program = npu_compiler.compile(q.ir, "cpu")
     be = CpuBackend()
     ex = be.create_executor(program)

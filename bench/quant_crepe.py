@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     keep = tuple(t for t in args.keep_float.split(",") if t)
     batches = [{name: x[i:i + args.batch]} for i in range(0, n, args.batch)]
     for method in args.method or ["minmax"]:
-        run = run_int8(ir, weights, calib, batches, method, args.activations, keep)
+        run = run_int8(ir, weights, calib, batches, method, args.activations, keep, args.weight_rounding,
+                       args.bias_correction)
         pick = run.outputs.argmax(1)
         same = float(np.mean(pick == top))
         near = float(np.mean(np.abs(pick - top) <= 1))

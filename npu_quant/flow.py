@@ -13,24 +13,30 @@ import numpy as np
 import npu_compiler
 from npu_compiler.errors import InternalError
 from npu_compiler.ir.reader import checked_ir_dict
+from npu_compiler.ir.schema import short_op
 from npu_runtime.cpu.backend import CpuBackend
 from npu_runtime.inspect import kernel_values
 from npu_runtime.weights import load_weights
 
 from . import rewrite
+from .adjust import WEIGHT_ROUNDINGS, LayerInputs, LayerWeights, quantize_layer
 from .calibration import METHODS, QParams, TensorStats, qparams_for
 
 
 @dataclass
 class Options:
-    method: str = "minmax"  # minmax | percentile | entropy
+    method: str = "minmax"  # minmax | percentile | entropy | mse
     symmetric: bool = True  # activations: symmetric (zero point 0) or asymmetric
     percentile: float = 99.99
     keep_float: tuple[str, ...] = ()  # tensors never quantized: the integer ops that read them stay float
+    weight_rounding: str = "nearest"  # nearest | gptq (adjust.py)
+    bias_correction: bool = False  # subtract each layer's mean output shift from weight rounding (adjust.py)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"calibration method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.weight_rounding not in WEIGHT_ROUNDINGS:
+            raise ValueError(f"weight rounding {self.weight_rounding!r} is not one of {', '.join(WEIGHT_ROUNDINGS)}")
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"percentile {self.percentile} is outside (50, 100]")
 
@@ -43,6 +49,7 @@ class Quantized:
     plan: rewrite.Plan
     samples: int
     stats: dict[str, TensorStats] = field(default_factory=dict)
+    layers: dict[str, LayerWeights] = field(default_factory=dict)  # conv/linear node -> its int8 weight (adjusted)
 
 
 def node_outputs(ir: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -94,11 +101,22 @@ def quantize(ir: Any, weights: Mapping[str, np.ndarray], samples: Iterable[Mappi
     data = checked_ir_dict(ir)
     p = rewrite.plan(data, set(options.keep_float))
     stats = {t: TensorStats() for t in p.observed}
+    inputs = _layer_inputs(data, weights, p, options)
     program = float_program(data)
-    observer = Observer(program, weights, p.observed, p.alias_of, node_outputs(data))
+    watched = {t: [] for t in stats}
+    for t, layers in inputs.items():
+        watched.setdefault(t, []).extend(layers.values())
+
+    def visit(t: str, v: np.ndarray) -> None:
+        if t in stats:
+            stats[t].update(v)
+        for acc in watched[t]:
+            acc.update(v)
+
+    observer = Observer(program, weights, list(watched), p.alias_of, node_outputs(data))
     n = 0
     for sample in samples:
-        observer.run(sample, lambda t, v: stats[t].update(v))
+        observer.run(sample, visit)
         n += 1
     if n == 0:
         raise ValueError("no calibration samples")
@@ -108,6 +126,39 @@ def quantize(ir: Any, weights: Mapping[str, np.ndarray], samples: Iterable[Mappi
     qparams = {t: qparams_for(s, options.method, options.symmetric, options.percentile) for t, s in stats.items()}
     for t, src in p.same_as.items():
         qparams[t] = qparams[src]
-    qir, qweights = rewrite.apply(data, weights, p, qparams)
+    layers = _layer_weights(data, weights, p, inputs, options)
+    qir, qweights = rewrite.apply(data, weights, p, qparams, layers)
     qir["model_name"] = f"{data.get('model_name') or 'model'}_int8"
-    return Quantized(qir, qweights, qparams, p, n, stats)
+    return Quantized(qir, qweights, qparams, p, n, stats, layers)
+
+
+def _layer_inputs(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: rewrite.Plan, options: Options
+                  ) -> dict[str, dict[str, LayerInputs]]:
+    """Input tensor -> {node: its accumulator} for every integer conv and linear, where an option needs them."""
+    if options.weight_rounding == "nearest" and not options.bias_correction:
+        return {}
+    ix = rewrite.Index(ir)
+    mapping = ir.get("weight_name_mapping") or {}
+    out: dict[str, dict[str, LayerInputs]] = {}
+    for name, ph in p.weights.items():
+        node = ix.by_name[name]
+        shape = tuple(np.shape(weights[mapping.get(ph, ph)]))
+        acc = LayerInputs(short_op(str(node["op_type"])), node.get("attrs") or {}, shape,
+                          gram=options.weight_rounding == "gptq")
+        out.setdefault(ix.tensor_of(node["inputs"][0]), {})[name] = acc
+    return out
+
+
+def _layer_weights(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: rewrite.Plan,
+                   inputs: Mapping[str, Mapping[str, LayerInputs]], options: Options) -> dict[str, LayerWeights]:
+    """The adjusted int8 weight of every integer conv and linear (none where rounding to nearest is all asked)."""
+    if not inputs:
+        return {}
+    ix = rewrite.Index(ir)
+    mapping = ir.get("weight_name_mapping") or {}
+    by_node = {name: acc for layers in inputs.values() for name, acc in layers.items()}
+    out = {}
+    for name in p.weights:
+        w, b = rewrite.layer_weight(ix.by_name[name], p, weights, mapping)
+        out[name] = quantize_layer(w, b, by_node.get(name), options.weight_rounding, options.bias_correction)
+    return out

@@ -33,6 +33,7 @@ from npu_compiler.ir.schema import short_op
 from npu_compiler.lowering.lower import VIEW_OPS
 from npu_compiler.passes.normalize import STRUCTURAL_OPS
 
+from .adjust import WEIGHT_RANGE, LayerWeights, round_nearest, weight_scales
 from .calibration import QParams
 
 CONTRACTIONS = ("conv2d.default", "linear.default")
@@ -41,7 +42,6 @@ ACTIVATIONS = ("relu.default", "relu_.default", "hardtanh.default", "hardtanh_.d
 PASS_THROUGH = ("max_pool2d.default", "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints",
                 "unsqueeze.default", "squeeze.dim", "squeeze.dims", "permute.default", "transpose.int")
 VIEWS = PASS_THROUGH[1:]
-WEIGHT_RANGE = (-127, 127)
 BN = "batch_norm.default"
 NORMS = ("layer_norm.default", "native_layer_norm.default", "group_norm.default")
 FLOATS = ("float32", "float16", "bfloat16", "float64")
@@ -67,7 +67,7 @@ class Plan:
         return [t for t in self.tensors if t not in self.same_as]
 
 
-class _Index:
+class Index:
     def __init__(self, ir: Mapping[str, Any]) -> None:
         self.nodes = list(ir["nodes"])
         self.by_name = {n["name"]: n for n in self.nodes}
@@ -128,7 +128,7 @@ def _aliases(op: str, node: Mapping[str, Any]) -> bool:
     return op in SAME_DTYPE_CASTS and len(ins) >= 1 and len(outs) == 1 and ins[0].get("dtype") == outs[0]["dtype"]
 
 
-def _feeds_a_norm(ix: _Index, n: Mapping[str, Any]) -> bool:
+def _feeds_a_norm(ix: Index, n: Mapping[str, Any]) -> bool:
     """Is the node's result (through an activation) read by a layer or group norm? A transformer's residual add and
     the norm after it stay in float, as int8 deployments of BERT keep them: the norm divides by the spread of its
     input, which an int8 step of the residual's range is a large part of (all-MiniLM-L6-v2's embeddings: 15 dB)."""
@@ -144,7 +144,7 @@ def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
     reads it (a conv2d's or linear's input, an add's operands and result) or where it is an integer op's result that
     another integer op reads; a conv's or linear's result that only float ops read stays float (the kernel writes
     it dequantized)."""
-    ix = _Index(ir)
+    ix = Index(ir)
     p = Plan()
     live = ix.live()
     data = ix.activations(ir)
@@ -218,7 +218,7 @@ def plan(ir: Mapping[str, Any], keep_float: Collection[str] = ()) -> Plan:
     return p
 
 
-def _result(ix: _Index, p: Plan, n: Mapping[str, Any]) -> str:
+def _result(ix: Index, p: Plan, n: Mapping[str, Any]) -> str:
     """An integer op's result: after the BatchNorm folded into a conv and the activation the kernel fuses."""
     out = n["outputs"][0]["name"]
     if short_op(str(n["op_type"])) == "conv2d.default":
@@ -236,14 +236,10 @@ def _result(ix: _Index, p: Plan, n: Mapping[str, Any]) -> str:
 
 
 def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int8 per output channel (axis 0), symmetric: (q, scales). As quantize_per_channel computes it: w * (1 / s) in
-    float32, rounded half to even."""
-    w = np.asarray(w, dtype=np.float32)
-    amax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) if w.size else np.zeros(w.shape[0], np.float32)
-    scales = np.maximum(amax / np.float32(127), np.float32(np.finfo(np.float32).eps)).astype(np.float32)
-    inv = (np.float32(1.0) / scales).reshape(-1, *([1] * (w.ndim - 1)))
-    q = np.clip(np.rint(w * inv), *WEIGHT_RANGE).astype(np.int8)
-    return q, scales
+    """int8 per output channel (axis 0), symmetric, rounded to nearest: (q, scales). As quantize_per_channel computes
+    it: w * (1 / s) in float32, rounded half to even."""
+    scales = weight_scales(w)
+    return round_nearest(w, scales), scales
 
 
 def fold_batchnorm(w: np.ndarray, b: np.ndarray | None, bn: Mapping[str, Any], weights: Mapping[str, np.ndarray],
@@ -272,14 +268,15 @@ def _qattrs(q: QParams) -> dict:
     return {"scale": q.scale, "zero_point": q.zero_point, "quant_min": q.qmin, "quant_max": q.qmax, "dtype": q.dtype}
 
 
-def apply(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: Plan, qparams: Mapping[str, QParams]
-          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def apply(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: Plan, qparams: Mapping[str, QParams],
+          layers: Mapping[str, LayerWeights] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The quantized IR and its weights (the float weights that are still read, the int8 weights, their scales and
-    zero points, folded biases). `qparams` has an entry for every tensor of the plan."""
+    zero points, folded biases). `qparams` has an entry for every tensor of the plan; `layers` (node name -> its
+    int8 weight and corrected bias, `adjust.py`) replaces rounding to nearest where it has the node."""
     missing = [t for t in p.tensors if t not in qparams]
     if missing:
         raise NPUCompileError(f"no quantization parameters for {missing[:5]}")
-    ix = _Index(ir)
+    ix = Index(ir)
     out = copy.deepcopy(dict(ir))
     mapping: dict[str, str] = dict(out.get("weight_name_mapping") or {})
     meta = {w["name"]: w for w in out.get("weights") or []}
@@ -325,7 +322,7 @@ def apply(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: Plan, qpa
             ins.append(ref)
         n["inputs"] = ins
         if n["name"] in p.weights:
-            _quantize_node_weights(n, p, ir, weights, mapping, meta, new_weights, nodes)
+            _quantize_node_weights(n, p, weights, mapping, meta, new_weights, nodes, (layers or {}).get(n["name"]))
         nodes.append(n)
         for i, t in enumerate(n.get("outputs", [])):
             if t["name"] in quantized:  # the float value is renamed: every reader reads a dequantize of it
@@ -346,28 +343,43 @@ def apply(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: Plan, qpa
     return out, result
 
 
-def _quantize_node_weights(n: dict, p: Plan, ir: Mapping[str, Any], weights: Mapping[str, np.ndarray],
-                           mapping: dict[str, str], meta: dict[str, dict], new_weights: dict[str, np.ndarray],
-                           nodes: list[dict]) -> None:
-    """Replace a conv's or linear's float weight (and, with a folded BatchNorm, its bias) by an int8 weight read
-    through dequantize_per_channel."""
+def layer_weight(n: Mapping[str, Any], p: Plan, weights: Mapping[str, np.ndarray], mapping: Mapping[str, str]
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A conv's or linear's float weight and bias as its integer kernel will compute with them: a folded
+    BatchNorm's scale and shift applied (float32). The bias is None where the node has none."""
+    ph = p.weights[n["name"]]
+    w = np.asarray(weights[mapping.get(ph, ph)], dtype=np.float32)
+    bias_ref = n["inputs"][2] if len(n["inputs"]) > 2 else None
+    b = None if bias_ref is None else np.asarray(weights[mapping.get(bias_ref["name"], bias_ref["name"])], np.float32)
+    if n["name"] in p.bn:
+        return fold_batchnorm(w, b, p.bn[n["name"]], weights, mapping)
+    return w, b
+
+
+def _quantize_node_weights(n: dict, p: Plan, weights: Mapping[str, np.ndarray], mapping: dict[str, str],
+                           meta: dict[str, dict], new_weights: dict[str, np.ndarray], nodes: list[dict],
+                           layer: LayerWeights | None) -> None:
+    """Replace a conv's or linear's float weight (and, with a folded BatchNorm or a corrected bias, its bias) by an
+    int8 weight read through dequantize_per_channel."""
     ph = p.weights[n["name"]]
     key = mapping.get(ph, ph)
-    w = np.asarray(weights[key], dtype=np.float32)
-    bias_ref = n["inputs"][2] if len(n["inputs"]) > 2 else None
+    w, b = layer_weight(n, p, weights, mapping)
     stem = key
     if n["name"] in p.bn:
-        b = None if bias_ref is None else weights[mapping.get(bias_ref["name"], bias_ref["name"])]
-        w, b = fold_batchnorm(w, b, p.bn[n["name"]], weights, mapping)
         stem = f"{key}.bn_folded"
-        bkey, bph = f"{stem}.bias", f"{ph}_bn_folded_bias"
-        new_weights[bkey] = b
+        n["outputs"] = copy.deepcopy(p.bn[n["name"]]["outputs"])  # the conv now produces what the BatchNorm did
+    corrected = layer is not None and layer.bias is not None
+    if corrected:
+        b = layer.bias
+    if b is not None and (n["name"] in p.bn or corrected):
+        what = "bias_corrected" if corrected else "bn_folded"
+        bkey, bph = f"{key}.{what}.bias", f"{ph}_{what}_bias"
+        new_weights[bkey] = np.asarray(b, np.float32)
         mapping[bph] = bkey
         meta[bkey] = _tensor(bkey, [w.shape[0]], "float32")
         ref = {"name": bph, "shape": [w.shape[0]], "dtype": "float32"}
         n["inputs"] = n["inputs"][:2] + [ref] + n["inputs"][3:]
-        n["outputs"] = copy.deepcopy(p.bn[n["name"]]["outputs"])  # the conv now produces what the BatchNorm did
-    q, scales = quantize_weight(w)
+    q, scales = (layer.codes, layer.scales) if layer is not None else quantize_weight(w)
     parts = {"int8": (q, "int8", list(q.shape)), "scale": (scales, "float32", [q.shape[0]]),
              "zero_point": (np.zeros(q.shape[0], np.int64), "int64", [q.shape[0]])}
     refs = []

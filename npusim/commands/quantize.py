@@ -50,6 +50,14 @@ def add_quant_options(p: argparse.ArgumentParser) -> None:
                    help="with --method percentile: the percentile of |x| kept")
     p.add_argument("--activations", default="symmetric", choices=("symmetric", "asymmetric"),
                    help="activation scheme: zero point 0, or a zero point that fits the range")
+    p.add_argument("--weight-rounding", default="nearest", choices=("nearest", "gptq"),
+                   help="how the int8 weight codes are rounded: to nearest, or by GPTQ: column by column, each "
+                        "rounding error spread over the columns not yet rounded so that the layer's output on the "
+                        "calibration inputs moves least (layers of up to 4096 inputs per output; wider ones and "
+                        "grouped convolutions round to nearest)")
+    p.add_argument("--bias-correction", action="store_true",
+                   help="subtract from each conv's and linear's bias the mean output shift its weight rounding "
+                        "causes on the calibration inputs (Nagel et al. 2019, as AIMET does)")
     p.add_argument("--keep-float", action="extend", default=[], metavar="TENSOR", type=_comma_list,
                    help="never quantize these tensors (IR value names, comma-separated or repeated): the integer ops "
                         "that read them compute in float (mixed precision for the layers the --report shows worst)")
@@ -79,7 +87,8 @@ def quantize_files(args: argparse.Namespace, out_dir: str, report: bool = False)
     source = TensorSource(args.weights)
     weights = {k: source.get(k) for k in sorted(source.keys())}
     try:
-        options = Options(args.method, args.activations == "symmetric", args.percentile, tuple(args.keep_float))
+        options = Options(args.method, args.activations == "symmetric", args.percentile, tuple(args.keep_float),
+                          args.weight_rounding, args.bias_correction)
     except ValueError as e:
         raise CLIError(str(e)) from None
     q = quantize(ir, weights, samples, options)
@@ -94,6 +103,9 @@ def quantize_files(args: argparse.Namespace, out_dir: str, report: bool = False)
         save_file({k: v for k, v in sorted(q.weights.items())}, str(tmp))
     rows = sqnr_report(ir, weights, q, samples, options.method) if report else None
     table = {"method": options.method, "activations": args.activations, "samples": q.samples,
+             "weight_rounding": options.weight_rounding, "bias_correction": options.bias_correction,
+             "layers": {n: {"rounding": lw.rounding, "bias_shift_max": lw.bias_correction}
+                        for n, lw in q.layers.items()},
              "tensors": {t: {"scale": p.scale, "zero_point": p.zero_point, "dtype": p.dtype,
                              **({"same_as": q.plan.same_as[t]} if t in q.plan.same_as else {})}
                          for t, p in q.qparams.items()}}
