@@ -3,7 +3,8 @@ weights and tokenizer; no hub access) quantized by `npu_quant` and run as an int
 against the float model's embeddings (PyTorch eager, mean pooling over the tokens, normalised).
 
     python bench/quant_minilm.py [--method mse|minmax|percentile|entropy] [--activations asymmetric|symmetric]
-                                 [--seq 32] [--keep-float-after layer_norm,gelu] [--report] [--json out.json]
+                                 [--weight-rounding nearest|gptq] [--bias-correction] [--seq 32]
+                                 [--keep-float-after layer_norm,gelu] [--report] [--json out.json]
 
 Calibrates on CALIBRATION (64 sentences of varied length and register, tokenized by the package's tokenizer) and
 scores the 48 held-out SENTENCES: the cosine similarity of each one's int8 embedding to its float one (min and mean),
@@ -188,14 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     ok = True
     for method in args.method or ["mse"]:
-        run = run_int8(ir, weights, calib, batches, method, args.activations, keep)
+        run = run_int8(ir, weights, calib, batches, method, args.activations, keep, args.weight_rounding,
+                       args.bias_correction)
         got = run.outputs[:len(ref)]
         cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
-        results[method] = {"activations": args.activations, "cos_min": float(cos.min()),
+        results[method] = {"activations": args.activations, "weight_rounding": args.weight_rounding,
+                           "bias_correction": args.bias_correction, "cos_min": float(cos.min()),
                            "cos_mean": float(cos.mean()), "integer_kernels": run.integer_kernels,
                            "linears": len(run.q.plan.weights), "kernels": run.kernels, "seconds": run.seconds}
         ok &= bool(cos.min() >= 0.99)
-        print(f"{method:>10} ({args.activations}): cosine to float min {cos.min():.5f} mean {cos.mean():.5f}; "
+        print(f"{method:>10} ({args.activations}, weights {args.weight_rounding}"
+              f"{', bias corrected' if args.bias_correction else ''}): cosine to float min {cos.min():.5f} "
+              f"mean {cos.mean():.5f}; "
               f"{len(run.q.plan.weights)} linears int8, {run.integer_kernels} of {run.kernels} kernels integer; "
               f"{run.seconds:.1f} s")
         report(args, ir, weights, run, calib, method)
