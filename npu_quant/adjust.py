@@ -55,9 +55,14 @@ class LayerInputs:
     """Running sums over the calibration samples of one conv2d's or linear's input: per weight tap the sum of the
     input values it multiplies, the number of output positions, and (when `gram`) the Gram matrix of the columns."""
 
-    def __init__(self, op: str, attrs: Mapping[str, Any], weight_shape: tuple[int, ...], gram: bool) -> None:
+    def __init__(self, op: str, attrs: Mapping[str, Any], weight_shape: tuple[int, ...], gram: bool,
+                 input_shape: tuple[int, ...] | None = None) -> None:
         self.conv = op == "conv2d.default"
         self.weight_shape = tuple(weight_shape)
+        self.input_shape = None if input_shape is None else tuple(input_shape)
+        # False where the values observed are not the input's own layout (a permuted view's root): nothing is read
+        self.same_layout = True
+        self.valid = True
         self.groups = int(attrs.get("groups", 1)) if self.conv else 1
         k = int(np.prod(self.weight_shape[1:]))
         self.gram: np.ndarray | None = np.zeros((k, k), np.float64) if gram and self.groups == 1 and \
@@ -70,6 +75,13 @@ class LayerInputs:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float32)
+        if self.input_shape is not None and x.shape != self.input_shape:
+            if not self.same_layout or x.size != int(np.prod(self.input_shape)):
+                self.valid = False
+                return
+            x = x.reshape(self.input_shape)
+        if not self.valid:
+            return
         if not self.conv:
             rows = x.reshape(-1, x.shape[-1])
             self.tap_sum += rows.sum(0, dtype=np.float64)
@@ -158,6 +170,8 @@ def quantize_layer(w: np.ndarray, b: np.ndarray | None, inputs: LayerInputs | No
         raise ValueError(f"weight rounding {rounding!r} is not one of {', '.join(WEIGHT_ROUNDINGS)}")
     w = np.asarray(w, np.float32)
     scales = weight_scales(w)
+    if inputs is not None and (not inputs.valid or inputs.positions == 0):
+        inputs = None  # the layer's input was not seen in its own layout: rounded to nearest, uncorrected
     h = inputs.hessian() if inputs is not None and rounding == "gptq" else None
     codes = round_gptq(w, scales, h) if h is not None else round_nearest(w, scales)
     used = "gptq" if h is not None else "nearest"

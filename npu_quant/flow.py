@@ -114,6 +114,7 @@ def quantize(ir: Any, weights: Mapping[str, np.ndarray], samples: Iterable[Mappi
             acc.update(v)
 
     observer = Observer(program, weights, list(watched), p.alias_of, node_outputs(data))
+    _check_layouts(data, inputs, set(observer.values))
     n = 0
     for sample in samples:
         observer.run(sample, visit)
@@ -144,9 +145,33 @@ def _layer_inputs(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: r
         node = ix.by_name[name]
         shape = tuple(np.shape(weights[mapping.get(ph, ph)]))
         acc = LayerInputs(short_op(str(node["op_type"])), node.get("attrs") or {}, shape,
-                          gram=options.weight_rounding == "gptq")
+                          gram=options.weight_rounding == "gptq", input_shape=tuple(node["inputs"][0]["shape"]))
         out.setdefault(ix.tensor_of(node["inputs"][0]), {})[name] = acc
     return out
+
+
+RESHAPES = ("view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints", "unsqueeze.default",
+            "squeeze.default", "squeeze.dim", "squeeze.dims")
+
+
+def _check_layouts(ir: Mapping[str, Any], inputs: Mapping[str, Mapping[str, LayerInputs]], held: set[str]) -> None:
+    """Mark the accumulators whose tensor the observer reads through a view that changes the layout (a permute's
+    root): a reshape of the values it is handed would not be the layer's input."""
+    if not inputs:
+        return
+    ix = rewrite.Index(ir)
+    keeps_layout = set(RESHAPES) | set(rewrite.STRUCTURAL_OPS) | set(rewrite.SAME_DTYPE_CASTS)
+    for t, layers in inputs.items():
+        u, same = t, True
+        while u not in held and u in ix.producer:
+            n = ix.producer[u]
+            ins = n.get("inputs") or []
+            if short_op(str(n["op_type"])) not in keeps_layout or not ins or ins[0].get("producer_node") is None:
+                same = False  # a permute, a slice, ...: the values handed over are another tensor's layout
+                break
+            u = ix.tensor_of(ins[0])
+        for acc in layers.values():
+            acc.same_layout = same
 
 
 def _layer_weights(ir: Mapping[str, Any], weights: Mapping[str, np.ndarray], p: rewrite.Plan,

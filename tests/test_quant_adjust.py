@@ -134,3 +134,35 @@ def test_cli_takes_the_adjustment_options(tmp_path):
     table = json.loads((tmp_path / "q" / "m_int8.quant.json").read_text())
     assert table["weight_rounding"] == "gptq" and table["bias_correction"] is True
     assert [v["rounding"] for v in table["layers"].values()] == ["gptq"]
+
+
+class _Heads(torch.nn.Module):
+    """Attention's output projection: heads [B, H, S, D] transposed and merged, then a linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        b, h, s, d = x.shape
+        return self.proj((x * 2.0).transpose(1, 2).reshape(b, s, h * d))
+
+
+def test_bias_correction_reads_a_merged_heads_input_in_its_own_layout():
+    """The linear reads a reshape of a transpose; its tap means are those of the merged [B, S, H*D] tensor, whatever
+    layout the observer holds the values in."""
+    torch.manual_seed(0)
+    model = _Heads().eval()
+    ir = export_ir(_Heads, [torch.zeros(2, 4, 3, 8)])
+    weights = {k: to_numpy(v) for k, v in model.state_dict().items()}
+    name = ir["graph_inputs"][0]["name"]
+    rng = np.random.default_rng(5)
+    # each head and feature a different mean, so that a wrong layout gives other means
+    xs = [(rng.standard_normal((2, 4, 3, 8)) * 0.1 + np.arange(32).reshape(1, 4, 1, 8) / 8).astype(np.float32)
+          for _ in range(3)]
+    q = quantize(ir, weights, [{name: x} for x in xs], Options(bias_correction=True))
+    (lw,) = q.layers.values()
+    merged = np.concatenate([(2 * x).transpose(0, 2, 1, 3).reshape(-1, 32) for x in xs]).mean(0)
+    w = weights["proj.weight"]
+    dw = lw.codes.astype(np.float64) * lw.scales[:, None] - w
+    np.testing.assert_allclose(lw.bias, weights["proj.bias"] - dw @ merged, rtol=1e-4, atol=1e-6)
