@@ -123,26 +123,34 @@ def round_nearest(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.asarray(w, np.float32) * inv), *WEIGHT_RANGE).astype(np.int8)
 
 
-def round_gptq(w: np.ndarray, scales: np.ndarray, h: np.ndarray, damp: float = GPTQ_DAMP) -> np.ndarray:
+def round_gptq(w: np.ndarray, scales: np.ndarray, h: np.ndarray, damp: float = GPTQ_DAMP, block: int = 128
+               ) -> np.ndarray:
     """GPTQ's codes of `w` [O, ...] (flattened to [O, K]) for inputs of second moment `h` [K, K] (see the module's
     docstring): column i rounded, its error e_i = (w_i - q_i s) / U[i, i] taken off the later columns as
-    e_i U[i, i+1:], U the upper Cholesky factor of H^-1."""
+    e_i U[i, i+1:], U the upper Cholesky factor of H^-1. As GPTQ does, in blocks of columns: within a block column by
+    column, the later blocks once per block (one product)."""
     shape = w.shape
-    work = np.asarray(w, np.float64).reshape(shape[0], -1).copy()
-    k = work.shape[1]
+    wt = np.asarray(w, np.float64).reshape(shape[0], -1).T.copy()  # [K, O]: a weight column is a row here
+    k = wt.shape[0]
     h = np.array(h, np.float64)
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0  # an input never seen: no information to spread error by
     h[np.diag_indices(k)] += damp * float(np.mean(np.diag(h)))
     u = np.linalg.cholesky(np.linalg.inv(h)).T  # upper: H^-1 = U^T U
-    s = scales.astype(np.float64)[:, None]
-    codes = np.empty_like(work)
-    for i in range(k):
-        q = np.clip(np.rint(work[:, i:i + 1] / s), *WEIGHT_RANGE)
-        codes[:, i:i + 1] = q
-        err = (work[:, i:i + 1] - q * s) / u[i, i]
-        work[:, i + 1:] -= err * u[i:i + 1, i + 1:]
-    return codes.reshape(shape).astype(np.int8)
+    s = scales.astype(np.float64)
+    codes = np.empty_like(wt)
+    for b0 in range(0, k, block):
+        b1 = min(b0 + block, k)
+        part = wt[b0:b1]
+        err = np.empty_like(part)
+        for i in range(b1 - b0):
+            c = b0 + i
+            q = np.clip(np.rint(part[i] / s), *WEIGHT_RANGE)
+            codes[c] = q
+            err[i] = (part[i] - q * s) / u[c, c]
+            part[i + 1:] -= np.outer(u[c, c + 1:b1], err[i])
+        wt[b1:] -= u[b0:b1, b1:].T @ err
+    return codes.T.reshape(shape).astype(np.int8)
 
 
 def bias_shift(dw: np.ndarray, mean: np.ndarray, groups: int = 1) -> np.ndarray:
