@@ -12,7 +12,9 @@ from doc_runner import blocks, check_quotes, normalized, run_guide
 REPO = Path(__file__).resolve().parent.parent
 GUIDES = ["compile-your-own-model.md", "bring-your-own-checkpoint.md", "read-a-profile.md",
           "bisect-a-numerical-bug.md"]
-PAIRS = [(REPO / "README.md", REPO / "README.ko.md")] + [(REPO / "docs" / g, REPO / "docs" / "ko" / g) for g in GUIDES]
+TRANSLATED = GUIDES + ["quantization.md"]  # pages with a Korean edition
+PAIRS = [(REPO / "README.md", REPO / "README.ko.md")] + [(REPO / "docs" / g, REPO / "docs" / "ko" / g)
+                                                         for g in TRANSLATED]
 
 
 @pytest.mark.parametrize("doc", [REPO / "README.md"] + [REPO / "docs" / g for g in GUIDES], ids=lambda p: p.name)
