@@ -15,12 +15,13 @@ import numpy as np
 METHODS = ("minmax", "percentile", "entropy", "mse")
 
 
-def add_options(ap: argparse.ArgumentParser, method: str, activations: str) -> None:
+def add_options(ap: argparse.ArgumentParser, method: str, activations: str, rounding: str = "nearest") -> None:
     ap.add_argument("--method", action="append", choices=METHODS,
                     help=f"calibration method (repeat for several; default {method})")
     ap.add_argument("--activations", default=activations, choices=("symmetric", "asymmetric"))
-    ap.add_argument("--weight-rounding", default="nearest", choices=("nearest", "gptq"),
-                    help="int8 weight codes rounded to nearest, or by GPTQ on the calibration inputs")
+    ap.add_argument("--weight-rounding", default=rounding, choices=("nearest", "gptq"),
+                    help=f"int8 weight codes rounded to nearest, or by GPTQ on the calibration inputs (default "
+                         f"{rounding})")
     ap.add_argument("--bias-correction", action="store_true",
                     help="subtract each layer's mean output shift from weight rounding from its bias")
     ap.add_argument("--report", action="store_true", help="print the 10 worst tensors of the per-tensor SQNR report")
