@@ -38,7 +38,10 @@ def test_weight_only_formats_pick_bf16s_tokens():
     assert by["int4+int8-head"].agree >= 0.95, by["int4+int8-head"]
     for r in rows:
         assert r.clear_steps > 20 and r.agree_clear == 1.0, r
-        assert 0 < r.logit_err_std < 0.5, r  # the formats do differ from bf16, by little
+        # every program picks what PyTorch picks computing in float32 with the weights it computes with
+        assert r.agree_torch >= 0.95, r
+        if r.format != "bf16":
+            assert 0 < r.logit_err_std < 0.5, r  # the formats do differ from bf16, by little
     assert by["int4+int8-head"].logit_err_std > by["int8"].logit_err_std
 
 
@@ -48,7 +51,7 @@ def test_the_script_runs_and_writes_its_table(tmp_path, capsys):
     assert bench.main(["--config", "tiny", "--steps", "4", "--prompt-len", "2", "--backend", "cpu", "--formats",
                        "int4", "--no-targets", "--json", str(out)]) in (0, 1)
     data = json.loads(out.read_text())
-    assert data["random_weights"] and [r["format"] for r in data["rows"]] == ["int4"]
-    assert data["rows"][0]["steps"] == 4 and 0.0 <= data["rows"][0]["agree"] <= 1.0
+    assert data["random_weights"] and [r["format"] for r in data["rows"]] == ["bf16", "int4"]
+    assert data["rows"][1]["steps"] == 4 and 0.0 <= data["rows"][1]["agree"] <= 1.0
     assert "random weights" in capsys.readouterr().out
-    assert np.isfinite(data["rows"][0]["logit_err_std"])
+    assert np.isfinite(data["rows"][1]["logit_err_std"]) and 0.0 <= data["rows"][1]["agree_torch"] <= 1.0
