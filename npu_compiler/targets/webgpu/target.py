@@ -173,8 +173,8 @@ class WebGPUTarget(CodegenTarget):
             src, launch = render_integer(k, program, self.caps.packed_dot, self.caps.max_binding_bytes)
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
         if isinstance(spec, AttentionKernel):
-            return [(src, launch, params_of(launch.ptrs, names_of(k)), k)
-                    for src, launch in attention(k, program, self.profile)]
+            return [(src, launch, params_of(launch.ptrs, names_of(k), wide), k)
+                    for src, launch, wide in attention(k, program, self.profile)]
         raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
