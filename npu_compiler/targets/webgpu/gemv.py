@@ -41,6 +41,8 @@ from .words import FLOATS, elems, pieces, rows_in_words, unpack_for
 
 SUBGROUPS = 4  # subgroups a workgroup at most
 ROWS = 4  # output columns a workgroup at most
+PROLOGUE_ROWS = 16  # output columns a workgroup at most where it computes a prologue (a norm) first
+WAVES = 2  # workgroups a compute unit at least, where fewer columns a workgroup give them
 UNROLL = 4  # 16-byte words of each row an invocation loads before it uses them
 MAX_WORDS = 24  # weight words in flight an invocation (unroll x rows x groups): 96 registers
 MAX_SUMS = 32  # f32 partial sums an invocation holds (rows of a x columns x groups)
@@ -111,9 +113,11 @@ def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
     # a narrower workgroup where K's words leave many invocations without a word in the last step
     while threads > dev.warp_width and (-(-words // threads) * threads - words) > IDLE * words:
         threads //= 2
-    rows = ROWS
+    # every workgroup computes a prologue's rows for itself: more columns a workgroup share that work
+    rows = ROWS if spec.prologue is None else PROLOGUE_ROWS
     cols = spec.out_n * max(spec.batch_count, 1)
-    while rows > 1 and (-(-cols // rows) < 2 * dev.multiprocessors or spec.m * spec.acc_groups * rows > MAX_SUMS):
+    while rows > 1 and (-(-cols // rows) < WAVES * dev.multiprocessors or spec.m * spec.acc_groups * rows > MAX_SUMS
+                        or rows * spec.acc_groups > MAX_WORDS):
         rows //= 2
     sub = caps.subgroup_min_size
 
@@ -137,11 +141,9 @@ def _apieces(k: KernelCall, program: CompiledProgram, m: int, kq: str, per: int,
               ) -> tuple[list[str], list[str]]:
     """(lines, pieces): row m of operand a under weight word `kq`, as the weight word's pieces (the even and the odd
     elements for halves), in variables named after `tag`."""
-    if k.spec.prologue is not None:  # the rows are in workgroup memory
-        at = [f"npu_xs[{m * k.spec.k} + {kq} * {per} + {i}]" for i in range(per)]
-        if per == 4:
-            return [], [f"vec4<f32>({', '.join(at)})"]
-        return [], [f"vec4<f32>({', '.join(at[0::2])})", f"vec4<f32>({', '.join(at[1::2])})"]
+    if k.spec.prologue is not None:  # the rows are in workgroup memory, each weight word's pieces a vec4
+        parts = 1 if per == 4 else 2
+        return [], [f"npu_xs[{m * k.spec.k // per * parts} + {kq} * {parts} + {i}]" for i in range(parts)]
     a = k.args[0]
     ad, sam = _dt(program, a), a.strides[-2]
     if _wide_a(k, program):
@@ -202,10 +204,12 @@ def _reduce(shape: GemvShape, m: int, groups: int, store: str) -> list[str]:
     return lines
 
 
-def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int) -> tuple[list[str], dict]:
+def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int, per: int) -> tuple[list[str], dict]:
     """Lines computing the operand's rows into workgroup memory `npu_xs` ([m][k] f32, each value rounded to the
-    prologue's dtype as the graph stores it): the whole workgroup runs each row (its reductions through workgroup
-    memory, then its elements), as a generated row kernel does; and the workgroup memory they take."""
+    prologue's dtype as the graph stores it, in vec4 pieces laid out as the pieces of a weight word of `per`
+    elements: four floats, or the even then the odd elements of eight halves): the whole workgroup runs each row (its
+    reductions through workgroup memory, then its elements), as a generated row kernel does; and the workgroup memory
+    they take."""
     spec: GemmKernel = k.spec
     expr, shape = spec.prologue, spec.a_shape
     outer = shape[:-1]
@@ -219,11 +223,13 @@ def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int) -> tup
     r.elem_scope = elem
     elem.lines += decompose(WGSL, "e", shape[-1:], "o", "i32", elem.indent, first=len(outer))
     value = r.emit(expr, elem)
-    elem.lines.append(f"{elem.indent}npu_xs[row * {spec.k} + e] = {_round(value, expr.dtype)};")
+    at = "npu_x / 4][npu_x % 4]" if per == 4 else f"npu_x / {per} * 2 + npu_x % 2][(npu_x % {per}) / 2]"
+    elem.lines.append(f"{elem.indent}let npu_x = row * {spec.k} + e;")
+    elem.lines.append(f"{elem.indent}npu_xs[{at} = {_round(value, expr.dtype)};")
     lines = ["  {", f"  for (var row: i32 = 0; row < {spec.m}; row++) {{", *row.lines,
              f"    for (var e: i32 = npu_tid; e < {spec.k}; e += {threads}) {{", *elem.lines, "    }", "  }", "  }",
              "  workgroupBarrier();"]
-    return lines, {**text.shared, "npu_xs": ("f32", spec.m * spec.k)}
+    return lines, {**text.shared, "npu_xs": ("vec4<f32>", spec.m * spec.k // 4)}
 
 
 def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tuple[str, Launch, frozenset[str]]:
@@ -272,7 +278,7 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
     shared = {"npu_part": ("f32", m * R * G * shape.slots)}
     first = []
     if spec.prologue is not None:
-        first, more = _prologue_rows(k, program, T)
+        first, more = _prologue_rows(k, program, T, per)
         shared.update(more)
     unpack = unpack_for(body)
     src = epi + "\n" + unpack + entry_point(T, [*first, body], shared, subgroups=shape.subgroups)
