@@ -175,7 +175,9 @@ def conv2d(L: Lowering, node: Node) -> None:
         return
     x, w = L.contiguous(L.ref(x_v)), L.contiguous(L.ref(w_v))
     args = [x, w] + ([L.contiguous(L.ref(node.inputs[2]))] if has_bias else [])
-    _emit_conv(L, node, args, [L.fresh(out_v)], has_bias, has_residual, activation)
+    k = _emit_conv(L, node, args, [L.fresh(out_v)], has_bias, has_residual, activation)
+    if L.target.plans_convs:
+        L.plan(k)
 
 
 def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], outs: list[TensorRef], has_bias: bool,

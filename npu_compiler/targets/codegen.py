@@ -46,6 +46,9 @@ class CodegenTarget:
     # a row kernel may also store an elementwise value it reads (`GeneratedKernel.side`: a residual sum its norm
     # reads, written by the norm instead of by a pass of its own)
     row_side_outputs: ClassVar[bool] = False
+    # the lowering asks `plan` for every conv2d record it builds, not only those on matrix units (a target that splits
+    # the K of its direct convs)
+    plans_convs: ClassVar[bool] = False
 
     def __init__(self, device=None) -> None:
         # the device profile (devices.py) kernels are planned and rendered for; None: a target that renders

@@ -347,10 +347,27 @@ def _gemm_int(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 # ---- conv2d: implicit GEMM -------------------------------------------------------------------------------------
 
 
-def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+CONV_MIN_SPLIT_K = 128  # K a split of a conv at least (eight steps of its tiles)
+
+
+def conv_splits(m_total: int, og: int, k_total: int, groups: int, dev) -> int:
+    """Across how many workgroups the K of a conv is split (1: none): where its 64 x 64 tiles are too few to give
+    every compute unit two workgroups (one image's deep layers: ResNet-50's last 3x3 convs have 8 tiles and a K of
+    4,608), enough splits for about two a compute unit, each at least CONV_MIN_SPLIT_K long. Not for grouped convs,
+    nor those of at most SKINNY_M pixels (their own kernel splits K inside a workgroup)."""
+    tiles = -(-m_total // TILE) * -(-og // TILE)
+    blocks = 2 * dev.multiprocessors
+    if groups != 1 or m_total <= SKINNY_M or tiles >= blocks:
+        return 1
+    return max(1, min(-(-blocks // tiles), k_total // CONV_MIN_SPLIT_K, 1024))
+
+
+def conv2d(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
     """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64 x 64 x 16 tiles
     through workgroup memory (im2col on the fly, zero padding by bounds checks); bias and the epilogue per output
-    element, one rounding at the store."""
+    element, one rounding at the store. With a plan's `splits`, each tile's K is split across that many workgroups
+    (grid z), which store their f32 sums in the scratch `out1` ([splits, pixels, Og]); a second dispatch adds the
+    splits' sums of each element and runs the epilogue."""
     spec: Conv2dKernel = k.spec
     x, w, out = k.args[0], k.args[1], k.outs[0]
     _check_extent(*k.args, out)
@@ -373,26 +390,40 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
     w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
     if m_total <= SKINNY_M:
-        return _conv_skinny(k, program, epi, x_at, w_at)
+        return [_conv_skinny(k, program, epi, x_at, w_at)]
+    splits = plan_of(k).splits if k.scratch else 1
+    if splits > 1 and g != 1:
+        raise NPUCompileError(f"kernel {k.name}: a conv of {g} groups split {splits} ways (not a webgpu plan)")
+    # each split's K: whole steps of 16
+    kspan = -(-k_total // (16 * splits)) * 16
+    kb, ke = ("split * " + str(kspan), f"min(split * {kspan} + {kspan}, {k_total})") if splits > 1 else ("0",
+                                                                                                          str(k_total))
     fma = "\n".join(f"          c{i}{j} = c{i}{j} + av{i} * bv{j};" for i in range(4) for j in range(4))
+    keep = (f"st_out1((split * {m_total} + m) * {og} + co, cs[q]);" if splits > 1 else
+            f"let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};\n"
+            f"            npu_epi(nb, grp * {og} + co, oh, ow, cs[q]);")
     stores = [f"""        let cs = array<f32, 16>({', '.join(f'c{i}{j}' for i in range(4) for j in range(4))});
         for (var q: i32 = 0; q < 16; q++) {{
           let m = m0 + tm + 16 * (q / 4);
           let co = n0 + tn + 16 * (q % 4);
           if (m < {m_total} && co < {og}) {{
-            let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
-            npu_epi(nb, grp * {og} + co, oh, ow, cs[q]);
+            {keep}
           }}
         }}"""]
+    # the conv's groups walk grid z, or its splits do (a split conv has one group)
+    zloop = ("  let grp = 0;\n  for (var split: i32 = i32(npu_wid.z); split < " + str(splits)
+             + "; split += i32(npu_nwgs.z)) {") if splits > 1 else \
+        f"  for (var grp: i32 = i32(npu_wid.z); grp < {g}; grp += i32(npu_nwgs.z)) {{"
     body = f"""  let tm = npu_tid % 16;
   let tn = npu_tid / 16;
-  for (var grp: i32 = i32(npu_wid.z); grp < {g}; grp += i32(npu_nwgs.z)) {{
+{zloop}
     for (var ty: i32 = i32(npu_wid.y); ty < {-(-og // TILE)}; ty += i32(npu_nwgs.y)) {{
       for (var tx: i32 = i32(npu_wid.x); tx < {-(-m_total // TILE)}; tx += i32(npu_nwgs.x)) {{
         let m0 = tx * 64;
         let n0 = ty * 64;
 {chr(10).join(f'        var c{i}{j} = 0.0f;' for i in range(4) for j in range(4))}
-        for (var k0: i32 = 0; k0 < {k_total}; k0 += 16) {{
+        let ke = {ke};
+        for (var k0: i32 = {kb}; k0 < ke; k0 += 16) {{
           for (var q: i32 = 0; q < 4; q++) {{
             let e = npu_tid + q * 256;
             let kq = e / 64;
@@ -400,7 +431,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             let m = m0 + mq;
             let kidx = k0 + kq;
             var xv = 0.0f;
-            if (m < {m_total} && kidx < {k_total}) {{
+            if (m < {m_total} && kidx < ke) {{
               let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
               let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
               let ih = oh * {sh} - {ph} + kr * {dh};
@@ -416,7 +447,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             let nq = e / 16;
             let kidx = k0 + kq;
             var wv = 0.0f;
-            if (n0 + nq < {og} && kidx < {k_total}) {{
+            if (n0 + nq < {og} && kidx < ke) {{
               let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
               let co = grp * {og} + n0 + nq;
               wv = {_load_f32(program, w, 'a1', w_at)};
@@ -433,7 +464,19 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
   }}"""
     shared = {"npu_as": ("f32", TK * TILE), "npu_bs": ("f32", TK * (TILE + 1))}
     src = epi + "\n" + entry_point(THREADS, [body], shared)
-    return src, Launch(_grid3(-(-m_total // TILE), -(-og // TILE), g), THREADS, ptrs_of(k))
+    tiles = Launch(_grid3(-(-m_total // TILE), -(-og // TILE), splits if splits > 1 else g), THREADS, ptrs_of(k))
+    if splits == 1:
+        return [(src, tiles)]
+    total = m_total * og
+    add = f"""  for (var i: i32 = npu_bid * {THREADS} + npu_tid; i < {total}; i += npu_nwg * {THREADS}) {{
+    var r = 0.0f;
+    for (var s2: i32 = 0; s2 < {splits}; s2++) {{ r = r + ld_out1(s2 * {total} + i); }}
+    let co = i % {og}; let m = i / {og};
+    let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
+    npu_epi(nb, co, oh, ow, r);
+  }}"""
+    return [(src, tiles), (epi + "\n" + entry_point(THREADS, [add]),
+                           Launch((grid_for(total, THREADS, MAX_GRID), 1, 1), THREADS, ptrs_of(k)))]
 
 
 def _conv_skinny(k: KernelCall, program: CompiledProgram, epi: str, x_at: str, w_at: str) -> tuple[str, Launch]:
