@@ -107,6 +107,12 @@ class CodegenTarget:
         product's columns (`GemmKernel.acc_groups`, lowering/column_epilogues.py). Default: no."""
         return False
 
+    def conv_splits(self, pixels: int, out_channels: int, k: int, groups: int) -> int:
+        """Across how many blocks a direct conv of `pixels` output pixels, `out_channels` output channels of a
+        group and a K of `k` splits its K, where the target plans its direct convs (`plans_convs`): the lowering
+        keeps a 1x1 conv the target splits a conv instead of a GEMM. Default: 1 (no split)."""
+        return 1
+
     def conv_side(self, call, buffers) -> bool:
         """Whether the target runs this conv2d call (a KernelCall over `buffers`) with a side conv
         (`Conv2dKernel.side_stride`, lowering/side_convs.py). Default: no."""

@@ -45,3 +45,29 @@ def test_split_conv_matches_torch(webgpu, dtype) -> None:
     with torch.no_grad():
         ref = module(x).float().numpy()
     assert_close(got, ref, dtype, "accumulate", "webgpu", what=f"split conv {dtype}")
+
+
+def test_pointwise_conv_of_few_tiles_stays_a_split_conv(webgpu) -> None:
+    """A 1x1 conv is a GEMM elsewhere; where the webgpu target splits its K (few pixels, a deep K) it stays a conv,
+    split, with its residual and ReLU in the epilogue."""
+
+    class Bottleneck(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(512, 16, 1, bias=False)
+
+        def forward(self, x, r):
+            return torch.relu(self.conv(x) + r)
+
+    gen = torch.Generator().manual_seed(6)
+    module = Bottleneck().eval()
+    x = torch.randn((1, 512, 3, 3), generator=gen)
+    r = torch.randn((1, 16, 3, 3), generator=gen)
+    program = npu_compiler.compile(ir_dict(module, [x, r], "pointwise"), "webgpu", dtype="float32")
+    assert [k.kind for k in program.kernels] == ["conv2d"] and program.kernels[0].plan.splits == 4
+    ex = webgpu.create_executor(program)
+    weights = npu_runtime.load_weights(program, module_weights(module), webgpu)
+    got = ex.run_numpy({s.name: to_np(a) for s, a in zip(program.inputs, (x, r), strict=True)}, weights)
+    with torch.no_grad():
+        ref = module(x, r).numpy()
+    assert_close(got[program.outputs[0].name], ref, "float32", "accumulate", "webgpu", what="split pointwise conv")

@@ -118,12 +118,15 @@ class WebGPUTarget(CodegenTarget):
             return Conv2dPlan(side_apart=True)
         if isinstance(spec, Conv2dKernel) and reg(buffers[call.outs[0].buffer].dtype) == "f32":
             w, out = call.args[1], call.outs[0]
-            splits = conv_splits(out.shape[0] * out.shape[2] * out.shape[3], w.shape[0] // spec.groups,
-                                 math.prod(w.shape[1:]), spec.groups, self.profile)
+            splits = self.conv_splits(out.shape[0] * out.shape[2] * out.shape[3], w.shape[0] // spec.groups,
+                                      math.prod(w.shape[1:]), spec.groups)
             return Conv2dPlan(splits=splits) if splits > 1 else None
         if isinstance(spec, GeneratedKernel) and spec.side is not None:
             return GeneratedPlan(side_apart=True)
         return None
+
+    def conv_splits(self, pixels: int, out_channels: int, k: int, groups: int) -> int:
+        return conv_splits(pixels, out_channels, k, groups, self.profile)
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # the GEMV or skinny GEMM of a decode step, each workgroup with every group of its columns
