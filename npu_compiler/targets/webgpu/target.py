@@ -146,9 +146,11 @@ class WebGPUTarget(CodegenTarget):
         """The WGSL modules of kernel `index` and their dispatches, in order (their `source` still unnamed): one,
         or three for split decode attention."""
         where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
-        if _needs_scratch(k, program, self.workgroup_storage) and not k.scratch:
+        plan = k.plan
+        apart = bool(k.scratch) and (getattr(plan, "side_apart", False) or getattr(plan, "prologue_apart", False))
+        if _needs_scratch(k, program, self.workgroup_storage) and not apart:
             raise NPUCompileError(f"{where}: the webgpu target runs this {k.kind} in passes, which need the scratch "
-                                  f"of a webgpu plan; this call has none (compile it for webgpu)")
+                                  f"of a webgpu plan computing it apart; this call has none (compile it for webgpu)")
         parts = [part for call in passes(k) for part in self._parts(call, program, where)]
         # every pass's buffers are the call's own: its bindings name them by an output or argument of the call
         of_buffer: dict[int, tuple[str, int]] = {}
