@@ -34,7 +34,7 @@ from .gemv import gemv, gemv_fits, prologue_fits
 from .int8_kernels import INTEGER_KERNELS, render_integer
 from .intervals import narrow_int64
 from .language import WGSL, reg
-from .library import SKINNY_M, attention, conv2d, conv_splits, gemm, names_of, skinny_groups_fit
+from .library import attention, conv2d, conv_splits, gemm, names_of, skinny_groups_fit
 from .staging import passes
 
 
@@ -89,7 +89,11 @@ class WebGPUTarget(CodegenTarget):
     name = "webgpu"
     default_device = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"}) | INTEGER_KERNELS
-    gemm_prologue_rows = SKINNY_M  # decode's norms computed by the GEMV that reads them (gemm_prologue)
+    # Decode's norms stay kernels of their own: every workgroup of a GEMV with a norm prologue computes the rows for
+    # itself, which cost more than the norm's one kernel (Qwen2.5-1.5B decode at KV 1024 on the H200 through Vulkan:
+    # 6.39 ms folded, 5.00 ms apart). The GEMV still computes a prologue a record carries (gemm_prologue says which
+    # it can), where a subclass or an artifact asks for one.
+    gemm_prologue_rows = 0
     plans_convs = True  # a conv of too few tiles splits its K (conv_splits)
 
     def __init__(self, device: DeviceProfile | str | None = None, caps: DeviceCaps | None = None) -> None:
