@@ -4,6 +4,10 @@
 GPU; then prints one table against the targets, writes all results to one JSON file and draws them as a PNG.
 
     python bench/bench_all.py --out bench-results [--no-compile]
+    python bench/bench_all.py --out bench-results --backends cuda,webgpu   # ours on each, a column each
+
+With `--backends`, the decode and ResNet-50 benchmarks run ours on each backend beside the same peers and the table
+gets a column per backend; the targets are judged on the first. bench_generate runs the best available backend.
 
 `--parts` runs some of them and reads the others' JSON files from an earlier call with the same --out (to fit each
 call inside a time limit): `--parts llm,cnn` then `--parts generate`; `--parts ""` runs none and makes the table and
@@ -51,22 +55,34 @@ PARTS = {  # part: (its results, the script, its arguments)
 }
 
 
-def collect(out: Path, no_compile: bool, parts: list[str]) -> dict:
+# the parts whose script runs ours on several backends (`--backends`)
+MULTI_BACKEND = ("llm", "cnn")
+# what each backend's column shows: (key in the summary, part, the row field, the row selector)
+PER_BACKEND = [("decode_1024_ms", "llm", "ours_ms", ("kv_position", 1024)),
+               ("decode_8192_ms", "llm_8192", "ours_ms", ("kv_position", 8192)),
+               ("resnet50_b1_ms", "cnn", "ours_ms", ("batch", 1)),
+               ("resnet50_b64_img_s", "cnn", "ours_img_s", ("batch", 64))]
+
+
+def collect(out: Path, no_compile: bool, parts: list[str], backends: str | None = None) -> dict:
     peer = ["--no-compile"] if no_compile else []
     r = {}
     for part, runs in PARTS.items():
         for key, script, args in runs:
             path = out / f"{key}.json"
             if part in parts:
-                r[key] = _run(script, [*args, *peer], path)
+                more = ["--backends", backends] if backends and part in MULTI_BACKEND else []
+                r[key] = _run(script, [*args, *peer, *more], path)
             elif path.exists():
                 r[key] = json.loads(path.read_text())
     missing = [part for part, runs in PARTS.items() if any(key not in r for key, _, _ in runs)]
     if missing:
         r["missing"] = missing
         return r
-    rows = {row["kv_position"]: row for row in r["llm"]["rows"] + r["llm_8192"]["rows"]}
-    cnn = {row["batch"]: row for row in r["cnn"]["rows"]}
+    first = r["llm"].get("backends", [None])[0]
+    mine = [row for row in r["llm"]["rows"] + r["llm_8192"]["rows"] if row.get("backend", first) == first]
+    rows = {row["kv_position"]: row for row in mine}
+    cnn = {row["batch"]: row for row in r["cnn"]["rows"] if row.get("backend", first) == first}
     g = r["generate"]
     r["summary"] = {
         "decode_1024_ms": rows[1024]["ours_ms"], "decode_8192_ms": rows[8192]["ours_ms"],
@@ -74,7 +90,20 @@ def collect(out: Path, no_compile: bool, parts: list[str]) -> dict:
         "resnet50_b1_ms": cnn[1]["ours_ms"], "resnet50_b64_img_s": cnn[64]["ours_img_s"],
         "compile_and_load_s": g["compile_and_load_s"],
     }
+    r["by_backend"] = by_backend(r)
     return r
+
+
+def by_backend(r: dict) -> dict[str, dict[str, float]]:
+    """Each backend's figures of the benchmarks that ran ours on several (`PER_BACKEND`), by backend name in the
+    order they ran."""
+    names = list(dict.fromkeys([*r["llm"].get("backends", []), *r["cnn"].get("backends", [])]))
+    out: dict[str, dict[str, float]] = {name: {} for name in names}
+    for key, part, field, (sel, value) in PER_BACKEND:
+        for row in r[part]["rows"]:
+            if row.get(sel) == value and row.get("backend") in out:
+                out[row["backend"]][key] = row[field]
+    return out
 
 
 def _figure(v: float) -> str:
@@ -83,12 +112,19 @@ def _figure(v: float) -> str:
 
 
 def table(r: dict) -> str:
+    """The targets against the first backend's figures; with several backends, a column of each other's."""
     s = r["summary"]
-    lines = ["| workload | ours | target | met |", "| --- | --- | --- | --- |"]
+    names = list(r.get("by_backend", {}))
+    others = names[1:]
+    lines = [f"| workload | ours{f' ({names[0]})' if others else ''} | " + "".join(f"{b} | " for b in others)
+             + "target | met |",
+             "| --- | --- | " + "--- | " * len(others) + "--- | --- |"]
     for name, key, target, how, unit in TARGETS:
         v = s[key]
         met = v <= target if how == "le" else v >= target
-        lines.append(f"| {name} | {_figure(v)} {unit} | {'<=' if how == 'le' else '>='} {target:,g} {unit} | "
+        extra = "".join(f"{_figure(r['by_backend'][b][key]) + ' ' + unit if key in r['by_backend'][b] else '-'} | "
+                        for b in others)
+        lines.append(f"| {name} | {_figure(v)} {unit} | {extra}{'<=' if how == 'le' else '>='} {target:,g} {unit} | "
                      f"{'yes' if met else 'no'} |")
     return "\n".join(lines)
 
@@ -100,12 +136,15 @@ def chart(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    llm = sorted(r["llm"]["rows"] + r["llm_8192"]["rows"], key=lambda x: x["kv_position"])
+    backends = list(r.get("by_backend", {})) or [None]
+    every = sorted(r["llm"]["rows"] + r["llm_8192"]["rows"], key=lambda x: x["kv_position"])
+    llm = [x for x in every if x.get("backend", backends[0]) == backends[0]]  # the peers' figures: once
     xs = [str(x["kv_position"]) for x in llm]
-    for label, key in (("ours", "ours_ms"), ("torch eager", "eager_ms"), ("torch.compile", "compile_ms"),
-                       ("memory floor", "floor_ms")):
-        ys = [x[key] for x in llm]
-        if not all(math.isnan(y) for y in ys):
+    ours = [(f"ours ({b})" if len(backends) > 1 else "ours", [x["ours_ms"] for x in every if x.get("backend", b) == b])
+            for b in backends]
+    for label, ys in ours + [(label, [x[key] for x in llm]) for label, key in (
+            ("torch eager", "eager_ms"), ("torch.compile", "compile_ms"), ("memory floor", "floor_ms"))]:
+        if len(ys) == len(xs) and not all(math.isnan(y) for y in ys):
             axes[0].plot(xs, ys, marker="o", label=label)
     axes[0].set(title="Qwen2.5-1.5B decode step", xlabel="KV position", ylabel="ms", yscale="log")
     axes[0].legend()
@@ -116,12 +155,16 @@ def chart(r: dict, path: Path) -> None:
     axes[1].bar(["prefill 2048\ntorch eager", "prefill 2048\ntorch.compile"],
                 [g["eager_prefill_ms"], g.get("compile_prefill_ms", float("nan"))], color=["C1", "C2"])
     axes[1].set(title=f"prefill and generate (decode {g['decode_tokens_per_s']:.0f} tokens/s)", ylabel="ms")
-    cnn = r["cnn"]["rows"]
-    width = 0.25
-    for i, (label, key) in enumerate((("ours", "ours_ms"), ("torch eager", "eager_ms"),
-                                      ("torch.compile", "compile_ms"))):
-        axes[2].bar([j + i * width for j in range(len(cnn))], [row[key] for row in cnn], width, label=label)
-    axes[2].set_xticks([j + width for j in range(len(cnn))], [f"batch {row['batch']}" for row in cnn])
+    cnn = [row for row in r["cnn"]["rows"] if row.get("backend", backends[0]) == backends[0]]
+    bars = [(f"ours ({b})" if len(backends) > 1 else "ours", {row["batch"]: row["ours_ms"] for row in r["cnn"]["rows"]
+                                                            if row.get("backend", b) == b}) for b in backends]
+    bars += [(label, {row["batch"]: row[key] for row in cnn}) for label, key in (("torch eager", "eager_ms"),
+                                                                                 ("torch.compile", "compile_ms"))]
+    width = 0.8 / len(bars)
+    for i, (label, by_batch) in enumerate(bars):
+        axes[2].bar([j + i * width for j in range(len(cnn))], [by_batch.get(row["batch"], math.nan) for row in cnn],
+                    width, label=label)
+    axes[2].set_xticks([j + 0.4 - width / 2 for j in range(len(cnn))], [f"batch {row['batch']}" for row in cnn])
     axes[2].set(title="ResNet-50 fp16", ylabel="ms", yscale="log")
     axes[2].legend()
     fig.tight_layout()
@@ -136,13 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", default=",".join(PARTS),
                     help=f"comma-separated parts to run (default: all of {', '.join(PARTS)}); the others are read "
                          "from --out")
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated backends to run ours on in the decode and ResNet-50 benchmarks (default: "
+                         "the best available one); the targets are judged on the first")
     args = ap.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     if unknown := [p for p in parts if p not in PARTS]:
         ap.error(f"unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    r = collect(out, args.no_compile, parts)
+    r = collect(out, args.no_compile, parts, args.backends)
     if r.get("missing"):
         print(f"results of {', '.join(parts)} in {out}; the table needs --parts {','.join(r['missing'])} as well")
         return 0

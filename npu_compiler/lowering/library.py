@@ -167,7 +167,7 @@ def conv2d(L: Lowering, node: Node) -> None:
         k = _emit_conv(L, node, [L.ref(x_v), L.ref(w_v), *bias], [out], has_bias, has_residual, activation)
         L.plan(k)
         return
-    if _conv_is_gemm(node):
+    if _conv_is_gemm(node) and not _split_apart(L, x_v, w_v, out_v):
         _conv1x1_as_gemm(L, node, has_bias, has_residual, activation)
         return
     if L.conv_im2col and int(a["groups"]) == 1 and w_v.kind == "weight":
@@ -175,7 +175,9 @@ def conv2d(L: Lowering, node: Node) -> None:
         return
     x, w = L.contiguous(L.ref(x_v)), L.contiguous(L.ref(w_v))
     args = [x, w] + ([L.contiguous(L.ref(node.inputs[2]))] if has_bias else [])
-    _emit_conv(L, node, args, [L.fresh(out_v)], has_bias, has_residual, activation)
+    k = _emit_conv(L, node, args, [L.fresh(out_v)], has_bias, has_residual, activation)
+    if L.target.plans_convs:
+        L.plan(k)
 
 
 def _emit_conv(L: Lowering, node: Node, args: list[TensorRef], outs: list[TensorRef], has_bias: bool,
@@ -263,6 +265,14 @@ def conv1d(L: Lowering, node: Node) -> None:
                        attrs, origin=list(node.origin)))
     r = L.ref(out4)
     L.bind(out_v, V.reshape(r, out_v.shape) or V.reshape(L.contiguous(r), out_v.shape))
+
+
+def _split_apart(L: Lowering, x_v: Value, w_v: Value, out_v: Value) -> bool:
+    """Does the target split this conv's K across blocks (`CodegenTarget.conv_splits`), so that it runs better as
+    a conv than as a GEMM of as few tiles?"""
+    n, _, ho, wo = out_v.shape
+    return L.target.plans_convs and L.target.conv_splits(n * ho * wo, w_v.shape[0], math.prod(w_v.shape[1:]),
+                                                           1) > 1
 
 
 def _conv_is_gemm(node: Node) -> bool:

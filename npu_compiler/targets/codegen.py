@@ -46,6 +46,9 @@ class CodegenTarget:
     # a row kernel may also store an elementwise value it reads (`GeneratedKernel.side`: a residual sum its norm
     # reads, written by the norm instead of by a pass of its own)
     row_side_outputs: ClassVar[bool] = False
+    # the lowering asks `plan` for every conv2d record it builds, not only those on matrix units (a target that splits
+    # the K of its direct convs)
+    plans_convs: ClassVar[bool] = False
 
     def __init__(self, device=None) -> None:
         # the device profile (devices.py) kernels are planned and rendered for; None: a target that renders
@@ -103,6 +106,12 @@ class CodegenTarget:
         """Whether the target runs this GEMM call (a KernelCall over `buffers`) whose epilogue combines groups of the
         product's columns (`GemmKernel.acc_groups`, lowering/column_epilogues.py). Default: no."""
         return False
+
+    def conv_splits(self, pixels: int, out_channels: int, k: int, groups: int) -> int:
+        """Across how many blocks a direct conv of `pixels` output pixels, `out_channels` output channels of a
+        group and a K of `k` splits its K, where the target plans its direct convs (`plans_convs`): the lowering
+        keeps a 1x1 conv the target splits a conv instead of a GEMM. Default: 1 (no split)."""
+        return 1
 
     def conv_side(self, call, buffers) -> bool:
         """Whether the target runs this conv2d call (a KernelCall over `buffers`) with a side conv

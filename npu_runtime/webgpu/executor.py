@@ -3,8 +3,9 @@
 `__init__` does the expensive work: rendering every kernel's WGSL from its record for this device, creating every
 compute pipeline (shader modules are shared by source text across executors), one arena buffer for the
 intermediates, buffers for inputs, outputs and constants. Bind groups are made once the weights are bound (and again
-only when a binding changes). `run()` writes the inputs, records every dispatch of the program into one command
-encoder (one compute pass) and submits it once.
+only when a binding changes). `run()` writes the inputs and records the program's dispatches into compute passes of
+8, 16, 32, ... kernels, submitting each as it is recorded, so the device runs the first while the host records
+the next.
 
 int64 values compute in int32 on this backend (WGSL has no 64-bit integers): data is range-checked as it reaches the
 device, and kernels whose integer arithmetic could leave int32 record it in a status word, checked after the run.
@@ -32,6 +33,9 @@ from ..weights import WeightSet
 from .backend import WebGPUBackend, WebGPUBuffer, check_int32, read_bytes, write_bytes
 
 STATUS_CLEAR = np.array([0xFFFFFFFF], np.uint32)
+# A run is recorded in submissions of 8, 16, 32, ... kernels (0: one submission): the device starts on the first ones
+# while the host records the rest, each recorded in less time than the device takes for those before it.
+SUBMIT_FIRST = 8
 
 
 class WebGPUExecutor(Executor):
@@ -206,11 +210,18 @@ class WebGPUExecutor(Executor):
         device = self.state.device
         encoder = device.create_command_encoder()
         self._prepare(inputs, weights, encoder)
-        pass_ = encoder.begin_compute_pass()
-        for i in range(len(self.program.kernels)):
-            self._record(pass_, i)
-        pass_.end()
-        device.queue.submit([encoder.finish()])
+        n = len(self.program.kernels)
+        start, size = 0, SUBMIT_FIRST or n
+        while True:
+            pass_ = encoder.begin_compute_pass()
+            for i in range(start, min(start + size, n)):
+                self._record(pass_, i)
+            pass_.end()
+            device.queue.submit([encoder.finish()])
+            start, size = start + size, size * 2
+            if start >= n:
+                break
+            encoder = device.create_command_encoder()
         self._check_status()
         return self.outputs()
 

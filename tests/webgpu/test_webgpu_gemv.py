@@ -16,8 +16,9 @@ from tolerances import assert_close
 import npu_compiler
 import npu_runtime
 from npu_compiler.devices import CHIPS
-from npu_compiler.targets.webgpu import DeviceCaps, WebGPUTarget
+from npu_compiler.targets.webgpu import DeviceCaps, WebGPUTarget, gemv
 from npu_compiler.targets.webgpu.gemv import schedule
+from npu_compiler.targets.webgpu.library import SKINNY_M
 from npu_export.cnn import model_tensors
 
 DTYPES = ["float32", "bfloat16", "float16"]
@@ -130,11 +131,17 @@ def test_batched_product_of_inputs(webgpu, dtype, path, monkeypatch) -> None:
                  what=f"batched product {dtype} {path}")
 
 
+@pytest.mark.parametrize("columns", ["few", "many"])
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_norm_prologue_computed_by_the_gemv(webgpu, dtype, path, monkeypatch) -> None:
-    """lin(rmsnorm(x)) + r of 2 rows: the GEMV computes the norm's rows into workgroup memory itself (no plan, no
-    scratch, one dispatch), each value rounded as the graph stores it."""
+def test_norm_prologue_computed_by_the_gemv(webgpu, dtype, path, columns, monkeypatch) -> None:
+    """lin(rmsnorm(x)) + r of 2 rows, the norm folded into the GEMM (which the target does only when asked): the
+    GEMV computes the norm's rows into workgroup memory itself (no plan, no scratch, one dispatch), each value
+    rounded as the graph stores it; with "many", each workgroup takes as many
+    columns as a workgroup with a prologue may (the last one partly past N)."""
+    if columns == "many":
+        monkeypatch.setattr(gemv, "WAVES", 0)
+    monkeypatch.setattr(WebGPUTarget, "gemm_prologue_rows", SKINNY_M)  # (the target keeps norms apart by default)
     if path == "workgroup":
         monkeypatch.setenv("NPUSIM_WEBGPU_SUBGROUPS", "0")
     gen = torch.Generator().manual_seed(4)
@@ -149,6 +156,8 @@ def test_norm_prologue_computed_by_the_gemv(webgpu, dtype, path, monkeypatch) ->
     ex = webgpu.create_executor(program)
     (src,) = WebGPUTarget(program.device).kernel_sources(gemm, program)
     assert "npu_xs" in src and "ldv_a0" in src
+    if columns == "many":
+        assert ex.rendered.steps[program.kernels.index(gemm)][0].grid[0] == -(-40 // gemv.PROLOGUE_ROWS)
     weights = npu_runtime.load_weights(program, model_tensors(module), webgpu)
     got = ex.run_numpy({spec.name: to_np(a) for spec, a in zip(program.inputs, args, strict=True)}, weights)
     with torch.no_grad():

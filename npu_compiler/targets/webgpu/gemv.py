@@ -31,32 +31,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...dtypes import itemsize
 from ...kernels import GemmKernel
 from ...program import BufferSpec, CompiledProgram, KernelCall
 from ..clike import ExprRenderer, KernelText, Launch, Scope, decompose, ptrs_of
 from .bindings import DeviceCaps
 from .language import WGSL, entry_point, reg
 from .library import SKINNY_M, _batch_lines, _dt, _gemm_pre, _grid3, _round, column_tiles, epilogue_fn
+from .words import FLOATS, elems, pieces, rows_in_words, unpack_for
 
 SUBGROUPS = 4  # subgroups a workgroup at most
 ROWS = 4  # output columns a workgroup at most
+PROLOGUE_ROWS = 16  # output columns a workgroup at most where it computes a prologue (a norm) first
+WAVES = 2  # workgroups a compute unit at least, where fewer columns a workgroup give them
 UNROLL = 4  # 16-byte words of each row an invocation loads before it uses them
 MAX_WORDS = 24  # weight words in flight an invocation (unroll x rows x groups): 96 registers
 MAX_SUMS = 32  # f32 partial sums an invocation holds (rows of a x columns x groups)
 IDLE = 1 / 8  # the share of invocation steps left idle by K that a narrower workgroup is preferred to
-FLOATS = ("float32", "float16", "bfloat16")
-WORD = 16  # bytes a wide load reads
-
-UNPACK = """fn npu_lo_bf16(w: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(w << vec4<u32>(16u)); }
-fn npu_hi_bf16(w: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(w & vec4<u32>(0xffff0000u)); }
-fn npu_lo_f16(w: vec4<u32>) -> vec4<f32> {
-  return vec4<f32>(unpack2x16float(w.x).x, unpack2x16float(w.y).x, unpack2x16float(w.z).x, unpack2x16float(w.w).x);
-}
-fn npu_hi_f16(w: vec4<u32>) -> vec4<f32> {
-  return vec4<f32>(unpack2x16float(w.x).y, unpack2x16float(w.y).y, unpack2x16float(w.z).y, unpack2x16float(w.w).y);
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -71,19 +61,9 @@ class GemvShape:
     slots: int  # workgroup-memory words a sum meets in: one a subgroup (at most), else one an invocation
 
 
-def _elems(dtype: str) -> int:
-    return WORD // itemsize(dtype)
-
-
-def _aligned(ref, per: int, last_unit: bool = True) -> bool:
-    """Does every row of `ref` start at a whole 16-byte word (`per` elements) and run along its last dim?"""
-    return (ref.offset % per == 0 and all(s % per == 0 for s in ref.strides[:-1])
-            and (not last_unit or ref.strides[-1] == 1))
-
-
 def _weight_fits(k: int, b, b_dtype: str) -> bool:
     """Is the weight `b` ([..., k, n] of `b_dtype`) read along K in whole 16-byte words?"""
-    per = _elems(b_dtype) if b_dtype in FLOATS else 0
+    per = elems(b_dtype) if b_dtype in FLOATS else 0
     return (per > 0 and k % per == 0 and k >= per and b.strides[-2] == 1 and b.offset % per == 0
             and all(s % per == 0 for s in b.strides[:-2]) and b.strides[-1] % per == 0)
 
@@ -118,9 +98,9 @@ def _wide_a(k: KernelCall, program: CompiledProgram) -> bool:
     words' elements)? Not where a prologue computes it."""
     if k.spec.prologue is not None:
         return False
-    a, per = k.args[0], _elems(_dt(program, k.args[1]))
-    pa = _elems(_dt(program, a))
-    return per % pa == 0 and _aligned(a, pa)
+    a, per = k.args[0], elems(_dt(program, k.args[1]))
+    pa = elems(_dt(program, a))
+    return per % pa == 0 and rows_in_words(a, _dt(program, a))
 
 
 def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
@@ -133,9 +113,11 @@ def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
     # a narrower workgroup where K's words leave many invocations without a word in the last step
     while threads > dev.warp_width and (-(-words // threads) * threads - words) > IDLE * words:
         threads //= 2
-    rows = ROWS
+    # every workgroup computes a prologue's rows for itself: more columns a workgroup share that work
+    rows = ROWS if spec.prologue is None else PROLOGUE_ROWS
     cols = spec.out_n * max(spec.batch_count, 1)
-    while rows > 1 and (-(-cols // rows) < 2 * dev.multiprocessors or spec.m * spec.acc_groups * rows > MAX_SUMS):
+    while rows > 1 and (-(-cols // rows) < WAVES * dev.multiprocessors or spec.m * spec.acc_groups * rows > MAX_SUMS
+                        or rows * spec.acc_groups > MAX_WORDS):
         rows //= 2
     sub = caps.subgroup_min_size
 
@@ -155,33 +137,22 @@ def schedule(spec: GemmKernel, per: int, dev, caps: DeviceCaps) -> GemvShape:
     return GemvShape(threads, rows, unroll, sub > 0, slots(threads))
 
 
-def _pieces(dtype: str, word: str) -> list[str]:
-    """A 16-byte word of `dtype` as vec4<f32> pieces: the even and the odd elements of eight halves, or four
-    floats."""
-    if dtype == "float32":
-        return [word]
-    kind = "bf16" if dtype == "bfloat16" else "f16"
-    return [f"npu_lo_{kind}({word})", f"npu_hi_{kind}({word})"]
-
-
-def _a_pieces(k: KernelCall, program: CompiledProgram, m: int, kq: str, per: int, tag: str
+def _apieces(k: KernelCall, program: CompiledProgram, m: int, kq: str, per: int, tag: str
               ) -> tuple[list[str], list[str]]:
     """(lines, pieces): row m of operand a under weight word `kq`, as the weight word's pieces (the even and the odd
     elements for halves), in variables named after `tag`."""
-    if k.spec.prologue is not None:  # the rows are in workgroup memory
-        at = [f"npu_xs[{m * k.spec.k} + {kq} * {per} + {i}]" for i in range(per)]
-        if per == 4:
-            return [], [f"vec4<f32>({', '.join(at)})"]
-        return [], [f"vec4<f32>({', '.join(at[0::2])})", f"vec4<f32>({', '.join(at[1::2])})"]
+    if k.spec.prologue is not None:  # the rows are in workgroup memory, each weight word's pieces a vec4
+        parts = 1 if per == 4 else 2
+        return [], [f"npu_xs[{m * k.spec.k // per * parts} + {kq} * {parts} + {i}]" for i in range(parts)]
     a = k.args[0]
     ad, sam = _dt(program, a), a.strides[-2]
     if _wide_a(k, program):
-        pa = _elems(ad)
+        pa = elems(ad)
         n = per // pa  # a's words under one weight word
         base = f"abase / {pa} + {m * sam // pa} + {kq}" + (f" * {n}" if n > 1 else "")
         lines = [f"let x{tag}_{i} = ldv_a0({base} + {i});" for i in range(n)]
         if ad != "float32":
-            return lines, _pieces(ad, f"x{tag}_0")
+            return lines, pieces(ad, f"x{tag}_0")
         if n == 1:
             return lines, [f"x{tag}_0"]
         return lines, [f"vec4<f32>(x{tag}_0.xz, x{tag}_1.xz)", f"vec4<f32>(x{tag}_0.yw, x{tag}_1.yw)"]
@@ -233,10 +204,12 @@ def _reduce(shape: GemvShape, m: int, groups: int, store: str) -> list[str]:
     return lines
 
 
-def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int) -> tuple[list[str], dict]:
+def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int, per: int) -> tuple[list[str], dict]:
     """Lines computing the operand's rows into workgroup memory `npu_xs` ([m][k] f32, each value rounded to the
-    prologue's dtype as the graph stores it): the whole workgroup runs each row (its reductions through workgroup
-    memory, then its elements), as a generated row kernel does; and the workgroup memory they take."""
+    prologue's dtype as the graph stores it, in vec4 pieces laid out as the pieces of a weight word of `per`
+    elements: four floats, or the even then the odd elements of eight halves): the whole workgroup runs each row (its
+    reductions through workgroup memory, then its elements), as a generated row kernel does; and the workgroup memory
+    they take."""
     spec: GemmKernel = k.spec
     expr, shape = spec.prologue, spec.a_shape
     outer = shape[:-1]
@@ -250,11 +223,13 @@ def _prologue_rows(k: KernelCall, program: CompiledProgram, threads: int) -> tup
     r.elem_scope = elem
     elem.lines += decompose(WGSL, "e", shape[-1:], "o", "i32", elem.indent, first=len(outer))
     value = r.emit(expr, elem)
-    elem.lines.append(f"{elem.indent}npu_xs[row * {spec.k} + e] = {_round(value, expr.dtype)};")
+    at = "npu_x / 4][npu_x % 4]" if per == 4 else f"npu_x / {per} * 2 + npu_x % 2][(npu_x % {per}) / 2]"
+    elem.lines.append(f"{elem.indent}let npu_x = row * {spec.k} + e;")
+    elem.lines.append(f"{elem.indent}npu_xs[{at} = {_round(value, expr.dtype)};")
     lines = ["  {", f"  for (var row: i32 = 0; row < {spec.m}; row++) {{", *row.lines,
              f"    for (var e: i32 = npu_tid; e < {spec.k}; e += {threads}) {{", *elem.lines, "    }", "  }", "  }",
              "  workgroupBarrier();"]
-    return lines, {**text.shared, "npu_xs": ("f32", spec.m * spec.k)}
+    return lines, {**text.shared, "npu_xs": ("vec4<f32>", spec.m * spec.k // 4)}
 
 
 def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tuple[str, Launch, frozenset[str]]:
@@ -262,7 +237,7 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
     spec: GemmKernel = k.spec
     b = k.args[spec.b_arg]
     bd = _dt(program, b)
-    per = _elems(bd)
+    per = elems(bd)
     shape = schedule(spec, per, dev, caps)
     T, R, U, G = shape.threads, shape.rows, shape.unroll, spec.acc_groups
     m, n, words = spec.m, spec.out_n, spec.k // per
@@ -281,10 +256,10 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
         loads.append(f"        let {kq} = " + (f"kv + {u * T};" if exact else f"min(kv + {u * T}, {words - 1});"))
         loads += [f"        let w{u}_{c}_{g} = ldv_a{spec.b_arg}(wr{c}_{g} + {kq});" for c, g in slots]
         for i in range(m):
-            lines, xs = _a_pieces(k, program, i, kq, per, f"{u}_{i}")
+            lines, xs = _apieces(k, program, i, kq, per, f"{u}_{i}")
             loads += [f"        {ln}" for ln in lines]
             for c, g in slots:
-                ws = _pieces(bd, f"w{u}_{c}_{g}")
+                ws = pieces(bd, f"w{u}_{c}_{g}")
                 dot = " + ".join(f"dot({x}, {w})" for x, w in zip(xs, ws, strict=True))
                 o = (i * R + c) * G + g
                 term = dot if exact else f"select(0.0f, {dot}, kv + {u * T} < {words})"
@@ -303,9 +278,9 @@ def gemv(k: KernelCall, program: CompiledProgram, dev, caps: DeviceCaps) -> tupl
     shared = {"npu_part": ("f32", m * R * G * shape.slots)}
     first = []
     if spec.prologue is not None:
-        first, more = _prologue_rows(k, program, T)
+        first, more = _prologue_rows(k, program, T, per)
         shared.update(more)
-    unpack = UNPACK if "npu_lo_" in body or "npu_hi_" in body else ""
+    unpack = unpack_for(body)
     src = epi + "\n" + unpack + entry_point(T, [*first, body], shared, subgroups=shape.subgroups)
     grid = _grid3(-(-n // R), max(spec.batch_count, 1), 1)
     wide = {f"a{spec.b_arg}"} | ({"a0"} if _wide_a(k, program) else set())

@@ -24,9 +24,11 @@ from ..clike import (
     decompose,
     grid_for,
     max_extent,
+    pad4,
     ptrs_of,
 )
 from .language import NEG_INF_F, WGSL, entry_point, f32_literal, reg
+from .words import elems, pieces, rows_in_words, unpack_for
 
 MAX_GRID = WGSL.max_grid
 
@@ -345,10 +347,27 @@ def _gemm_int(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
 # ---- conv2d: implicit GEMM -------------------------------------------------------------------------------------
 
 
-def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
+CONV_MIN_SPLIT_K = 128  # K a split of a conv at least (eight steps of its tiles)
+
+
+def conv_splits(m_total: int, og: int, k_total: int, groups: int, dev) -> int:
+    """Across how many workgroups the K of a conv is split (1: none): where its 64 x 64 tiles are too few to give
+    every compute unit two workgroups (one image's deep layers: ResNet-50's last 3x3 convs have 8 tiles and a K of
+    4,608), enough splits for about two a compute unit, each at least CONV_MIN_SPLIT_K long. Not for grouped convs,
+    nor those of at most SKINNY_M pixels (their own kernel splits K inside a workgroup)."""
+    tiles = -(-m_total // TILE) * -(-og // TILE)
+    blocks = 2 * dev.multiprocessors
+    if groups != 1 or m_total <= SKINNY_M or tiles >= blocks:
+        return 1
+    return max(1, min(-(-blocks // tiles), k_total // CONV_MIN_SPLIT_K, 1024))
+
+
+def conv2d(k: KernelCall, program: CompiledProgram) -> list[tuple[str, Launch]]:
     """Implicit GEMM: M = N*Ho*Wo output pixels x Og output channels of a group, K = Cg*KH*KW, in 64 x 64 x 16 tiles
     through workgroup memory (im2col on the fly, zero padding by bounds checks); bias and the epilogue per output
-    element, one rounding at the store."""
+    element, one rounding at the store. With a plan's `splits`, each tile's K is split across that many workgroups
+    (grid z), which store their f32 sums in the scratch `out1` ([splits, pixels, Og]); a second dispatch adds the
+    splits' sums of each element and runs the epilogue."""
     spec: Conv2dKernel = k.spec
     x, w, out = k.args[0], k.args[1], k.outs[0]
     _check_extent(*k.args, out)
@@ -371,26 +390,40 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     x_at = affine([("nb", xs[0]), ("ci", xs[1]), ("ih", xs[2]), ("iw", xs[3])], x.offset)
     w_at = affine([("co", ws[0]), ("cc", ws[1]), ("kr", ws[2]), ("ks", ws[3])], w.offset)
     if m_total <= SKINNY_M:
-        return _conv_skinny(k, program, epi, x_at, w_at)
+        return [_conv_skinny(k, program, epi, x_at, w_at)]
+    splits = plan_of(k).splits if k.scratch else 1
+    if splits > 1 and g != 1:
+        raise NPUCompileError(f"kernel {k.name}: a conv of {g} groups split {splits} ways (not a webgpu plan)")
+    # each split's K: whole steps of 16
+    kspan = -(-k_total // (16 * splits)) * 16
+    kb, ke = ("split * " + str(kspan), f"min(split * {kspan} + {kspan}, {k_total})") if splits > 1 else ("0",
+                                                                                                          str(k_total))
     fma = "\n".join(f"          c{i}{j} = c{i}{j} + av{i} * bv{j};" for i in range(4) for j in range(4))
+    keep = (f"st_out1((split * {m_total} + m) * {og} + co, cs[q]);" if splits > 1 else
+            f"let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};\n"
+            f"            npu_epi(nb, grp * {og} + co, oh, ow, cs[q]);")
     stores = [f"""        let cs = array<f32, 16>({', '.join(f'c{i}{j}' for i in range(4) for j in range(4))});
         for (var q: i32 = 0; q < 16; q++) {{
           let m = m0 + tm + 16 * (q / 4);
           let co = n0 + tn + 16 * (q % 4);
           if (m < {m_total} && co < {og}) {{
-            let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
-            npu_epi(nb, grp * {og} + co, oh, ow, cs[q]);
+            {keep}
           }}
         }}"""]
+    # the conv's groups walk grid z, or its splits do (a split conv has one group)
+    zloop = ("  let grp = 0;\n  for (var split: i32 = i32(npu_wid.z); split < " + str(splits)
+             + "; split += i32(npu_nwgs.z)) {") if splits > 1 else \
+        f"  for (var grp: i32 = i32(npu_wid.z); grp < {g}; grp += i32(npu_nwgs.z)) {{"
     body = f"""  let tm = npu_tid % 16;
   let tn = npu_tid / 16;
-  for (var grp: i32 = i32(npu_wid.z); grp < {g}; grp += i32(npu_nwgs.z)) {{
+{zloop}
     for (var ty: i32 = i32(npu_wid.y); ty < {-(-og // TILE)}; ty += i32(npu_nwgs.y)) {{
       for (var tx: i32 = i32(npu_wid.x); tx < {-(-m_total // TILE)}; tx += i32(npu_nwgs.x)) {{
         let m0 = tx * 64;
         let n0 = ty * 64;
 {chr(10).join(f'        var c{i}{j} = 0.0f;' for i in range(4) for j in range(4))}
-        for (var k0: i32 = 0; k0 < {k_total}; k0 += 16) {{
+        let ke = {ke};
+        for (var k0: i32 = {kb}; k0 < ke; k0 += 16) {{
           for (var q: i32 = 0; q < 4; q++) {{
             let e = npu_tid + q * 256;
             let kq = e / 64;
@@ -398,7 +431,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             let m = m0 + mq;
             let kidx = k0 + kq;
             var xv = 0.0f;
-            if (m < {m_total} && kidx < {k_total}) {{
+            if (m < {m_total} && kidx < ke) {{
               let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
               let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
               let ih = oh * {sh} - {ph} + kr * {dh};
@@ -414,7 +447,7 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
             let nq = e / 16;
             let kidx = k0 + kq;
             var wv = 0.0f;
-            if (n0 + nq < {og} && kidx < {k_total}) {{
+            if (n0 + nq < {og} && kidx < ke) {{
               let ks = kidx % {kw}; let t2 = kidx / {kw}; let kr = t2 % {kh}; let cc = t2 / {kh};
               let co = grp * {og} + n0 + nq;
               wv = {_load_f32(program, w, 'a1', w_at)};
@@ -431,7 +464,19 @@ def conv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
   }}"""
     shared = {"npu_as": ("f32", TK * TILE), "npu_bs": ("f32", TK * (TILE + 1))}
     src = epi + "\n" + entry_point(THREADS, [body], shared)
-    return src, Launch(_grid3(-(-m_total // TILE), -(-og // TILE), g), THREADS, ptrs_of(k))
+    tiles = Launch(_grid3(-(-m_total // TILE), -(-og // TILE), splits if splits > 1 else g), THREADS, ptrs_of(k))
+    if splits == 1:
+        return [(src, tiles)]
+    total = m_total * og
+    add = f"""  for (var i: i32 = npu_bid * {THREADS} + npu_tid; i < {total}; i += npu_nwg * {THREADS}) {{
+    var r = 0.0f;
+    for (var s2: i32 = 0; s2 < {splits}; s2++) {{ r = r + ld_out1(s2 * {total} + i); }}
+    let co = i % {og}; let m = i / {og};
+    let ow = m % {wo}; let t1 = m / {wo}; let oh = t1 % {ho}; let nb = t1 / {ho};
+    npu_epi(nb, co, oh, ow, r);
+  }}"""
+    return [(src, tiles), (epi + "\n" + entry_point(THREADS, [add]),
+                           Launch((grid_for(total, THREADS, MAX_GRID), 1, 1), THREADS, ptrs_of(k)))]
 
 
 def _conv_skinny(k: KernelCall, program: CompiledProgram, epi: str, x_at: str, w_at: str) -> tuple[str, Launch]:
@@ -489,6 +534,7 @@ ATTN_THREADS = 64
 # A decode step has a handful of query rows (one per head, fewer than two a compute unit): give each row's workgroup
 # more invocations, so it walks the cache in fewer, wider blocks of keys.
 ATTN_THREADS_FEW_ROWS, FEW_ROWS_PER_UNIT = 256, 2
+COMBINE_LANES = 16  # invocations that add one output dim's partial outputs of a split attention's splits
 
 
 @dataclass
@@ -513,18 +559,54 @@ class _Attn:
     vload: str
     o_at: str
     shared: dict
+    wide: frozenset[str]  # parameters read in 16-byte words: the keys, where their rows are whole words
+
+
+def _keys_in_words(k: KernelCall, program: CompiledProgram, d: int) -> bool:
+    """Can the keys be read in 16-byte words: float rows of whole words along d, in a buffer the kernel does not
+    write (a written buffer is bound as plain elements)?"""
+    kk, kd = k.args[1], _dt(program, k.args[1])
+    return (rows_in_words(kk, kd) and d % elems(kd) == 0
+            and kk.buffer not in {w.buffer for w in k.writes})
+
+
+def _score_fn(k: KernelCall, program: CompiledProgram, d: int, wide: bool) -> tuple[str, str, dict]:
+    """(the lines of npu_score that sum q.k into `s`, the lines that put the row's q in workgroup memory, that
+    memory). In words: q is kept as vec4<f32> pieces laid out as a key word's (`words.pieces`), and each step loads a
+    key word and adds its pieces' dot products."""
+    q, kk = k.args[0], k.args[1]
+    qd, kd = _dt(program, q), _dt(program, kk)
+    g = attention_geometry(k, "webgpu")
+    qload = WGSL.convert(WGSL.load("a0", g.q_at, qd), qd, "float32")
+    if not wide:
+        kload = WGSL.convert(WGSL.load("a1", g.k_at, kd), kd, "float32")
+        return (f"  for (var dd: i32 = 0; dd < {d}; dd++) {{ s = s + npu_q[dd] * {kload}; }}",
+                f"npu_q[dd] = {qload};", {"npu_q": ("f32", d)})
+    per = elems(kd)
+    parts = len(pieces(kd, "w"))
+    _, ks = pad4(kk, "webgpu")
+    base = affine([("bi", ks[0]), ("kvh", ks[1]), ("j", ks[2])], kk.offset)
+    dots = " + ".join(f"dot(npu_qv[w * {parts} + {i}], {p})" for i, p in enumerate(pieces(kd, "kw")))
+    score = f"""  let kb = ({base}) / {per};
+  for (var w: i32 = 0; w < {d // per}; w++) {{
+    let kw = ldv_a1(kb + w);
+    s = s + {dots};
+  }}"""
+    # element dd of q where the key word's pieces have it: four floats as they are, eight halves even then odd
+    at = "npu_qv[dd / 4][dd % 4]" if parts == 1 else f"npu_qv[dd / {per} * 2 + dd % 2][(dd % {per}) / 2]"
+    return score, f"{at} = {qload};", {"npu_qv": ("vec4<f32>", d // 4)}
 
 
 def _attention_setup(k: KernelCall, program: CompiledProgram, dev) -> _Attn:
     p: AttentionKernel = k.spec
     g = attention_geometry(k, "webgpu")
-    q, kk, v, out, mask, pos = g.q, g.k, g.v, g.out, g.mask, g.pos
+    v, out, mask, pos = g.v, g.out, g.mask, g.pos
     _check_extent(*k.args, out)
     b, h, t, d, lk, dv, group = g.b, g.h, g.t, g.d, g.kv_len, g.v_dim, g.group
     T = ATTN_THREADS_FEW_ROWS if b * h * t <= FEW_ROWS_PER_UNIT * dev.multiprocessors else ATTN_THREADS
     sd, pd = p.scores_dtype, p.probs_dtype
-    qd, kd, vd, od = (_dt(program, r) for r in (q, kk, v, out))
-    q_at, k_at, v_at, o_at, m_at = g.q_at, g.k_at, g.v_at("jj"), g.o_at, g.m_at
+    vd, od = _dt(program, v), _dt(program, out)
+    v_at, o_at, m_at = g.v_at("jj"), g.o_at, g.m_at
     mask_line = ""
     if mask is not None:
         if p.mask == "bool":
@@ -533,8 +615,8 @@ def _attention_setup(k: KernelCall, program: CompiledProgram, dev) -> _Attn:
             mv = _load_f32(program, mask, "a3", m_at)
             mask_line = f"  s = {_round('(s + ' + mv + ')', sd)};"
     scale = f32_literal(float(p.scale))
-    qload = WGSL.convert(WGSL.load("a0", q_at, qd), qd, "float32")
-    kload = WGSL.convert(WGSL.load("a1", k_at, kd), kd, "float32")
+    wide = _keys_in_words(k, program, d)
+    score, qstore, qshared = _score_fn(k, program, d, wide)
     vload = WGSL.convert(WGSL.load("a2", v_at, vd), vd, "float32")
     reduce = "\n".join(f"""fn npu_b{name}(x: f32) -> f32 {{
   workgroupBarrier();
@@ -548,7 +630,7 @@ def _attention_setup(k: KernelCall, program: CompiledProgram, dev) -> _Attn:
     helpers = f"""var<private> npu_lid_p: i32;
 fn npu_score(bi: i32, hi: i32, ti: i32, kvh: i32, j: i32) -> f32 {{
   var s = 0.0f;
-  for (var dd: i32 = 0; dd < {d}; dd++) {{ s = s + npu_q[dd] * {kload}; }}
+{score}
   s = {_round('s', sd)};
   s = {_round(f'(s * {scale})', sd)};
 {mask_line}
@@ -557,7 +639,7 @@ fn npu_score(bi: i32, hi: i32, ti: i32, kvh: i32, j: i32) -> f32 {{
 {reduce}"""
     valid = ""
     jend = f"min(ti + 1, {lk})" if p.is_causal else f"{lk}"
-    shared = {"npu_q": ("f32", d), "npu_p": ("f32", T), "npu_r": ("f32", T)}
+    shared = {**qshared, "npu_p": ("f32", T), "npu_r": ("f32", T)}
     if pos is not None:
         pa = len(k.args) - 1
         n_pos = math.prod(pos.shape)
@@ -578,11 +660,13 @@ fn npu_score(bi: i32, hi: i32, ti: i32, kvh: i32, j: i32) -> f32 {{
     let hi = t1 % {h}; let bi = t1 / {h};
     let kvh = hi / {group};
     workgroupBarrier();
-    for (var dd: i32 = npu_tid; dd < {d}; dd += {T}) {{ npu_q[dd] = {qload}; }}
+    for (var dd: i32 = npu_tid; dd < {d}; dd += {T}) {{ {qstore} }}
     workgroupBarrier();
     let jend = {jend};"""
+    if wide:
+        helpers = unpack_for(helpers) + helpers
     return _Attn(T, -(-dv // T), b * h * t, h, t, d, dv, pd, od, jend, valid, helpers, row_head, vload, o_at,
-                 shared)
+                 shared, frozenset({"a1"} if wide else ()))
 
 
 def _accumulate(a: _Attn, expr_p: str, rescale: bool, end: str = "jend") -> str:
@@ -625,7 +709,7 @@ def _attention_source(a: _Attn, body: str) -> str:
     return a.helpers + "\n" + entry_point(a.T, ["  npu_lid_p = npu_tid;", a.valid, body], a.shared)
 
 
-def attention(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+def attention(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch, frozenset[str]]]:
     """softmax(q k^T * scale + mask) v, one workgroup per query row (grid-stride over rows), the row's keys in blocks
     of 64 (256 for a few rows: decode), one key per invocation (its score), each invocation accumulating its share
     of the output dims; f32 accumulation; GQA maps query head h to kv head h / (heads / kv_heads) (no expanded K/V).
@@ -668,10 +752,10 @@ def attention(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, L
 {stores}
   }}"""
     grid = (grid_for(a.rows, 1, MAX_GRID) if a.rows else 0, 1, 1)
-    return [(_attention_source(a, body), Launch(grid, a.T, ptrs_of(k)))]
+    return [(_attention_source(a, body), Launch(grid, a.T, ptrs_of(k)), a.wide)]
 
 
-def attention_split(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+def attention_split(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch, frozenset[str]]]:
     """Decode attention with the keys of each query row split across workgroups (flash-decoding): a decode step has
     one query row per head, too few to fill a GPU with one workgroup each. Three dispatches over the float32 scratch
     `outs[1]` ([rows, splits, 2 + v_dim]): (1) each (row, split) workgroup finds its keys' max and sum of
@@ -696,20 +780,19 @@ def attention_split(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[
   }}"""
     decl_o = "\n".join(f"    var o{c} = 0.0f;" for c in range(a.per))
     accumulate = head + f"""
-    // the row's max and sum over every split (made uniform through workgroup memory: the loop below has barriers)
-    if (npu_tid == 0) {{
-      var mx = {NEG_INF_F};
-      for (var s2: i32 = 0; s2 < {S}; s2++) {{ mx = npu_max_f(mx, ld_out1((row * {S} + s2) * {stride})); }}
-      var tot = 0.0f;
-      for (var s2: i32 = 0; s2 < {S}; s2++) {{
-        let ms = ld_out1((row * {S} + s2) * {stride});
-        tot = tot + select(ld_out1((row * {S} + s2) * {stride} + 1) * exp(ms - mx), 0.0f, ms == {NEG_INF_F});
-      }}
-      npu_r[0] = mx;
-      npu_p[0] = tot;
+    // the row's max and sum over every split, the splits' (max, sum) read in parallel (a serial loop of loads in one
+    // invocation took most of the kernel's time)
+    var mloc = {NEG_INF_F};
+    for (var s2: i32 = npu_tid; s2 < {S}; s2 += {a.T}) {{
+      mloc = npu_max_f(mloc, ld_out1((row * {S} + s2) * {stride}));
     }}
-    let mx = workgroupUniformLoad(&npu_r[0]);
-    let tot = workgroupUniformLoad(&npu_p[0]);
+    let mx = npu_bmax(mloc);
+    var tloc = 0.0f;
+    for (var s2: i32 = npu_tid; s2 < {S}; s2 += {a.T}) {{
+      let ms = ld_out1((row * {S} + s2) * {stride});
+      tloc = tloc + select(ld_out1((row * {S} + s2) * {stride} + 1) * exp(ms - mx), 0.0f, ms == {NEG_INF_F});
+    }}
+    let tot = npu_bsum(tloc);
 {decl_o}
     if (mx != {NEG_INF_F}) {{
       for (var j0: i32 = jb; j0 < je; j0 += {a.T}) {{
@@ -723,18 +806,31 @@ def attention_split(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[
 {chr(10).join(f"    if (npu_tid + {a.T * c} < {a.dv}) {{ st_out1(base + 2 + npu_tid + {a.T * c}, o{c}); }}"
               for c in range(a.per))}
   }}"""
+    # the splits' partial outputs added by COMBINE_LANES invocations a dim, each over every COMBINE_LANES-th split,
+    # then through workgroup memory: a serial loop over the splits was latency-bound
+    lanes = min(COMBINE_LANES, a.T)
+    dims = a.T // lanes
     combine = f"""  for (var row: i32 = npu_bid; row < {a.rows}; row += npu_nwg) {{
     let ti = row % {a.t}; let t1 = row / {a.t};
     let hi = t1 % {a.h}; let bi = t1 / {a.h};
-    for (var dd: i32 = npu_tid; dd < {a.dv}; dd += {a.T}) {{
-      var r = 0.0f;
-      for (var s2: i32 = 0; s2 < {S}; s2++) {{ r = r + ld_out1((row * {S} + s2) * {stride} + 2 + dd); }}
+    let dd = i32(npu_wid.y) * {dims} + npu_tid % {dims};
+    let lane = npu_tid / {dims};
+    var r = 0.0f;
+    if (dd < {a.dv}) {{
+      for (var s2: i32 = lane; s2 < {S}; s2 += {lanes}) {{ r = r + ld_out1((row * {S} + s2) * {stride} + 2 + dd); }}
+    }}
+    workgroupBarrier();
+    npu_c[npu_tid] = r;
+    workgroupBarrier();
+    if (lane == 0 && dd < {a.dv}) {{
+      for (var l2: i32 = 1; l2 < {lanes}; l2++) {{ r = r + npu_c[l2 * {dims} + npu_tid]; }}
       {WGSL.store('out0', a.o_at, a.od, 'r', 'float32')}
     }}
   }}"""
     ptrs = ptrs_of(k)
     rows = grid_for(a.rows, 1, MAX_GRID) if a.rows else 0
-    return [(_attention_source(a, stats), Launch((rows, S, 1), a.T, ptrs)),
-            (_attention_source(a, accumulate), Launch((rows, S, 1), a.T, ptrs)),
-            (entry_point(a.T, [combine]), Launch((rows, 1, 1), a.T, ptrs))]
+    return [(_attention_source(a, stats), Launch((rows, S, 1), a.T, ptrs), a.wide),
+            (_attention_source(a, accumulate), Launch((rows, S, 1), a.T, ptrs), a.wide),
+            (entry_point(a.T, [combine], {"npu_c": ("f32", a.T)}), Launch((rows, -(-a.dv // dims), 1), a.T, ptrs),
+             frozenset())]
 

@@ -10,6 +10,7 @@ into one compute pass and submitted once.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from ...devices import DeviceProfile, get_profile
@@ -32,8 +33,8 @@ from .bindings import Binding, DeviceCaps, bind, finish_source, generated_params
 from .gemv import gemv, gemv_fits, prologue_fits
 from .int8_kernels import INTEGER_KERNELS, render_integer
 from .intervals import narrow_int64
-from .language import WGSL
-from .library import SKINNY_M, attention, conv2d, gemm, names_of, skinny_groups_fit
+from .language import WGSL, reg
+from .library import attention, conv2d, conv_splits, gemm, names_of, skinny_groups_fit
 from .staging import passes
 
 
@@ -88,7 +89,12 @@ class WebGPUTarget(CodegenTarget):
     name = "webgpu"
     default_device = "webgpu"
     library_kernels = frozenset({"gemm", "conv2d", "attention"}) | INTEGER_KERNELS
-    gemm_prologue_rows = SKINNY_M  # decode's norms computed by the GEMV that reads them (gemm_prologue)
+    # Decode's norms stay kernels of their own: every workgroup of a GEMV with a norm prologue computes the rows for
+    # itself, which cost more than the norm's one kernel (Qwen2.5-1.5B decode at KV 1024 on the H200 through Vulkan:
+    # 6.39 ms folded, 5.00 ms apart). The GEMV still computes a prologue a record carries (gemm_prologue says which
+    # it can), where a subclass or an artifact asks for one.
+    gemm_prologue_rows = 0
+    plans_convs = True  # a conv of too few tiles splits its K (conv_splits)
 
     def __init__(self, device: DeviceProfile | str | None = None, caps: DeviceCaps | None = None) -> None:
         self.caps = caps or DeviceCaps()
@@ -103,9 +109,10 @@ class WebGPUTarget(CodegenTarget):
         return min(self.profile.shared_memory_per_block, self.caps.max_workgroup_storage)
 
     def plan(self, call, buffers):
-        """An attention of few query rows: its keys split across workgroups until about two a compute unit run. A
-        folded record (a GEMM's prologue the GEMV does not compute, a conv's side conv, a row kernel's side output):
-        in passes (staging.py)."""
+        """An attention of few query rows: its keys split across workgroups until about two a compute unit run; a
+        conv of too few tiles for the device: its K split likewise (`conv_splits`). A folded record (a GEMM's
+        prologue the GEMV does not compute, a conv's side conv, a row kernel's side output): in passes
+        (staging.py)."""
         spec = call.spec
         if isinstance(spec, AttentionKernel):
             return AttentionPlan(decode_splits(spec, self.profile))
@@ -113,9 +120,17 @@ class WebGPUTarget(CodegenTarget):
             return None if gemv_fits(call, buffers, self.workgroup_storage) else GemmPlan(prologue_apart=True)
         if isinstance(spec, Conv2dKernel) and spec.side_stride:
             return Conv2dPlan(side_apart=True)
+        if isinstance(spec, Conv2dKernel) and reg(buffers[call.outs[0].buffer].dtype) == "f32":
+            w, out = call.args[1], call.outs[0]
+            splits = self.conv_splits(out.shape[0] * out.shape[2] * out.shape[3], w.shape[0] // spec.groups,
+                                      math.prod(w.shape[1:]), spec.groups)
+            return Conv2dPlan(splits=splits) if splits > 1 else None
         if isinstance(spec, GeneratedKernel) and spec.side is not None:
             return GeneratedPlan(side_apart=True)
         return None
+
+    def conv_splits(self, pixels: int, out_channels: int, k: int, groups: int) -> int:
+        return conv_splits(pixels, out_channels, k, groups, self.profile)
 
     def gemm_column_groups(self, call, buffers) -> bool:
         # the GEMV or skinny GEMM of a decode step, each workgroup with every group of its columns
@@ -135,9 +150,11 @@ class WebGPUTarget(CodegenTarget):
         """The WGSL modules of kernel `index` and their dispatches, in order (their `source` still unnamed): one,
         or three for split decode attention."""
         where = f"kernel {k.name} ({k.kind}, nodes {', '.join(k.nodes[:4])})"
-        if _needs_scratch(k, program, self.workgroup_storage) and not k.scratch:
+        plan = k.plan
+        apart = bool(k.scratch) and (getattr(plan, "side_apart", False) or getattr(plan, "prologue_apart", False))
+        if _needs_scratch(k, program, self.workgroup_storage) and not apart:
             raise NPUCompileError(f"{where}: the webgpu target runs this {k.kind} in passes, which need the scratch "
-                                  f"of a webgpu plan; this call has none (compile it for webgpu)")
+                                  f"of a webgpu plan computing it apart; this call has none (compile it for webgpu)")
         parts = [part for call in passes(k) for part in self._parts(call, program, where)]
         # every pass's buffers are the call's own: its bindings name them by an output or argument of the call
         of_buffer: dict[int, tuple[str, int]] = {}
@@ -166,15 +183,17 @@ class WebGPUTarget(CodegenTarget):
         if isinstance(spec, GemmKernel) and gemv_fits(k, program.buffers, self.workgroup_storage):
             src, launch, wide = gemv(k, program, self.profile, self.caps)
             return [(src, launch, params_of(launch.ptrs, names_of(k), wide), k)]
-        if isinstance(spec, GemmKernel | Conv2dKernel):
-            src, launch = (gemm if spec.kind == "gemm" else conv2d)(k, program)
+        if isinstance(spec, GemmKernel):
+            src, launch = gemm(k, program)
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
+        if isinstance(spec, Conv2dKernel):
+            return [(src, launch, params_of(launch.ptrs, names_of(k)), k) for src, launch in conv2d(k, program)]
         if spec.kind in INTEGER_KERNELS:
             src, launch = render_integer(k, program, self.caps.packed_dot, self.caps.max_binding_bytes)
             return [(src, launch, params_of(launch.ptrs, names_of(k)), k)]
         if isinstance(spec, AttentionKernel):
-            return [(src, launch, params_of(launch.ptrs, names_of(k)), k)
-                    for src, launch in attention(k, program, self.profile)]
+            return [(src, launch, params_of(launch.ptrs, names_of(k), wide), k)
+                    for src, launch, wide in attention(k, program, self.profile)]
         raise NPUCompileError(f"{where}: the webgpu target has no '{spec.kind}' kernel")
 
     def render_program(self, program: CompiledProgram) -> RenderedProgram:
