@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_llm import _median_ms  # noqa: E402
+from bench_llm import _median_ms, print_profile  # noqa: E402
 
 
 def int8_tops(device: str) -> float:
@@ -58,7 +58,9 @@ def _int8_macs(program) -> int:
     return total
 
 
-def _timed(backend, prog, weights, x: np.ndarray, iters: int) -> tuple[float, np.ndarray]:
+def _timed(backend, prog, weights, x: np.ndarray, iters: int, profile: tuple[str, int] | None = None
+           ) -> tuple[float, np.ndarray]:
+    """The median time of a run and the output; with `profile` (title, N) also the N slowest kernels printed."""
     import npu_runtime
 
     ws = npu_runtime.load_weights(prog, weights, backend)
@@ -66,7 +68,10 @@ def _timed(backend, prog, weights, x: np.ndarray, iters: int) -> tuple[float, np
     spec, out_spec = prog.inputs[0], prog.outputs[0]
     feeds = {spec.name: backend.upload(x, spec.device_dtype)}
     out = ex.run(feeds, ws)[out_spec.name].to_numpy(out_spec).astype(np.float32)
-    return _median_ms(lambda: ex.run(feeds, ws), backend.synchronize, iters), out
+    ms = _median_ms(lambda: ex.run(feeds, ws), backend.synchronize, iters)
+    if profile and profile[1]:
+        print_profile(profile[0], prog, backend.name, lambda: ex.profile(feeds, ws), profile[1])
+    return ms, out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--backend", default=None, help="the backend that runs ours (default: the best available)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N slowest kernels of our int8 and fp16 programs (per-kernel device time, "
+                         "5 runs)")
     args = ap.parse_args(argv)
 
     import npu_compiler
@@ -109,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         qprog = npu_compiler.compile(qir, backend.compile_target())
         fprog = npu_compiler.compile(ir, backend.compile_target(), dtype="float16")
         x = torch.randn(batch, 3, args.image_size, args.image_size)
-        int8_ms, got = _timed(backend, qprog, qweights, x.numpy(), args.iters)
-        fp16_ms, _ = _timed(backend, fprog, weights, x.numpy(), args.iters)
+        int8_ms, got = _timed(backend, qprog, qweights, x.numpy(), args.iters,
+                              (f"{args.model} int8 batch {batch}", args.profile))
+        fp16_ms, _ = _timed(backend, fprog, weights, x.numpy(), args.iters,
+                            (f"{args.model} fp16 batch {batch}", args.profile))
         if batch == 1:
             cpu = CpuBackend()
             cprog = npu_compiler.compile(qir, "cpu")

@@ -1,5 +1,6 @@
 """The cuda target's integer kernels run on the CPU, for CI (no GPU there): the rendered CUDA C compiled by g++ with
-one std::thread per CUDA thread of a block, `__syncthreads` a barrier, and `mma.sync.m16n8k32` s8 computed per warp
+one std::thread per CUDA thread of a block, `__syncthreads` a barrier, `cp.async` an immediate copy, `ldmatrix` an
+exchange of the warp's row addresses, and `mma.sync.m16n8k32` s8 computed per warp
 from its lanes' fragments as the PTX ISA lays them out (a0..a3: rows g and g + 8, k 4t..4t+3 and + 16; b0, b1: k
 4t..4t+3 and + 16, column g; c0..c3: row g and g + 8, columns 2t and 2t + 1; g = lane / 4, t = lane % 4, the
 layouts of CuTe's SM80_16x8x32_S32S8S8S32_TN). It checks everything but the hardware: the tiles, the loaders, the
@@ -70,6 +71,21 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
   w_bar[w]->arrive_and_wait();
   return r;
 }
+// cp.async as an immediate copy (the kernels wait for every copy before a barrier that precedes its reads), and
+// ldmatrix x4 from the lanes' row addresses (lane l: row l / 4 of matrix m, bytes 4 (l % 4) .. + 3)
+inline void npu_cp16(void* dst, const void* src, bool full) {
+  if (full) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16);
+}
+inline void npu_commit() {}
+template <int N> inline void npu_wait_copies() {}
+static const unsigned char* ldsm_[64][32];
+inline void npu_ldsm(unsigned* r, const void* p) {
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  ldsm_[w][l] = (const unsigned char*)p;
+  w_bar[w]->arrive_and_wait();
+  for (int m = 0; m < 4; m++) std::memcpy(&r[m], ldsm_[w][m * 8 + (l >> 2)] + (l & 3) * 4, 4);
+  w_bar[w]->arrive_and_wait();
+}
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static unsigned fragA[64][32][4], fragB[64][32][2];
@@ -137,6 +153,8 @@ def run_emulated(case: Case, device, folder: Path) -> np.ndarray:
     program = program_of(case, "cuda")
     src, launch = render_integer(program.kernels[0], program, CudaTarget(device).profile)
     body = src[src.index('extern "C"'):]
+    body = body.replace("extern __shared__ __align__(16) unsigned char npu_smem[];",
+                        f"static unsigned char npu_smem[{max(launch.smem, 16)}] __attribute__((aligned(16)));")
     args = [np.ascontiguousarray(feeds(case)[n]) for n, _, _ in case.inputs]
     sig = re.search(r"npu_kernel\((.*?)\)", body).group(1)
     types = [p.rsplit("*", 1)[0].replace("const", "").strip() for p in sig.split(",")]

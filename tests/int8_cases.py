@@ -10,7 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from npu_compiler.buffers import BufferSpec, TensorSpec
-from npu_compiler.kernels import KernelCall, QAddKernel, QConv2dKernel, QGemmKernel, Requant, WGemmKernel
+from npu_compiler.kernels import (
+    KernelCall,
+    QAddKernel,
+    QConv2dKernel,
+    QGemmKernel,
+    Requant,
+    ResidualAdd,
+    WGemmKernel,
+)
 from npu_compiler.kernels.conv2d import conv_out_size
 from npu_compiler.kernels.qconv2d import int_conv_sum
 from npu_compiler.program import CompiledProgram
@@ -70,6 +78,7 @@ def qgemm_cases() -> list[Case]:
         ("shift 31", (3, 5, 40), "int8", 0, 0, Requant(-128, -128, 127), 5, False, "shift31"),
         ("odd tiles", (33, 17, 129), "int8", 2, 0, Requant(1, -100, 90), 17, True, None),
         ("b zero point", (2, 3, 12), "int8", 1, -3, Requant(0, -128, 127), 3, False, None),
+        ("16-byte rows, tiles", (70, 130, 96), "int8", 3, 0, Requant(2, 2, 127), 1, True, None),
     ]:
         lo, hi = (0, 256) if adt == "uint8" else (-128, 128)
         a = rng.integers(lo, hi, (m, k))
@@ -125,6 +134,78 @@ def qconv_cases() -> list[Case]:
     return out
 
 
+def qconv_channels_last_cases() -> list[Case]:
+    """Convs whose input is channels-last and whose weight is [O, kh, kw, C] in memory (the lowering's layouts on a
+    target with int8 matrix units): the 16-byte copy path of the cuda target (int8_conv.py). Padding filled with a
+    nonzero zero point, uint8 flips, K and N tails, several tiles, shifts 0 and 31 on some channels."""
+    rng = np.random.default_rng(4)
+    out = []
+    for name, (n, c, h, w), (o, kh), (stride, pad, dil), zx, dt, req, edges in [
+        ("3x3 pad", (2, 32, 9, 7), (40, 3), (1, 1, 1), 0, "int8", Requant(-3, -128, 127), False),
+        ("stride 2 zero point relu", (1, 16, 11, 10), (24, 3), (2, 1, 1), -7, "int8", Requant(-2, -2, 127), True),
+        ("uint8 1x1", (2, 48, 5, 6), (70, 1), (1, 0, 1), 131, "uint8", Requant(4, -128, 127), False),
+        ("uint8 dilation", (1, 16, 9, 9), (8, 3), (1, 2, 2), 128, "uint8", Requant(0, -128, 127, "double"), True),
+        ("many tiles", (2, 64, 12, 12), (64, 1), (1, 0, 1), 0, "int8", Requant(5, -100, 120), True),
+    ]:
+        lo, hi = (0, 256) if dt == "uint8" else (-128, 128)
+        x = rng.integers(lo, hi, (n, c, h, w))
+        wt = rng.integers(-127, 128, (o, c, kh, kh))
+        ho, wo = conv_out_size(h, kh, stride, pad, dil), conv_out_size(w, kh, stride, pad, dil)
+        acc = int_conv_sum(x, wt, zx, (stride,) * 2, (pad,) * 2, (dil,) * 2, 1, (ho, wo))
+        rows = _rows(rng, o, acc, 1)
+        if edges:  # a channel at shift 0 (saturating) and one at shift 31
+            rows[0] = (int(rng.integers(1, 4)), 0)
+            rows[1, 0] = min(int(rows[1, 0]) >> max(int(rows[1, 1]) - 31, 0), (1 << 31) - 1)
+            rows[1, 1] = 31
+        ins = [("x", x.transpose(0, 2, 3, 1), dt), ("w", wt.transpose(0, 2, 3, 1), "int8"),
+               ("bias", rng.integers(-5000, 5000, o), "int32"), ("scale", rows, "int32")]
+        refs = [TensorRef(0, (n, c, h, w), (h * w * c, 1, w * c, c)),
+                TensorRef(1, (o, c, kh, kh), (kh * kh * c, 1, kh * c, c)), TensorRef(2, (o,), (1,)),
+                TensorRef(3, (o, 2), (2, 1))]
+        spec = QConv2dKernel((stride, stride), (pad, pad), (dil, dil), 1, zx, True, o, req)
+        out.append(Case(f"qconv2d channels-last {name}", spec, ins, (n, o, ho, wo), "int8", refs))
+    return out
+
+
+def qconv_residual_cases() -> list[Case]:
+    """Convs with a fused residual add (QConv2dKernel.residual: the conv's requantized result plus a skip tensor, as
+    qadd adds them), channels-last (the 16-byte copy path) and NCHW (the gathering kernel), int8 and uint8, the skip
+    in either layout, a ReLU on the sum."""
+    rng = np.random.default_rng(5)
+    out = []
+    for name, (n, c, h, w), (o, kh), pad, zx, dt, conv_req, skip_zp, add_req, layout in [
+        ("channels-last 1x1 relu", (2, 32, 5, 6), (48, 1), 0, 0, "int8", Requant(3, -128, 127), -5,
+         Requant(-20, -20, 127), "nhwc"),
+        ("channels-last uint8 3x3, NCHW skip", (1, 16, 6, 6), (24, 3), 1, 128, "uint8", Requant(128, 0, 255), 131,
+         Requant(120, 120, 255, "double"), "nhwc, nchw skip"),
+        ("NCHW 3x3", (1, 5, 6, 7), (8, 3), 1, -3, "int8", Requant(-2, -128, 127), 7, Requant(0, -128, 127), "nchw"),
+    ]:
+        lo, hi = (0, 256) if dt == "uint8" else (-128, 128)
+        x = rng.integers(lo, hi, (n, c, h, w))
+        wt = rng.integers(-127, 128, (o, c, kh, kh))
+        ho, wo = conv_out_size(h, kh, 1, pad, 1), conv_out_size(w, kh, 1, pad, 1)
+        acc = int_conv_sum(x, wt, zx, (1, 1), (pad, pad), (1, 1), 1, (ho, wo))
+        skip = rng.integers(lo, hi, (n, o, ho, wo))
+        ma, mb, mo = (int(v) for v in rng.integers(1 << 30, 1 << 31, 3))
+        ls = 20
+        residual = ResidualAdd(dt, skip_zp, ls, ma, int(rng.integers(30, 33)), mb, int(rng.integers(30, 33)), mo,
+                               int(rng.integers(30, 32)) + ls - 1, add_req)
+        nhwc = layout.startswith("nhwc")
+        last = lambda a: a.transpose(0, 2, 3, 1)  # noqa: E731
+        ins = [("x", last(x) if nhwc else x, dt), ("w", last(wt) if nhwc else wt, "int8"),
+               ("bias", rng.integers(-5000, 5000, o), "int32"), ("scale", _rows(rng, o, acc, 1), "int32"),
+               ("skip", last(skip) if layout == "nhwc" else skip, dt)]
+        cl = lambda s: (s[1] * s[2] * s[3], 1, s[3] * s[1], s[1])  # noqa: E731
+        refs = [TensorRef(0, (n, c, h, w), cl((n, c, h, w)) if nhwc else contiguous_strides((n, c, h, w))),
+                TensorRef(1, (o, c, kh, kh), cl((o, c, kh, kh)) if nhwc else contiguous_strides((o, c, kh, kh))),
+                TensorRef(2, (o,), (1,)), TensorRef(3, (o, 2), (2, 1)),
+                TensorRef(4, (n, o, ho, wo), cl((n, o, ho, wo)) if layout == "nhwc" else
+                          contiguous_strides((n, o, ho, wo)))]
+        spec = QConv2dKernel((1, 1), (pad, pad), (1, 1), 1, zx, True, o, conv_req, residual=residual)
+        out.append(Case(f"qconv2d residual {name}", spec, ins, (n, o, ho, wo), dt, refs))
+    return out
+
+
 def qadd_cases() -> list[Case]:
     rng = np.random.default_rng(2)
     out = []
@@ -173,7 +254,7 @@ def wgemm_cases() -> list[Case]:
 
 
 def integer_cases() -> list[Case]:
-    return qgemm_cases() + qconv_cases() + qadd_cases()
+    return qgemm_cases() + qconv_cases() + qconv_channels_last_cases() + qconv_residual_cases() + qadd_cases()
 
 
 def run_case(backend, case: Case) -> np.ndarray:

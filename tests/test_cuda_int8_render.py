@@ -44,8 +44,19 @@ def test_integer_kinds_render_on_tensor_cores() -> None:
     assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in texts["qgemm plain"]
     assert "mma.sync.aligned.m16n8k32" in texts["qconv2d 3x3 pad"]
     assert "uint4" in texts["wgemm int4"]  # 16-byte loads of the packed codes
-    assert "uint4" in texts["qgemm uint8 acts, k%4"] and "uint4" in texts["qconv2d 16-byte weight rows"]
+    assert "uint4" in texts["qconv2d 16-byte weight rows"]
     assert "uint4" not in texts["qgemm b zero point"]  # K = 12: element loads
+    # both tiles 16-byte rows along K: cp.async stages and ldmatrix fragments (int8_conv.py)
+    for name in ("qgemm uint8 acts, k%4", "qgemm 16-byte rows, tiles", *(c.name for c in integer_cases()
+                                                                        if "channels-last" in c.name)):
+        assert "cp.async.cg.shared.global" in texts[name] and "ldmatrix" in texts[name], name
+    assert "cp.async" not in texts["qconv2d 3x3 pad"]  # NCHW, 3 channels: the gathering kernel
+    # the zero point's column sums only where the (flipped) zero point is not 0; its padding stored where it is not 0
+    assert "npu_csum" not in texts["qconv2d channels-last 3x3 pad"]
+    assert "npu_csum" in texts["qconv2d channels-last stride 2 zero point relu"]
+    assert "make_uint4" in texts["qconv2d channels-last stride 2 zero point relu"]
+    assert "npu_csum" not in texts["qconv2d channels-last uint8 dilation"]  # 128: 0 once flipped, but stored
+    assert "make_uint4(0x80808080u" in texts["qconv2d channels-last uint8 dilation"]
 
 
 def test_a_gpu_without_int8_tensor_cores_is_refused_by_name() -> None:
@@ -103,3 +114,81 @@ def test_weight_only_gemv_prefetches_only_before_its_wait() -> None:
     for name in ("wgemm int8", "wgemm int4", "wgemm int8 split k", "wgemm int4 row tail", *(c.name for c in DECODE)):
         assert "npu_prefetch_l2(" in texts[name] and "__shfl_xor_sync" in texts[name]
         assert_waits_first(texts[name])
+
+
+def test_integer_convs_keep_channels_last_int8_and_stored_plans(tmp_path) -> None:
+    """On cuda a quantized conv chain keeps its int8 activations channels-last between layers and its weights as
+    [O, kh, kw, C], each integer GEMM renders on the 16-byte copy path, and its tiles are the record's plan, stored in
+    the artifact (kernels/plans.py) and rendered from there."""
+    import torch
+    from conftest import export_ir
+    from test_quant_fold import QConv, _dq, _q
+
+    from npu_compiler import compile as compile_ir
+    from npu_compiler.kernels import QConv2dPlan
+    from npu_compiler.program import CompiledProgram
+
+    class Chain(torch.nn.Module):
+        """q -> dq -> conv 3x3 -> relu -> q -> dq -> conv 1x1 -> q: two integer convs, one int8 tensor between."""
+
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = QConv(16, 32, 3, padding=1, act="relu", x_zp=0), QConv(32, 16, 1, x_zp=0)
+
+        def forward(self, x):
+            xd = _dq(_q(x, 0.03, 0, torch.int8), 0.03, 0, torch.int8)
+            y = torch.relu(torch.nn.functional.conv2d(xd, self._w(self.a), self.a.bias, 1, 1))
+            yd = _dq(_q(y, 0.05, 0, torch.int8), 0.05, 0, torch.int8)
+            return _q(torch.nn.functional.conv2d(yd, self._w(self.b), self.b.bias), 0.05, 0, torch.int8)
+
+        @staticmethod
+        def _w(m):
+            return torch.ops.quantized_decomposed.dequantize_per_channel(m.w_q, m.w_s, m.w_z, 0, -127, 127,
+                                                                          torch.int8)
+
+    ir = export_ir(Chain, [torch.randn(2, 16, 6, 6)])
+    program = compile_ir(ir, "cuda")
+    convs = [k for k in program.kernels if k.kind == "qconv2d"]
+    assert len(convs) == 2
+    for k in convs:  # (the first reads the program's input as quantized: NCHW)
+        assert k.args[1].strides[1] == 1 and k.outs[0].strides[1] == 1, (k.args[1].strides, k.outs[0].strides)
+        assert isinstance(k.plan, QConv2dPlan) and k.plan.chosen
+    assert convs[0].outs[0].buffer == convs[1].args[0].buffer  # no layout copy between them
+    program.save(tmp_path / "q.npubin")
+    again = CompiledProgram.load(tmp_path / "q.npubin")
+    assert [k.plan for k in again.kernels] == [k.plan for k in program.kernels]
+    target = CudaTarget("h200")
+    for k in again.kernels:
+        if k.kind == "qconv2d" and k.args[0].strides[1] == 1:
+            (text,) = target.kernel_sources(k, again)
+            assert "cp.async" in text and f"npu_wait_copies<{k.plan.stages - 2}>" in text
+    assert convs[0].plan.stages == 1  # the gathering kernel's tile
+
+
+def test_a_stored_int8_plan_the_device_cannot_honour_is_replanned() -> None:
+    """A program planned for a GPU with more shared memory, or a crafted tile: the renderer plans for its own."""
+    import dataclasses
+
+    from int8_cases import qconv_channels_last_cases
+
+    from npu_compiler.kernels import QConv2dPlan
+    from npu_compiler.targets.cuda import int8_conv
+
+    case = qconv_channels_last_cases()[0]
+    program = program_of(case, "cuda")
+    k = program.kernels[0]
+    dev = CudaTarget("h200").profile
+    k.plan = QConv2dPlan(128, 128, 64, 32, 4)
+    assert int8_conv.tile_plan(k, dev) == k.plan
+    small = dataclasses.replace(dev, shared_memory_per_block_optin=48 * 1024, shared_memory_per_block=48 * 1024,
+                                shared_memory_per_multiprocessor=64 * 1024)
+    assert int8_conv.tile_plan(k, small) == int8_conv.plan(k, small) != k.plan
+    k.plan = QConv2dPlan(1024, 1024, 16, 16, 4)
+    assert int8_conv.tile_plan(k, dev) == int8_conv.plan(k, dev)
+
+
+def test_a_crafted_int8_plan_is_refused_by_name() -> None:
+    from npu_compiler.kernels import plan_from_data
+
+    with pytest.raises(ValueError, match="bm"):
+        plan_from_data("qconv2d", {"bm": 1 << 20}, "k1_qconv2d.plan")

@@ -16,8 +16,21 @@ from .base import KernelCall, KernelCost, KernelSpec
 from .conv2d import Conv2dKernel, conv_flops, conv_out_size
 from .gemm import GemmKernel, gemm_flops
 from .generated import GeneratedKernel, Scatter
-from .plans import PLANS, AttentionPlan, Conv2dPlan, GemmPlan, GeneratedPlan, Plan, Scratch, plan_from_data, plan_of
-from .qadd import QAddKernel
+from .plans import (
+    PLANS,
+    AttentionPlan,
+    Conv2dPlan,
+    GemmPlan,
+    GeneratedPlan,
+    Int8TilePlan,
+    Plan,
+    QConv2dPlan,
+    QGemmPlan,
+    Scratch,
+    plan_from_data,
+    plan_of,
+)
+from .qadd import QAddKernel, ResidualAdd
 from .qconv2d import QConv2dKernel
 from .qgemm import QGemmKernel
 from .requant import Requant
@@ -44,8 +57,10 @@ def spec_from_data(kind: Any, data: Any, where: str) -> KernelSpec:
 
 __all__ = [
     "KINDS", "LIBRARY_KINDS", "KernelCall", "KernelSpec", "KernelCost", "GeneratedKernel", "Scatter", "GemmKernel",
-    "Conv2dKernel", "AttentionKernel", "QGemmKernel", "QConv2dKernel", "QAddKernel", "Requant", "INTEGER_KINDS",
+    "Conv2dKernel", "AttentionKernel", "QGemmKernel", "QConv2dKernel", "QAddKernel", "ResidualAdd", "Requant",
+    "INTEGER_KINDS",
     "WGemmKernel", "WEIGHT_ONLY_KINDS",
     "spec_from_data", "gemm_flops", "conv_flops", "conv_out_size", "attention_flops",
-    "PLANS", "Plan", "AttentionPlan", "Conv2dPlan", "GemmPlan", "GeneratedPlan", "Scratch", "plan_from_data", "plan_of",
+    "PLANS", "Plan", "AttentionPlan", "Conv2dPlan", "GemmPlan", "GeneratedPlan", "Int8TilePlan", "QConv2dPlan",
+    "QGemmPlan", "Scratch", "plan_from_data", "plan_of",
 ]

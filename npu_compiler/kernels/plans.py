@@ -12,7 +12,8 @@ A plan is data like a record: frozen fields read and written by `fields.py`, che
 its scratch (`check`), so that a crafted plan is an ArtifactError naming what is wrong.
 
 Kinds with a plan: `attention` (key splits), `conv2d` (K splits; a side conv computed apart), `gemm` (a prologue
-computed apart) and `generated` (a side output stored by a kernel of its own). A target that runs a folded record
+computed apart), `generated` (a side output stored by a kernel of its own) and the integer GEMMs `qconv2d` and
+`qgemm` (their tiles and pipeline depth on the device's int8 matrix units). A target that runs a folded record
 (a GEMM computing its operand, a conv computing a shortcut, a row kernel storing a second value) in one kernel plans
 nothing for it; one that does not plans it in passes, each of which computes exactly what the record says, through
 scratch where one pass hands a value to the next (the webgpu target). Other launch shapes follow from the record and
@@ -164,7 +165,46 @@ class GeneratedPlan(Plan):
         super().check(call, buffers)
 
 
-PLANS: dict[str, type[Plan]] = {p.kind: p for p in (AttentionPlan, Conv2dPlan, GemmPlan, GeneratedPlan)}
+@dataclass(frozen=True)
+class Int8TilePlan(Plan):
+    """The tiling of an integer implicit GEMM (`qconv2d`, `qgemm`) on int8 matrix units: BM rows (output pixels) x
+    BN columns (output channels) a block, each warp WM x WN of them, and the shared-memory stages its K steps go
+    through (1: a kernel that gathers its tiles element by element, one stage). All zero: none chosen (a program
+    planned for a target without one); the target then picks its own."""
+
+    bm: int = bounded(0, 1024, default=0)
+    bn: int = bounded(0, 1024, default=0)
+    warp_m: int = bounded(0, 1024, default=0)
+    warp_n: int = bounded(0, 1024, default=0)
+    stages: int = bounded(0, 16, default=0)
+
+    @property
+    def chosen(self) -> bool:
+        return self.bm > 0
+
+    def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
+        if self.chosen:
+            expect(self.warp_m > 0 and self.warp_n > 0 and self.bm % self.warp_m == 0 and self.bn % self.warp_n == 0
+                   and self.warp_m % 16 == 0 and self.warp_n % 16 == 0 and self.stages >= 1,
+                   f"an int8 tile of {self.bm} x {self.bn} in warp tiles of {self.warp_m} x {self.warp_n} over "
+                   f"{self.stages} stages (warp tiles of whole 16 x 16 steps that divide the tile, a stage or more)")
+        else:
+            expect(self.bn == self.warp_m == self.warp_n == self.stages == 0, "an int8 plan without its tile rows")
+        super().check(call, buffers)
+
+
+@dataclass(frozen=True)
+class QConv2dPlan(Int8TilePlan):
+    kind = "qconv2d"
+
+
+@dataclass(frozen=True)
+class QGemmPlan(Int8TilePlan):
+    kind = "qgemm"
+
+
+PLANS: dict[str, type[Plan]] = {p.kind: p for p in (AttentionPlan, Conv2dPlan, GemmPlan, GeneratedPlan, QConv2dPlan,
+                                                     QGemmPlan)}
 
 
 def plan_from_data(kind: str, d: Any, where: str) -> Plan | None:
@@ -186,5 +226,5 @@ def plan_of(call: KernelCall) -> Plan | None:
     return cls() if cls is not None else None
 
 
-__all__ = ["AttentionPlan", "Conv2dPlan", "GemmPlan", "GeneratedPlan", "PLANS", "Plan", "Scratch", "plan_from_data",
-           "plan_of"]
+__all__ = ["AttentionPlan", "Conv2dPlan", "GemmPlan", "GeneratedPlan", "Int8TilePlan", "PLANS", "Plan", "QConv2dPlan",
+           "QGemmPlan", "Scratch", "plan_from_data", "plan_of"]

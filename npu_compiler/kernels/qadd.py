@@ -20,12 +20,45 @@ import numpy as np
 from ..quant.fixed_point import MAX_SHIFT, apply_scale, requantize
 from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect, expect_shape
 from .counting import out_writes, ref_reads
-from .fields import bounded
+from .fields import bounded, one_of
 from .requant import MULTIPLIER_MAX, Requant, check_zero_point
 
 if TYPE_CHECKING:
     from ..buffers import BufferSpec
     from .base import KernelCall
+
+
+ADD_ARITH, ADD_COMPARES = 11, 2  # vector operations an output element of the add (`QAddKernel.cost`)
+
+
+def add_requantized(spec, a: np.ndarray, b: np.ndarray, a_zero_point: int, b_zero_point: int) -> np.ndarray:
+    """TFLite's int8 ADD of integer arrays a and b (any integer dtype) by the multipliers, shifts and requantization of
+    `spec` (a QAddKernel or a ResidualAdd): int64 values, saturated to the requantization's clamp."""
+    q = spec.requant
+    sa = apply_scale((a.astype(np.int64) - a_zero_point) << spec.left_shift, spec.a_multiplier, spec.a_shift,
+                     q.rounding)
+    sb = apply_scale((b.astype(np.int64) - b_zero_point) << spec.left_shift, spec.b_multiplier, spec.b_shift,
+                     q.rounding)
+    return requantize(sa + sb, spec.out_multiplier, spec.out_shift, q.zero_point, q.lo, q.hi, q.rounding)
+
+
+@dataclass(frozen=True)
+class ResidualAdd:
+    """A qadd fused into the epilogue of the integer conv that computes one of its operands: a is the conv's
+    requantized result (its zero point the conv's output zero point, its values clamped to the conv's `requant`, as
+    stored in `mid_dtype`), b the skip tensor (the kernel's last argument); the rest as QAddKernel's fields, `requant`
+    the add's (the kernel's output)."""
+
+    mid_dtype: str = one_of("int8", "uint8", default="int8")
+    b_zero_point: int = bounded(-255, 255, default=0)
+    left_shift: int = bounded(0, 24, default=20)
+    a_multiplier: int = bounded(0, MULTIPLIER_MAX, default=0)
+    a_shift: int = bounded(0, MAX_SHIFT, default=0)
+    b_multiplier: int = bounded(0, MULTIPLIER_MAX, default=0)
+    b_shift: int = bounded(0, MAX_SHIFT, default=0)
+    out_multiplier: int = bounded(0, MULTIPLIER_MAX, default=0)
+    out_shift: int = bounded(0, MAX_SHIFT, default=0)
+    requant: Requant = field(default_factory=Requant)
 
 
 @dataclass(frozen=True)
@@ -58,19 +91,14 @@ class QAddKernel(KernelSpec):
         """Per output element: two zero points, two shifts, two rescales (a multiply and a rounding add each), the
         add, the output rescale and zero point (11 arithmetic) and the clamp (2 comparisons)."""
         out = call.outs[0].numel
-        return KernelCost(0, 11 * out, 2 * out, tuple(ref_reads(call, buffers, range(2))), out_writes(call, buffers))
+        return KernelCost(0, ADD_ARITH * out, ADD_COMPARES * out, tuple(ref_reads(call, buffers, range(2))),
+                          out_writes(call, buffers))
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         a, b = arrays.view(call.args[0]), arrays.view(call.args[1])
         out = arrays.view(call.outs[0])
-        q = self.requant
 
         def run() -> None:
-            sa = apply_scale((a.astype(np.int64) - self.a_zero_point) << self.left_shift, self.a_multiplier,
-                             self.a_shift, q.rounding)
-            sb = apply_scale((b.astype(np.int64) - self.b_zero_point) << self.left_shift, self.b_multiplier,
-                             self.b_shift, q.rounding)
-            np.copyto(out, requantize(sa + sb, self.out_multiplier, self.out_shift, q.zero_point, q.lo, q.hi,
-                                      q.rounding).astype(out.dtype))
+            np.copyto(out, add_requantized(self, a, b, self.a_zero_point, self.b_zero_point).astype(out.dtype))
 
         return run

@@ -2,7 +2,10 @@
 + bias), the sum and the bias in int32 (wrapping), requantized per output channel or per tensor
 (`kernels/requant.py`). x: int8/uint8 [N, C, H, W]; w: int8 [O, C/g, kh, kw] (symmetric: its zero point is 0);
 bias: int32 [O]; scale: int32 [channels, 2], channels 1 or O. Padding holds the input's zero point (a real 0). With
-`dequantize` the output is float32, as `qgemm`'s (float32(sum) * scale[c] + bias[c]).
+`dequantize` the output is float32, as `qgemm`'s (float32(sum) * scale[c] + bias[c]). With `residual` (a ResNet
+block's add, fused by the lowering where the target computes it in the conv's epilogue) the requantized result is
+then added to the skip tensor (the last argument, [N, O, Ho, Wo]) as `qadd` adds (kernels/qadd.py), and that sum is
+the output.
 
 Folded from the IR's dequantize -> conv2d [-> relu/clamp] -> quantize pattern (`npu_compiler/quant/fold.py`).
 
@@ -12,6 +15,7 @@ a requantizing epilogue.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,6 +26,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .base import Arrays, KernelCost, KernelSpec, Step, dtype_of, expect
 from .conv2d import conv_flops, conv_out_size
 from .fields import bounded
+from .qadd import ADD_ARITH, ADD_COMPARES, ResidualAdd, add_requantized
 from .requant import (
     Requant,
     check_bias_and_scale,
@@ -52,6 +57,7 @@ class QConv2dKernel(KernelSpec):
     channels: int = bounded(1, default=1)
     requant: Requant = field(default_factory=Requant)
     dequantize: bool = False  # a float32 output (see the module's docstring)
+    residual: ResidualAdd | None = None  # the skip tensor added to the result (see the module's docstring)
 
     @property
     def scale_arg(self) -> int:
@@ -59,9 +65,10 @@ class QConv2dKernel(KernelSpec):
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         expect(len(call.outs) == 1, f"a qconv2d writes one output, this one {len(call.outs)}")
-        expect(len(call.args) == self.scale_arg + 1,
-               f"a qconv2d{' with bias' if self.bias else ''} reads {self.scale_arg + 1} arguments, this one "
-               f"{len(call.args)}")
+        want = self.scale_arg + 1 + (self.residual is not None)
+        expect(len(call.args) == want,
+               f"a qconv2d{' with bias' if self.bias else ''}{' and a residual' if self.residual else ''} reads "
+               f"{want} arguments, this one {len(call.args)}")
         expect(len(self.stride) == len(self.padding) == len(self.dilation) == 2,
                "qconv2d stride, padding and dilation are pairs")
         x, w, out = call.args[0], call.args[1], call.outs[0]
@@ -77,15 +84,29 @@ class QConv2dKernel(KernelSpec):
         check_zero_point(self.x_zero_point, dtype_of(buffers, x), "qconv2d input")
         expect(dtype_of(buffers, w) == "int8", f"a qconv2d weight is int8, not {dtype_of(buffers, w)}")
         check_bias_and_scale(self, call, buffers, o, "qconv2d")
+        if self.residual is not None:
+            r = self.residual
+            expect(not self.dequantize, "a dequantizing qconv2d with a residual add")
+            skip = call.args[-1]
+            expect(tuple(skip.shape) == tuple(out.shape), f"a qconv2d residual {list(skip.shape)} for an output "
+                                                          f"{list(out.shape)}")
+            check_zero_point(r.b_zero_point, dtype_of(buffers, skip), "a qconv2d residual")
+            r.requant.check(dtype_of(buffers, out))
 
     def cost(self, call: KernelCall, buffers: Sequence[BufferSpec], *, context_len: int | None = None) -> KernelCost:
-        """Per output element a window's int8 MACs (C/g kh kw) and the epilogue."""
-        return contraction_cost(self, call, buffers, conv_flops(call.outs[0].numel, *call.args[1].shape[1:]) // 2)
+        """Per output element a window's int8 MACs (C/g kh kw) and the epilogue (and a fused add's)."""
+        cost = contraction_cost(self, call, buffers, conv_flops(call.outs[0].numel, *call.args[1].shape[1:]) // 2)
+        if self.residual is None:
+            return cost
+        out = call.outs[0].numel
+        return dataclasses.replace(cost, arith=cost.arith + ADD_ARITH * out,
+                                   compares=cost.compares + ADD_COMPARES * out)
 
     def reference(self, call: KernelCall, arrays: Arrays) -> Step:
         xv, wv = arrays.view(call.args[0]), arrays.view(call.args[1])
         bias = arrays.view(call.args[2]) if self.bias else None
         scale = arrays.view(call.args[self.scale_arg])
+        skip = arrays.view(call.args[-1]) if self.residual is not None else None
         out = arrays.view(call.outs[0])
 
         def run() -> None:
@@ -93,7 +114,10 @@ class QConv2dKernel(KernelSpec):
                 check_scale_values(scale, "qconv2d")
             acc = int_conv_sum(xv, wv, self.x_zero_point, self.stride, self.padding, self.dilation, self.groups,
                                (out.shape[2], out.shape[3]))
-            np.copyto(out, finish(self, acc, bias, scale, 1).astype(out.dtype))
+            y = finish(self, acc, bias, scale, 1)
+            if self.residual is not None:
+                y = add_requantized(self.residual, y, skip, self.requant.zero_point, self.residual.b_zero_point)
+            np.copyto(out, y.astype(out.dtype))
 
         return run
 

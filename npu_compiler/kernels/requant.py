@@ -104,7 +104,8 @@ def check_bias_and_scale(spec, call, buffers: Sequence[BufferSpec], channels: in
                f"float32[{spec.channels}]")
     else:
         check_scale(scale, buffers, spec.channels, f"a {what}")
-        spec.requant.check(out)
+        residual = getattr(spec, "residual", None)  # a fused add's operand: the result before the add
+        spec.requant.check(residual.mid_dtype if residual is not None else out)
 
 
 def finish(spec, acc: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, channel_axis: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..dtypes import is_float
+from ..dtypes import is_float, itemsize
 from ..errors import InternalError, NPUSimError, UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import ELEMENTWISE, build_elementwise, cast, const
@@ -31,7 +31,7 @@ VIEW_OPS = (
     "squeeze.default", "squeeze.dim", "squeeze.dims", "transpose.int", "t.default", "permute.default", "expand.default",
     "slice.Tensor", "select.int", "split.Tensor", "split_with_sizes.default", "chunk.default", "diagonal.default",
 )
-CONV_OPS = ("conv2d.default", "npu.conv2d")
+CONV_OPS = ("conv2d.default", "npu.conv2d", "npu.qconv2d")
 REDUCE_OPS = ("mean.default", "mean.dim", "sum.default", "sum.dim_IntList", "amax.default")
 
 Loader = Callable[..., X.Expr]
@@ -120,14 +120,14 @@ class Lowering:
 
     def _conv_weight_layouts(self) -> dict[str, tuple[int, ...]]:
         """The weights to keep as [O, kh, kw, C]: those whose only uses are as the weight of convs on matrix units
-        with a multiple of 8 input channels (a pixel's K run then splits into 16-byte copies)."""
+        with input channels a multiple of 16 bytes (a pixel's K run then splits into 16-byte copies)."""
         tc = self._tc_convs
         names = {id(v): name for name, v in self.graph.weights.items()}
         ok: dict[int, bool] = {}
         for n in self.graph.nodes:
             for i, v in enumerate(n.inputs):
                 if id(v) in names:
-                    good = id(n) in tc and i == 1 and v.shape[1] % 8 == 0
+                    good = id(n) in tc and i == 1 and v.shape[1] * itemsize(v.dtype) % 16 == 0
                     ok[id(v)] = ok.get(id(v), True) and good
         for v in self.graph.outputs:
             if id(v) in ok:

@@ -4,13 +4,14 @@ quantized linear (`npu.wlinear`, `quant/weight_only.py`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
 from ..expr import nodes as X
 from ..ir.graph import Node, Value
 from ..ir.quant_ops import DEQUANTIZE, DEQUANTIZE_CHANNEL, QUANTIZE, QUANTIZE_CHANNEL
-from ..kernels import QAddKernel, QConv2dKernel, QGemmKernel, Requant, WGemmKernel
+from ..kernels import QAddKernel, QConv2dKernel, QGemmKernel, Requant, ResidualAdd, WGemmKernel
 from ..program import TensorRef
 from ..quant import expressions as Q
 from . import views as V
@@ -71,17 +72,30 @@ def _scale_ref(L: Lowering, v: Value) -> TensorRef:
     return L.ref(v)
 
 
+def _activation(L: Lowering, v: Value) -> TensorRef:
+    """A new buffer for an integer image result: channels-last where the program's activations are."""
+    return L.fresh_activation(v) if L.channels_last else L.fresh(v)
+
+
 @lowers("npu.qconv2d", kernels=("qconv2d",))
 def qconv2d(L: Lowering, node: Node) -> None:
     """inputs: x (int8/uint8), w (int8), [bias (int32)], scale (int32 [C, 2])."""
     a = node.attrs
     has_bias = bool(a["has_bias"])
-    x, w = L.contiguous(L.ref(node.inputs[0])), L.contiguous(L.ref(node.inputs[1]))
+    x, w = L.ref(node.inputs[0]), L.ref(node.inputs[1])
+    on_matrix_units = L.conv_on_tensor_cores(node)
+    if not on_matrix_units:
+        x, w = L.contiguous(x), L.contiguous(w)
     args = [x, w] + ([L.ref(node.inputs[2])] if has_bias else []) + [_scale_ref(L, node.inputs[-1])]
     spec = QConv2dKernel(tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), int(a["groups"]),
                          int(a["x_zero_point"]), has_bias, node.inputs[-1].shape[0], _requant(node),
                          bool(a.get("dequantize")))
-    L.emit(spec, args, [L.fresh(node.outputs[0])])
+    # on the target's int8 matrix units: the input and the weight read through their strides (channels-last, the
+    # weight [O, kh, kw, C]: the lowering's layout), the tiles the target's plan; where the program's activations are
+    # channels-last every integer conv writes them so
+    k = L.emit(spec, args, [_activation(L, node.outputs[0]) if not spec.dequantize else L.fresh(node.outputs[0])])
+    if on_matrix_units:
+        L.plan(k)
 
 
 @lowers("npu.qlinear", kernels=("qgemm",))
@@ -100,18 +114,62 @@ def qlinear(L: Lowering, node: Node) -> None:
     spec = QGemmKernel(rows, n, k, (), int(a["x_zero_point"]), 0, has_bias, node.inputs[-1].shape[0], _requant(node),
                        bool(a.get("dequantize")))
     out = L.fresh(out_v)
-    L.emit(spec, args, [V.reshape(out, (rows, n))])
+    L.plan(L.emit(spec, args, [V.reshape(out, (rows, n))]))
 
 
 @lowers("npu.qadd", kernels=("qadd",))
 def qadd(L: Lowering, node: Node) -> None:
     a = node.attrs
-    out = L.fresh(node.outputs[0])
+    if L.target.qconv_residual and _fuse_into_conv(L, node):
+        return
+    out = _activation(L, node.outputs[0])
     args = [V.expand(L.ref(v), tuple(out.shape)) for v in node.inputs[:2]]
     spec = QAddKernel(int(a["a_zero_point"]), int(a["b_zero_point"]), int(a["left_shift"]), int(a["a_multiplier"]),
                       int(a["a_shift"]), int(a["b_multiplier"]), int(a["b_shift"]), int(a["out_multiplier"]),
                       int(a["out_shift"]), _requant(node))
     L.emit(spec, args, [out])
+
+
+def _fuse_into_conv(L: Lowering, node: Node) -> bool:
+    """The add as the epilogue of the integer conv that computes one operand (its only reader this add, not a graph
+    output), where the other operand, of the output's shape, is computed before that conv and the conv's result is
+    not a float (dequantizing) one: the conv's record gains the add (QConv2dKernel.residual) and the skip tensor as
+    its last argument, and writes the add's result instead of its own. Returns whether it did."""
+    a = node.attrs
+    ins = node.inputs[:2]
+    out_v = node.outputs[0]
+    if ins[0] is ins[1] or any(tuple(v.shape) != tuple(out_v.shape) for v in ins):
+        return False
+    for side, v in enumerate(ins):
+        ref = L.refs.get(id(v))
+        if ref is None or ref.buffer in L.pending or L.is_graph_output(v) or len(L.users(v)) != 1:
+            continue
+        at = next((i for i in range(len(L.kernels) - 1, -1, -1) if ref in L.kernels[i].outs), None)
+        if at is None or L.kernels[at].kind != "qconv2d":
+            continue
+        k = L.kernels[at]
+        spec = k.spec
+        if spec.residual is not None or spec.dequantize or len(k.outs) != 1:
+            continue
+        other = ins[1 - side]
+        skip = L.ref(other)  # (written out here if pending: then after the conv, and not fused)
+        if any(skip.buffer == o.buffer for later in L.kernels[at:] for o in later.writes):
+            continue
+        mine, theirs = ("a", "b") if side == 0 else ("b", "a")
+        if int(a[f"{mine}_zero_point"]) != spec.requant.zero_point or out_v.dtype != v.dtype:
+            continue  # (the conv's buffer holds the add's result: the same dtype)
+        residual = ResidualAdd(v.dtype, int(a[f"{theirs}_zero_point"]), int(a["left_shift"]),
+                               int(a[f"{mine}_multiplier"]), int(a[f"{mine}_shift"]), int(a[f"{theirs}_multiplier"]),
+                               int(a[f"{theirs}_shift"]), int(a["out_multiplier"]), int(a["out_shift"]),
+                               _requant(node))
+        k.spec = dataclasses.replace(spec, residual=residual)
+        k.args = [*k.args, skip]
+        k.spec.check(k, L.buffers)
+        k.nodes = list(dict.fromkeys([*k.nodes, *node.origin]))
+        k.out_values = [out_v.name]
+        L.bind(out_v, k.outs[0])
+        return True
+    return False
 
 
 @lowers("npu.wlinear", kernels=("wgemm",))

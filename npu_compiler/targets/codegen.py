@@ -49,6 +49,9 @@ class CodegenTarget:
     # the lowering asks `plan` for every conv2d record it builds, not only those on matrix units (a target that splits
     # the K of its direct convs)
     plans_convs: ClassVar[bool] = False
+    # an integer add (qadd) whose operand an integer conv computes, fused into that conv's epilogue
+    # (QConv2dKernel.residual) where the other operand is already computed
+    qconv_residual: ClassVar[bool] = False
 
     def __init__(self, device=None) -> None:
         # the device profile (devices.py) kernels are planned and rendered for; None: a target that renders

@@ -1,6 +1,7 @@
 """The integer kinds on cuda bit for bit against the CPU reference (the cases of tests/int8_cases.py: requantization
-edges, uint8 activations, zero points, K not a multiple of 32, odd shapes, groups), PT2E-form models run whole on
-the GPU, and the weight-only GEMM within float32 summation-order error."""
+edges, uint8 activations, zero points, K not a multiple of 32, odd shapes, groups, channels-last operands on the
+16-byte copy path, fused residual adds), PT2E-form models run whole on the GPU (a bottleneck's add fused into its
+conv on cuda, apart on the CPU), and the weight-only GEMM within float32 summation-order error."""
 
 from __future__ import annotations
 
@@ -28,7 +29,37 @@ def _big_conv():
     return QConv(64, 96, 3, padding=1, act="relu")
 
 
+def _block():
+    from test_qconv_residual import _block
+
+    return _block()
+
+
+def _chain():
+    """Two integer convs of 64 channels, the int8 tensor between them channels-last with zero point -5 (the 16-byte
+    copy path on real tiles: the padding stored, the zero point's column sums)."""
+    from test_quant_fold import QConv, _dq, _q
+
+    def weight(m):
+        return torch.ops.quantized_decomposed.dequantize_per_channel(m.w_q, m.w_s, m.w_z, 0, -127, 127, torch.int8)
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = QConv(64, 64, 3), QConv(64, 128, 3)
+
+        def forward(self, x):
+            xd = _dq(_q(x, 0.03, 0, torch.int8), 0.03, 0, torch.int8)
+            y = torch.relu(torch.nn.functional.conv2d(xd, weight(self.a), self.a.bias, 1, 1))
+            yd = _dq(_q(y, 0.05, -5, torch.int8), 0.05, -5, torch.int8)
+            return _q(torch.nn.functional.conv2d(yd, weight(self.b), self.b.bias, 2, 1), 0.05, 2, torch.int8)
+
+    return Chain()
+
+
 MODELS = [
+    ("bottleneck tail, add fused", _block, [(2, 16, 5, 5), (2, 32, 5, 5)]),
+    ("conv chain 64 channels", _chain, [(2, 64, 20, 20)]),
     ("conv relu", lambda: __import__("test_quant_fold").QConv(3, 8, 3, padding=1, act="relu"), [(2, 3, 9, 9)]),
     ("conv 64->96", _big_conv, [(2, 64, 14, 14)]),
     ("conv uint8 groups", lambda: __import__("test_quant_fold").QConv(8, 6, 3, stride=2, padding=1, groups=2,

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from int8_cases import check_bit_exact, check_weight_only, integer_cases, qgemm_cases, reference, run_case, wgemm_cases
 
-CASES = integer_cases()
+# (a conv with a fused residual add is a record only targets that fuse it get: cuda; webgpu refuses it by name,
+# tests/test_qconv_residual.py)
+CASES = [c for c in integer_cases() if getattr(c.spec, "residual", None) is None]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -23,12 +23,14 @@ The CPU reference is the spec: every integer result equals it bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ...errors import NPUCompileError
 from ...kernels import QAddKernel, QConv2dKernel, QGemmKernel, WGemmKernel
 from ...program import CompiledProgram, KernelCall, TensorRef
 from ..clike import Launch, affine, max_extent, ptrs_of
+from . import int8_conv
 from .common import CUDA, PRELUDE, WAIT, index_type, load_expr, mma_sync_ok, round_expr, storage, store_expr
 from .library import render_epilogue
 from .wgemv import wgemv, wgemv_applies
@@ -54,6 +56,15 @@ __device__ __forceinline__ int npu_requant(long long v, int m, int n, int zp, in
   s = (long long)((unsigned long long)s + (unsigned long long)(long long)zp);
   return (int)(s < lo ? lo : (s > hi ? hi : s));
 }
+// TFLite's int8 ADD of codes a and b (each less its zero point, shifted left, rescaled; the sum requantized)
+__device__ __forceinline__ int npu_qadd(int a, int b, int za, int zb, int ls, int ma, int na, int mb, int nb, int mo,
+                                        int no, int zo, int lo, int hi, bool dbl) {
+  long long va = (long long)((unsigned long long)(long long)(a - za) << ls);
+  long long vb = (long long)((unsigned long long)(long long)(b - zb) << ls);
+  unsigned long long sum = (unsigned long long)npu_apply_scale(va, ma, na, dbl)
+                           + (unsigned long long)npu_apply_scale(vb, mb, nb, dbl);
+  return npu_requant((long long)sum, mo, no, zo, lo, hi, dbl);
+}
 __device__ __forceinline__ void npu_mma_s8(int* c, const unsigned* a, const unsigned* b) {
   asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};\n"
@@ -78,13 +89,17 @@ def plan_int8(rows: int, cols: int, dev) -> Int8Plan:
     """Tiles from the problem and the profile: the largest of 128 x 64, 64 x 64 or 32 x 32 that still gives every
     multiprocessor a block, the grid capped at `waves` blocks a multiprocessor."""
     sms = max(dev.multiprocessors, 1)
-    for bm, bn in ((128, 64), (64, 64), (32, 32)):
+    for bm, bn in int8_conv.GATHER_TILES:
         tiles = -(-rows // bm) * -(-cols // bn)
         if tiles >= sms:
             break
+    return Int8Plan(bm, bn, _grid(rows, cols, bm, bn, dev))
+
+
+def _grid(rows: int, cols: int, bm: int, bn: int, dev) -> int:
     tiles = -(-rows // bm) * -(-cols // bn)
     resident = max(1, dev.max_threads_per_multiprocessor // BLOCK)
-    return Int8Plan(bm, bn, max(1, min(tiles, sms * resident, CUDA.max_grid)))
+    return max(1, min(tiles, max(dev.multiprocessors, 1) * resident, CUDA.max_grid))
 
 
 def _dt(program: CompiledProgram, ref: TensorRef) -> str:
@@ -171,37 +186,85 @@ def _rows16(k_stride: int, row_stride: int, offset: int, kdim: int) -> bool:
 
 def _epilogue(k: KernelCall, program: CompiledProgram, g: _Gemm, kpad: int, ityp: str) -> list[str]:
     """Statements storing output (row r, column c) from the raw MMA sum `s` (unsigned, wrapping)."""
+    return [f"unsigned t = s - {g.zb}u * (unsigned)npu_rs[lr] - (unsigned)({g.za}) * (unsigned)npu_cs[lc] "
+            f"+ (unsigned)({kpad * g.za * g.zb}LL);", *requant_store(k, program)]
+
+
+def requant_store(k: KernelCall, program: CompiledProgram, hoisted: bool = False) -> list[str]:
+    """Statements storing output (row r, column c) of a qgemm or qconv2d from its zero-point-corrected sum `t`
+    (unsigned, wrapping): the bias, then the requantization and clamp (or, with `dequantize`, the float32 scale);
+    with a fused residual, the add of the skip tensor. `hoisted`: the column's values are `column_values`'s and the
+    row's offsets `row_offsets`'s, declared by the caller once per column and row."""
     spec = k.spec
     out = k.outs[0]
-    if isinstance(spec, QGemmKernel):
-        at = affine([("r", out.strides[0]), ("c", out.strides[1])], out.offset)
+    residual = getattr(spec, "residual", None)
+    if hoisted:
+        at = f"npu_orow + c * {out.strides[1]}"
+        skip_at = f"npu_srow + c * {k.args[-1].strides[1]}" if residual is not None else ""
+        values = {"bias": "npu_bias", "scale": "npu_scale", "m": "npu_m", "n": "npu_n"}
     else:
-        ho, wo = out.shape[2], out.shape[3]
-        at = affine([("(r / " + str(ho * wo) + ")", out.strides[0]), ("c", out.strides[1]),
-                     (f"((r % {ho * wo}) / {wo})", out.strides[2]), (f"(r % {wo})", out.strides[3])], out.offset)
-    lines = [f"unsigned t = s - {g.zb}u * (unsigned)npu_rs[lr] - (unsigned)({g.za}) * (unsigned)npu_cs[lc] "
-             f"+ (unsigned)({kpad * g.za * g.zb}LL);"]
-    sref = k.args[spec.scale_arg]
-    ch = "c" if spec.channels > 1 else "0"
-    if spec.bias:
-        bias = k.args[2]
-        bat = affine([("c", bias.strides[0])], bias.offset)
+        at = _output_at(spec, out)
+        skip_at = _output_at(spec, k.args[-1]) if residual is not None else ""
+        values = _column_refs(k)
+    lines: list[str] = []
     if spec.dequantize:
-        lines.append(f"float y = __fmul_rn(__int2float_rn((int)t), a{spec.scale_arg}"
-                     f"[{affine([(ch, sref.strides[0])], sref.offset)}]);")
+        lines.append(f"float y = __fmul_rn(__int2float_rn((int)t), {values['scale']});")
         if spec.bias:
-            lines.append(f"y = __fadd_rn(y, a2[{bat}]);")
+            lines.append(f"y = __fadd_rn(y, {values['bias']});")
         lines.append(f"out0[{at}] = {store_expr(_dt(program, out), 'y', 'float32')};")
         return lines
     if spec.bias:
-        lines.append(f"t += (unsigned)a2[{bat}];")
+        lines.append(f"t += (unsigned){values['bias']};")
     q = spec.requant
-    m_at = affine([(ch, sref.strides[0])], sref.offset)
-    n_at = affine([(ch, sref.strides[0])], sref.offset + sref.strides[1])
     dbl = "true" if q.rounding == "double" else "false"
-    lines.append(f"out0[{at}] = ({storage(_dt(program, out))})npu_requant((long long)(int)t, "
-                 f"a{spec.scale_arg}[{m_at}], a{spec.scale_arg}[{n_at}], {q.zero_point}, {q.lo}, {q.hi}, {dbl});")
+    value = f"npu_requant((long long)(int)t, {values['m']}, {values['n']}, {q.zero_point}, {q.lo}, {q.hi}, {dbl})"
+    if residual is not None:  # the fused add: this result (a) and the skip tensor (b, the last argument)
+        lines.append(f"const int npu_q = {value};")
+        value = _qadd_call(residual, "npu_q", f"(int)a{len(k.args) - 1}[{skip_at}]", q.zero_point)
+    lines.append(f"out0[{at}] = ({storage(_dt(program, out))}){value};")
     return lines
+
+
+def _column_refs(k: KernelCall) -> dict[str, str]:
+    """The loads of column c's bias, float scale, multiplier and shift (those the record has)."""
+    spec = k.spec
+    sref = k.args[spec.scale_arg]
+    ch = "c" if spec.channels > 1 else "0"
+    s = f"a{spec.scale_arg}"
+    out = {}
+    if spec.bias:
+        bias = k.args[2]
+        out["bias"] = f"a2[{affine([('c', bias.strides[0])], bias.offset)}]"
+    if spec.dequantize:
+        out["scale"] = f"{s}[{affine([(ch, sref.strides[0])], sref.offset)}]"
+    else:
+        out["m"] = f"{s}[{affine([(ch, sref.strides[0])], sref.offset)}]"
+        out["n"] = f"{s}[{affine([(ch, sref.strides[0])], sref.offset + sref.strides[1])}]"
+    return out
+
+
+def column_values(k: KernelCall, program: CompiledProgram) -> str:
+    """Declarations of column c's epilogue values, for `requant_store(..., hoisted=True)`."""
+    types = {"bias": storage(_dt(program, k.args[2])) if k.spec.bias else "", "scale": "float", "m": "int", "n": "int"}
+    return " ".join(f"const {types[name]} npu_{name} = {load};" for name, load in _column_refs(k).items())
+
+
+def row_offsets(k: KernelCall, ityp: str) -> tuple[str, ...]:
+    """Expressions of row r's offsets in the output and (with a fused residual) the skip tensor, without the
+    column's term: `npu_orow` and `npu_srow` of `requant_store(..., hoisted=True)`."""
+    refs = [k.outs[0]] + ([k.args[-1]] if getattr(k.spec, "residual", None) is not None else [])
+    return tuple(_output_at(k.spec, dataclasses.replace(r, strides=(*r.strides[:1], 0, *r.strides[2:])))
+                 if isinstance(k.spec, QConv2dKernel) else
+                 _output_at(k.spec, dataclasses.replace(r, strides=(r.strides[0], 0))) for r in refs)
+
+
+def _output_at(spec, ref: TensorRef) -> str:
+    """The element of output (row r, column c) in `ref` (a qgemm's [M, N], a qconv2d's [N, O, Ho, Wo])."""
+    if isinstance(spec, QGemmKernel):
+        return affine([("r", ref.strides[0]), ("c", ref.strides[1])], ref.offset)
+    ho, wo = ref.shape[2], ref.shape[3]
+    return affine([("(r / " + str(ho * wo) + ")", ref.strides[0]), ("c", ref.strides[1]),
+                   (f"((r % {ho * wo}) / {wo})", ref.strides[2]), (f"(r % {wo})", ref.strides[3])], ref.offset)
 
 
 def _fill(byte: int) -> str:
@@ -261,7 +324,11 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
                               f"sm_80+); {dev.title} has none")
     ityp = _ityp(*k.args, *k.outs)
     g = _gemm_setup(k, program, ityp)
-    plan = plan_int8(g.rows, g.cols, dev)
+    if int8_conv.applies(k):
+        return int8_conv.render(k, program, dev, _signature(k, program, int8_conv.threads(k, dev)), ityp, g.flip,
+                                g.za)
+    stored = int8_conv.tile_plan(k, dev)  # the record's plan where it has one
+    plan = Int8Plan(stored.bm, stored.bn, _grid(g.rows, g.cols, stored.bm, stored.bn, dev))
     bm, bn = plan.bm, plan.bn
     wm, wn = bm // 2, bn // 2  # each warp's outputs
     fm, fn = wm // MMA_M, wn // MMA_N  # its MMA tiles
@@ -357,8 +424,6 @@ def qadd(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """TFLite's int8 ADD in the reference's 64-bit arithmetic, one output element a thread."""
     spec: QAddKernel = k.spec
     a, b, out = k.args[0], k.args[1], k.outs[0]
-    q = spec.requant
-    dbl = "true" if q.rounding == "double" else "false"
     ityp = _ityp(a, b, out)
     total = out.numel
     at = {name: affine([(f"o{d}", s) for d, s in enumerate(r.strides)], r.offset)
@@ -367,18 +432,19 @@ def qadd(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
              f"  for ({ityp} i = ({ityp})blockIdx.x * blockDim.x + threadIdx.x; i < {total}; "
              f"i += ({ityp})gridDim.x * blockDim.x) {{"]
     lines += ["    " + ln for ln in _decompose("i", tuple(out.shape), ityp)]
-    lines += [f"    long long va = (long long)((unsigned long long)(long long)((int)a0[{at['a']}] - "
-              f"{spec.a_zero_point}) << {spec.left_shift});",
-              f"    long long vb = (long long)((unsigned long long)(long long)((int)a1[{at['b']}] - "
-              f"{spec.b_zero_point}) << {spec.left_shift});",
-              f"    unsigned long long sum = (unsigned long long)npu_apply_scale(va, {spec.a_multiplier}, "
-              f"{spec.a_shift}, {dbl}) + (unsigned long long)npu_apply_scale(vb, {spec.b_multiplier}, "
-              f"{spec.b_shift}, {dbl});",
-              f"    out0[{at['out']}] = ({storage(_dt(program, out))})npu_requant((long long)sum, "
-              f"{spec.out_multiplier}, {spec.out_shift}, {q.zero_point}, {q.lo}, {q.hi}, {dbl});",
-              "  }", "}"]
+    value = _qadd_call(spec, f"(int)a0[{at['a']}]", f"(int)a1[{at['b']}]", spec.a_zero_point)
+    lines += [f"    out0[{at['out']}] = ({storage(_dt(program, out))}){value};", "  }", "}"]
     grid = min(-(-total // ELEMENTWISE_BLOCK), CUDA.max_grid) if total else 0
     return "\n".join(lines) + "\n", Launch((grid, 1, 1), ELEMENTWISE_BLOCK, ptrs_of(k))
+
+
+def _qadd_call(spec, a: str, b: str, a_zero_point: int) -> str:
+    """The C call adding codes `a` and `b` by a QAddKernel's or a ResidualAdd's fields."""
+    q = spec.requant
+    dbl = "true" if q.rounding == "double" else "false"
+    return (f"npu_qadd({a}, {b}, {a_zero_point}, {spec.b_zero_point}, {spec.left_shift}, {spec.a_multiplier}, "
+            f"{spec.a_shift}, {spec.b_multiplier}, {spec.b_shift}, {spec.out_multiplier}, {spec.out_shift}, "
+            f"{q.zero_point}, {q.lo}, {q.hi}, {dbl})")
 
 
 def _decompose(var: str, shape: tuple[int, ...], ityp: str) -> list[str]:

@@ -18,11 +18,21 @@ from typing import Any
 
 from ...devices import DeviceProfile, get_profile, profile_for_arch
 from ...errors import NPUCompileError
-from ...kernels import AttentionKernel, AttentionPlan, Conv2dKernel, GemmKernel, GeneratedKernel, plan_of
+from ...kernels import (
+    AttentionKernel,
+    AttentionPlan,
+    Conv2dKernel,
+    GemmKernel,
+    GeneratedKernel,
+    QConv2dKernel,
+    QGemmKernel,
+    plan_of,
+)
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch
 from ..codegen import CodegenTarget
 from ..planning import decode_splits
+from . import int8_conv
 from .common import CUDA, EARLY_WAIT, WAIT, mma_sync_ok
 from .conv_tc import applies as conv_tc_applies
 from .conv_tc import convs_on_tensor_cores, plan_conv, side_fits
@@ -90,6 +100,7 @@ class CudaTarget(CodegenTarget):
     attention_gemm_min_rows = 64  # prefill without tiled attention: QK^T and PV on tensor cores (cuBLAS)
     gemm_prologue_rows = GEMV_MAX_M  # decode's norms computed by the GEMV that reads them
     row_side_outputs = True
+    qconv_residual = True  # the skip tensor read and added in the conv's epilogue (int8_kernels.requant_store)
 
     def __init__(self, device: DeviceProfile | str | int | None = None) -> None:
         # the device the kernels are planned and rendered for (a DeviceProfile, a row of the chip table by name, or
@@ -125,10 +136,16 @@ class CudaTarget(CodegenTarget):
             return AttentionPlan(splits, extra)
         if isinstance(spec, Conv2dKernel):
             return plan_conv(call, buffers, dev)
+        if isinstance(spec, (QConv2dKernel, QGemmKernel)) and mma_sync_ok(dev):
+            return int8_conv.plan(call, dev)
         return None
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
-        return convs_on_tensor_cores(convs, self.profile)
+        # the integer convs (int8_conv.py) each where the device has int8 matrix units; the float ones together
+        integer = [c[0][0] in ("int8", "uint8") for c in convs]
+        floats = iter(convs_on_tensor_cores([c for c, i in zip(convs, integer, strict=True) if not i], self.profile))
+        return [int8_conv.channels_last_ok(c, self.profile) if i else next(floats)
+                for c, i in zip(convs, integer, strict=True)]
 
     def gemm_prologue(self, m, k, batch, a_dtype, b, b_dtype, reduces) -> bool:
         # Norms only: every block computes the prologue for itself, and an elementwise producer then costs all
