@@ -16,8 +16,8 @@ from npu_compiler.devices import get_profile
 
 pytestmark = pytest.mark.skipif(not available(), reason="g++ is absent")
 
-PICKED = {"qgemm uint8 acts, k%4", "qgemm odd tiles", "qgemm dequantize", "qconv2d stride 2 relu",
-          "qconv2d groups dilation", "qconv2d 16-byte weight rows", "qadd uint8 wide shift"}
+PICKED = {"qgemm uint8 acts, k%4", "qgemm odd tiles", "qgemm dequantize", "qgemm b zero point", "qconv2d 3x3 pad",
+          "qconv2d stride 2 relu", "qconv2d groups dilation", "qconv2d 16-byte weight rows", "qadd uint8 wide shift"}
 CASES = [c for c in integer_cases() if c.name in PICKED or "channels-last" in c.name or "16-byte rows" in c.name
          or "residual" in c.name]
 

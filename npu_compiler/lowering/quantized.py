@@ -93,9 +93,7 @@ def qconv2d(L: Lowering, node: Node) -> None:
     # on the target's int8 matrix units: the input and the weight read through their strides (channels-last, the
     # weight [O, kh, kw, C]: the lowering's layout), the tiles the target's plan; where the program's activations are
     # channels-last every integer conv writes them so
-    k = L.emit(spec, args, [_activation(L, node.outputs[0]) if not spec.dequantize else L.fresh(node.outputs[0])])
-    if on_matrix_units:
-        L.plan(k)
+    L.plan(L.emit(spec, args, [_activation(L, node.outputs[0]) if not spec.dequantize else L.fresh(node.outputs[0])]))
 
 
 @lowers("npu.qlinear", kernels=("qgemm",))

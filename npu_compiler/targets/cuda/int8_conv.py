@@ -60,20 +60,48 @@ def _aligned(*values: int) -> bool:
 
 
 def applies(k: KernelCall) -> bool:
-    """Whether both tiles of this qconv2d or qgemm are 16-byte copies: K runs contiguous in 16-byte aligned rows (a
-    conv's input channels-last, one group, a multiple of 16 channels, its weight [O, kh, kw, C]; a linear's rows and
-    its weight's rows along K), and the weight's zero point 0."""
+    """Whether this kernel runs this qconv2d or qgemm: a conv of one group, a linear without batch dims whose weight's
+    zero point is 0 (the gathering kernel of int8_kernels.py takes the others)."""
     spec = k.spec
     if isinstance(spec, QGemmKernel):
-        a, b = k.args[0], k.args[1]
-        return (not spec.batch and spec.b_zero_point == 0 and a.strides[1] == 1 and b.strides[0] == 1
-                and _aligned(a.strides[0], a.offset, b.strides[1], b.offset, spec.k))
-    if not isinstance(spec, QConv2dKernel) or spec.groups != 1:
-        return False
-    x, w = k.args[0], k.args[1]
+        return not spec.batch and spec.b_zero_point == 0
+    return isinstance(spec, QConv2dKernel) and spec.groups == 1
+
+
+def copies_a(k: KernelCall) -> bool:
+    """Whether the A tile (pixels or rows x K) moves as 16-byte copies: K contiguous in 16-byte aligned runs (a conv's
+    input channels-last with 16k channels, K ordered channels innermost; a linear's rows)."""
+    spec, a = k.spec, k.args[0]
+    if isinstance(spec, QGemmKernel):
+        return a.strides[1] == 1 and _aligned(a.strides[0], a.offset, spec.k)
+    return (_channels_inner(k) and a.strides[1] == 1
+            and _aligned(a.shape[1], a.strides[0], a.strides[2], a.strides[3], a.offset))
+
+
+def copies_b(k: KernelCall) -> bool:
+    """Whether the B tile (output channels x K) moves as 16-byte copies: the weight's rows contiguous along K in
+    16-byte aligned runs (a conv's weight as [O, kh, kw, C] with 16k channels, or as [O, C, kh, kw] with K = 16k)."""
+    spec, w = k.spec, k.args[1]
+    if isinstance(spec, QGemmKernel):
+        return w.strides[0] == 1 and _aligned(w.strides[1], w.offset, spec.k)
     o, c, kh, kw = w.shape
-    return (x.strides[1] == 1 and _aligned(c, x.strides[0], x.strides[2], x.strides[3], x.offset, w.offset)
-            and tuple(w.strides) == (kh * kw * c, 1, kw * c, c))
+    if _channels_inner(k):
+        return tuple(w.strides) == (kh * kw * c, 1, kw * c, c) and _aligned(c, w.offset)
+    return tuple(w.strides) == (c * kh * kw, kh * kw, kw, 1) and _aligned(c * kh * kw, w.offset)
+
+
+def _channels_inner(k: KernelCall) -> bool:
+    """A conv's K order: (kh, kw, channel) where the weight is channels-last in memory (the lowering's [O, kh, kw, C]
+    layout), else (channel, kh, kw), the weight's own order."""
+    return k.args[1].strides[1] == 1
+
+
+def _window(k: KernelCall, kx: str) -> str:
+    """Declarations of K index `kx`'s channel `cc` and window row `kr` and column `ks` (a conv), in its K order."""
+    _, c, kh, kw = k.args[1].shape
+    if _channels_inner(k):
+        return f"const int rs = {kx} / {c}, cc = {kx} % {c}, kr = rs / {kw}, ks = rs % {kw};"
+    return f"const int cc = {kx} / {kh * kw}, kr = ({kx} / {kw}) % {kh}, ks = {kx} % {kw};"
 
 
 def channels_last_ok(conv: tuple, dev) -> bool:
@@ -126,31 +154,14 @@ def plan(k: KernelCall, dev) -> Int8TilePlan:
     return cls(bm, bn, wm, wn, stages)
 
 
-def _a_setup(k: KernelCall, per: int, row: str, ityp: str, m: int) -> tuple[str, str]:
-    """This thread's A rows of every tile (found once) and the loader of one A stage: (setup, loader body)."""
-    spec = k.spec
-    if isinstance(spec, QGemmKernel):
-        a = k.args[0]
-        setup = f"""  {ityp} a_base[{per}];
-  #pragma unroll
-  for (int i = 0; i < {per}; ++i) {{
-    const {ityp} p = m0 + {row};
-    a_base[i] = p < {m} ? {a.offset} + p * {a.strides[0]} : -1;
-  }}"""
-        body = f"""    #pragma unroll
-    for (int i = 0; i < {per}; ++i) {{
-      const bool full = kx < {spec.k} && a_base[i] >= 0;
-      npu_cp16(&As[({row}) * {ROW} + ch * 16], a0 + (full ? a_base[i] + kx : 0), full);
-    }}"""
-        return setup, body
-    x, w, out = k.args[0], k.args[1], k.outs[0]
-    _, c, h, wd = x.shape
-    _, _, kh, kw = w.shape
-    ho, wo = out.shape[2], out.shape[3]
+def _conv_rows(k: KernelCall, per: int, row: str, ityp: str, m: int) -> str:
+    """Declarations of this thread's `per` pixels of every A tile (`row`, an expression of i < per): each one's
+    offset in the input at its window's corner and that corner's row and column (-2^30: a pixel past M)."""
+    x, out = k.args[0], k.outs[0]
     xs = x.strides
-    (sh, sw), (ph, pw), (dh, dw) = spec.stride, spec.padding, spec.dilation
-    kdim = c * kh * kw
-    setup = f"""  {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
+    ho, wo = out.shape[2], out.shape[3]
+    (sh, sw), (ph, pw) = k.spec.stride, k.spec.padding
+    return f"""  {ityp} a_base[{per}]; int a_ih[{per}], a_iw[{per}];
   #pragma unroll
   for (int i = 0; i < {per}; ++i) {{
     const {ityp} p = m0 + {row};
@@ -159,25 +170,112 @@ def _a_setup(k: KernelCall, per: int, row: str, ityp: str, m: int) -> tuple[str,
     a_iw[i] = (int)(ow * {sw} - {pw});
     a_base[i] = {x.offset} + nb * {xs[0]} + oh * {sh * xs[2]} + ow * {sw * xs[3]} - {ph * xs[2] + pw * xs[3]};
   }}"""
-    fill = spec.x_zero_point & 0xFF
-    fill_word = f"0x{fill * 0x01010101:08x}u"
-    if fill:  # padding holds the zero point: stored, as a copy fills only zeros
-        place = (f"if (inside || !in_k) npu_cp16(dst, src, inside);\n"
-                 f"      else *(uint4*)dst = make_uint4({fill_word}, {fill_word}, {fill_word}, {fill_word});")
-    else:
-        place = "npu_cp16(dst, src, inside);"
-    body = f"""    const int rs = kx / {c}, cc = kx % {c}, kr = rs / {kw}, ks = rs % {kw};
+
+
+def _gemm_rows(k: KernelCall, per: int, row: str, ityp: str, m: int) -> str:
+    a = k.args[0]
+    return f"""  {ityp} a_base[{per}];
+  #pragma unroll
+  for (int i = 0; i < {per}; ++i) {{
+    const {ityp} p = m0 + {row};
+    a_base[i] = p < {m} ? {a.offset} + p * {a.strides[0]} : -1;
+  }}"""
+
+
+def _a_loader(k: KernelCall, threads: int, bm: int, ityp: str, m: int) -> tuple[str, str]:
+    """(setup, body) of the A tile's loader: the setup finds this thread's rows once, the body (with `kx`, `As`)
+    fills one stage: 16-byte copies of K runs (`copies_a`), else one byte an element through the operand's strides
+    (neighbouring threads neighbouring rows: a conv's neighbouring pixels), the padding and K's tail the zero
+    point."""
+    spec, x = k.spec, k.args[0]
+    kdim = geometry(k)[2]
+    fill = (spec.x_zero_point if isinstance(spec, QConv2dKernel) else spec.a_zero_point) & 0xFF
+    gemm = isinstance(spec, QGemmKernel)
+    if copies_a(k):
+        per = bm * CHUNKS // threads
+        row = f"(tid / {CHUNKS} + i * {threads // CHUNKS})"
+        setup = (_gemm_rows if gemm else _conv_rows)(k, per, row, ityp, m)
+        dst = f"unsigned char* dst = &As[({row}) * {ROW} + ch * 16];"
+        if gemm:
+            return setup, f"""    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{
+      const bool full = kx < {kdim} && a_base[i] >= 0;
+      {dst}
+      npu_cp16(dst, a0 + (full ? a_base[i] + kx : 0), full);
+    }}"""
+        _, _, h, wd = x.shape
+        (dh, dw), xs = spec.dilation, x.strides
+        fill_word = f"0x{fill * 0x01010101:08x}u"
+        if fill:  # padding holds the zero point: stored, as a copy fills only zeros (K's tail: B is 0 there)
+            place = (f"if (inside || !in_k) npu_cp16(dst, src, inside);\n"
+                     f"      else *(uint4*)dst = make_uint4({fill_word}, {fill_word}, {fill_word}, {fill_word});")
+        else:
+            place = "npu_cp16(dst, src, inside);"
+        return setup, f"""    {_window(k, "kx")}
     const bool in_k = kx < {kdim};
     #pragma unroll
     for (int i = 0; i < {per}; ++i) {{
       const int ih = a_ih[i] + kr * {dh}, iw = a_iw[i] + ks * {dw};
       const bool inside = in_k && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd};
-      unsigned char* dst = &As[({row}) * {ROW} + ch * 16];
-      const signed char* src = (const signed char*)a0 + (inside ? a_base[i] + cc + ({ityp})(kr * {dh}) * {xs[2]}
-                                                    + ({ityp})(ks * {dw}) * {xs[3]} : 0);
+      {dst}
+      const signed char* src = (const signed char*)a0 + (inside ? a_base[i] + cc * {xs[1]}
+                                                    + ({ityp})(kr * {dh}) * {xs[2]} + ({ityp})(ks * {dw}) * {xs[3]}
+                                                    : 0);
       {place}
     }}"""
-    return setup, body
+    # one row a thread (the same of every tile), BK / (threads / BM) of its K a stage
+    per = BK * bm // threads
+    step = threads // bm
+    setup = (_gemm_rows if gemm else _conv_rows)(k, 1, f"(tid % {bm})", ityp, m)
+    head = f"""    #pragma unroll 4
+    for (int j = 0; j < {per}; ++j) {{
+      const int kl = tid / {bm} + j * {step}, ke = kx - ch * 16 + kl;
+      unsigned char v = {fill};"""
+    store = f"      As[(tid % {bm}) * {ROW} + kl] = v;\n    }}"
+    if gemm:
+        return setup, f"""{head}
+      if (ke < {kdim} && a_base[0] >= 0) v = (unsigned char)a0[a_base[0] + ({ityp})ke * {x.strides[1]}];
+{store}"""
+    _, _, h, wd = x.shape
+    (dh, dw), xs = spec.dilation, x.strides
+    return setup, f"""{head}
+      {_window(k, "ke")}
+      const int ih = a_ih[0] + kr * {dh}, iw = a_iw[0] + ks * {dw};
+      if (ke < {kdim} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd})
+        v = (unsigned char)a0[a_base[0] + cc * {xs[1]} + ({ityp})(kr * {dh}) * {xs[2]} + ({ityp})(ks * {dw}) * {xs[3]}];
+{store}"""
+
+
+def _b_loader(k: KernelCall, threads: int, bn: int, ityp: str) -> str:
+    """The body filling one stage of the B tile (output channels x K, with `kx`, `Bs`): 16-byte copies of the
+    weight's rows (`copies_b`), else a byte an element through its strides (neighbouring threads neighbouring K);
+    columns past N and K's tail 0."""
+    spec, w = k.spec, k.args[1]
+    n, kdim = geometry(k)[1:]
+    if copies_b(k):
+        per = -(-bn * CHUNKS // threads)
+        row = f"(tid / {CHUNKS} + i * {threads // CHUNKS})"
+        past = f"\n      if ({row} >= {bn}) break;" if bn * CHUNKS % threads else ""
+        ldb = w.strides[1] if isinstance(spec, QGemmKernel) else kdim
+        return f"""    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{{past}
+      const int col = n0 + {row};
+      const bool full = col < {n} && kx < {kdim};
+      npu_cp16(&Bs[({row}) * {ROW} + ch * 16], a1 + (full ? {w.offset} + ({ityp})col * {ldb} + kx : 0), full);
+    }}"""
+    per = bn * BK // threads
+    if isinstance(spec, QGemmKernel):
+        window, at = "", f"{w.offset} + ({ityp})ke * {w.strides[0]} + ({ityp})col * {w.strides[1]}"
+    else:
+        ws = w.strides
+        window = _window(k, "ke")
+        at = f"{w.offset} + ({ityp})col * {ws[0]} + cc * {ws[1]} + kr * {ws[2]} + ks * {ws[3]}"
+    return f"""    #pragma unroll 4
+    for (int j = 0; j < {per}; ++j) {{
+      const int e = tid + j * {threads}, row = e / {BK}, kl = e % {BK}, col = n0 + row, ke = kx - ch * 16 + kl;
+      {window}
+      Bs[row * {ROW} + kl] = col < {n} && ke < {kdim} ? (unsigned char)a1[{at}] : (unsigned char)0;
+    }}"""
 
 
 def tile_plan(k: KernelCall, dev) -> Int8TilePlan:
@@ -218,13 +316,8 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
     tiles_n = -(-n // bn)
     tiles = -(-m // bm) * tiles_n
     kt_n = -(-kdim // BK)
-    per_a, per_b = bm * CHUNKS // nthreads, -(-bn * CHUNKS // nthreads)
-    rows_per = nthreads // CHUNKS
-    row = f"(tid / {CHUNKS} + i * {rows_per})"
-    a_setup, a_body = _a_setup(k, per_a, row, ityp, m)
-    w = k.args[1]
-    ldb = w.strides[1] if isinstance(k.spec, QGemmKernel) else kdim
-    past = f"\n      if ({row} >= {bn}) break;" if bn * CHUNKS % nthreads else ""
+    a_setup, a_body = _a_loader(k, nthreads, bm, ityp, m)
+    b_body = _b_loader(k, nthreads, bn, ityp)
     a_stage, b_stage = bm * ROW, bn * ROW
     smem = _smem(bm, bn, stages)
     xor = "".join(f" af[i][{q}] ^= 0x80808080u;" for q in range(4)) if flip else ""
@@ -258,12 +351,7 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
     unsigned char* As = npu_smem + st * {a_stage};
     unsigned char* Bs = npu_smem + {stages * a_stage} + st * {b_stage};
 {a_body}
-    #pragma unroll
-    for (int i = 0; i < {per_b}; ++i) {{{past}
-      const int col = n0 + {row};
-      const bool full = col < {n} && kx < {kdim};
-      npu_cp16(&Bs[({row}) * {ROW} + ch * 16], a1 + (full ? {w.offset} + ({ityp})col * {ldb} + kx : 0), full);
-    }}
+{b_body}
   }};
   int acc[{fm}][{fn}][4];
   #pragma unroll
