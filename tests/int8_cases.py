@@ -36,6 +36,8 @@ class Case:
     out_shape: tuple[int, ...]
     out_dtype: str
     refs: list[TensorRef] | None = None  # argument views (default: each input whole)
+    # the output's strides over its buffer (default: contiguous); the result compared is the buffer, as laid out
+    out_strides: tuple[int, ...] | None = None
 
 
 def program_of(case: Case, target: str) -> CompiledProgram:
@@ -47,7 +49,7 @@ def program_of(case: Case, target: str) -> CompiledProgram:
     ob = len(buffers)
     numel = int(np.prod(case.out_shape))
     buffers.append(BufferSpec(ob, "out", "output", case.out_dtype, numel))
-    out = TensorRef(ob, case.out_shape, contiguous_strides(case.out_shape))
+    out = TensorRef(ob, case.out_shape, case.out_strides or contiguous_strides(case.out_shape))
     call = KernelCall("k0_" + case.spec.kind, case.spec, case.refs or args, [out], nodes=[case.name])
     case.spec.check(call, buffers)
     return CompiledProgram(case.name, target, "float32", {}, inputs,
@@ -79,6 +81,8 @@ def qgemm_cases() -> list[Case]:
         ("odd tiles", (33, 17, 129), "int8", 2, 0, Requant(1, -100, 90), 17, True, None),
         ("b zero point", (2, 3, 12), "int8", 1, -3, Requant(0, -128, 127), 3, False, None),
         ("16-byte rows, tiles", (70, 130, 96), "int8", 3, 0, Requant(2, 2, 127), 1, True, None),
+        ("16-byte rows, uint8, 16-byte stores", (40, 96, 64), "uint8", 131, 0, Requant(4, -128, 127), 96, True,
+         None),
     ]:
         lo, hi = (0, 256) if adt == "uint8" else (-128, 128)
         a = rng.integers(lo, hi, (m, k))
@@ -163,7 +167,9 @@ def qconv_channels_last_cases() -> list[Case]:
                 TensorRef(1, (o, c, kh, kh), (kh * kh * c, 1, kh * c, c)), TensorRef(2, (o,), (1,)),
                 TensorRef(3, (o, 2), (2, 1))]
         spec = QConv2dKernel((stride, stride), (pad, pad), (dil, dil), 1, zx, True, o, req)
-        out.append(Case(f"qconv2d channels-last {name}", spec, ins, (n, o, ho, wo), "int8", refs))
+        # channels-last results where the output channels are whole 16-byte runs (the staged 16-byte stores)
+        out_strides = (ho * wo * o, 1, wo * o, o) if o % 16 == 0 else None
+        out.append(Case(f"qconv2d channels-last {name}", spec, ins, (n, o, ho, wo), "int8", refs, out_strides))
     return out
 
 
@@ -202,7 +208,8 @@ def qconv_residual_cases() -> list[Case]:
                 TensorRef(4, (n, o, ho, wo), cl((n, o, ho, wo)) if layout == "nhwc" else
                           contiguous_strides((n, o, ho, wo)))]
         spec = QConv2dKernel((1, 1), (pad, pad), (1, 1), 1, zx, True, o, conv_req, residual=residual)
-        out.append(Case(f"qconv2d residual {name}", spec, ins, (n, o, ho, wo), dt, refs))
+        out_strides = cl((n, o, ho, wo)) if nhwc else None
+        out.append(Case(f"qconv2d residual {name}", spec, ins, (n, o, ho, wo), dt, refs, out_strides))
     return out
 
 

@@ -301,12 +301,6 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
            ) -> tuple[str, Launch]:
     """The kernel of one qconv2d or qgemm this path `applies` to; `za`: the input's zero point after a uint8
     operand's flip."""
-    from .int8_kernels import column_values, requant_store, row_offsets
-
-    epilogue = requant_store(k, program, hoisted=True)
-    columns = column_values(k, program)
-    rows = row_offsets(k, ityp)
-    skip_row = f"\n            const {ityp} npu_srow = npu_rows[i][h][1];" if len(rows) > 1 else ""
     pl = tile_plan(k, dev)
     bm, bn, wm, wn, stages = pl.bm, pl.bn, pl.warp_m, pl.warp_n, pl.stages
     m, n, kdim = geometry(k)
@@ -333,7 +327,9 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
   if (tid < {bn}) npu_cs[tid] = npu_csum;
   __syncthreads();""" if colsum else ""
     correct = f"s - (unsigned)({za}) * (unsigned)npu_cs[lc]" if colsum else "s"
-    epi = "\n            ".join(epilogue)
+    shape = (m, n, bm, bn, wm, wn, fm, fn, nthreads)
+    epilogue_src = (_staged_epilogue(k, program, ityp, correct, shape) if staged_epilogue(k)
+                    else _direct_epilogue(k, program, ityp, correct, shape))
     src = f"""{PRELUDE}{_integer_helpers()}{HELPERS}
 {signature} {{
 {WAIT}
@@ -391,7 +387,21 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
     }}
   }}
   npu_wait_copies<0>();{cs_store}
-  // the epilogue: each of this thread's rows' output (and skip) offsets found once, each column's values once
+{epilogue_src}
+}}
+"""
+    return src, Launch((tiles, 1, 1), nthreads, ptrs_of(k), smem)
+
+
+def _direct_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct: str, shape: tuple) -> str:
+    """Each thread stores its fragments' outputs itself, through the output's strides."""
+    from .int8_kernels import column_values, requant_store, row_offsets
+
+    m, n, _, _, wm, wn, fm, fn, _ = shape
+    epi = "\n            ".join(requant_store(k, program, hoisted=True))
+    rows = row_offsets(k, ityp)
+    skip_row = f"\n            const {ityp} npu_srow = npu_rows[i][h][1];" if len(rows) > 1 else ""
+    return f"""  // the epilogue: each thread's rows' output (and skip) offsets found once, each column's values once
   {ityp} npu_rows[{fm}][2][{len(rows)}];
   #pragma unroll
   for (int i = 0; i < {fm}; i++)
@@ -407,7 +417,7 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
       const int lc = wn0 + j * 8 + tq * 2 + e;
       const int c = n0 + lc;
       if (c >= {n}) continue;
-      {columns}
+      {column_values(k, program)}
       #pragma unroll
       for (int i = 0; i < {fm}; i++)
         #pragma unroll
@@ -420,10 +430,88 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
             {epi}
           }}
         }}
+    }}"""
+
+
+def _rows_aligned(k: KernelCall, ref) -> bool:
+    """A tensor whose rows (a conv's pixels, a linear's rows) hold their columns contiguous from 16-byte aligned
+    starts."""
+    row_strides = ref.strides[:1] if isinstance(k.spec, QGemmKernel) else (ref.strides[0], *ref.strides[2:])
+    return ref.strides[1] == 1 and _aligned(ref.offset, *row_strides)
+
+
+def staged_epilogue(k: KernelCall) -> bool:
+    """Whether the block's int8 results go out through shared memory as 16-byte row runs: a requantizing kernel
+    whose output (and skip tensor) rows are contiguous and aligned (channels-last), N a multiple of 16."""
+    spec = k.spec
+    n = geometry(k)[1]
+    residual = getattr(spec, "residual", None)
+    return (not spec.dequantize and n % 16 == 0 and _rows_aligned(k, k.outs[0])
+            and (residual is None or _rows_aligned(k, k.args[-1])))
+
+
+def _staged_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct: str, shape: tuple) -> str:
+    """The requantized results of the block's tile into shared memory (over the stages, free by then), then each
+    thread 16 bytes of a row at a time: a 16-byte store of the output (the fused add's skip read 16 bytes too),
+    neighbouring threads neighbouring runs of a row."""
+    from .int8_kernels import column_values, requant_value, residual_value, row_offsets
+
+    m, n, bm, bn, wm, wn, fm, fn, threads = shape
+    pitch = bn + 16  # bytes a row of the staged tile: 16-byte aligned rows
+    runs = bn // 16
+    rows = row_offsets(k, ityp)
+    q = "\n            ".join(requant_value(k))
+    if getattr(k.spec, "residual", None) is not None:
+        mid = "(int)(signed char)" if k.spec.residual.mid_dtype == "int8" else "(int)(unsigned char)"
+        sk = "(int)(signed char)" if program.buffers[k.args[-1].buffer].dtype == "int8" else "(int)(unsigned char)"
+        add = residual_value(k, f"{mid}(w >> (8 * b))", f"{sk}(sw >> (8 * b))")
+        combine = f"""
+        const uint4 sv = *(const uint4*)((const unsigned char*)a{len(k.args) - 1} + ({rows[1]}) + c);
+        const unsigned in_[4] = {{v.x, v.y, v.z, v.w}}, sk_[4] = {{sv.x, sv.y, sv.z, sv.w}};
+        unsigned res_[4];
+        #pragma unroll
+        for (int u = 0; u < 4; u++) {{
+          const unsigned w = in_[u], sw = sk_[u];
+          unsigned o_ = 0;
+          #pragma unroll
+          for (int b = 0; b < 4; b++) o_ |= ((unsigned)({add}) & 0xffu) << (8 * b);
+          res_[u] = o_;
+        }}
+        v = make_uint4(res_[0], res_[1], res_[2], res_[3]);"""
+    else:
+        combine = ""
+    return f"""  // the epilogue: the tile's requantized results staged in shared memory, then written 16 bytes a time
+  __syncthreads();  // (every warp is done with the stages)
+  unsigned char* npu_ot = npu_smem;
+  #pragma unroll
+  for (int j = 0; j < {fn}; j++)
+    #pragma unroll
+    for (int e = 0; e < 2; e++) {{
+      const int lc = wn0 + j * 8 + tq * 2 + e;
+      const int c = n0 + lc;
+      if (c >= {n}) continue;
+      {column_values(k, program)}
+      #pragma unroll
+      for (int i = 0; i < {fm}; i++)
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {{
+          const int lr = wm0 + i * 16 + gq + h * 8;
+          const unsigned s = (unsigned)acc[i][j][h * 2 + e];
+          unsigned t = {correct};
+          {q}
+          npu_ot[lr * {pitch} + lc] = (unsigned char)npu_q;
+        }}
     }}
-}}
-"""
-    return src, Launch((tiles, 1, 1), nthreads, ptrs_of(k), smem)
+  __syncthreads();
+  for (int e = tid; e < {bm * runs}; e += {threads}) {{
+    const int lr = e / {runs}, lc = (e % {runs}) * 16;
+    const {ityp} r = m0 + lr;
+    const int c = n0 + lc;
+    if (r < {m} && c < {n}) {{
+      uint4 v = *(const uint4*)&npu_ot[lr * {pitch} + lc];{combine}
+      *(uint4*)((unsigned char*)out0 + ({rows[0]}) + c) = v;
+    }}
+  }}"""
 
 
 def _integer_helpers() -> str:

@@ -213,16 +213,29 @@ def requant_store(k: KernelCall, program: CompiledProgram, hoisted: bool = False
             lines.append(f"y = __fadd_rn(y, {values['bias']});")
         lines.append(f"out0[{at}] = {store_expr(_dt(program, out), 'y', 'float32')};")
         return lines
-    if spec.bias:
-        lines.append(f"t += (unsigned){values['bias']};")
-    q = spec.requant
-    dbl = "true" if q.rounding == "double" else "false"
-    value = f"npu_requant((long long)(int)t, {values['m']}, {values['n']}, {q.zero_point}, {q.lo}, {q.hi}, {dbl})"
+    lines += requant_value(k, values)
+    value = "npu_q"
     if residual is not None:  # the fused add: this result (a) and the skip tensor (b, the last argument)
-        lines.append(f"const int npu_q = {value};")
-        value = _qadd_call(residual, "npu_q", f"(int)a{len(k.args) - 1}[{skip_at}]", q.zero_point)
+        value = _qadd_call(residual, "npu_q", f"(int)a{len(k.args) - 1}[{skip_at}]", spec.requant.zero_point)
     lines.append(f"out0[{at}] = ({storage(_dt(program, out))}){value};")
     return lines
+
+
+def requant_value(k: KernelCall, values: dict[str, str] | None = None) -> list[str]:
+    """Statements declaring `npu_q`, the requantized (clamped) result of the corrected sum `t` plus the bias, the
+    column's values as `values` names them (default: those of `column_values`)."""
+    spec = k.spec
+    values = values or {"bias": "npu_bias", "m": "npu_m", "n": "npu_n"}
+    q = spec.requant
+    dbl = "true" if q.rounding == "double" else "false"
+    return ([f"t += (unsigned){values['bias']};"] if spec.bias else []) + [
+        f"const int npu_q = npu_requant((long long)(int)t, {values['m']}, {values['n']}, {q.zero_point}, {q.lo}, "
+        f"{q.hi}, {dbl});"]
+
+
+def residual_value(k: KernelCall, a: str, b: str) -> str:
+    """The fused residual add of the conv's requantized result `a` and the skip tensor's code `b`."""
+    return _qadd_call(k.spec.residual, a, b, k.spec.requant.zero_point)
 
 
 def _column_refs(k: KernelCall) -> dict[str, str]:
