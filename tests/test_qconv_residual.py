@@ -96,3 +96,15 @@ def test_fused_block_runs_as_the_unfused_one_on_the_cpu_reference():
         outs.append(list(ex.run_numpy(feeds, npu_runtime.load_weights(program, state, be)).values())[0])
     np.testing.assert_array_equal(outs[0], outs[1])
     assert len(np.unique(outs[0])) > 10
+
+
+def test_a_target_without_the_fused_add_refuses_it_by_name():
+    """A crafted webgpu artifact with a fused residual: refused, not computed without the add."""
+    from int8_cases import program_of
+
+    from npu_compiler.errors import NPUCompileError
+    from npu_compiler.targets.webgpu.int8_kernels import render_integer
+
+    program = program_of(CASES[0], "webgpu")
+    with pytest.raises(NPUCompileError, match="fused residual"):
+        render_integer(program.kernels[0], program)

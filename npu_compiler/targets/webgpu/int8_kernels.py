@@ -161,6 +161,8 @@ def qconv2d(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     """One invocation per output element, its window's products summed in i32; padding reads nothing (the input's
     zero point: a real 0 after the subtraction)."""
     spec: QConv2dKernel = k.spec
+    if spec.residual is not None:  # (the lowering fuses an add into a conv only for targets that compute it)
+        raise NPUCompileError(f"kernel {k.name}: the webgpu target's qconv2d computes no fused residual add")
     x, w, out = k.args[0], k.args[1], k.outs[0]
     _, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
