@@ -36,6 +36,7 @@ CHUNKS = BK // 16  # 16-byte copies a tile row
 # (an ldmatrix x4 of B gives two)
 CONFIGS = ((128, 128, 64, 32), (128, 64, 32, 32), (64, 128, 32, 32), (64, 64, 32, 32), (32, 64, 32, 16))
 MIN_STAGES, MAX_STAGES = 2, 4
+MAX_STAGES_ALONE = 8  # a block alone on its SM (`plan`)
 GATHER_TILES = ((128, 64), (64, 64), (32, 32))  # the gathering kernel's (int8_kernels.py), one stage
 
 HELPERS = r"""
@@ -128,7 +129,8 @@ def _smem(bm: int, bn: int, stages: int) -> int:
 def plan(k: KernelCall, dev) -> Int8TilePlan:
     """The tile: the largest of CONFIGS (128 output channels where there are that many) that still gives every
     multiprocessor a block, else the one of any width with the most blocks (the smallest of those); the stages: as
-    many (up to MAX_STAGES) as let two blocks share a multiprocessor's shared memory and one fit a block's. Where
+    many (up to MAX_STAGES) as let two blocks share a multiprocessor's shared memory and one fit a block's, up to
+    MAX_STAGES_ALONE where the grid has no more blocks than the device has multiprocessors. Where
     the tiles are not 16-byte copies (`applies`), the gathering kernel's tile (int8_kernels.plan_int8: one stage)."""
     m, n, _ = geometry(k)
     cls = QConv2dPlan if isinstance(k.spec, QConv2dKernel) else QGemmPlan
@@ -145,9 +147,12 @@ def plan(k: KernelCall, dev) -> Int8TilePlan:
 
     cfg = next((c for c in cfgs if tiles(c) >= sms), None) or max(CONFIGS, key=lambda c: (tiles(c), -c[0] * c[1]))
     bm, bn, wm, wn = cfg
+    # a grid of at most a block an SM (one image's deep layers) keeps more copies in flight: its K loop is long and
+    # each stage waits for memory, with no other block to hide the wait
+    most, share = (MAX_STAGES, 2) if tiles(cfg) > sms else (MAX_STAGES_ALONE, 1)
     stages = MIN_STAGES
-    for s in range(MAX_STAGES, MIN_STAGES - 1, -1):
-        if 2 * _smem(bm, bn, s) <= dev.shared_memory_per_multiprocessor and \
+    for s in range(most, MIN_STAGES - 1, -1):
+        if share * _smem(bm, bn, s) <= dev.shared_memory_per_multiprocessor and \
                 _smem(bm, bn, s) <= dev.shared_memory_per_block_optin:
             stages = s
             break
@@ -286,7 +291,7 @@ def tile_plan(k: KernelCall, dev) -> Int8TilePlan:
         if not applies(k):
             if p.stages == 1 and (p.bm, p.bn) in GATHER_TILES:
                 return p
-        elif (p.bm, p.bn, p.warp_m, p.warp_n) in CONFIGS and MIN_STAGES <= p.stages <= MAX_STAGES \
+        elif (p.bm, p.bn, p.warp_m, p.warp_n) in CONFIGS and MIN_STAGES <= p.stages <= MAX_STAGES_ALONE \
                 and _smem(p.bm, p.bn, p.stages) <= dev.shared_memory_per_block_optin:
             return p
     return plan(k, dev)
