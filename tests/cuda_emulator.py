@@ -31,6 +31,8 @@ HARNESS = r"""
 #include <algorithm>
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+struct int4 { int x, y, z, w; };
+inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 struct dim3_ { unsigned x = 0, y = 0, z = 0; };
 thread_local dim3_ threadIdx;
 dim3_ blockIdx, gridDim, blockDim;
@@ -123,7 +125,6 @@ std::vector<char> rd(const char* p) {
 }
 int main(int argc, char** argv) {
   @LOADS@
-  std::vector<char> o(@OUT_BYTES@ + 64, 0);
   gridDim.x = @GRID@; blockDim.x = @THREADS@;
   std::barrier<> bar(@THREADS@); g_bar = &bar;
   for (int w = 0; w < @WARPS@; w++) w_bar[w] = new std::barrier<>(32);
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
     for (unsigned t = 0; t < @THREADS@; t++) th.emplace_back([&, t] { threadIdx.x = t; npu_kernel(@ARGS@); });
     for (auto& x : th) x.join();
   }
-  FILE* f = fopen(argv[1], "wb"); fwrite(o.data(), 1, @OUT_BYTES@, f); fclose(f);
+  @STORES@
 }
 """
 
@@ -148,29 +149,37 @@ def _helpers() -> str:
     return h + "\ninline int npu_bytesum(unsigned w) { return __dp4a((int)w, 0x01010101, 0); }\n"
 
 
-def run_emulated(case: Case, device, folder: Path) -> np.ndarray:
-    """The cuda target's kernel of `case`, rendered for `device`, run on the CPU: its output."""
-    program = program_of(case, "cuda")
-    src, launch = render_integer(program.kernels[0], program, CudaTarget(device).profile)
-    body = src[src.index('extern "C"'):]
-    body = body.replace("extern __shared__ __align__(16) unsigned char npu_smem[];",
-                        f"static unsigned char npu_smem[{max(launch.smem, 16)}] __attribute__((aligned(16)));")
+def run_emulated(case: Case, device, folder: Path, program=None) -> np.ndarray:
+    """The cuda target's launches of `case` (or of its `program`, a plan and scratch set), rendered for `device`,
+    run on the CPU one after another over the same buffers: its output."""
+    program = program or program_of(case, "cuda")
+    k = program.kernels[0]
     args = [np.ascontiguousarray(feeds(case)[n]) for n, _, _ in case.inputs]
-    sig = re.search(r"npu_kernel\((.*?)\)", body).group(1)
-    types = [p.rsplit("*", 1)[0].replace("const", "").strip() for p in sig.split(",")]
-    loads = []
     for i, a in enumerate(args):
         a.tofile(folder / f"a{i}.bin")
-        loads.append(f'std::vector<char> b{i} = rd("{folder / f"a{i}.bin"}");')
-    call = [f"({types[0]}*)o.data()"] + [f"({types[i + 1]}*)b{i}.data()" for i in range(len(args))]
-    out_bytes = int(np.prod(case.out_shape)) * np.dtype(NP[case.out_dtype]).itemsize
-    main = MAIN
-    for key, value in (("@LOADS@", "\n  ".join(loads)), ("@OUT_BYTES@", str(out_bytes)),
-                       ("@GRID@", str(launch.grid[0])), ("@THREADS@", str(launch.block)),
-                       ("@WARPS@", str(max(1, launch.block // 32))), ("@ARGS@", ", ".join(call))):
-        main = main.replace(key, value)
-    (folder / "k.cpp").write_text(HARNESS + _helpers() + body + main)
-    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w", "-o", str(folder / "k"),
-                    str(folder / "k.cpp")], check=True, capture_output=True, text=True)
-    subprocess.run([str(folder / "k"), str(folder / "out.bin")], check=True)
-    return np.fromfile(folder / "out.bin", NP[case.out_dtype]).reshape(case.out_shape)
+    writes = [np.zeros(program.buffers[r.buffer].numel, NP[program.buffers[r.buffer].dtype]) for r in k.writes]
+    for i, w in enumerate(writes):  # the output and the plan's scratch, carried from one launch to the next
+        w.tofile(folder / f"w{i}.bin")
+    for n_launch, (src, launch) in enumerate(render_integer(k, program, CudaTarget(device).profile)):
+        body = src[src.index('extern "C"'):]
+        body = body.replace("extern __shared__ __align__(16) unsigned char npu_smem[];",
+                            f"static unsigned char npu_smem[{max(launch.smem, 16)}] __attribute__((aligned(16)));")
+        sig = re.search(r"npu_kernel\((.*?)\)", body).group(1)
+        types = [p.rsplit("*", 1)[0].replace("const", "").strip() for p in sig.split(",")]
+        loads = [f'std::vector<char> o{i} = rd("{folder / f"w{i}.bin"}");' for i in range(len(writes))]
+        loads += [f'std::vector<char> b{i} = rd("{folder / f"a{i}.bin"}");' for i in range(len(args))]
+        stores = [f'{{ FILE* f = fopen("{folder / f"w{i}.bin"}", "wb"); fwrite(o{i}.data(), 1, {w.nbytes}, f); '
+                  f'fclose(f); }}' for i, w in enumerate(writes)]
+        call = [f"({types[i]}*)o{i}.data()" for i in range(len(writes))]
+        call += [f"({types[len(writes) + i]}*)b{i}.data()" for i in range(len(args))]
+        main = MAIN
+        for key, value in (("@LOADS@", "\n  ".join(loads)), ("@STORES@", "\n  ".join(stores)),
+                           ("@GRID@", str(launch.grid[0])), ("@THREADS@", str(launch.block)),
+                           ("@WARPS@", str(max(1, launch.block // 32))), ("@ARGS@", ", ".join(call))):
+            main = main.replace(key, value)
+        cpp, exe = folder / f"k{n_launch}.cpp", folder / f"k{n_launch}"
+        cpp.write_text(HARNESS + _helpers() + body + main)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w", "-o", str(exe), str(cpp)],
+                       check=True, capture_output=True, text=True)
+        subprocess.run([str(exe)], check=True)
+    return np.fromfile(folder / "w0.bin", NP[case.out_dtype]).reshape(case.out_shape)

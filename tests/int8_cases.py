@@ -57,6 +57,23 @@ def program_of(case: Case, target: str) -> CompiledProgram:
                            [call], 0)
 
 
+def with_split(program: CompiledProgram, dev, splits: int) -> CompiledProgram:
+    """The one-kernel `program` with the cuda target's plan for `dev`, its K split `splits` ways, and the int32
+    scratch the split needs (a buffer of its own)."""
+    import dataclasses
+
+    from npu_compiler.targets.cuda import int8_conv
+
+    k = program.kernels[0]
+    k.plan = dataclasses.replace(int8_conv.plan(k, dev), splits=splits)
+    (need,) = k.plan.scratch(k, program.buffers)
+    b = BufferSpec(len(program.buffers), need.name, "arena", need.dtype, need.numel)
+    program.buffers.append(b)
+    k.scratch = [TensorRef(b.id, (need.numel,), (1,))]
+    k.plan.check(k, program.buffers)
+    return program
+
+
 def feeds(case: Case) -> dict[str, np.ndarray]:
     return {name: arr.astype(NP.get(dt, np.float32)) for name, arr, dt in case.inputs}
 

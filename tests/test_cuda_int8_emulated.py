@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not available(), reason="g++ is absent")
 PICKED = {"qgemm uint8 acts, k%4", "qgemm odd tiles", "qgemm dequantize", "qgemm b zero point", "qconv2d 3x3 pad",
           "qconv2d stride 2 relu", "qconv2d groups dilation", "qconv2d 16-byte weight rows", "qadd uint8 wide shift"}
 CASES = [c for c in integer_cases() if c.name in PICKED or "channels-last" in c.name or "16-byte rows" in c.name
-         or "residual" in c.name]
+         or "residual" in c.name or "relu broadcast" in c.name]
 
 
 @pytest.mark.parametrize("device", ["h200", "one_sm"])
@@ -44,3 +44,19 @@ def test_emulated_cuda_wgemv_matches_reference(case, device, tmp_path):
     loaded while this one's are used), within float32 summation-order error of the reference."""
     dev = dataclasses.replace(get_profile("a100"), multiprocessors=1) if device == "one_sm" else get_profile(device)
     assert_weight_only(run_emulated(case, dev, tmp_path), case)
+
+
+SPLIT = [c for c in CASES if c.name in ("qconv2d channels-last 3x3 pad", "qconv2d channels-last many tiles",
+                                        "qconv2d residual channels-last 1x1 relu", "qgemm 16-byte rows, tiles",
+                                        "qconv2d 3x3 pad")]
+
+
+@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("case", SPLIT, ids=[c.name for c in SPLIT])
+def test_emulated_split_k_is_bit_exact(case, splits, tmp_path):
+    """K split across blocks (the plan's int32 scratch parts, summed by a second launch) gives the same integers."""
+    from int8_cases import program_of, with_split
+
+    dev = get_profile("h200")
+    program = with_split(program_of(case, "cuda"), dev, splits)
+    np.testing.assert_array_equal(run_emulated(case, dev, tmp_path, program), reference(case))

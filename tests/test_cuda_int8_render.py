@@ -108,7 +108,7 @@ def test_tiles_are_planned_from_the_device_profile() -> None:
         for name, dev in CHIPS.items():
             if dev.vendor != "nvidia" or dev.compute_capability < 80:
                 continue
-            text, launch = render_integer(program.kernels[0], program, CudaTarget(name).profile)
+            ((text, launch),) = render_integer(program.kernels[0], program, CudaTarget(name).profile)
             static = sum(int(a) * int(b) for a, b in re.findall(r"npu_s[ab]\[(\d+)\]\[(\d+)\]", text))
             assert launch.block <= dev.max_threads_per_block and static < 48 * 1024, name
             assert launch.smem <= dev.shared_memory_per_block_optin, name
@@ -200,3 +200,29 @@ def test_a_crafted_int8_plan_is_refused_by_name() -> None:
 
     with pytest.raises(ValueError, match="bm"):
         plan_from_data("qconv2d", {"bm": 1 << 20}, "k1_qconv2d.plan")
+
+
+def test_a_deep_conv_of_few_tiles_is_split_along_k_in_its_plan(tmp_path) -> None:
+    """One image through a conv of K = 2304 into 64 channels (one tile): the plan splits K (int32 parts in the
+    plan's scratch, a buffer of the memory plan), stored in the artifact, rendered as the GEMM and a launch summing
+    the parts; an input zero point not 0 keeps the GEMM whole."""
+    import torch
+    from conftest import export_ir
+    from test_quant_fold import QConv
+
+    from npu_compiler import compile as compile_ir
+    from npu_compiler.program import CompiledProgram
+
+    ir = export_ir(lambda: QConv(256, 64, 3, padding=1, x_zp=0), [torch.randn(1, 256, 4, 4)])
+    program = compile_ir(ir, "cuda")
+    (k,) = [k for k in program.kernels if k.kind == "qconv2d"]
+    assert k.plan.splits > 1 and len(k.scratch) == 1
+    assert program.buffers[k.scratch[0].buffer].dtype == "int32"
+    program.save(tmp_path / "q.npubin")
+    again = CompiledProgram.load(tmp_path / "q.npubin")
+    (k2,) = [k for k in again.kernels if k.kind == "qconv2d"]
+    texts = CudaTarget("h200").kernel_sources(k2, again)
+    assert len(texts) == 2 and "out1[(npu_split" in texts[0] and "out1[p *" in texts[1]
+    ir = export_ir(lambda: QConv(256, 64, 3, padding=1, x_zp=3), [torch.randn(1, 256, 4, 4)])
+    (k,) = [k for k in compile_ir(ir, "cuda").kernels if k.kind == "qconv2d"]
+    assert k.plan.splits == 0 and not k.scratch

@@ -177,10 +177,21 @@ class Int8TilePlan(Plan):
     warp_m: int = bounded(0, 1024, default=0)
     warp_n: int = bounded(0, 1024, default=0)
     stages: int = bounded(0, 16, default=0)
+    # > 1: K split across this many blocks, each leaving its int32 sums (wrapping: any order gives the same bits) in
+    # scratch[0], [splits, M, N], which a second launch adds up and requantizes
+    splits: int = bounded(0, 64, default=0)
 
     @property
     def chosen(self) -> bool:
         return self.bm > 0
+
+    def scratch(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> list[Scratch]:
+        if self.splits <= 1:
+            return []
+        spec = call.spec
+        m, n = ((spec.m, spec.n) if call.kind == "qgemm" else
+                (call.outs[0].numel // call.outs[0].shape[1], call.outs[0].shape[1]))
+        return [Scratch("split_k", "int32", self.splits * m * n)]
 
     def check(self, call: KernelCall, buffers: Sequence[BufferSpec]) -> None:
         if self.chosen:
@@ -189,7 +200,9 @@ class Int8TilePlan(Plan):
                    f"an int8 tile of {self.bm} x {self.bn} in warp tiles of {self.warp_m} x {self.warp_n} over "
                    f"{self.stages} stages (warp tiles of whole 16 x 16 steps that divide the tile, a stage or more)")
         else:
-            expect(self.bn == self.warp_m == self.warp_n == self.stages == 0, "an int8 plan without its tile rows")
+            expect(self.bn == self.warp_m == self.warp_n == self.stages == self.splits == 0,
+                   "an int8 plan without its tile rows")
+        expect(self.splits <= 1 or not call.spec.dequantize, "a dequantizing int8 GEMM split along K")
         super().check(call, buffers)
 
 

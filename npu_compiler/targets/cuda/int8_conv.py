@@ -37,6 +37,8 @@ CHUNKS = BK // 16  # 16-byte copies a tile row
 CONFIGS = ((128, 128, 64, 32), (128, 64, 32, 32), (64, 128, 32, 32), (64, 64, 32, 32), (32, 64, 32, 16))
 MIN_STAGES, MAX_STAGES = 2, 4
 MAX_STAGES_ALONE = 8  # a block alone on its SM (`plan`)
+MIN_SPLIT_STEPS, MAX_SPLITS = 4, 16  # a K split's stages at least; splits at most
+SUM_THREADS = 256  # the split sums' launch: a thread an output
 GATHER_TILES = ((128, 64), (64, 64), (32, 32))  # the gathering kernel's (int8_kernels.py), one stage
 
 HELPERS = r"""
@@ -126,7 +128,7 @@ def _smem(bm: int, bn: int, stages: int) -> int:
     return (bm + bn) * ROW * stages
 
 
-def plan(k: KernelCall, dev) -> Int8TilePlan:
+def plan(k: KernelCall, dev, x_dtype: str = "int8") -> Int8TilePlan:
     """The tile: the largest of CONFIGS (128 output channels where there are that many) that still gives every
     multiprocessor a block, else the one of any width with the most blocks (the smallest of those); the stages: as
     many (up to MAX_STAGES) as let two blocks share a multiprocessor's shared memory and one fit a block's, up to
@@ -147,16 +149,29 @@ def plan(k: KernelCall, dev) -> Int8TilePlan:
 
     cfg = next((c for c in cfgs if tiles(c) >= sms), None) or max(CONFIGS, key=lambda c: (tiles(c), -c[0] * c[1]))
     bm, bn, wm, wn = cfg
+    splits = _splits(k, tiles(cfg), sms, x_dtype)
     # a grid of at most a block an SM (one image's deep layers) keeps more copies in flight: its K loop is long and
     # each stage waits for memory, with no other block to hide the wait
-    most, share = (MAX_STAGES, 2) if tiles(cfg) > sms else (MAX_STAGES_ALONE, 1)
+    most, share = (MAX_STAGES, 2) if tiles(cfg) * splits > sms else (MAX_STAGES_ALONE, 1)
     stages = MIN_STAGES
     for s in range(most, MIN_STAGES - 1, -1):
         if share * _smem(bm, bn, s) <= dev.shared_memory_per_multiprocessor and \
                 _smem(bm, bn, s) <= dev.shared_memory_per_block_optin:
             stages = s
             break
-    return cls(bm, bn, wm, wn, stages)
+    return cls(bm, bn, wm, wn, stages, splits if splits > 1 else 0)
+
+
+def _splits(k: KernelCall, tiles: int, sms: int, x_dtype: str) -> int:
+    """Across how many blocks a GEMM of too few tiles for the device splits its K: about two blocks an SM, each at
+    least MIN_SPLIT_STEPS stages long, at most MAX_SPLITS; none where the input's zero point is not 0 once flipped (its
+    share needs each block's weight column sums) or the result is float."""
+    spec = k.spec
+    za = spec.x_zero_point if isinstance(spec, QConv2dKernel) else spec.a_zero_point
+    if tiles >= sms or spec.dequantize or za != (128 if x_dtype == "uint8" else 0):
+        return 1
+    kt = -(-geometry(k)[2] // BK)
+    return max(1, min(-(-2 * sms // tiles), kt // MIN_SPLIT_STEPS, MAX_SPLITS))
 
 
 def _conv_rows(k: KernelCall, per: int, row: str, ityp: str, m: int) -> str:
@@ -243,12 +258,46 @@ def _a_loader(k: KernelCall, threads: int, bm: int, ityp: str, m: int) -> tuple[
 {store}"""
     _, _, h, wd = x.shape
     (dh, dw), xs = spec.dilation, x.strides
+    if window_table(k, ityp):
+        return setup, f"""{head}
+      const int4 q = npu_ktab[ke];
+      const int ih = a_ih[0] + q.y, iw = a_iw[0] + q.z;
+      if (ke < {kdim} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd}) v = (unsigned char)a0[a_base[0] + q.x];
+{store}"""
     return setup, f"""{head}
       {_window(k, "ke")}
       const int ih = a_ih[0] + kr * {dh}, iw = a_iw[0] + ks * {dw};
       if (ke < {kdim} && ih >= 0 && ih < {h} && iw >= 0 && iw < {wd})
         v = (unsigned char)a0[a_base[0] + cc * {xs[1]} + ({ityp})(kr * {dh}) * {xs[2]} + ({ityp})(ks * {dw}) * {xs[3]}];
 {store}"""
+
+
+TABLE_MAX_K = 1024  # K positions a window table holds at most (16 bytes each, in shared memory)
+
+
+def window_table(k: KernelCall, ityp: str) -> bool:
+    """Whether a conv with a gathered tile finds each K position's input offset, window row and column and weight
+    offset in a table it fills once in shared memory (`npu_ktab`, TABLE_MAX_K entries at most, 32-bit offsets),
+    instead of dividing K by the window's sizes for every byte (the stem: 3 channels, 7 x 7)."""
+    if not isinstance(k.spec, QConv2dKernel) or (copies_a(k) and copies_b(k)) or ityp != "int":
+        return False
+    return -(-geometry(k)[2] // BK) * BK <= TABLE_MAX_K
+
+
+def _table_fill(k: KernelCall, threads: int, at: str) -> str:
+    """Statements filling the window table at shared address `at` (then a barrier)."""
+    x, w = k.args[0], k.args[1]
+    kpad = -(-geometry(k)[2] // BK) * BK
+    xs, ws = x.strides, w.strides
+    dh, dw = k.spec.dilation
+    return f"""  // each K position: input offset, window row, window column, weight offset
+  int4* npu_ktab = (int4*)({at});
+  for (int e = tid; e < {kpad}; e += {threads}) {{
+    {_window(k, "e")}
+    npu_ktab[e] = make_int4(cc * {xs[1]} + kr * {dh * xs[2]} + ks * {dw * xs[3]}, kr * {dh}, ks * {dw},
+                            cc * {ws[1]} + kr * {ws[2]} + ks * {ws[3]});
+  }}
+  __syncthreads();"""
 
 
 def _b_loader(k: KernelCall, threads: int, bn: int, ityp: str) -> str:
@@ -271,6 +320,8 @@ def _b_loader(k: KernelCall, threads: int, bn: int, ityp: str) -> str:
     per = bn * BK // threads
     if isinstance(spec, QGemmKernel):
         window, at = "", f"{w.offset} + ({ityp})ke * {w.strides[0]} + ({ityp})col * {w.strides[1]}"
+    elif window_table(k, ityp):
+        window, at = "const int4 q = npu_ktab[ke];", f"{w.offset} + ({ityp})col * {w.strides[0]} + q.w"
     else:
         ws = w.strides
         window = _window(k, "ke")
@@ -303,12 +354,14 @@ def threads(k: KernelCall, dev) -> int:
 
 
 def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: str, flip: bool, za: int
-           ) -> tuple[str, Launch]:
-    """The kernel of one qconv2d or qgemm this path `applies` to; `za`: the input's zero point after a uint8
-    operand's flip."""
+           ) -> list[tuple[str, Launch]]:
+    """The launches of one qconv2d or qgemm this path `applies` to (a second one summing a K split's parts); `za`:
+    the input's zero point after a uint8 operand's flip."""
     pl = tile_plan(k, dev)
     bm, bn, wm, wn, stages = pl.bm, pl.bn, pl.warp_m, pl.warp_n, pl.stages
     m, n, kdim = geometry(k)
+    # K split only where the program holds the scratch the plan asked for (and no zero point's share is needed)
+    splits = pl.splits if pl.splits > 1 and k.scratch and za == 0 and not k.spec.dequantize else 1
     warps_n = bn // wn
     nthreads = 32 * (bm // wm) * warps_n
     fm, fn = wm // 16, wn // 8
@@ -319,6 +372,10 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
     b_body = _b_loader(k, nthreads, bn, ityp)
     a_stage, b_stage = bm * ROW, bn * ROW
     smem = _smem(bm, bn, stages)
+    table = ""
+    if window_table(k, ityp):
+        table = _table_fill(k, nthreads, f"npu_smem + {smem}")
+        smem += -(-kdim // BK) * BK * 16
     xor = "".join(f" af[i][{q}] ^= 0x80808080u;" for q in range(4)) if flip else ""
     colsum = za != 0
     sum_b = f"""
@@ -333,8 +390,12 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
   __syncthreads();""" if colsum else ""
     correct = f"s - (unsigned)({za}) * (unsigned)npu_cs[lc]" if colsum else "s"
     shape = (m, n, bm, bn, wm, wn, fm, fn, nthreads)
-    epilogue_src = (_staged_epilogue(k, program, ityp, correct, shape) if staged_epilogue(k)
-                    else _direct_epilogue(k, program, ityp, correct, shape))
+    if splits > 1:
+        epilogue_src = _split_epilogue(shape, splits)
+    else:
+        epilogue_src = (_staged_epilogue(k, program, ityp, correct, shape) if staged_epilogue(k)
+                        else _direct_epilogue(k, program, ityp, correct, shape))
+    kt_per = -(-kt_n // splits)
     src = f"""{PRELUDE}{_integer_helpers()}{HELPERS}
 {signature} {{
 {WAIT}
@@ -342,10 +403,13 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
   {f"__shared__ int npu_cs[{bn}];" if colsum else ""}
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
   const int wm0 = (warp / {warps_n}) * {wm}, wn0 = (warp % {warps_n}) * {wn};
-  const {ityp} tile = blockIdx.x;
+  const {ityp} tile = blockIdx.x % {tiles};
+  const int npu_split = (int)(blockIdx.x / {tiles});  // (K split: this block's share of K)
+  const int kt0 = npu_split * {kt_per}, kn = min({kt_n} - kt0, {kt_per});
   const {ityp} m0 = (tile / {tiles_n}) * {bm};
   const int n0 = (int)(tile % {tiles_n}) * {bn};
   const int ch = tid % {CHUNKS};
+{table}
 {a_setup}
   auto load = [&](int st, int k0) {{
     const int kx = k0 + ch * 16;
@@ -362,15 +426,15 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
   {"int npu_csum = 0;" if colsum else ""}
   #pragma unroll
   for (int s = 0; s < {stages - 1}; ++s) {{
-    if (s < {kt_n}) load(s, s * {BK});
+    if (s < kn) load(s, (kt0 + s) * {BK});
     npu_commit();
   }}
-  for (int kt = 0; kt < {kt_n}; ++kt) {{
+  for (int kt = 0; kt < kn; ++kt) {{
     npu_wait_copies<{stages - 2}>();
     __syncthreads();
     {{
       const int nk = kt + {stages - 1};
-      if (nk < {kt_n}) load(nk % {stages}, nk * {BK});
+      if (nk < kn) load(nk % {stages}, (kt0 + nk) * {BK});
       npu_commit();
     }}
     const unsigned char* As = npu_smem + (kt % {stages}) * {a_stage};
@@ -395,7 +459,54 @@ def render(k: KernelCall, program: CompiledProgram, dev, signature: str, ityp: s
 {epilogue_src}
 }}
 """
-    return src, Launch((tiles, 1, 1), nthreads, ptrs_of(k), smem)
+    main = (src, Launch((tiles * splits, 1, 1), nthreads, ptrs_of(k), smem))
+    if splits == 1:
+        return [main]
+    return [main, _split_sum(k, program, signature.replace(f"__launch_bounds__({nthreads})",
+                                                            f"__launch_bounds__({SUM_THREADS})"), m, n, splits, dev)]
+
+
+def _split_epilogue(shape: tuple, splits: int) -> str:
+    """A split block's raw sums into its part of the scratch ([split, M, N] int32, the launch's second output)."""
+    m, n, _, _, _, _, fm, fn, _ = shape
+    part = "long long" if splits * m * n >= 2**31 else "int"
+    return f"""  #pragma unroll
+  for (int i = 0; i < {fm}; i++)
+    #pragma unroll
+    for (int j = 0; j < {fn}; j++)
+      #pragma unroll
+      for (int q = 0; q < 4; q++) {{
+        const {part} r = m0 + wm0 + i * 16 + gq + (q >> 1) * 8;
+        const int c = n0 + wn0 + j * 8 + tq * 2 + (q & 1);
+        if (r < {m} && c < {n}) out1[(npu_split * {m} + r) * {n} + c] = acc[i][j][q];
+      }}"""
+
+
+def _split_sum(k: KernelCall, program: CompiledProgram, signature: str, m: int, n: int, splits: int, dev
+               ) -> tuple[str, Launch]:
+    """The second launch of a split GEMM: each output's parts added (wrapping, in split order), then the epilogue."""
+    from .int8_kernels import requant_store
+
+    total = m * n
+    ityp = "long long" if splits * total >= 2**31 else "int"
+    epi = "\n    ".join(requant_store(k, program))
+    src = f"""{PRELUDE}{_integer_helpers()}
+{signature} {{
+{WAIT}
+  for ({ityp} e = ({ityp})blockIdx.x * {SUM_THREADS} + threadIdx.x; e < {total};
+       e += ({ityp})gridDim.x * {SUM_THREADS}) {{
+    const {ityp} r = e / {n};
+    const int c = (int)(e % {n});
+    unsigned s = 0;
+    #pragma unroll
+    for (int p = 0; p < {splits}; p++) s += (unsigned)out1[p * {total} + e];
+    unsigned t = s;
+    {epi}
+  }}
+}}
+"""
+    grid = max(1, min(-(-total // SUM_THREADS), dev.multiprocessors * 8))
+    return src, Launch((grid, 1, 1), SUM_THREADS, ptrs_of(k))
 
 
 def _direct_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct: str, shape: tuple) -> str:

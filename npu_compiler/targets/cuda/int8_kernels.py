@@ -65,6 +65,21 @@ __device__ __forceinline__ int npu_qadd(int a, int b, int za, int zb, int ls, in
                            + (unsigned long long)npu_apply_scale(vb, mb, nb, dbl);
   return npu_requant((long long)sum, mo, no, zo, lo, hi, dbl);
 }
+// the same where every value fits 32 bits (`_qadd_call` checks the record's fields): (a - za) << ls in 32 bits,
+// each rescale by a multiplier below one, the sum of the two in 32 bits; the 64-bit products are then 32 x 32-bit
+// ones and nothing wraps, so the results are the reference's
+__device__ __forceinline__ long long npu_apply_scale32(int v, int m, int n, bool dbl) {
+  long long r = n > 0 ? (1LL << (n - 1)) : 0LL;
+  if (dbl && n > 31) r += v >= 0 ? (1LL << 30) : -(1LL << 30);
+  return ((long long)v * (long long)m + r) >> n;
+}
+__device__ __forceinline__ int npu_qadd_narrow(int a, int b, int za, int zb, int ls, int ma, int na, int mb, int nb,
+                                               int mo, int no, int zo, int lo, int hi, bool dbl) {
+  const int sa = (int)npu_apply_scale32((int)((unsigned)(a - za) << ls), ma, na, dbl);
+  const int sb = (int)npu_apply_scale32((int)((unsigned)(b - zb) << ls), mb, nb, dbl);
+  const long long s = npu_apply_scale32(sa + sb, mo, no, dbl) + zo;
+  return (int)(s < lo ? lo : (s > hi ? hi : s));
+}
 __device__ __forceinline__ void npu_mma_s8(int* c, const unsigned* a, const unsigned* b) {
   asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};\n"
@@ -330,7 +345,7 @@ def _load_b(g: _Gemm, bn: int, og: int) -> str:
 """
 
 
-def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
+def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
     """qgemm or qconv2d on int8 tensor cores (see the module's docstring)."""
     if not mma_sync_ok(dev):
         raise NPUCompileError(f"kernel {k.name}: the cuda target's {k.kind} runs on int8 tensor cores (mma.sync, "
@@ -340,6 +355,8 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
     if int8_conv.applies(k):
         return int8_conv.render(k, program, dev, _signature(k, program, int8_conv.threads(k, dev)), ityp, g.flip,
                                 g.za)
+    if k.scratch:
+        raise NPUCompileError(f"kernel {k.name}: a {k.kind} split along K runs on the staged kernel only")
     stored = int8_conv.tile_plan(k, dev)  # the record's plan where it has one
     plan = Int8Plan(stored.bm, stored.bn, _grid(g.rows, g.cols, stored.bm, stored.bn, dev))
     bm, bn = plan.bm, plan.bn
@@ -430,7 +447,7 @@ def int8_gemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch
   }}
 }}
 """
-    return src, Launch((plan.grid, 1, 1), BLOCK, ptrs_of(k))
+    return [(src, Launch((plan.grid, 1, 1), BLOCK, ptrs_of(k)))]
 
 
 def qadd(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
@@ -451,11 +468,18 @@ def qadd(k: KernelCall, program: CompiledProgram) -> tuple[str, Launch]:
     return "\n".join(lines) + "\n", Launch((grid, 1, 1), ELEMENTWISE_BLOCK, ptrs_of(k))
 
 
+NARROW_LEFT_SHIFT = 21  # (a - za) << ls within 31 bits for |a - za| <= 510, and the sum of two such within 32
+
+
 def _qadd_call(spec, a: str, b: str, a_zero_point: int) -> str:
-    """The C call adding codes `a` and `b` by a QAddKernel's or a ResidualAdd's fields."""
+    """The C call adding codes `a` and `b` by a QAddKernel's or a ResidualAdd's fields: in 32-bit values where the
+    fields keep every one within 32 bits (`npu_qadd_narrow`), else in 64-bit ones wrapping as the reference's."""
     q = spec.requant
     dbl = "true" if q.rounding == "double" else "false"
-    return (f"npu_qadd({a}, {b}, {a_zero_point}, {spec.b_zero_point}, {spec.left_shift}, {spec.a_multiplier}, "
+    narrow = (spec.left_shift <= NARROW_LEFT_SHIFT and spec.a_multiplier < (1 << spec.a_shift)
+              and spec.b_multiplier < (1 << spec.b_shift))
+    return (f"npu_qadd{'_narrow' if narrow else ''}({a}, {b}, {a_zero_point}, {spec.b_zero_point}, {spec.left_shift}, "
+            f"{spec.a_multiplier}, "
             f"{spec.a_shift}, {spec.b_multiplier}, {spec.b_shift}, {spec.out_multiplier}, {spec.out_shift}, "
             f"{q.zero_point}, {q.lo}, {q.hi}, {dbl})")
 
@@ -561,14 +585,14 @@ def wgemm(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
 INTEGER_KERNELS = frozenset({"qgemm", "qconv2d", "qadd", "wgemm"})
 
 
-def render_integer(k: KernelCall, program: CompiledProgram, dev) -> tuple[str, Launch]:
-    """The CUDA C of one integer or weight-only kernel."""
+def render_integer(k: KernelCall, program: CompiledProgram, dev) -> list[tuple[str, Launch]]:
+    """The CUDA C launches of one integer or weight-only kernel (a K split's GEMM: two)."""
     if k.kind in ("qgemm", "qconv2d"):
         return int8_gemm(k, program, dev)
     if k.kind == "qadd":
-        return qadd(k, program)
+        return [qadd(k, program)]
     if k.kind == "wgemm":
-        return wgemm(k, program, dev)
+        return [wgemm(k, program, dev)]
     raise NPUCompileError(f"kernel {k.name}: the cuda target has no '{k.kind}' kernel")
 
 

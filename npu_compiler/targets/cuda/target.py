@@ -137,7 +137,7 @@ class CudaTarget(CodegenTarget):
         if isinstance(spec, Conv2dKernel):
             return plan_conv(call, buffers, dev)
         if isinstance(spec, (QConv2dKernel, QGemmKernel)) and mma_sync_ok(dev):
-            return int8_conv.plan(call, dev)
+            return int8_conv.plan(call, dev, buffers[call.args[0].buffer].dtype)
         return None
 
     def convs_on_tensor_cores(self, convs: list[tuple]) -> list[int]:
@@ -211,7 +211,7 @@ class CudaTarget(CodegenTarget):
                 return [("launch", launch) for launch in attention_split(k, program)]
             return [("launch", attention(k, program, dev))]
         if spec.kind in INTEGER_KERNELS:
-            return [("launch", render_integer(k, program, dev))]
+            return [("launch", launch) for launch in render_integer(k, program, dev)]
         if spec.kind == "conv2d":
             if conv_tc_applies(k, program, dev):
                 return [("launch", launch) for launch in conv2d_tensor_cores(k, program, dev)]
