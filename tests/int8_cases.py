@@ -62,6 +62,7 @@ def with_split(program: CompiledProgram, dev, splits: int) -> CompiledProgram:
     scratch the split needs (a buffer of its own)."""
     import dataclasses
 
+    from npu_compiler.lowering.memory_plan import plan_memory
     from npu_compiler.targets.cuda import int8_conv
 
     k = program.kernels[0]
@@ -71,6 +72,7 @@ def with_split(program: CompiledProgram, dev, splits: int) -> CompiledProgram:
     program.buffers.append(b)
     k.scratch = [TensorRef(b.id, (need.numel,), (1,))]
     k.plan.check(k, program.buffers)
+    program.arena_bytes = plan_memory(program.buffers, program.kernels)
     return program
 
 

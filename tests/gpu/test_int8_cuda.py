@@ -18,6 +18,20 @@ def test_integer_kernel_is_bit_exact(cuda_backend, case):
     check_bit_exact(cuda_backend, case)
 
 
+SPLIT = [c for c in CASES if c.name in ("qconv2d channels-last many tiles", "qconv2d residual channels-last 1x1 relu",
+                                        "qgemm 16-byte rows, uint8, 16-byte stores")]
+
+
+@pytest.mark.parametrize("case", SPLIT, ids=[c.name for c in SPLIT])
+def test_split_k_is_bit_exact(cuda_backend, case):
+    """K split three ways (int32 parts in the plan's scratch, a second launch summing them)."""
+    from int8_cases import feeds, program_of, reference, with_split
+
+    program = with_split(program_of(case, "cuda"), cuda_backend.device_profile(), 3)
+    got = cuda_backend.create_executor(program).run_numpy(feeds(case))["out"]
+    np.testing.assert_array_equal(got, reference(case))
+
+
 @pytest.mark.parametrize("case", wgemm_cases(), ids=[c.name for c in wgemm_cases()])
 def test_weight_only_gemm(cuda_backend, case):
     check_weight_only(cuda_backend, case)

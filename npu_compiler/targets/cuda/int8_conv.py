@@ -516,9 +516,28 @@ def _split_sum(k: KernelCall, program: CompiledProgram, signature: str, m: int, 
     return src, Launch((grid, 1, 1), SUM_THREADS, ptrs_of(k))
 
 
+def _fragment_loops(k: KernelCall, program: CompiledProgram, fm: int, fn: int, n: int) -> str:
+    """The epilogue's loops over this thread's fragments, column (c, each column's values declared once) outside,
+    row (i, h) inside, opening the innermost body."""
+    from .int8_kernels import column_values
+
+    return f"""  #pragma unroll
+  for (int j = 0; j < {fn}; j++)
+    #pragma unroll
+    for (int e = 0; e < 2; e++) {{
+      const int lc = wn0 + j * 8 + tq * 2 + e;
+      const int c = n0 + lc;
+      if (c >= {n}) continue;
+      {column_values(k, program)}
+      #pragma unroll
+      for (int i = 0; i < {fm}; i++)
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {{"""
+
+
 def _direct_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct: str, shape: tuple) -> str:
     """Each thread stores its fragments' outputs itself, through the output's strides."""
-    from .int8_kernels import column_values, requant_store, row_offsets
+    from .int8_kernels import requant_store, row_offsets
 
     m, n, _, _, wm, wn, fm, fn, _ = shape
     epi = "\n            ".join(requant_store(k, program, hoisted=True))
@@ -533,18 +552,7 @@ def _direct_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct
       const {ityp} r = m0 + wm0 + i * 16 + gq + h * 8;
       {" ".join(f"npu_rows[i][h][{e}] = {x};" for e, x in enumerate(rows))}
     }}
-  #pragma unroll
-  for (int j = 0; j < {fn}; j++)
-    #pragma unroll
-    for (int e = 0; e < 2; e++) {{
-      const int lc = wn0 + j * 8 + tq * 2 + e;
-      const int c = n0 + lc;
-      if (c >= {n}) continue;
-      {column_values(k, program)}
-      #pragma unroll
-      for (int i = 0; i < {fm}; i++)
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {{
+{_fragment_loops(k, program, fm, fn, n)}
           const {ityp} r = m0 + wm0 + i * 16 + gq + h * 8;
           if (r < {m}) {{
             const {ityp} npu_orow = npu_rows[i][h][0];{skip_row}
@@ -577,7 +585,7 @@ def _staged_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct
     """The requantized results of the block's tile into shared memory (over the stages, free by then), then each
     thread 16 bytes of a row at a time: a 16-byte store of the output (the fused add's skip read 16 bytes too),
     neighbouring threads neighbouring runs of a row."""
-    from .int8_kernels import column_values, requant_value, residual_value, row_offsets
+    from .int8_kernels import requant_value, residual_value, row_offsets
 
     m, n, bm, bn, wm, wn, fm, fn, threads = shape
     pitch = bn + 16  # bytes a row of the staged tile: 16-byte aligned rows
@@ -606,18 +614,7 @@ def _staged_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct
     return f"""  // the epilogue: the tile's requantized results staged in shared memory, then written 16 bytes a time
   __syncthreads();  // (every warp is done with the stages)
   unsigned char* npu_ot = npu_smem;
-  #pragma unroll
-  for (int j = 0; j < {fn}; j++)
-    #pragma unroll
-    for (int e = 0; e < 2; e++) {{
-      const int lc = wn0 + j * 8 + tq * 2 + e;
-      const int c = n0 + lc;
-      if (c >= {n}) continue;
-      {column_values(k, program)}
-      #pragma unroll
-      for (int i = 0; i < {fm}; i++)
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {{
+{_fragment_loops(k, program, fm, fn, n)}
           const int lr = wm0 + i * 16 + gq + h * 8;
           const unsigned s = (unsigned)acc[i][j][h * 2 + e];
           unsigned t = {correct};
