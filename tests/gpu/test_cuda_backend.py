@@ -156,6 +156,7 @@ def test_run_reports_the_device_time_beside_the_latency(cuda_backend, tmp_path, 
     res = export_cnn(resnet.resnet18(num_classes=10, width=16).eval(), (1, 3, 64, 64), tmp_path, "r18")
     art = tmp_path / "r18.npubin"
     assert main(["compile", str(res.ir_path), "-o", str(art), "--target", "cuda"]) == 0
+    capsys.readouterr()  # compile's report: only run's JSON is read below
     assert main(["run", str(art), "--weights", str(res.weights_path), "--backend", "cuda", "--iters", "20",
                  "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
