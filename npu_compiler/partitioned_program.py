@@ -263,10 +263,10 @@ class _SegmentsReader(_Reader):
             compute_dtype=self.dtype(self.get(d, "compute_dtype", ""), "compute_dtype"), inputs=inputs,
             outputs=outputs, segments=segments, fallback=fallback, stats=stats, format_version=version,
             weights_sha256=self.sha256(self.get(d, "weights_sha256", ""), "weights_sha256"),
-            formats=self.node_formats(d.get("formats", {})), dead=self.strs(d.get("dead", []), "dead"))
+            formats=self.node_formats(self.get(d, "formats", "")), dead=self.strs(self.get(d, "dead", ""), "dead"))
 
     def node_formats(self, v: Any) -> dict[str, str]:
-        """node -> number format: names, both (an artifact written before this field has none)."""
+        """node -> number format, both names."""
         got = self.mapping(v, "formats")
         if len(got) > MAX_ITEMS:
             raise self.fail("formats", f"{len(got)} entries (at most {MAX_ITEMS})")
