@@ -15,7 +15,7 @@ a thread a register), rows 16 bytes longer than a stage's K so that its eight ro
 uint8 activations are made signed by flipping each fragment byte's top bit (the zero point moves down 128). The
 tensor cores multiply raw codes; the input's zero point za is applied once per output as za times the weight
 column's sum over K (the weight's zero point is 0: symmetric), which the block sums from its B tiles, exact modulo
-2^32 as the reference's int32 wrap. The epilogue (int8_kernels.requant_store) adds the int32 bias, requantizes per
+2^32 as the reference's int32 wrap. The epilogue (int8_common.requant_store) adds the int32 bias, requantizes per
 output channel by TOSA's apply_scale_32 and clamps (a fused ReLU or clamp), or dequantizes to float32.
 
 Tiles and stages are the record's plan (`Int8TilePlan`, `plan`): BM x BN outputs a block from the problem's shape and
@@ -28,6 +28,16 @@ from ...kernels import Int8TilePlan, QConv2dKernel, QConv2dPlan, QGemmKernel, QG
 from ...program import CompiledProgram, KernelCall
 from ..clike import Launch, ptrs_of
 from .common import PRELUDE, WAIT, mma_sync_ok
+from .int8_common import (
+    GATHER_TILES,
+    INTEGER_HELPERS,
+    column_values,
+    plan_int8,
+    requant_store,
+    requant_value,
+    residual_value,
+    row_offsets,
+)
 
 BK = 64  # K bytes a stage: two m16n8k32 steps
 ROW = BK + 16  # bytes a shared-memory row: ldmatrix's eight rows, 80 bytes apart, fall in distinct banks
@@ -43,7 +53,6 @@ MIN_SPLIT_STEPS, MAX_SPLITS = 4, 16  # a K split's stages at least; splits at mo
 # stages on 16 blocks, were its slowest kernels)
 SPLIT_FROM_STEPS = 16
 SUM_THREADS = 256  # the split sums' launch: a thread an output
-GATHER_TILES = ((128, 64), (64, 64), (32, 32))  # the gathering kernel's (int8_kernels.py), one stage
 
 HELPERS = r"""
 __device__ __forceinline__ void npu_cp16(void* dst, const void* src, bool full) {
@@ -137,12 +146,10 @@ def plan(k: KernelCall, dev, x_dtype: str = "int8") -> Int8TilePlan:
     multiprocessor a block, else the one of any width with the most blocks (the smallest of those); the stages: as
     many (up to MAX_STAGES) as let two blocks share a multiprocessor's shared memory and one fit a block's, up to
     MAX_STAGES_ALONE where the grid has no more blocks than the device has multiprocessors. Where
-    the tiles are not 16-byte copies (`applies`), the gathering kernel's tile (int8_kernels.plan_int8: one stage)."""
+    the tiles are not 16-byte copies (`applies`), the gathering kernel's tile (int8_common.plan_int8: one stage)."""
     m, n, _ = geometry(k)
     cls = QConv2dPlan if isinstance(k.spec, QConv2dKernel) else QGemmPlan
     if not applies(k):
-        from .int8_kernels import plan_int8
-
         g = plan_int8(m, n, dev)
         return cls(g.bm, g.bn, g.bm // 2, g.bn // 2, 1)
     cfgs = [c for c in CONFIGS if c[1] == 128] if n > 64 else [c for c in CONFIGS if c[1] == 64]
@@ -492,8 +499,6 @@ def _split_epilogue(shape: tuple, splits: int) -> str:
 def _split_sum(k: KernelCall, program: CompiledProgram, signature: str, m: int, n: int, splits: int, dev
                ) -> tuple[str, Launch]:
     """The second launch of a split GEMM: each output's parts added (wrapping, in split order), then the epilogue."""
-    from .int8_kernels import requant_store
-
     total = m * n
     ityp = "long long" if splits * total >= 2**31 else "int"
     epi = "\n    ".join(requant_store(k, program))
@@ -519,8 +524,6 @@ def _split_sum(k: KernelCall, program: CompiledProgram, signature: str, m: int, 
 def _fragment_loops(k: KernelCall, program: CompiledProgram, fm: int, fn: int, n: int) -> str:
     """The epilogue's loops over this thread's fragments, column (c, each column's values declared once) outside,
     row (i, h) inside, opening the innermost body."""
-    from .int8_kernels import column_values
-
     return f"""  #pragma unroll
   for (int j = 0; j < {fn}; j++)
     #pragma unroll
@@ -537,8 +540,6 @@ def _fragment_loops(k: KernelCall, program: CompiledProgram, fm: int, fn: int, n
 
 def _direct_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct: str, shape: tuple) -> str:
     """Each thread stores its fragments' outputs itself, through the output's strides."""
-    from .int8_kernels import requant_store, row_offsets
-
     m, n, _, _, wm, wn, fm, fn, _ = shape
     epi = "\n            ".join(requant_store(k, program, hoisted=True))
     rows = row_offsets(k, ityp)
@@ -585,8 +586,6 @@ def _staged_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct
     """The requantized results of the block's tile into shared memory (over the stages, free by then), then each
     thread 16 bytes of a row at a time: a 16-byte store of the output (the fused add's skip read 16 bytes too),
     neighbouring threads neighbouring runs of a row."""
-    from .int8_kernels import requant_value, residual_value, row_offsets
-
     m, n, bm, bn, wm, wn, fm, fn, threads = shape
     pitch = bn + 16  # bytes a row of the staged tile: 16-byte aligned rows
     runs = bn // 16
@@ -635,8 +634,6 @@ def _staged_epilogue(k: KernelCall, program: CompiledProgram, ityp: str, correct
 
 
 def _integer_helpers() -> str:
-    from .int8_kernels import INTEGER_HELPERS
-
     return INTEGER_HELPERS
 
 
