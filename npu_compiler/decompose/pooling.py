@@ -15,6 +15,7 @@ import math
 from ..dtypes import HALF_DTYPES
 from ..ir.graph import Node, Value
 from ..ir.infer.contractions import _window_out
+from ..resample_scales import f32, scale_value
 from .registry import Rewriter, decomposes
 
 F32 = "float32"
@@ -241,14 +242,12 @@ _NEAREST = {"upsample_nearest1d.vec": (1, False), "upsample_nearest3d.vec": (3, 
 
 def _nearest_sources(n_in: int, n_out: int, scale: float | None, exact: bool) -> list[int]:
     """ATen's nearest_idx / nearest_exact_idx (UpSample.h): the scale and the product in fp32."""
-    from ..lowering.resample import _f32, _scale_value
-
     if not exact and n_out == n_in:
         return list(range(n_out))
     if not exact and n_out == 2 * n_in:
         return [i >> 1 for i in range(n_out)]
-    s = _scale_value(scale, n_in, n_out)
-    return [min(math.floor(_f32(_f32(i + 0.5 if exact else float(i)) * s)), n_in - 1) for i in range(n_out)]
+    s = scale_value(scale, n_in, n_out)
+    return [min(math.floor(f32(f32(i + 0.5 if exact else float(i)) * s)), n_in - 1) for i in range(n_out)]
 
 
 @decomposes(*_NEAREST, emits=("index_select.default",))

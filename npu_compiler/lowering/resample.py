@@ -4,23 +4,19 @@ then the nearest index, or the two neighbours and their weights."""
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedOpError
 from ..expr import nodes as X
 from ..expr.aten_table import cast
 from ..ir.graph import Node
+from ..resample_scales import f32, scale_value
 from .registry import lowers
 
 if TYPE_CHECKING:
     from .lower import Lowering
 
 I64, F32 = "int64", "float32"
-
-
-def _f32(v: float) -> float:
-    return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
 def _scales(node: Node) -> list[float | None]:
@@ -30,13 +26,6 @@ def _scales(node: Node) -> list[float | None]:
         sf = a.get("scale_factors")
         return list(sf) if sf else [None, None]
     return [a.get("scales_h"), a.get("scales_w")]
-
-
-def _scale_value(scale: float | None, n_in: int, n_out: int) -> float:
-    """ATen's compute_scales_value<float>: 1/scale when given (computed in double), else in / out (in float)."""
-    if scale is not None and scale > 0:
-        return _f32(1.0 / scale)
-    return _f32(_f32(float(n_in)) / n_out)
 
 
 def _check_size(L: Lowering, node: Node) -> None:
@@ -61,7 +50,7 @@ def upsample_nearest2d(L: Lowering, node: Node) -> None:
             return i
         if n_out == 2 * n_in:
             return X.Binary(I64, "div", i, X.Const(I64, 2))
-        s = _scale_value(scales[d - 2], n_in, n_out)
+        s = scale_value(scales[d - 2], n_in, n_out)
         pos = cast(X.Unary(F32, "floor", X.Binary(F32, "mul", cast(i, F32), X.Const(F32, s))), I64)
         return X.Binary(I64, "min", pos, X.Const(I64, n_in - 1))
 
@@ -85,9 +74,9 @@ def upsample_bilinear2d(L: Lowering, node: Node) -> None:
         """(index0, index1, weight0, weight1) along output dim d."""
         n_in, n_out = x_v.shape[d], out_v.shape[d]
         if align:
-            s = _f32(_f32(float(n_in - 1)) / (n_out - 1)) if n_out > 1 else 0.0
+            s = f32(f32(float(n_in - 1)) / (n_out - 1)) if n_out > 1 else 0.0
         else:
-            s = _scale_value(scales[d - 2], n_in, n_out)
+            s = scale_value(scales[d - 2], n_in, n_out)
         i = cast(X.Index(I64, d), F32)
         if align:
             real: X.Expr = X.Binary(F32, "mul", X.Const(F32, s), i)
